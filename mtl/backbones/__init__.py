@@ -1,0 +1,1 @@
+"""Built-in backbones; every module of this package is imported by ``mtl.registry.load_builtin``."""

@@ -1,0 +1,53 @@
+"""Backbone base class: reads named input fields, returns one feature vector per sample."""
+from typing import List
+
+import paddle
+
+from ..contracts import Field
+
+
+class Backbone(paddle.nn.Layer):
+    """Base class of backbones.
+
+    ``input_fields()`` declares what the backbone reads (name, per-sample shape, dtype); ``feature_size`` is the
+    width of the features it returns; ``forward(inputs)`` takes a dict of batched tensors and returns [B, feature_size].
+    ``pretrained`` (a ``.pdparams`` path) is loaded by :func:`load_pretrained` after construction.
+    """
+
+    feature_size: int = 0
+
+    def input_fields(self) -> List[Field]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, inputs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
+    """Load ``path`` (a ``.pdparams`` file) into ``backbone``; every parameter must match by name and shape."""
+    import os
+
+    from ..errors import ConfigError
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"pretrained weights '{path}' do not exist", source, key)
+    state = paddle.load(path)
+    own = backbone.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise ConfigError(
+            f"pretrained weights '{path}' do not fit backbone '{backbone.registered_name}': "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}",
+            source,
+            key,
+        )
+    for name, value in state.items():
+        if tuple(value.shape) != tuple(own[name].shape):
+            raise ConfigError(
+                f"pretrained weights '{path}': '{name}' has shape {list(value.shape)}, "
+                f"the backbone expects {list(own[name].shape)}",
+                source,
+                key,
+            )
+    backbone.set_state_dict(state)

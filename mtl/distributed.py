@@ -1,0 +1,65 @@
+"""Process-group helpers: rank and world size, the balanced class split, and collectives that are no-ops at world 1.
+
+Every helper here works identically whether or not the job runs under ``python -m paddle.distributed.launch``; at
+world size 1 nothing communicates.
+"""
+import os
+
+import paddle
+import paddle.distributed as dist
+
+
+def world_size() -> int:
+    """Number of processes of the job (1 without a launcher)."""
+    if dist.is_initialized():
+        return dist.get_world_size()
+    return int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) if _launched() else 1
+
+
+def rank() -> int:
+    """This process's rank (0 without a launcher)."""
+    if dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("PADDLE_TRAINER_ID", "0")) if _launched() else 0
+
+
+def _launched() -> bool:
+    return "PADDLE_TRAINER_ENDPOINTS" in os.environ and int(os.environ.get("PADDLE_TRAINERS_NUM", "1")) > 1
+
+
+def is_distributed() -> bool:
+    """True when more than one process takes part and the process group is up."""
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
+def shard_range(num_classes: int, world: int, k: int):
+    """Class range ``[start, start + count)`` owned by rank ``k``: the balanced split.
+
+    ``C_k = C // W + (k < C % W)`` and ``s_k = (C // W) * k + min(k, C % W)``; with C < W some ranks own 0 classes.
+    """
+    base, extra = divmod(int(num_classes), int(world))
+    count = base + (1 if k < extra else 0)
+    start = base * k + min(k, extra)
+    return start, count
+
+
+def all_reduce_sum(x: paddle.Tensor) -> paddle.Tensor:
+    """Sum of ``x`` over ranks, without gradient (returns a new tensor)."""
+    y = x.detach().clone()
+    if is_distributed():
+        dist.all_reduce(y, op=dist.ReduceOp.SUM)
+    return y
+
+
+def all_reduce_max(x: paddle.Tensor) -> paddle.Tensor:
+    """Element-wise max of ``x`` over ranks, without gradient (returns a new tensor)."""
+    y = x.detach().clone()
+    if is_distributed():
+        dist.all_reduce(y, op=dist.ReduceOp.MAX)
+    return y
+
+
+def barrier():
+    """Wait for every rank (no-op at world 1)."""
+    if is_distributed():
+        dist.barrier()

@@ -1,0 +1,31 @@
+"""Reader base class: a map-style dataset of samples (dicts of numpy arrays) with declared fields."""
+from typing import Dict, List
+
+import numpy as np
+
+from ..contracts import Field
+
+
+class Reader:
+    """Base class of readers.
+
+    A reader is built once per process (and pickled into DataLoader workers). ``fields()`` declares every field of a
+    sample; ``__getitem__(i)`` returns ``{field: np.ndarray}`` for sample ``i`` of the chosen split; ``num_classes``
+    (when the reader knows it) lets a head default its class count; ``labels()`` returns all labels of the split
+    without decoding images (used to build verification pairs and to check label ranges).
+    """
+
+    num_classes = None
+
+    def fields(self) -> List[Field]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __len__(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> Dict[str, np.ndarray]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def labels(self):
+        """All labels of the split, in sample order (default: read every sample)."""
+        return np.array([self[i]["label"] for i in range(len(self))])

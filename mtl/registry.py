@@ -1,0 +1,222 @@
+"""Plug-in registry: readers, backbones and heads register under a name with a decorator.
+
+Plug-in files are found by importing every ``.py`` of a folder (``heads/``, ``tasks/``, any folder a job lists under
+``plugins:``) and through the entry-point group ``mtl.plugins``. ``build(kind, cfg)`` turns ``{"type": name, ...}``
+into an instance, checking parameter names against the constructor before anything runs.
+"""
+import difflib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Dict, Optional
+
+from .errors import ConfigError
+
+KINDS = ("reader", "backbone", "head")
+ENTRY_POINT_GROUP = "mtl.plugins"
+
+
+@dataclass
+class Entry:
+    """One registered component: its class, where it came from and a one-line description."""
+
+    kind: str
+    name: str
+    cls: type
+    origin: str
+    description: str
+
+
+_REGISTRY: Dict[str, Dict[str, Entry]] = {k: {} for k in KINDS}
+_LOADED_FOLDERS = set()
+_ENTRY_POINTS_LOADED = False
+
+
+def _origin_of(cls) -> str:
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if path:
+        try:
+            rel = os.path.relpath(path)
+            return rel if not rel.startswith("..") else path
+        except ValueError:
+            return path
+    return cls.__module__
+
+
+def _first_line(doc: Optional[str]) -> str:
+    return (doc or "").strip().splitlines()[0].strip() if (doc or "").strip() else ""
+
+
+def register(kind: str, name: str):
+    """Class decorator: register ``cls`` as a ``kind`` (reader|backbone|head) called ``name``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {KINDS}")
+
+    def wrap(cls):
+        old = _REGISTRY[kind].get(name)
+        if old is not None and old.cls.__qualname__ != cls.__qualname__:
+            raise ConfigError(
+                f"{kind} '{name}' is registered twice: by {old.origin} and by {_origin_of(cls)}"
+            )
+        cls.registered_name = name
+        _REGISTRY[kind][name] = Entry(kind, name, cls, _origin_of(cls), _first_line(cls.__doc__))
+        return cls
+
+    return wrap
+
+
+def register_reader(name):
+    """Register a reader class (see :class:`mtl.readers.base.Reader`)."""
+    return register("reader", name)
+
+
+def register_backbone(name):
+    """Register a backbone class (see :class:`mtl.backbones.base.Backbone`)."""
+    return register("backbone", name)
+
+
+def register_head(name):
+    """Register a head class (see :class:`mtl.head.Head`)."""
+    return register("head", name)
+
+
+def did_you_mean(word, choices) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def load_builtin():
+    """Import the library's own readers and backbones and every head plug-in of the ``heads`` package."""
+    import pkgutil
+
+    for package in ("mtl.readers", "mtl.backbones", "heads"):
+        pkg = importlib.import_module(package)
+        for info in pkgutil.iter_modules(pkg.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{package}.{info.name}")
+
+
+def load_folder(folder: str, source: str = None, key: str = "plugins"):
+    """Import every ``.py`` file of ``folder`` (not recursively) so that its decorators register."""
+    folder = os.path.abspath(folder)
+    if folder in _LOADED_FOLDERS:
+        return
+    if not os.path.isdir(folder):
+        raise ConfigError(f"plug-in folder '{folder}' does not exist", source, key)
+    _LOADED_FOLDERS.add(folder)
+    for fname in sorted(os.listdir(folder)):
+        if fname.endswith(".py") and not fname.startswith("_"):
+            load_file(os.path.join(folder, fname))
+
+
+def load_file(path: str):
+    """Import one plug-in file by path under a unique module name; return the module."""
+    path = os.path.abspath(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    modname = "mtl_plugin_" + str(abs(hash(path)))[:10] + "_" + stem
+    if modname in sys.modules:
+        return sys.modules[modname]
+    spec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[modname]
+        raise
+    return module
+
+
+def load_entry_points():
+    """Load plug-ins that installed packages declare in the entry-point group ``mtl.plugins``."""
+    global _ENTRY_POINTS_LOADED
+    if _ENTRY_POINTS_LOADED:
+        return
+    _ENTRY_POINTS_LOADED = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        ep.load()
+
+
+def load_all(extra_folders=()):
+    """Built-ins, entry points, then every folder of ``extra_folders``."""
+    load_builtin()
+    load_entry_points()
+    for folder in extra_folders:
+        load_folder(folder)
+
+
+def entries(kind=None):
+    """All registered entries (of one kind, or of every kind), sorted by kind then name."""
+    kinds = [kind] if kind else KINDS
+    return [e for k in kinds for _, e in sorted(_REGISTRY[k].items())]
+
+
+def get(kind: str, name: str, source=None, key=None) -> Entry:
+    """Look up a registered component, with a "did you mean" error if the name is unknown."""
+    table = _REGISTRY[kind]
+    if name not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise ConfigError(
+            f"unknown {kind} '{name}'{did_you_mean(name, table)}; registered {kind}s: {known}", source, key
+        )
+    return table[name]
+
+
+def check_params(cls, params: dict, source=None, key=None, kind="component"):
+    """Raise ConfigError for a parameter that ``cls.__init__`` does not accept."""
+    sig = inspect.signature(cls.__init__)
+    accepted = [p for p in sig.parameters if p != "self"]
+    if any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    for name in params:
+        if name not in accepted:
+            prefix = f"{key}." if key else ""
+            raise ConfigError(
+                f"{kind} '{getattr(cls, 'registered_name', cls.__name__)}' has no parameter '{name}'"
+                f"{did_you_mean(name, accepted)}; it accepts: {', '.join(accepted) or 'none'}",
+                source,
+                prefix + name,
+            )
+    missing = [
+        p.name
+        for p in sig.parameters.values()
+        if p.name != "self" and p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.name not in params
+    ]
+    if missing:
+        raise ConfigError(
+            f"{kind} '{getattr(cls, 'registered_name', cls.__name__)}' needs parameter '{missing[0]}'",
+            source,
+            key,
+        )
+
+
+def split_cfg(kind, cfg, source=None, key=None):
+    """Split ``{"type": name, **params}`` into (Entry, params), validating both."""
+    if isinstance(cfg, str):
+        cfg = {"type": cfg}
+    if not isinstance(cfg, dict) or "type" not in cfg:
+        raise ConfigError(f"expected a mapping with a 'type' naming a {kind}, got {cfg!r}", source, key)
+    params = {k: v for k, v in cfg.items() if k != "type"}
+    entry = get(kind, cfg["type"], source, f"{key}.type" if key else "type")
+    check_params(entry.cls, params, source, key, kind)
+    return entry, params
+
+
+def build(kind, cfg, source=None, key=None, **context):
+    """Build a component of ``kind`` from ``{"type": name, ...params}``; ``context`` adds keyword arguments."""
+    entry, params = split_cfg(kind, cfg, source, key)
+    sig = inspect.signature(entry.cls.__init__)
+    for name, value in context.items():
+        if name in sig.parameters and name not in params:
+            params[name] = value
+    try:
+        return entry.cls(**params)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{kind} '{entry.name}': {exc}", source, key) from exc
