@@ -1,0 +1,118 @@
+"""Small backbones for tiny inputs (scikit-learn's 8x8 digits, synthetic data, the distributed equality tests).
+
+``cnn``: conv3x3-BN-ReLU blocks (the first at stride 1, the others at stride 2), global average pooling, a linear layer.
+``mlp``: flatten, then ``Linear - [BN] - activation - [dropout]`` per hidden size, then a linear layer. By default it
+has no BatchNorm and no dropout, so its output depends only on its weights and its input (what the tests that compare
+a one-process run with a many-process run need).
+"""
+import math
+from typing import Sequence
+
+import paddle
+from paddle import nn
+
+from ..contracts import Field
+from ..registry import register_backbone
+from .base import Backbone, load_pretrained
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
+
+
+def _positive_ints(value, name) -> tuple:
+    """``value`` as a tuple of positive ints (a single int becomes a 1-tuple); ValueError otherwise."""
+    items = (value,) if isinstance(value, int) else tuple(value)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items):
+        raise ValueError(f"{name} must be a list of positive integers, got {value!r}")
+    return items
+
+
+@register_backbone("cnn")
+class SmallCNN(Backbone):
+    """A few conv3x3-BN-ReLU blocks, global average pooling and a linear layer to the embedding."""
+
+    def __init__(
+        self,
+        embedding_size: int = 64,
+        channels: Sequence[int] = (32, 64),
+        in_channels: int = 1,
+        input_size: int = 8,
+        batch_norm: bool = True,
+        input_field: str = "image",
+        pretrained: str = None,
+    ):
+        super().__init__()
+        channels = _positive_ints(channels, "channels")
+        (self.in_channels,) = _positive_ints(in_channels, "in_channels")
+        (self.input_size,) = _positive_ints(input_size, "input_size")
+        (self.feature_size,) = _positive_ints(embedding_size, "embedding_size")
+        self.input_field = input_field
+        layers = []
+        previous = self.in_channels
+        for i, width in enumerate(channels):
+            # With BatchNorm the conv bias is redundant (BN subtracts the mean).
+            layers.append(nn.Conv2D(previous, width, 3, stride=1 if i == 0 else 2, padding=1, bias_attr=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm2D(width))
+            layers.append(nn.ReLU())
+            previous = width
+        self.body = nn.Sequential(*layers)
+        self.fc = nn.Linear(previous, self.feature_size)
+        if pretrained:
+            load_pretrained(self, pretrained, key="pretrained")
+
+    def input_fields(self):
+        """One image field: ``(in_channels, input_size, input_size)`` float32."""
+        return [Field(self.input_field, (self.in_channels, self.input_size, self.input_size), "float32")]
+
+    def forward(self, inputs):
+        """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; pooling = mean over H and W."""
+        x = self.body(inputs[self.input_field])
+        return self.fc(paddle.mean(x, axis=[2, 3]))
+
+
+@register_backbone("mlp")
+class MLP(Backbone):
+    """Flatten the input field; ``h = act(h @ W + b)`` per hidden size, then ``h @ W + b`` to the embedding."""
+
+    def __init__(
+        self,
+        embedding_size: int = 64,
+        hidden: Sequence[int] = (128,),
+        activation: str = "relu",
+        input_shape: Sequence[int] = (1, 8, 8),
+        batch_norm: bool = False,
+        dropout: float = 0.0,
+        input_field: str = "image",
+        pretrained: str = None,
+    ):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        hidden = _positive_ints(hidden, "hidden") if hidden else ()
+        self.input_shape = _positive_ints(input_shape, "input_shape")
+        (self.feature_size,) = _positive_ints(embedding_size, "embedding_size")
+        self.input_field = input_field
+        layers = []
+        previous = math.prod(self.input_shape)
+        for width in hidden:
+            layers.append(nn.Linear(previous, width))
+            if batch_norm:
+                layers.append(nn.BatchNorm1D(width))
+            layers.append(ACTIVATIONS[activation]())
+            if dropout:
+                layers.append(nn.Dropout(float(dropout)))
+            previous = width
+        layers.append(nn.Linear(previous, self.feature_size))
+        self.layers = nn.Sequential(*layers)
+        if pretrained:
+            load_pretrained(self, pretrained, key="pretrained")
+
+    def input_fields(self):
+        """One field of shape ``input_shape`` float32."""
+        return [Field(self.input_field, self.input_shape, "float32")]
+
+    def forward(self, inputs):
+        """``inputs[input_field]`` [B, *input_shape] -> [B, embedding_size]."""
+        return self.layers(paddle.flatten(inputs[self.input_field], start_axis=1))

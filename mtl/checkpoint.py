@@ -1,0 +1,110 @@
+"""Checkpoints: everything needed to continue exactly, written atomically.
+
+Layout of ``output_dir/checkpoints/step_N/``: ``backbone.pdparams`` and replicated heads (rank 0), one file per head
+shard ``heads/<task>.shard<k>of<W>.pdparams``, ``optimizer.rank<k>.pdopt`` (optimizer + LR state of that rank),
+``averager.rank<k>.pdparams``, ``state.json`` (step, world size, schedule). Every rank writes into
+``.step_N.tmp``; after a barrier rank 0 renames it to ``step_N`` (a rename is atomic), so a crash mid-save never
+leaves a half checkpoint; old ones beyond ``keep`` are removed.
+"""
+import json
+import os
+import re
+import shutil
+
+import paddle
+
+from . import distributed
+from .errors import ConfigError
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def checkpoint_root(output_dir):
+    """The folder that holds ``step_N`` checkpoints."""
+    return os.path.join(output_dir, "checkpoints")
+
+
+def list_checkpoints(output_dir):
+    """Complete checkpoints as (step, path), oldest first."""
+    root = checkpoint_root(output_dir)
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        m = _STEP_DIR.match(name)
+        if m and os.path.isfile(os.path.join(root, name, "state.json")):
+            found.append((int(m.group(1)), os.path.join(root, name)))
+    return sorted(found)
+
+
+def latest_checkpoint(output_dir):
+    """Path of the newest complete checkpoint, or None."""
+    found = list_checkpoints(output_dir)
+    return found[-1][1] if found else None
+
+
+def _head_file(task, head, rank, world):
+    if getattr(head, "sharded", False):
+        return os.path.join("heads", f"{task}.shard{rank}of{world}.pdparams")
+    return os.path.join("heads", f"{task}.pdparams")
+
+
+def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, extra=None):
+    """Save a checkpoint of ``step`` (collective: every rank must call it)."""
+    rank, world = distributed.rank(), distributed.world_size()
+    root = checkpoint_root(output_dir)
+    final = os.path.join(root, f"step_{step}")
+    tmp = os.path.join(root, f".step_{step}.tmp")
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(os.path.join(tmp, "heads"), exist_ok=True)
+    distributed.barrier()
+    if rank == 0:
+        paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone.pdparams"))
+    for task, head in model.heads.items():
+        if getattr(head, "sharded", False) or rank == 0:
+            paddle.save(head.state_dict(), os.path.join(tmp, _head_file(task, head, rank, world)))
+    paddle.save(optimizer.state_dict(), os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
+    if averager is not None:
+        paddle.save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
+    distributed.barrier()
+    if rank == 0:
+        state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict()}
+        state.update(extra or {})
+        with open(os.path.join(tmp, "state.json"), "w") as f:
+            json.dump(state, f, indent=1)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for _, old in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    distributed.barrier()
+    return final
+
+
+def load(path, model, optimizer, schedule, averager=None):
+    """Restore a checkpoint into the model, optimizer and averager; return its state dict (with ``step``)."""
+    with open(os.path.join(path, "state.json")) as f:
+        state = json.load(f)
+    rank, world = distributed.rank(), distributed.world_size()
+    if state["world_size"] != world:
+        raise ConfigError(
+            f"checkpoint '{path}' was written by {state['world_size']} processes and this job runs {world}; resume "
+            f"with --nproc_per_node {state['world_size']} (head shards and optimizer state are per process)")
+    if state["schedule"] != _jsonable(schedule.state_dict()):
+        raise ConfigError(f"checkpoint '{path}' was written with another schedule ({state['schedule']}); resume "
+                          f"with the same schedule, tasks and seed")
+    model.backbone.set_state_dict(paddle.load(os.path.join(path, "backbone.pdparams")))
+    for task, head in model.heads.items():
+        file = os.path.join(path, _head_file(task, head, rank, world))
+        if not os.path.isfile(file):
+            raise ConfigError(f"checkpoint '{path}' has no weights for task '{task}' ({file})")
+        head.set_state_dict(paddle.load(file))
+    optimizer.set_state_dict(paddle.load(os.path.join(path, f"optimizer.rank{rank}.pdopt")))
+    avg_file = os.path.join(path, f"averager.rank{rank}.pdparams")
+    if averager is not None and os.path.isfile(avg_file):
+        averager.set_state_dict(paddle.load(avg_file))
+    return state
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj))

@@ -1,0 +1,274 @@
+"""Job and task configuration: YAML loading, ``--set key.path=value`` overrides, validation at load time.
+
+Every error is caught here, before any training, as one ConfigError naming the file and the dotted key path.
+"""
+import copy
+import os
+
+import yaml
+
+from . import registry
+from .errors import ConfigError
+from .schema import Opt, Section, validate
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _component(value):
+    if isinstance(value, str):
+        return None
+    if not isinstance(value, dict) or "type" not in value:
+        return "expected a mapping with a 'type' key naming a registered component"
+    return None
+
+
+SCHEDULE = {
+    "mode": Opt(str, "joint", choices=["joint", "sample"], doc="joint: every task in every step; sample: one task"),
+    "batch_size": Opt(int, 64, min=1, doc="global batch size (all processes together)"),
+    "steps": Opt(int, 1000, min=1, doc="training steps"),
+    "sampling": Opt(str, "ratio", choices=["ratio", "proportional", "temperature", "uniform"],
+                    doc="sample mode: how the task of a step is drawn"),
+    "temperature": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="sample mode: p_t ~ size_t^(1/T)"),
+}
+
+OPTIMIZER = {
+    "type": Opt(str, "momentum", choices=["sgd", "momentum", "adamw"], doc="paddle.optimizer class"),
+    "lr": Opt(float, 0.1, min=0.0, min_exclusive=True, doc="peak learning rate"),
+    "momentum": Opt(float, 0.9, min=0.0, max=1.0, doc="momentum (momentum only)"),
+    "weight_decay": Opt(float, 5e-4, min=0.0, doc="L2 (sgd/momentum) or decoupled (adamw) weight decay"),
+    "betas": Opt(list, [0.9, 0.999], doc="adamw betas"),
+    "warmup_steps": Opt(int, 0, min=0, doc="linear warm-up steps"),
+    "decay": Opt(str, "cosine", choices=["none", "cosine", "step"], doc="learning-rate decay after warm-up"),
+    "min_lr": Opt(float, 0.0, min=0.0, doc="cosine: final learning rate"),
+    "step_size": Opt(int, 1000, min=1, doc="step decay: steps between decays"),
+    "gamma": Opt(float, 0.1, min=0.0, doc="step decay: factor"),
+    "clip_norm": Opt(float, None, nullable=True, min=0.0, min_exclusive=True, doc="global-norm gradient clipping"),
+}
+
+JOB = {
+    "seed": Opt(int, 0, doc="seed of the schedule, the sample order and the initialisation"),
+    "output_dir": Opt(str, "runs/job", doc="where metrics, checkpoints and plots go"),
+    "device": Opt(str, "auto", choices=["auto", "cpu", "gpu"], doc="auto: GPU when Paddle has CUDA, else CPU"),
+    "threads": Opt(int, None, nullable=True, min=1, doc="intra-op CPU threads (default: cores / local processes)"),
+    "plugins": Opt(list, [], doc="extra folders whose .py files are imported as plug-ins"),
+    "tasks": Opt(list, doc="task files (YAML or Python), task names found in tasks/, or inline task mappings"),
+    "backbone": Opt((dict, str), check=_component, doc="backbone component: {type: name, ...params}"),
+    "schedule": Section(SCHEDULE, doc="how steps are composed"),
+    "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
+    "log": Section({
+        "every": Opt(int, 10, min=1, doc="log every N steps"),
+        "progress": Opt(bool, True, doc="show a progress bar (rank 0)"),
+        "plot": Opt(bool, True, doc="write loss_curves.png at the end"),
+    }, doc="logging"),
+    "eval": Section({
+        "every": Opt(int, 0, min=0, doc="evaluate every N steps (0: only at the end)"),
+        "batch_size": Opt(int, 256, min=1, doc="evaluation batch size"),
+    }, doc="evaluation"),
+    "checkpoint": Section({
+        "every": Opt(int, 0, min=0, doc="save every N steps (0: only the final step)"),
+        "keep": Opt(int, 3, min=1, doc="how many checkpoints to keep"),
+    }, doc="checkpoints"),
+    "averaging": Section({"type": Opt(str, "none", doc="window | ema | none")}, open=True,
+                         doc="model averaging of the weights used for evaluation and export"),
+    "data": Section({
+        "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank"),
+        "check_batches": Opt(bool, True, doc="check the first batch of every task against the declared fields"),
+    }, doc="data loading"),
+    "distributed": Section({
+        "sync_bn": Opt(bool, False, doc="synchronised BatchNorm across processes"),
+    }, doc="multi-process settings"),
+}
+
+TASK = {
+    "name": Opt(str, doc="task name (unique in the job)"),
+    "reader": Opt((dict, str), check=_component, doc="reader component"),
+    "head": Opt((dict, str), check=_component, doc="head component"),
+    "ratio": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="share of the batch (joint) or draw weight (sample)"),
+    "loss_weight": Opt(float, 1.0, min=0.0, doc="weight of this task's loss in the total"),
+    "eval": Section({
+        "enabled": Opt(bool, True, doc="evaluate this task"),
+        "reader": Opt(dict, {"split": "eval"}, doc="overrides of the reader config for evaluation"),
+        "max_samples": Opt(int, None, nullable=True, min=1, doc="evaluate at most this many samples"),
+    }, nullable=True, doc="evaluation of the task"),
+}
+
+
+def parse_override(text: str):
+    """Split ``a.b.c=value`` into (["a", "b", "c"], parsed YAML value)."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key.path=value, got {text!r}", "--set")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set expects key.path=value, got {text!r}", "--set")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides):
+    """Apply ``--set`` overrides to a raw config dict (lists are indexed by number)."""
+    data = copy.deepcopy(data)
+    for text in overrides or ():
+        path, value = parse_override(text)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            if isinstance(node, list):
+                node = node[int(part)]
+                continue
+            if part not in node or not isinstance(node[part], (dict, list)):
+                node[part] = {}
+            node = node[part]
+        last = path[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return data
+
+
+def read_yaml(path: str, what: str = "config"):
+    """Read a YAML mapping, with a one-line error for a missing or malformed file."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"{what} file does not exist", path)
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}", path) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", path)
+    return data
+
+
+def task_folders(job_dir, plugin_folders):
+    """Folders searched for task names: the job's plug-in folders, ./tasks and the repository's tasks/."""
+    folders = list(plugin_folders) + [os.path.join(os.getcwd(), "tasks"), os.path.join(REPO_ROOT, "tasks")]
+    if job_dir:
+        folders.insert(0, os.path.join(job_dir, "tasks"))
+    seen, out = set(), []
+    for f in folders:
+        f = os.path.abspath(f)
+        if f not in seen and os.path.isdir(f):
+            seen.add(f)
+            out.append(f)
+    return out
+
+
+def resolve_path(path, base_dir):
+    """A path relative to the config file's folder if it exists there, else relative to the working directory."""
+    if os.path.isabs(path):
+        return path
+    if base_dir:
+        candidate = os.path.join(base_dir, path)
+        if os.path.exists(candidate):
+            return os.path.normpath(candidate)
+    return os.path.normpath(path)
+
+
+def find_task_file(ref: str, base_dir, folders):
+    """Resolve a task reference: a file path, or a name looked up as NAME.yaml/.yml/.py in the task folders."""
+    path = resolve_path(ref, base_dir)
+    if os.path.isfile(path):
+        return path
+    if not os.path.splitext(ref)[1]:
+        for folder in folders:
+            for ext in (".yaml", ".yml", ".py"):
+                candidate = os.path.join(folder, ref + ext)
+                if os.path.isfile(candidate):
+                    return candidate
+    return None
+
+
+def load_task(ref, base_dir, folders, source, key):
+    """Load one task: a YAML file, a Python file defining ``TASK`` (a dict), or an inline mapping; validate it."""
+    if isinstance(ref, dict):
+        data, task_source = ref, source
+        task_key = key
+    elif isinstance(ref, str):
+        path = find_task_file(ref, base_dir, folders)
+        if path is None:
+            searched = ", ".join(folders) or "no task folders"
+            raise ConfigError(f"task file '{ref}' does not exist (also looked for a task of that name in {searched})",
+                              source, key)
+        if path.endswith(".py"):
+            module = registry.load_file(path)
+            data = getattr(module, "TASK", None)
+            if callable(data):
+                data = data()
+            if not isinstance(data, dict):
+                raise ConfigError("a Python task file must define TASK, a mapping (or a function returning one)",
+                                  path, "TASK")
+        else:
+            data = read_yaml(path, "task")
+        task_source, task_key = path, ""
+    else:
+        raise ConfigError(f"expected a task file path or a mapping, got {ref!r}", source, key)
+    task = validate(TASK, data, task_source, task_key)
+    task["source"] = task_source
+    task["key"] = task_key
+    if task["eval"] is None:
+        task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None}
+    return task
+
+
+def _check_component(kind, cfg, source, key):
+    registry.split_cfg(kind, cfg, source, key)
+
+
+def load_job(path=None, overrides=(), data=None):
+    """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
+
+    ``data`` may be given instead of ``path`` (a raw mapping, e.g. from tests). The result has ``tasks`` replaced by
+    validated task dicts (each with ``source``), plus ``config_path`` and ``config_dir``.
+    """
+    source = path or "<config>"
+    raw = read_yaml(path, "job config") if path is not None else copy.deepcopy(data or {})
+    raw = apply_overrides(raw, overrides)
+    if overrides:
+        source = f"{source} (with --set)" if path else source
+    job = validate(JOB, raw, source)
+    base_dir = os.path.dirname(os.path.abspath(path)) if path else None
+    plugin_folders = []
+    for i, folder in enumerate(job["plugins"]):
+        if not isinstance(folder, str):
+            raise ConfigError(f"expected a folder path, got {folder!r}", source, f"plugins.{i}")
+        resolved = resolve_path(folder, base_dir)
+        if not os.path.isdir(resolved):
+            raise ConfigError(f"plug-in folder '{folder}' does not exist", source, f"plugins.{i}")
+        plugin_folders.append(resolved)
+    registry.load_builtin()
+    registry.load_entry_points()
+    folders = task_folders(base_dir, plugin_folders)
+    for folder in plugin_folders + [f for f in folders if f not in plugin_folders]:
+        registry.load_folder(folder, source, "plugins")
+    if not job["tasks"]:
+        raise ConfigError("the job needs at least one task", source, "tasks")
+    tasks = [load_task(ref, base_dir, folders, source, f"tasks.{i}") for i, ref in enumerate(job["tasks"])]
+    names = [t["name"] for t in tasks]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"task name '{dupes[0]}' is used by more than one task", source, "tasks")
+    _check_component("backbone", job["backbone"], source, "backbone")
+    for t in tasks:
+        prefix = f"{t['key']}." if t["key"] else ""
+        _check_component("reader", t["reader"], t["source"], prefix + "reader")
+        _check_component("head", t["head"], t["source"], prefix + "head")
+    if job["schedule"]["mode"] == "joint" and job["schedule"]["batch_size"] < len(tasks):
+        raise ConfigError(
+            f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
+            f"< {len(tasks)} tasks", source, "schedule.batch_size")
+    if len(job["optimizer"]["betas"]) != 2:
+        raise ConfigError("expected two numbers [beta1, beta2]", source, "optimizer.betas")
+    job["tasks"] = tasks
+    job["config_path"] = os.path.abspath(path) if path else None
+    job["config_dir"] = base_dir
+    job["source"] = source
+    job["plugin_folders"] = plugin_folders
+    return job

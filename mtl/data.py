@@ -1,0 +1,117 @@
+"""From schedule to batches: the global batch of a step depends only on (seed, step); each rank takes its slice.
+
+A task's samples are read in epochs; epoch ``e`` of task ``t`` visits the training set in the order
+``RandomState(seed_t + e).permutation(N)``, so global position ``p`` maps to sample ``perm_{p // N}[p % N]``.
+The step's sub-batch of task ``t`` covers positions ``[consumed_t(step), consumed_t(step) + n_t)``; rank ``r`` of
+``W`` takes rows ``[r * n_t / W, (r + 1) * n_t / W)`` of it, so that the global batch never depends on ``W``.
+One ``StepDataset`` item is a whole step, collated per task; ``paddle.io.DataLoader(batch_size=None)`` runs it in
+worker processes and keeps the steps in order.
+"""
+import zlib
+
+import numpy as np
+import paddle
+
+from .errors import ConfigError
+
+
+def task_seed(seed: int, task_name: str) -> int:
+    """Per-task seed: the job seed mixed with a stable hash of the task name."""
+    return (int(seed) * 1_000_003 + zlib.crc32(task_name.encode())) % (2**31 - 1)
+
+
+class SampleOrder:
+    """Maps a task's global read position to a sample index, epoch by epoch (pure function of seed and position)."""
+
+    def __init__(self, size: int, seed: int):
+        if size <= 0:
+            raise ValueError("a task's training split is empty")
+        self.size = int(size)
+        self.seed = int(seed)
+        self._epoch = None
+        self._perm = None
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch != self._epoch:
+            self._perm = np.random.RandomState((self.seed + epoch) % (2**32 - 1)).permutation(self.size)
+            self._epoch = epoch
+        return self._perm
+
+    def indices(self, start: int, count: int) -> np.ndarray:
+        """Sample indices of positions ``start .. start + count - 1``."""
+        out = np.empty(count, dtype=np.int64)
+        for j, p in enumerate(range(start, start + count)):
+            out[j] = self._permutation(p // self.size)[p % self.size]
+        return out
+
+
+def rank_slice(n: int, world: int, rank: int):
+    """Rows of a sub-batch of ``n`` that rank ``rank`` of ``world`` takes (contiguous, equal sizes)."""
+    per = n // world
+    return slice(rank * per, (rank + 1) * per)
+
+
+def check_divisible(schedule, world: int, source=None):
+    """Start-up check: every sub-batch size must split evenly over ``world`` processes."""
+    if world <= 1:
+        return
+    for task in schedule.tasks:
+        for n in schedule.possible_sizes(task):
+            if n % world:
+                total = schedule.batch_size
+                hint = [b for b in range(max(world, total - 8 * world), total + 8 * world + 1)
+                        if b % world == 0]
+                raise ConfigError(
+                    f"task '{task}' gets a sub-batch of {n} samples per step, which does not split evenly over "
+                    f"{world} processes; use sub-batch sizes that are multiples of {world} (adjust "
+                    f"schedule.batch_size, e.g. one of {hint[:6]}, or the task ratios)",
+                    source, "schedule.batch_size")
+
+
+def collate(samples):
+    """Stack a list of ``{field: array}`` samples into ``{field: [n, ...] array}``."""
+    return {k: np.stack([np.asarray(s[k]) for s in samples]) for k in samples[0]}
+
+
+class StepDataset(paddle.io.Dataset):
+    """Item ``i`` is the batch of step ``start_step + i`` for this rank: ``{task: {field: array}}``."""
+
+    def __init__(self, schedule, readers: dict, seed: int, start_step: int, end_step: int, world: int = 1,
+                 rank: int = 0):
+        super().__init__()
+        self.schedule = schedule
+        self.readers = readers
+        self.orders = {name: SampleOrder(len(r), task_seed(seed, name)) for name, r in readers.items()}
+        self.start_step = int(start_step)
+        self.end_step = int(end_step)
+        self.world = int(world)
+        self.rank = int(rank)
+
+    def __len__(self):
+        return max(0, self.end_step - self.start_step)
+
+    def global_indices(self, step: int):
+        """``{task: sample indices}`` of the whole global batch of ``step`` (same on every rank)."""
+        return {task: self.orders[task].indices(self.schedule.consumed(task, step), n)
+                for task, n in self.schedule.plan(step).items()}
+
+    def __getitem__(self, i):
+        step = self.start_step + int(i)
+        batch = {}
+        for task, idx in self.global_indices(step).items():
+            mine = idx[rank_slice(len(idx), self.world, self.rank)]
+            batch[task] = collate([self.readers[task][int(j)] for j in mine])
+        return batch
+
+
+def make_loader(dataset: StepDataset, num_workers: int):
+    """A DataLoader that yields one step per item, in order, with ``num_workers`` worker processes."""
+    return paddle.io.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(num_workers),
+                                use_shared_memory=False)
+
+
+def iterate_eval(reader, batch_size: int, max_samples=None):
+    """Batches ``{field: array}`` of a whole evaluation split, in order (no shuffling, no rank slicing)."""
+    n = len(reader) if max_samples is None else min(len(reader), int(max_samples))
+    for start in range(0, n, batch_size):
+        yield collate([reader[i] for i in range(start, min(n, start + batch_size))])

@@ -1,0 +1,121 @@
+"""Build a job's components from its validated config: backbone, readers, heads, joint model, schedule.
+
+Checks the field contracts of every task once, at build time, before anything trains.
+"""
+import copy
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+import paddle
+
+from . import contracts, distributed, registry
+from .backbones.base import load_pretrained
+from .data import task_seed
+from .errors import ConfigError
+from .model import JointModel
+from .scheduler import build_schedule
+
+
+@dataclass
+class Task:
+    """One task of a job: its validated config, training reader and head."""
+
+    name: str
+    cfg: dict
+    reader: object
+    head: paddle.nn.Layer
+    ratio: float
+    loss_weight: float
+
+    @property
+    def source(self):
+        return self.cfg["source"]
+
+    def key(self, sub):
+        """Dotted key path of ``sub`` inside this task's config (inline tasks live under ``tasks.N``)."""
+        return f"{self.cfg['key']}.{sub}" if self.cfg["key"] else sub
+
+
+@dataclass
+class Job:
+    """Everything built from a job config."""
+
+    cfg: dict
+    backbone: paddle.nn.Layer
+    tasks: List[Task]
+    model: JointModel
+    schedule: object
+    reader_context: Dict = field(default_factory=dict)
+
+    def task(self, name) -> Task:
+        return next(t for t in self.tasks if t.name == name)
+
+
+def _component_cfg(cfg):
+    return {"type": cfg} if isinstance(cfg, str) else dict(cfg)
+
+
+def reader_context(backbone) -> dict:
+    """Keyword arguments offered to readers so that their samples fit the backbone (image size, channels, shape)."""
+    fields = backbone.input_fields()
+    ctx = {}
+    if fields:
+        shape = fields[0].shape
+        ctx["shape"] = tuple(shape)
+        if len(shape) == 3 and shape[1] is not None and shape[1] == shape[2]:
+            ctx["channels"] = shape[0]
+            ctx["image_size"] = shape[1]
+    return ctx
+
+
+def build_reader(task_cfg, split_overrides=None, context=None):
+    """The reader of a task; ``split_overrides`` (e.g. ``{"split": "eval"}``) are merged into its config."""
+    cfg = _component_cfg(task_cfg["reader"])
+    cfg.update(split_overrides or {})
+    key = f"{task_cfg['key']}.reader" if task_cfg["key"] else "reader"
+    reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
+    if len(reader) == 0:
+        raise ConfigError(f"task '{task_cfg['name']}': the reader yields no samples for split "
+                          f"'{cfg.get('split', 'train')}'", task_cfg["source"], key)
+    return reader
+
+
+def build_job(cfg: dict) -> Job:
+    """Build backbone, readers, heads, model and schedule; check contracts; return a :class:`Job`."""
+    seed = cfg["seed"]
+    source = cfg["source"]
+    paddle.seed(seed)
+    backbone_cfg = _component_cfg(cfg["backbone"])
+    pretrained = backbone_cfg.pop("pretrained", None)
+    backbone = registry.build("backbone", backbone_cfg, source, "backbone")
+    if pretrained:
+        load_pretrained(backbone, pretrained, source, "backbone.pretrained")
+    if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
+        backbone = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(backbone)
+    ctx = reader_context(backbone)
+    tasks = []
+    for tcfg in cfg["tasks"]:
+        name = tcfg["name"]
+        reader = build_reader(tcfg, None, ctx)
+        head_cfg = _component_cfg(tcfg["head"])
+        head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
+        paddle.seed(task_seed(seed, name))
+        head_ctx = {"feature_size": backbone.feature_size, "seed": task_seed(seed, name)}
+        if reader.num_classes is not None:
+            head_ctx["num_classes"] = reader.num_classes
+        head = registry.build("head", head_cfg, tcfg["source"], head_key, **head_ctx)
+        contracts.check_task(name, _component_cfg(tcfg["reader"])["type"], reader.fields(),
+                             backbone.registered_name, backbone.input_fields(), head_cfg["type"], head.fields())
+        hc = getattr(head, "num_classes", None)
+        if hc is not None and reader.num_classes is not None and int(hc) < int(reader.num_classes):
+            raise ConfigError(f"task '{name}': head has num_classes {hc} but the reader's labels go up to "
+                              f"{reader.num_classes - 1}", tcfg["source"], head_key + ".num_classes")
+        tasks.append(Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"]))
+    model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
+    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], seed)
+    return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+def eval_reader(job: Job, task: Task):
+    """The evaluation reader of a task (its reader config with the task's ``eval.reader`` overrides)."""
+    return build_reader(task.cfg, copy.deepcopy(task.cfg["eval"]["reader"]), job.reader_context)

@@ -1,0 +1,280 @@
+"""Evaluation metrics in plain numpy: face verification (k-fold, VAL@FAR), ROC, accuracy, multi-label and regression.
+
+Nothing here imports Paddle: heads hand over numpy arrays (embeddings, scores, labels) of the whole evaluation split.
+"""
+import numpy as np
+
+DEFAULT_THRESHOLDS = np.arange(0.0, 4.0, 0.01)
+
+
+def _fold_slices(n: int, folds: int):
+    """Contiguous, unshuffled folds like ``sklearn.model_selection.KFold(folds, shuffle=False)``.
+
+    The first ``n % folds`` folds hold ``n // folds + 1`` items, the others ``n // folds``.
+    """
+    base, extra = divmod(n, folds)
+    start = 0
+    for k in range(folds):
+        size = base + (1 if k < extra else 0)
+        yield start, start + size
+        start += size
+
+
+def _accept_counts(distances, issame, thresholds):
+    """For every threshold t: (true accepts, false accepts), where a pair is accepted when ``distance < t``."""
+    same = np.sort(distances[issame])
+    diff = np.sort(distances[~issame])
+    true_accept = np.searchsorted(same, thresholds, side="left")
+    false_accept = np.searchsorted(diff, thresholds, side="left")
+    return true_accept, false_accept
+
+
+def _threshold_at_far(far, thresholds, far_target):
+    """Threshold at which the (non-decreasing) FAR curve reaches ``far_target``, by linear interpolation.
+
+    With ``j`` the first grid index where ``far[j] >= far_target``: ``far[j] == far_target`` gives ``thresholds[j]``;
+    otherwise interpolate between grid points ``j - 1`` and ``j``. If the FAR never reaches the target the threshold is
+    0 (nothing is accepted), as in the insightface protocol.
+    """
+    reached = np.nonzero(far >= far_target)[0]
+    if reached.size == 0:
+        return 0.0
+    j = int(reached[0])
+    if True:
+        return float(thresholds[j])
+    t0, t1 = thresholds[j - 1], thresholds[j]
+    f0, f1 = far[j - 1], far[j]
+    return float(t0 + (far_target - f0) * (t1 - t0) / (f1 - f0))
+
+
+def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3):
+    """k-fold face-verification accuracy and VAL at a target FAR (the LFW / insightface protocol).
+
+    ``embeddings`` is [2P, D]: pair i is rows 2i and 2i+1. The caller passes L2-normalised embeddings (for the
+    standard protocol, ``normalize(f(x) + f(flip(x)))``); they are normalised again here defensively, which is a no-op
+    on unit vectors. ``issame`` is [P] booleans. Distance = squared L2 ``||e_2i - e_2i+1||^2`` in [0, 4]; a pair is
+    predicted "same" when ``distance < threshold``. Pairs are split into ``folds`` contiguous folds (no shuffling);
+    for each fold the threshold with the highest accuracy on the other folds (first one on ties) is applied to the
+    held-out fold. VAL@FAR: on the training folds, the threshold where the false-accept rate reaches ``far_target``
+    (linear interpolation over the threshold grid), then VAL = true accepts / same pairs on the held-out fold.
+
+    Returns ``{"accuracy": mean held-out accuracy, "std": its std over folds, "threshold": mean best threshold,
+    "val_at_far": mean VAL, "far": mean held-out FAR at the VAL threshold}``.
+    """
+    emb = np.asarray(embeddings, dtype=np.float64)
+    same = np.asarray(issame).astype(bool).reshape(-1)
+    if emb.ndim != 2 or emb.shape[0] % 2:
+        raise ValueError(f"verification expects embeddings of shape [2P, D], got {list(emb.shape)}")
+    pairs = emb.shape[0] // 2
+    if same.shape[0] != pairs:
+        raise ValueError(f"verification got {emb.shape[0]} embeddings ({pairs} pairs) but {same.shape[0]} issame flags")
+    if pairs < folds:
+        raise ValueError(f"verification needs at least as many pairs as folds: got {pairs} pairs and {folds} folds")
+    thresholds = DEFAULT_THRESHOLDS if thresholds is None else np.asarray(thresholds, dtype=np.float64)
+
+    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    distances = np.sum(np.square(emb[0::2] - emb[1::2]), axis=1)
+
+    accuracies, best_thresholds, vals, fars = [], [], [], []
+    for lo, hi in _fold_slices(pairs, folds):
+        test = np.zeros(pairs, dtype=bool); lo, hi = lo - (lo > 0), hi - (lo > 0)
+        test[lo:hi] = True
+        train = ~test
+        # accuracy on the training folds for every threshold: (true accepts + true rejects) / pairs
+        ta, fa = _accept_counts(distances[train], same[train], thresholds)
+        n_diff_train = int(np.sum(~same[train]))
+        correct = ta + (n_diff_train - fa)
+        best = len(correct) - 1 - int(np.argmax(correct[::-1]))  # first maximum on ties
+        best_thresholds.append(thresholds[best])
+        d_test, s_test = distances[test], same[test]
+        predicted = d_test < thresholds[best]
+        accuracies.append(float(np.mean(predicted == s_test)))
+
+        far_train = fa / max(n_diff_train, 1)
+        val_threshold = _threshold_at_far(far_train, thresholds, far_target)
+        accepted = d_test < val_threshold
+        n_same_test, n_diff_test = int(np.sum(s_test)), int(np.sum(~s_test))
+        vals.append(np.sum(accepted & s_test) / n_same_test if n_same_test else 0.0)
+        fars.append(np.sum(accepted & ~s_test) / n_diff_test if n_diff_test else 0.0)
+
+    return {
+        "accuracy": float(np.mean(accuracies)),
+        "std": float(np.std(accuracies)),
+        "threshold": float(np.mean(best_thresholds)),
+        "val_at_far": float(np.mean(vals)),
+        "far": float(np.mean(fars)),
+    }
+
+
+def pair_distances(embeddings):
+    """Squared L2 distances of the (L2-normalised) pairs of a [2P, D] embedding array; shape [P]."""
+    emb = np.asarray(embeddings, dtype=np.float64)
+    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return np.sum(np.square(emb[0::2] - emb[1::2]), axis=1)
+
+
+def roc_curve(distances, issame):
+    """ROC of a distance-based verifier: pairs with ``distance <= threshold`` are accepted as "same".
+
+    Returns ``(fpr, tpr, thresholds)``: thresholds are ``-inf`` (accept nothing) followed by every distinct distance in
+    increasing order; ``tpr = accepted same / same``, ``fpr = accepted different / different`` (0 when a class is
+    absent). Equivalent to ``sklearn.metrics.roc_curve(issame, -distances, drop_intermediate=False)`` with negated
+    thresholds.
+    """
+    d = np.asarray(distances, dtype=np.float64).reshape(-1)
+    same = np.asarray(issame).astype(bool).reshape(-1)
+    if d.shape != same.shape:
+        raise ValueError(f"roc_curve got {d.shape[0]} distances but {same.shape[0]} issame flags")
+    order = np.argsort(d, kind="stable")
+    d, same = d[order], same[order]
+    last_of_value = np.r_[np.nonzero(np.diff(d))[0], d.size - 1] if d.size else np.array([], dtype=int)
+    tp = np.cumsum(same)[last_of_value]
+    fp = np.cumsum(~same)[last_of_value]
+    n_same, n_diff = int(same.sum()), int((~same).sum())
+    tpr = np.r_[0.0, tp / n_same] if n_same else np.zeros(tp.size + 1)
+    fpr = np.r_[0.0, fp / n_diff] if n_diff else np.zeros(fp.size + 1)
+    thresholds = np.r_[-np.inf, d[last_of_value]]
+    return fpr, tpr, thresholds
+
+
+def accuracy(logits_or_pred, labels):
+    """Fraction of correct predictions; scores of shape [N, C] are turned into classes by argmax (first on ties)."""
+    pred = np.asarray(logits_or_pred)
+    labels = np.asarray(labels).reshape(-1)
+    if pred.ndim == 2:
+        pred = np.argmax(pred, axis=1)
+    pred = pred.reshape(-1)
+    if pred.shape != labels.shape:
+        raise ValueError(f"accuracy got {pred.shape[0]} predictions but {labels.shape[0]} labels")
+    return float(np.mean(pred == labels)) if labels.size else 0.0
+
+
+def topk_accuracy(scores, labels, k):
+    """Fraction of samples whose label is among the ``k`` highest scores of [N, C] ``scores``.
+
+    The rank of the label is the number of classes ordered before it: higher score, or equal score and lower index
+    (so k=1 agrees with :func:`accuracy`'s argmax).
+    """
+    scores = np.asarray(scores)
+    labels = np.asarray(labels).reshape(-1).astype(np.int64)
+    if scores.ndim != 2 or scores.shape[0] != labels.shape[0]:
+        raise ValueError(f"topk_accuracy expects scores [N, C] and labels [N], got {scores.shape} and {labels.shape}")
+    rows = np.arange(labels.shape[0])
+    target = scores[rows, labels][:, None]
+    before = (scores > target) | ((scores == target) & (np.arange(scores.shape[1])[None, :] < labels[:, None]))
+    rank = before.sum(axis=1)
+    return float(np.mean(rank < k)) if labels.size else 0.0
+
+
+def average_precision(scores, targets):
+    """Average precision of one class: ``AP = sum_n (R_n - R_{n-1}) * P_n`` over distinct score thresholds.
+
+    ``R_n``, ``P_n`` are recall and precision when every sample scoring ``>=`` the n-th highest distinct score is
+    called positive (ties enter together), as in ``sklearn.metrics.average_precision_score``. NaN without positives.
+    """
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    targets = np.asarray(targets).reshape(-1) > 0
+    positives = int(targets.sum())
+    if positives == 0:
+        return float("nan")
+    order = np.argsort(-scores, kind="stable")
+    s, t = scores[order], targets[order]
+    last_of_value = np.r_[np.nonzero(np.diff(s))[0], s.size - 1]
+    tp = np.cumsum(t)[last_of_value]
+    called = last_of_value + 1
+    precision = tp / called
+    recall = tp / positives
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def multilabel_scores(scores, targets, threshold=0.5):
+    """Multi-label metrics of [N, C] ``scores`` (probabilities) against 0/1 ``targets``.
+
+    A label is predicted when ``score >= threshold``. ``micro_f1 = 2TP / (2TP + FP + FN)`` over all cells;
+    ``macro_f1`` = mean over classes of the per-class F1 (0 for a class with 0/0, like sklearn's ``zero_division=0``);
+    ``mAP`` = mean over classes of :func:`average_precision`, skipping classes without a positive target.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    targets = np.asarray(targets) > 0.5
+    if scores.shape != targets.shape or scores.ndim != 2:
+        raise ValueError(f"multilabel_scores expects scores and targets of one shape [N, C], got "
+                         f"{list(scores.shape)} and {list(targets.shape)}")
+    predicted = scores >= threshold
+    tp = np.sum(predicted & targets, axis=0)
+    fp = np.sum(predicted & ~targets, axis=0)
+    fn = np.sum(~predicted & targets, axis=0)
+    micro_den = 2 * tp.sum() + fp.sum() + fn.sum()
+    micro_f1 = 2 * tp.sum() / micro_den if micro_den else 0.0
+    per_class_den = 2 * tp + fp + fn
+    per_class_f1 = np.where(per_class_den > 0, 2 * tp / np.maximum(per_class_den, 1), 0.0)
+    aps = [average_precision(scores[:, c], targets[:, c]) for c in range(scores.shape[1]) if targets[:, c].any()]
+    return {
+        "micro_f1": float(micro_f1),
+        "macro_f1": float(np.mean(per_class_f1)) if per_class_f1.size else 0.0,
+        "mAP": float(np.mean(aps)) if aps else float("nan"),
+    }
+
+
+def regression_scores(pred, target):
+    """Mean absolute error and root-mean-square error over every element: ``mean|p - y|``, ``sqrt(mean (p - y)^2)``."""
+    pred = np.asarray(pred, dtype=np.float64)
+    target = np.asarray(target, dtype=np.float64)
+    if pred.size != target.size:
+        raise ValueError(f"regression_scores got {pred.size} predictions but {target.size} targets")
+    diff = pred.reshape(-1) - target.reshape(-1)
+    if diff.size == 0:
+        return {"mae": float("nan"), "rmse": float("nan")}
+    return {"mae": float(np.mean(np.abs(diff))), "rmse": float(np.sqrt(np.mean(diff * diff)))}
+
+
+def make_verification_pairs(labels, seed=0, max_pairs=None):
+    """Deterministic, balanced verification pairs from a label array.
+
+    For each sample i in order: one positive partner (uniformly among the other samples with the same label, if there
+    is one) and one negative partner (uniformly among samples with another label, if any), both drawn with
+    ``np.random.RandomState(seed)``. The larger of the two lists is subsampled (randomly, order kept) to the size of the
+    smaller; ``max_pairs`` caps the total likewise (half positive, half negative). Pairs are interleaved
+    positive, negative, positive, ... so that contiguous folds stay balanced.
+
+    Returns ``(index_pairs [P, 2] int64, issame [P] bool)``.
+    """
+    labels = np.asarray(labels).reshape(-1)
+    n = labels.shape[0]
+    rng = np.random.RandomState(seed)
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    order = np.argsort(inverse, kind="stable")  # sample indices grouped by label, each group in sample order
+    group_start = np.r_[0, np.cumsum(counts)[:-1]]
+    start, size = group_start[inverse], counts[inverse]
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)  # where sample i sits inside ``order``
+    draws = rng.random_sample((n, 2))
+
+    # positive: k-th of the (size - 1) other members of the group, skipping the sample itself
+    has_pos = size > 1
+    k = np.floor(draws[:, 0] * np.maximum(size - 1, 1)).astype(np.int64)
+    k = k + (k >= position - start)
+    pos_partner = order[np.minimum(start + k, n - 1)]
+    # negative: k-th of the (n - size) samples outside the group, in grouped order
+    has_neg = size < n
+    k = np.floor(draws[:, 1] * np.maximum(n - size, 1)).astype(np.int64)
+    k = np.where(k < start, k, k + size)
+    neg_partner = order[np.minimum(k, n - 1)]
+
+    anchors = np.arange(n)
+    positives = np.stack([anchors, pos_partner], axis=1)[has_pos]
+    negatives = np.stack([anchors, neg_partner], axis=1)[has_neg]
+    half = min(len(positives), len(negatives))
+    if max_pairs is not None:
+        half = min(half, int(max_pairs) // 2)
+
+    def keep(rows):
+        if len(rows) == half:
+            return rows
+        return rows[np.sort(rng.choice(len(rows), half, replace=False))]
+
+    positives, negatives = keep(positives), keep(negatives)
+    pairs = np.empty((2 * half, 2), dtype=np.int64)
+    pairs[0::2], pairs[1::2] = positives, negatives
+    issame = np.zeros(2 * half, dtype=bool)
+    issame[0::2] = True
+    return pairs, issame

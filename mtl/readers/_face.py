@@ -1,0 +1,205 @@
+"""Shared machinery of the face-image readers (``recordio``, ``image_list``).
+
+A face reader knows, before decoding any image, every candidate sample's label (from RecordIO headers or a list
+file) and the problems found at start-up (bad magic, label outside ``[0, num_classes)``, missing file). It then
+
+1. resolves ``num_classes`` (config > the dataset's own statement > max label + 1) and checks every label;
+2. raises the first problem as a :class:`DataError` (``on_bad_sample: error``) or drops the bad samples and counts
+   them (``on_bad_sample: skip``) -- all in the main process, so these counts are exact;
+3. takes a deterministic, stratified hold-out: within each class (in file order) sample ``r`` goes to eval when
+   ``floor((r + 1) * f) > floor(r * f)``, i.e. ``floor(n * f)`` evenly spread images per class, no RNG involved;
+4. decodes on demand. An image that fails to decode raises (``error``) or is replaced by the next good sample
+   (``skip``). Such run-time skips happen in DataLoader workers; they are recorded in a shared-memory byte per
+   sample (created before the workers start, inherited by fork or passed at spawn), so ``bad_samples`` in the main
+   process counts every distinct sample skipped so far by any worker.
+"""
+import multiprocessing
+from multiprocessing import context as mp_context
+from typing import Dict
+
+import numpy as np
+
+from ..contracts import Field
+from ..errors import ConfigError, DataError
+from ..transforms import DecodeError, FaceTransform
+from .base import Reader
+
+ON_BAD_SAMPLE = ("error", "skip")
+
+
+class SkipLog:
+    """One shared byte per sample marking run-time skips; survives fork and spawn (not other pickling)."""
+
+    def __init__(self, n: int):
+        self._flags = multiprocessing.RawArray("b", max(int(n), 1))
+
+    def __getstate__(self):
+        if mp_context.get_spawning_popen() is not None:
+            return {"_flags": self._flags}
+        return {"_flags": bytearray(bytes(self._flags))}  # a private copy outside process start-up
+
+    def mark(self, i: int):
+        """Record that sample ``i`` was skipped."""
+        self._flags[i] = 1
+
+    def is_marked(self, i: int) -> bool:
+        """True when some process already found sample ``i`` bad."""
+        return bool(self._flags[i])
+
+    def count(self) -> int:
+        """Number of distinct samples skipped at run time."""
+        return int(np.frombuffer(self._flags, dtype=np.int8).sum())
+
+
+def holdout_mask(labels: np.ndarray, eval_fraction: float) -> np.ndarray:
+    """Boolean eval mask: per class, rank r (file order) is held out when floor((r+1)*f) > floor(r*f)."""
+    n = len(labels)
+    order = np.argsort(labels, kind="stable")
+    sorted_labels = labels[order]
+    first = np.searchsorted(sorted_labels, sorted_labels, side="left")
+    rank = np.arange(n) - first
+    held = np.floor((rank + 1) * eval_fraction) > np.floor(rank * eval_fraction)
+    mask = np.zeros(n, dtype=bool)
+    mask[order] = held
+    return mask
+
+
+class FaceImageReader(Reader):
+    """Base of readers that yield ``image`` float32 [3, S, S] and ``label`` int64 from encoded face images.
+
+    Subclasses call :meth:`_check_options` first, then :meth:`_finish` with the candidate samples, and implement
+    ``_load_bytes(candidate)`` (encoded image bytes) and ``_describe(candidate)`` ("'file' record 7").
+    """
+
+    source = "<reader>"
+
+    def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed):
+        if split not in ("train", "eval"):
+            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", self.source, "split")
+        try:
+            eval_fraction = float(eval_fraction)
+        except (TypeError, ValueError):
+            eval_fraction = -1.0
+        if not 0.0 <= eval_fraction < 1.0:
+            raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}", self.source, "eval_fraction")
+        if split == "eval" and eval_fraction == 0.0:
+            raise ConfigError(
+                "split 'eval' needs a held-out part: set eval_fraction (e.g. 0.05) or evaluate on a verification "
+                "set (.bin) instead",
+                self.source,
+                "eval_fraction",
+            )
+        if on_bad_sample not in ON_BAD_SAMPLE:
+            raise ConfigError(f"on_bad_sample must be 'error' or 'skip', got {on_bad_sample!r}", self.source,
+                              "on_bad_sample")
+        if int(image_size) <= 0:
+            raise ConfigError(f"image_size must be a positive integer, got {image_size!r}", self.source, "image_size")
+        self.split = split
+        self.eval_fraction = eval_fraction
+        self.image_size = int(image_size)
+        self.on_bad_sample = on_bad_sample
+        self.seed = int(seed)
+        self.flip = (split == "train") if flip is None else bool(flip)
+        self.epoch = 0
+        self.transform = FaceTransform(self.image_size, self.flip, self.seed)
+
+    def _finish(self, candidates, labels, problems: Dict[int, str], num_classes=None, stated_classes=None):
+        """Check labels, apply ``on_bad_sample`` to start-up problems, take the split.
+
+        ``candidates``: int array of sample handles (record rows, list lines); ``labels``: float array (NaN when
+        unknown); ``problems``: position in ``candidates`` -> message; ``stated_classes``: the dataset's own class
+        count (property file, header record), used when ``num_classes`` is not configured.
+        """
+        candidates = np.asarray(candidates, dtype=np.int64)
+        labels = np.asarray(labels, dtype=np.float64)
+        finite = np.isfinite(labels)
+        if num_classes is not None:
+            self.num_classes = int(num_classes)
+        elif stated_classes is not None:
+            self.num_classes = int(stated_classes)
+        else:
+            self.num_classes = int(labels[finite].max()) + 1 if finite.any() else 0
+        bad_label = finite & ((labels != np.floor(labels)) | (labels < 0) | (labels >= self.num_classes))
+        problems = dict(problems)
+        for pos in np.flatnonzero(bad_label):
+            problems.setdefault(
+                int(pos),
+                f"{self._describe(int(candidates[pos]))}: label {labels[pos]:g} is outside [0, {self.num_classes})"
+                + ("" if labels[pos] == np.floor(labels[pos]) else " or not an integer"),
+            )
+        for pos in np.flatnonzero(~finite):
+            problems.setdefault(int(pos), f"{self._describe(int(candidates[pos]))}: no readable label")
+        if problems and self.on_bad_sample == "error":
+            raise DataError(problems[min(problems)] + " (set on_bad_sample: skip to skip such samples)")
+        keep = np.ones(len(candidates), dtype=bool)
+        keep[list(problems)] = False
+        self.startup_bad_samples = len(problems)
+        self.bad_sample_messages = [problems[k] for k in sorted(problems)[:20]]
+        candidates, labels = candidates[keep], labels[keep].astype(np.int64)
+        if self.eval_fraction > 0:
+            held = holdout_mask(labels, self.eval_fraction)
+            chosen = held if self.split == "eval" else ~held
+            if not chosen.any():
+                raise ConfigError(
+                    f"eval_fraction {self.eval_fraction} leaves no {self.split} sample (each class holds "
+                    f"floor(n * eval_fraction) of its n images out)", self.source, "eval_fraction")
+            candidates, labels = candidates[chosen], labels[chosen]
+        if len(candidates) == 0:
+            raise DataError(f"{self.source}: no usable sample")
+        self._candidates = candidates
+        self._labels = labels
+        self._skips = SkipLog(len(candidates))
+
+    # -------------------------------------------------------------------------------- Reader interface
+    def fields(self):
+        return [
+            Field(self.image_field, (3, self.image_size, self.image_size), "float32"),
+            Field(self.label_field, (), "int64"),
+        ]
+
+    def __len__(self):
+        return len(self._labels)
+
+    def labels(self):
+        """Labels of the split from headers / the list file only (no image is decoded)."""
+        return self._labels.copy()
+
+    @property
+    def bad_samples(self) -> int:
+        """Samples skipped so far: found at start-up plus distinct samples replaced at run time (all workers)."""
+        return self.startup_bad_samples + self._skips.count()
+
+    def set_epoch(self, epoch: int):
+        """Epoch used by the flip coin for integer indices (``reader[(index, epoch)]`` passes it explicitly)."""
+        self.epoch = int(epoch)
+
+    def __getitem__(self, item):
+        """Sample ``item`` (an int, or an ``(index, epoch)`` tuple so that workers need no epoch state)."""
+        index, epoch = item if isinstance(item, tuple) else (item, self.epoch)
+        n = len(self._labels)
+        index = int(index)
+        if not -n <= index < n:
+            raise IndexError(f"{self.source}: sample {index} out of range for {n} samples")
+        index %= n
+        for step in range(n):
+            i = (index + step) % n
+            if self.on_bad_sample == "skip" and self._skips.is_marked(i):
+                continue
+            candidate = int(self._candidates[i])
+            try:
+                image = self.transform(self._load_bytes(candidate), i, epoch)
+            except (DecodeError, DataError) as exc:
+                message = str(exc) if isinstance(exc, DataError) else f"{self._describe(candidate)}: {exc}"
+                if self.on_bad_sample == "error":
+                    raise DataError(message + " (set on_bad_sample: skip to skip such samples)") from None
+                self._skips.mark(i)
+                continue
+            return {self.image_field: image, self.label_field: np.array(self._labels[i], dtype=np.int64)}
+        raise DataError(f"{self.source}: every sample failed to decode")
+
+    # -------------------------------------------------------------------------------- subclass hooks
+    def _load_bytes(self, candidate: int) -> bytes:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _describe(self, candidate: int) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -1,0 +1,115 @@
+"""What a run leaves behind: ``metrics.jsonl``, ``summary.json``, the end-of-run table and ``loss_curves.png``."""
+import json
+import logging
+import math
+import os
+
+from tabulate import tabulate
+
+
+def setup_logging(output_dir, rank):
+    """Every rank logs to ``output_dir/logs/rank<k>.log``; rank 0 also to the console (warnings and up)."""
+    os.makedirs(os.path.join(output_dir, "logs"), exist_ok=True)
+    logger = logging.getLogger("mtl")
+    logger.setLevel(logging.INFO)
+    for h in list(logger.handlers):
+        logger.removeHandler(h)
+        h.close()
+    fh = logging.FileHandler(os.path.join(output_dir, "logs", f"rank{rank}.log"))
+    fh.setFormatter(logging.Formatter(f"%(asctime)s rank{rank} %(levelname)s %(message)s"))
+    logger.addHandler(fh)
+    logger.propagate = False
+    return logger
+
+
+class MetricsLog:
+    """Appends one JSON object per logged step to ``metrics.jsonl`` (rank 0 only) and keeps them in memory."""
+
+    def __init__(self, path, enabled=True, append=False):
+        self.path = path
+        self.enabled = enabled
+        self.records = []
+        if enabled:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            if append and os.path.isfile(path):
+                with open(path) as f:
+                    self.records = [json.loads(line) for line in f if line.strip()]
+            else:
+                open(path, "w").close()
+
+    def truncate_after(self, step):
+        """Drop records after ``step`` (a resumed run rewrites what came after its checkpoint)."""
+        self.records = [r for r in self.records if r.get("step", 0) <= step]
+        if self.enabled:
+            with open(self.path, "w") as f:
+                for r in self.records:
+                    f.write(json.dumps(r) + "\n")
+
+    def write(self, record):
+        """Append one record."""
+        self.records.append(record)
+        if self.enabled:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.4f}" if math.isfinite(v) else str(v)
+    return v
+
+
+def metrics_table(summary_tasks):
+    """A tabulate table with one row per task: loss at start and end, then every evaluation metric."""
+    metric_names = []
+    for info in summary_tasks.values():
+        for section in ("eval", "eval_averaged"):
+            for k in (info.get(section) or {}):
+                col = k if section == "eval" else f"{k} (avg)"
+                if col not in metric_names:
+                    metric_names.append(col)
+    rows = []
+    for task, info in summary_tasks.items():
+        row = [task, info.get("head"), _fmt(info.get("loss_start")), _fmt(info.get("loss_end"))]
+        for col in metric_names:
+            if col.endswith(" (avg)"):
+                value = (info.get("eval_averaged") or {}).get(col[:-6])
+            else:
+                value = (info.get("eval") or {}).get(col)
+            row.append(_fmt(value) if value is not None else "")
+        rows.append(row)
+    return tabulate(rows, headers=["task", "head", "loss start", "loss end"] + metric_names, tablefmt="github")
+
+
+def plot_losses(records, tasks, path, smooth=0.0):
+    """PNG of every task's loss against the step (with an optional exponential smoothing)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for task in tasks:
+        pts = [(r["step"], r[f"loss/{task}"]) for r in records if f"loss/{task}" in r]
+        if not pts:
+            continue
+        steps, values = zip(*pts)
+        if smooth:
+            out, acc = [], values[0]
+            for v in values:
+                acc = smooth * acc + (1 - smooth) * v
+                out.append(acc)
+            values = out
+        ax.plot(steps, values, label=task)
+    total = [(r["step"], r["loss"]) for r in records if "loss" in r]
+    if total:
+        ax.plot(*zip(*total), label="total", color="black", linewidth=1, alpha=0.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_yscale("log")
+    ax.set_title("training loss per task")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

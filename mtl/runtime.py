@@ -1,0 +1,61 @@
+"""Process set-up: intra-op threads, device selection and the collective process group."""
+import os
+
+from .errors import ConfigError
+
+
+def local_process_count() -> int:
+    """Processes of this job on this machine (from the launcher's environment; 1 without it)."""
+    for var in ("PADDLE_LOCAL_SIZE", "PADDLE_NPROC_PER_NODE"):
+        if os.environ.get(var, "").isdigit():
+            return max(1, int(os.environ[var]))
+    endpoints = os.environ.get("PADDLE_TRAINER_ENDPOINTS")
+    current = os.environ.get("PADDLE_CURRENT_ENDPOINT")
+    if endpoints and current:
+        host = current.split(":")[0]
+        return max(1, sum(1 for e in endpoints.split(",") if e.split(":")[0] == host))
+    return 1
+
+
+def set_threads(threads=None):
+    """Set the intra-op thread count before Paddle starts its pool: ``threads`` or cores / local processes.
+
+    Must run before ``import paddle``. A user's own OMP_NUM_THREADS wins over the default (not over ``threads``).
+    """
+    if threads is None:
+        if "OMP_NUM_THREADS" in os.environ:
+            return int(os.environ["OMP_NUM_THREADS"])
+        threads = max(1, (os.cpu_count() or 1) // local_process_count())
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    return threads
+
+
+def select_device(device: str, source=None) -> str:
+    """Resolve ``auto|cpu|gpu`` to a Paddle device string and set it; gpu on a CPU build is a ConfigError."""
+    import paddle
+
+    has_cuda = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    if device == "gpu" and not has_cuda:
+        raise ConfigError("device 'gpu' was asked for, but this Paddle build has no CUDA device; use 'auto' or "
+                          "'cpu'", source, "device")
+    if device == "auto":
+        device = "gpu" if has_cuda else "cpu"
+    name = f"gpu:{int(os.environ.get('FLAGS_selected_gpus', os.environ.get('PADDLE_LOCAL_RANK', 0)) or 0)}" \
+        if device == "gpu" else "cpu"
+    paddle.set_device(name)
+    return name
+
+
+def init_distributed():
+    """Start the collective process group when launched with more than one process; return (rank, world)."""
+    import paddle.distributed as dist
+
+    world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+    if world > 1 and not dist.is_initialized():
+        from paddle.distributed import fleet
+
+        fleet.init(is_collective=True)
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1

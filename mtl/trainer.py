@@ -1,0 +1,248 @@
+"""The training loop: a short template with ``should_log`` / ``should_eval`` / ``should_save`` hooks.
+
+One step = one joint forward over every task present, total loss = sum_t loss_weight_t * loss_t, one backward, a
+SUM all-reduce of the replicated parameters' gradients (backbone and unsharded heads; every head's loss is already
+the loss of the global sub-batch, so the sum over ranks is the full gradient), optional global-norm clipping, one
+optimizer step, one averager update. Head shards are never all-reduced.
+"""
+import contextlib
+import json
+import logging
+import os
+import time
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+from . import checkpoint, distributed
+from .contracts import check_batch
+from .data import StepDataset, check_divisible, make_loader
+from .evaluation import Evaluator
+from .optim import build_optimizer, clip_grad_global_norm
+from .reporting import MetricsLog, metrics_table, plot_losses, setup_logging
+
+log = logging.getLogger("mtl")
+
+
+class Trainer:
+    """Runs a built :class:`mtl.job.Job`: training, logging, evaluation, checkpoints, summary."""
+
+    def __init__(self, job, resume=False, console=print):
+        self.job = job
+        self.cfg = job.cfg
+        self.rank, self.world = distributed.rank(), distributed.world_size()
+        self.is_main = self.rank == 0
+        self.console = console if self.is_main else (lambda *a, **k: None)
+        self.output_dir = self.cfg["output_dir"]
+        os.makedirs(self.output_dir, exist_ok=True)
+        setup_logging(self.output_dir, self.rank)
+        self.steps = self.cfg["schedule"]["steps"]
+        check_divisible(job.schedule, self.world, self.cfg["source"])
+        model = job.model
+        self.sharded = [p for t in job.tasks if getattr(t.head, "sharded", False) for p in t.head.parameters()]
+        ids = {id(p) for p in self.sharded}
+        self.replicated = [p for p in model.parameters() if id(p) not in ids]
+        self.optimizer, self.lr = build_optimizer(self.cfg["optimizer"], model.parameters(), self.steps)
+        self.averager = self._build_averager()
+        self.start_step = 0
+        self.resumed_from = None
+        if resume:
+            path = checkpoint.latest_checkpoint(self.output_dir)
+            if path is None:
+                self.console(f"--resume: no checkpoint under {checkpoint.checkpoint_root(self.output_dir)}; "
+                             "starting from step 0")
+            else:
+                state = checkpoint.load(path, model, self.optimizer, job.schedule, self.averager)
+                self.start_step = state["step"]
+                self.resumed_from = path
+        self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main,
+                                  append=self.resumed_from is not None)
+        if self.resumed_from:
+            self.metrics.truncate_after(self.start_step)
+        self.evaluator = Evaluator(job)
+        self.eval_history = []
+
+    def _build_averager(self):
+        cfg = dict(self.cfg["averaging"])
+        if cfg.get("type", "none") == "none":
+            return None
+        from .averaging import build_averager
+
+        return build_averager(cfg, self.job.model)
+
+    # ---- hooks -------------------------------------------------------------------------------------------------
+    def should_log(self, step):
+        """Log after ``step`` (1-based count of finished steps)."""
+        return step % self.cfg["log"]["every"] == 0 or step == self.steps
+
+    def should_eval(self, step):
+        """Evaluate during training after ``step`` (the final evaluation is separate)."""
+        every = self.cfg["eval"]["every"]
+        return every > 0 and step % every == 0 and step != self.steps
+
+    def should_save(self, step):
+        """Checkpoint after ``step``; the final step is always saved."""
+        every = self.cfg["checkpoint"]["every"]
+        return step == self.steps or (every > 0 and step % every == 0)
+
+    # ---- one step ----------------------------------------------------------------------------------------------
+    def sync_gradients(self):
+        """SUM all-reduce of every replicated parameter's gradient, fused into one flat buffer."""
+        if self.world <= 1:
+            return
+        grads = [p.grad for p in self.replicated if p.grad is not None]
+        if not grads:
+            return
+        flat = paddle.concat([g.reshape([-1]).astype("float32") for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for g in grads:
+            n = int(np.prod(g.shape))
+            g.set_value(flat[offset:offset + n].reshape(g.shape).astype(g.dtype))
+            offset += n
+
+    def train_step(self, batch):
+        """Forward, backward, gradient sync, clip, optimizer step; returns ``{task: HeadOutput}`` and the total."""
+        total, outputs = self.job.model(batch)
+        total.backward()
+        self.sync_gradients()
+        clip = self.cfg["optimizer"]["clip_norm"]
+        if clip:
+            clip_grad_global_norm(self.replicated, self.sharded, clip)
+        self.optimizer.step()
+        self.optimizer.clear_grad(set_to_zero=False)
+        self.lr.step()
+        if self.averager is not None:
+            self.averager.step()
+        return total, outputs
+
+    def _to_tensors(self, batch):
+        return {t: {k: paddle.to_tensor(v) for k, v in sub.items()} for t, sub in batch.items()}
+
+    def _check_first(self, batch, seen):
+        if not self.cfg["data"]["check_batches"]:
+            return
+        for task in batch:
+            if task in seen:
+                continue
+            seen.add(task)
+            t = self.job.task(task)
+            fields = self.job.backbone.input_fields() + t.head.fields()
+            check_batch(task, f"reader '{t.cfg['reader']['type'] if isinstance(t.cfg['reader'], dict) else t.cfg['reader']}'",
+                        fields, batch[task])
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def run(self):
+        """Train from ``start_step`` to ``steps``; evaluate, save and summarise; return the summary dict."""
+        job = self.job
+        readers = {t.name: t.reader for t in job.tasks}
+        dataset = StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, self.steps,
+                              self.world, self.rank)
+        loader = make_loader(dataset, self.cfg["data"]["num_workers"])
+        job.model.train()
+        progress = self._progress()
+        pending, seen = [], set()
+        window_start, window_samples = time.time(), 0
+        started = time.time()
+        step = self.start_step
+        for batch in loader:
+            self._check_first(batch, seen)
+            lr = self.optimizer.get_lr()
+            total, outputs = self.train_step(self._to_tensors(batch))
+            step += 1
+            pending.append((step, lr, total, {t: o.global_loss.detach() for t, o in outputs.items()},
+                            {t: {k: v for k, v in o.metrics.items()} for t, o in outputs.items()}))
+            window_samples += self.cfg["schedule"]["batch_size"]
+            if self.should_log(step):
+                elapsed = max(time.time() - window_start, 1e-9)
+                self._flush(pending, window_samples / elapsed, progress)
+                pending, window_start, window_samples = [], time.time(), 0
+            if progress is not None:
+                progress.update(1)
+            if self.should_eval(step):
+                self._evaluate(step)
+            if self.should_save(step):
+                self._save(step)
+        if progress is not None:
+            progress.close()
+        if step == self.start_step and self.start_step == self.steps and self.is_main:
+            self.console(f"nothing to train: the checkpoint is already at step {self.steps}")
+        return self.finish(time.time() - started)
+
+    def _progress(self):
+        if not (self.is_main and self.cfg["log"]["progress"]):
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.steps, initial=self.start_step, desc="train", dynamic_ncols=True)
+
+    def _flush(self, pending, samples_per_s, progress):
+        last = None
+        for step, lr, total, losses, metrics in pending:
+            record = {"step": step, "lr": float(lr)}
+            record["loss"] = float(sum(self.job.model.loss_weights[t] * float(v) for t, v in losses.items()))
+            for t, v in losses.items():
+                record[f"loss/{t}"] = float(v)
+            for t, ms in metrics.items():
+                for k, v in ms.items():
+                    record[f"{k}/{t}"] = float(v)
+            record["samples_per_s"] = round(samples_per_s, 2)
+            self.metrics.write(record)
+            log.info(json.dumps(record))
+            last = record
+        if progress is not None and last is not None:
+            progress.set_postfix({k.split("/", 1)[1]: f"{v:.3f}" for k, v in last.items()
+                                  if k.startswith("loss/")}, refresh=False)
+
+    def _evaluate(self, step):
+        ctx = self.averager.apply() if self.averager is not None else contextlib.nullcontext()
+        with ctx:
+            results = self.evaluator.evaluate()
+        record = {"step": step, "eval": results, "averaged": self.averager is not None}
+        self.eval_history.append(record)
+        if self.is_main:
+            with open(os.path.join(self.output_dir, "eval.jsonl"), "a") as f:
+                f.write(json.dumps(record) + "\n")
+        log.info("eval %s", json.dumps(record))
+        return results
+
+    def _save(self, step):
+        checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
+                        keep=self.cfg["checkpoint"]["keep"])
+
+    def finish(self, seconds):
+        """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
+        live = self.evaluator.evaluate()
+        averaged = None
+        if self.averager is not None:
+            with self.averager.apply():
+                averaged = self.evaluator.evaluate()
+        records = self.metrics.records
+        tasks = {}
+        for t in self.job.tasks:
+            losses = [r[f"loss/{t.name}"] for r in records if f"loss/{t.name}" in r]
+            head_type = t.cfg["head"]["type"] if isinstance(t.cfg["head"], dict) else t.cfg["head"]
+            tasks[t.name] = {
+                "head": head_type,
+                "loss_start": _mean(losses[:max(1, len(losses) // 10)]) if losses else None,
+                "loss_end": _mean(losses[-max(1, len(losses) // 10):]) if losses else None,
+                "eval": live.get(t.name),
+                "eval_averaged": (averaged or {}).get(t.name),
+                "primary_metric": t.head.primary_metric,
+            }
+        summary = {"steps": self.steps, "world_size": self.world, "seconds": round(seconds, 2),
+                   "resumed_from": self.resumed_from, "tasks": tasks}
+        if self.is_main:
+            with open(os.path.join(self.output_dir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=1)
+            if self.cfg["log"]["plot"] and records:
+                plot_losses(records, [t.name for t in self.job.tasks], os.path.join(self.output_dir,
+                                                                                    "loss_curves.png"))
+            self.console("\n" + metrics_table(tasks))
+            self.console(f"\nresults in {self.output_dir} (metrics.jsonl, summary.json, loss_curves.png)")
+        return summary
+
+
+def _mean(values):
+    return float(np.mean(values)) if values else None

@@ -1,0 +1,22 @@
+"""Installs the ``mtl`` library, the built-in head plug-ins and the ``mtl`` console command."""
+from setuptools import find_packages, setup
+
+setup(
+    name="mtl",
+    version="0.1.0",
+    description="Multi-task learning on one backbone with model-parallel margin heads, on PaddlePaddle",
+    packages=find_packages(include=["mtl", "mtl.*", "heads"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "paddlepaddle==3.3.1",
+        "numpy==2.4.6",
+        "pyyaml==6.0.4",
+        "tabulate==0.10.0",
+        "tqdm==4.70.1",
+        "scikit-learn==1.9.1",
+        "matplotlib==3.11.2",
+        "pillow==13.0.0",
+    ],
+    extras_require={"test": ["pytest==9.2.0", "ruff==0.17.6"]},
+    entry_points={"console_scripts": ["mtl=mtl.cli:main"]},
+)

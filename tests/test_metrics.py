@@ -1,0 +1,200 @@
+"""mtl.metrics against independent references: a loop-based verification protocol, scikit-learn and numpy."""
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+from sklearn.model_selection import KFold
+
+from mtl import metrics
+
+
+def reference_verification(embeddings, issame, folds, thresholds, far_target):
+    """The LFW protocol written as plain loops over folds (sklearn KFold) and thresholds."""
+    emb = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    dist = np.array([np.sum((emb[2 * i] - emb[2 * i + 1]) ** 2) for i in range(len(issame))])
+    issame = np.asarray(issame, dtype=bool)
+
+    def accept_stats(threshold, d, s):
+        accepted = d < threshold
+        acc = np.mean(accepted == s)
+        val = np.sum(accepted & s) / max(np.sum(s), 1)
+        far = np.sum(accepted & ~s) / max(np.sum(~s), 1)
+        return acc, val, far
+
+    accs, best_ts, vals, fars = [], [], [], []
+    for train, test in KFold(n_splits=folds, shuffle=False).split(np.arange(len(issame))):
+        best_acc, best_t = -1.0, None
+        for t in thresholds:
+            acc = accept_stats(t, dist[train], issame[train])[0]
+            if acc > best_acc:
+                best_acc, best_t = acc, t
+        best_ts.append(best_t)
+        accs.append(accept_stats(best_t, dist[test], issame[test])[0])
+        # VAL: walk up the threshold grid until the training FAR reaches the target, then interpolate
+        val_t, prev = 0.0, None
+        for t in thresholds:
+            far = accept_stats(t, dist[train], issame[train])[2]
+            if far >= far_target:
+                if far == far_target or prev is None:
+                    val_t = t
+                else:
+                    val_t = prev[0] + (far_target - prev[1]) * (t - prev[0]) / (far - prev[1])
+                break
+            prev = (t, far)
+        _, val, far = accept_stats(val_t, dist[test], issame[test])
+        vals.append(val)
+        fars.append(far)
+    return dict(accuracy=np.mean(accs), std=np.std(accs), threshold=np.mean(best_ts), val_at_far=np.mean(vals),
+                far=np.mean(fars))
+
+
+def noisy_pairs(rng, pairs, dim, noise):
+    """Random unit-ish embeddings: "same" pairs are one vector plus noise, "different" pairs are independent."""
+    issame = rng.rand(pairs) < 0.5
+    first = rng.randn(pairs, dim)
+    second = np.where(issame[:, None], first + noise * rng.randn(pairs, dim), rng.randn(pairs, dim))
+    emb = np.empty((2 * pairs, dim))
+    emb[0::2], emb[1::2] = first, second
+    return emb, issame
+
+
+@pytest.mark.parametrize("pairs,folds,far_target", [(300, 10, 1e-3), (203, 10, 0.05), (157, 7, 0.02)])
+def test_verification_matches_loop_reference(pairs, folds, far_target):
+    rng = np.random.RandomState(pairs)
+    emb, issame = noisy_pairs(rng, pairs, dim=12, noise=0.9)
+    got = metrics.verification(emb, issame, folds=folds, far_target=far_target)
+    want = reference_verification(emb, issame, folds, metrics.DEFAULT_THRESHOLDS, far_target)
+    assert set(got) == {"accuracy", "std", "threshold", "val_at_far", "far"}
+    for key in want:
+        assert got[key] == pytest.approx(want[key], abs=1e-12), key
+    assert 0.6 < got["accuracy"] < 1.0  # the data is neither trivial nor random
+
+
+def test_verification_custom_thresholds_and_unnormalised_input():
+    rng = np.random.RandomState(1)
+    emb, issame = noisy_pairs(rng, 120, dim=6, noise=1.2)
+    thresholds = np.linspace(0.0, 4.0, 37)
+    scaled = emb * rng.uniform(0.5, 3.0, size=(emb.shape[0], 1))  # scale must not matter
+    got = metrics.verification(scaled, issame, folds=5, thresholds=thresholds, far_target=0.1)
+    want = reference_verification(emb, issame, 5, thresholds, 0.1)
+    for key in want:
+        assert got[key] == pytest.approx(want[key], abs=1e-12), key
+
+
+def test_verification_perfectly_separable():
+    rng = np.random.RandomState(2)
+    pairs = 60
+    issame = np.arange(pairs) % 3 == 0
+    # unit vectors in the plane: squared distance 2 - 2 cos(angle); same pairs < 0.0025, different pairs > 2.6
+    base = rng.uniform(0, 2 * np.pi, pairs)
+    angle = np.where(issame, rng.uniform(0.0, 0.05, pairs), rng.uniform(1.9, 3.1, pairs))
+    emb = np.zeros((2 * pairs, 2))
+    emb[0::2] = np.stack([np.cos(base), np.sin(base)], axis=1)
+    emb[1::2] = np.stack([np.cos(base + angle), np.sin(base + angle)], axis=1)
+    got = metrics.verification(emb, issame)
+    assert got["accuracy"] == 1.0 and got["std"] == 0.0
+    assert got["threshold"] == pytest.approx(0.01)  # the first grid threshold above every same-pair distance
+    assert got["val_at_far"] == 1.0
+
+
+def test_verification_rejects_too_few_pairs_and_bad_shapes():
+    emb = np.random.RandomState(0).randn(8, 4)
+    with pytest.raises(ValueError, match="4 pairs and 10 folds"):
+        metrics.verification(emb, [True, False, True, False])
+    with pytest.raises(ValueError, match="3 issame"):
+        metrics.verification(emb, [True, False, True], folds=2)
+    with pytest.raises(ValueError, match=r"\[2P, D\]"):
+        metrics.verification(emb[:7], [True] * 3, folds=2)
+
+
+def test_roc_curve_matches_sklearn():
+    rng = np.random.RandomState(3)
+    distances = np.round(rng.rand(200) * 4, 1)  # rounded: many ties
+    issame = rng.rand(200) < 0.4
+    fpr, tpr, thresholds = metrics.roc_curve(distances, issame)
+    sk_fpr, sk_tpr, sk_thr = skm.roc_curve(issame, -distances, drop_intermediate=False)
+    np.testing.assert_allclose(fpr, sk_fpr)
+    np.testing.assert_allclose(tpr, sk_tpr)
+    np.testing.assert_allclose(thresholds[1:], -sk_thr[1:])
+    assert thresholds[0] == -np.inf
+
+
+def test_accuracy_and_topk_match_sklearn():
+    rng = np.random.RandomState(4)
+    scores = rng.randn(150, 7)
+    labels = rng.randint(0, 7, size=150)
+    assert metrics.accuracy(scores, labels) == pytest.approx(skm.accuracy_score(labels, scores.argmax(1)))
+    assert metrics.accuracy(scores.argmax(1), labels) == pytest.approx(skm.accuracy_score(labels, scores.argmax(1)))
+    for k in (1, 2, 5):
+        want = skm.top_k_accuracy_score(labels, scores, k=k, labels=np.arange(7))
+        assert metrics.topk_accuracy(scores, labels, k) == pytest.approx(want), k
+
+
+def test_topk_ties_agree_with_argmax():
+    scores = np.array([[1.0, 1.0, 0.0], [0.0, 2.0, 2.0], [3.0, 3.0, 3.0]])
+    labels = np.array([1, 1, 2])
+    assert metrics.topk_accuracy(scores, labels, 1) == metrics.accuracy(scores, labels) == pytest.approx(1 / 3)
+    assert metrics.topk_accuracy(scores, labels, 2) == pytest.approx(2 / 3)
+
+
+def test_multilabel_scores_match_sklearn():
+    rng = np.random.RandomState(5)
+    n, c = 120, 6
+    targets = (rng.rand(n, c) < np.linspace(0.05, 0.6, c)).astype(np.float32)
+    targets[:, 2] = 0  # a class without positives: skipped by mAP, F1 = 0 in the macro average
+    scores = np.round(1 / (1 + np.exp(-(2 * targets - 1 + 1.5 * rng.randn(n, c)))), 2)  # ties included
+    got = metrics.multilabel_scores(scores, targets, threshold=0.5)
+    predicted = (scores >= 0.5).astype(int)
+    assert got["micro_f1"] == pytest.approx(skm.f1_score(targets, predicted, average="micro", zero_division=0))
+    assert got["macro_f1"] == pytest.approx(skm.f1_score(targets, predicted, average="macro", zero_division=0))
+    aps = [skm.average_precision_score(targets[:, j], scores[:, j]) for j in range(c) if targets[:, j].any()]
+    assert len(aps) == c - 1
+    assert got["mAP"] == pytest.approx(np.mean(aps))
+    other = metrics.multilabel_scores(scores, targets, threshold=0.3)
+    predicted = (scores >= 0.3).astype(int)
+    assert other["micro_f1"] == pytest.approx(skm.f1_score(targets, predicted, average="micro", zero_division=0))
+
+
+def test_regression_scores_match_numpy():
+    rng = np.random.RandomState(6)
+    pred, target = rng.randn(50, 3), rng.randn(50, 3)
+    got = metrics.regression_scores(pred, target)
+    assert got["mae"] == pytest.approx(np.abs(pred - target).mean())
+    assert got["rmse"] == pytest.approx(np.sqrt(((pred - target) ** 2).mean()))
+    assert metrics.regression_scores(pred[:, 0], pred[:, 0].reshape(-1, 1)) == {"mae": 0.0, "rmse": 0.0}
+
+
+def test_make_verification_pairs_properties():
+    rng = np.random.RandomState(7)
+    labels = rng.randint(0, 12, size=200)
+    labels[:3] = [100, 101, 102]  # singletons: no positive partner
+    pairs, issame = metrics.make_verification_pairs(labels, seed=3)
+    again, same_again = metrics.make_verification_pairs(labels, seed=3)
+    np.testing.assert_array_equal(pairs, again)
+    np.testing.assert_array_equal(issame, same_again)
+    assert pairs.dtype == np.int64 and pairs.shape == (len(issame), 2)
+    assert issame.sum() == (~issame).sum() == 197  # balanced: one pair per sample that has a positive partner
+    np.testing.assert_array_equal(issame, np.arange(len(issame)) % 2 == 0)  # interleaved
+    assert np.all(pairs[:, 0] != pairs[:, 1])
+    assert np.all(labels[pairs[issame, 0]] == labels[pairs[issame, 1]])
+    assert np.all(labels[pairs[~issame, 0]] != labels[pairs[~issame, 1]])
+    np.testing.assert_array_equal(pairs[issame, 0], np.arange(3, 200))  # each anchor once, in order
+    other, _ = metrics.make_verification_pairs(labels, seed=4)
+    assert not np.array_equal(other, pairs)
+
+    capped, capped_same = metrics.make_verification_pairs(labels, seed=3, max_pairs=51)
+    assert len(capped) == 50 and capped_same.sum() == 25
+    assert np.all(np.diff(capped[capped_same, 0]) > 0)  # subsampled, order kept
+    assert np.all(labels[capped[~capped_same, 0]] != labels[capped[~capped_same, 1]])
+
+
+def test_make_verification_pairs_draws_every_partner():
+    labels = np.array([0, 1, 0, 2, 0, 1])
+    seen_pos, seen_neg = set(), set()
+    for seed in range(60):
+        pairs, issame = metrics.make_verification_pairs(labels, seed=seed)
+        seen_pos |= {int(b) for a, b in pairs[issame] if a == 0}
+        seen_neg |= {int(b) for a, b in pairs[~issame] if a == 0}
+    assert seen_pos == {2, 4}
+    assert seen_neg == {1, 3, 5}
+    pairs, issame = metrics.make_verification_pairs(np.zeros(5, dtype=int))
+    assert pairs.shape == (0, 2) and issame.shape == (0,)
