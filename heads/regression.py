@@ -54,7 +54,7 @@ class RegressionHead(Head):
         # Huber: with q = min(|d|, delta), 0.5 q^2 + delta (|d| - q) is 0.5 d^2 inside, delta |d| - 0.5 delta^2 outside
         magnitude = paddle.abs(diff)
         inside = paddle.clip(magnitude, max=self.delta)
-        return (0.5 * inside * inside + self.delta * (magnitude - inside)) / self.delta
+        return 0.5 * inside * inside + self.delta * (magnitude - inside)
 
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the global sub-batch, plus its MAE and RMSE.
@@ -66,7 +66,7 @@ class RegressionHead(Head):
         target = paddle.cast(_label_array(labels, self.label_field), pred.dtype).reshape(pred.shape)
         diff = pred - target
         global_rows = pred.shape[0] * world_size()
-        loss = paddle.mean(self.elementwise_loss(diff))
+        loss = paddle.sum(paddle.mean(self.elementwise_loss(diff), axis=1)) / max(global_rows, 1)
         return HeadOutput(loss=loss, metrics=self._errors(diff), global_loss=all_reduce_sum(loss), logits=pred)
 
     def _errors(self, diff):

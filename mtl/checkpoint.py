@@ -64,7 +64,8 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
     for task, head in model.heads.items():
         if getattr(head, "sharded", False) or rank == 0:
             paddle.save(head.state_dict(), os.path.join(tmp, _head_file(task, head, rank, world)))
-    paddle.save(optimizer.state_dict(), os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
+    paddle.save(structured_optimizer_state(optimizer.state_dict(), model),
+                os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
     if averager is not None:
         paddle.save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
     distributed.barrier()
@@ -99,11 +100,53 @@ def load(path, model, optimizer, schedule, averager=None):
         if not os.path.isfile(file):
             raise ConfigError(f"checkpoint '{path}' has no weights for task '{task}' ({file})")
         head.set_state_dict(paddle.load(file))
-    optimizer.set_state_dict(paddle.load(os.path.join(path, f"optimizer.rank{rank}.pdopt")))
+    optimizer.set_state_dict(runtime_optimizer_state(paddle.load(os.path.join(path, f"optimizer.rank{rank}.pdopt")),
+                                                     model))
     avg_file = os.path.join(path, f"averager.rank{rank}.pdparams")
     if averager is not None and os.path.isfile(avg_file):
         averager.set_state_dict(paddle.load(avg_file))
     return state
+
+
+_SEP = "::"
+
+
+def _param_names(model):
+    """(runtime name, structured name) of every parameter, longest runtime name first (for prefix matching)."""
+    pairs = [(p.name, n) for n, p in model.named_parameters()]
+    return sorted(pairs, key=lambda x: -len(x[0]))
+
+
+def structured_optimizer_state(state, model):
+    """Re-key optimizer state from Paddle's generated names (``linear_3.w_0_velocity_0``) to structured ones
+    (``heads.a.weight::velocity_0``), so that a checkpoint loads in another process or next to other models."""
+    names = _param_names(model)
+    out = {}
+    for key, value in state.items():
+        for runtime, structured in names:
+            if isinstance(key, str) and key.startswith(runtime + "_"):
+                key = structured + _SEP + key[len(runtime) + 1:]
+                break
+            if key == runtime:  # master weights are keyed by the parameter name itself
+                key = structured
+                break
+        out[key] = value
+    return out
+
+
+def runtime_optimizer_state(state, model):
+    """Inverse of :func:`structured_optimizer_state` for this process's parameter names."""
+    lookup = {n: p.name for n, p in model.named_parameters()}
+    out = {}
+    for key, value in state.items():
+        if isinstance(key, str) and _SEP in key:
+            structured, acc = key.split(_SEP, 1)
+            if structured in lookup:
+                key = f"{lookup[structured]}_{acc}"
+        elif isinstance(key, str) and key in lookup:
+            key = lookup[key]
+        out[key] = value
+    return out
 
 
 def _jsonable(obj):

@@ -40,7 +40,7 @@ def _threshold_at_far(far, thresholds, far_target):
     if reached.size == 0:
         return 0.0
     j = int(reached[0])
-    if True:
+    if far[j] == far_target or j == 0:
         return float(thresholds[j])
     t0, t1 = thresholds[j - 1], thresholds[j]
     f0, f1 = far[j - 1], far[j]
@@ -77,14 +77,14 @@ def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3)
 
     accuracies, best_thresholds, vals, fars = [], [], [], []
     for lo, hi in _fold_slices(pairs, folds):
-        test = np.zeros(pairs, dtype=bool); lo, hi = lo - (lo > 0), hi - (lo > 0)
+        test = np.zeros(pairs, dtype=bool)
         test[lo:hi] = True
         train = ~test
         # accuracy on the training folds for every threshold: (true accepts + true rejects) / pairs
         ta, fa = _accept_counts(distances[train], same[train], thresholds)
         n_diff_train = int(np.sum(~same[train]))
         correct = ta + (n_diff_train - fa)
-        best = len(correct) - 1 - int(np.argmax(correct[::-1]))  # first maximum on ties
+        best = int(np.argmax(correct))  # first maximum on ties
         best_thresholds.append(thresholds[best])
         d_test, s_test = distances[test], same[test]
         predicted = d_test < thresholds[best]

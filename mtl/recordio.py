@@ -77,7 +77,9 @@ def decode_record(buf, pos: int = 0, where: str = "record") -> Tuple[bytes, int]
             raise DataError(f"{where}: part flag {cflag} out of sequence at byte {pos}")
         end = pos + 8 + length
         if end > len(buf):
-            raise DataError(f"{where}: truncated record (part of {length} bytes at byte {pos}, data ends at {len(buf)})")
+            raise DataError(
+                f"{where}: truncated record (part of {length} bytes at byte {pos}, data ends at {len(buf)})"
+            )
         parts.append(bytes(buf[pos + 8:end]))
         pos += 8 + _pad4(length)
         if cflag in (0, 3):
@@ -112,7 +114,9 @@ def unpack(record: bytes, where: str = "record") -> Tuple[RecordHeader, bytes]:
     rest = record[HEADER_SIZE:]
     if flag > 0:
         if len(rest) < 4 * flag:
-            raise DataError(f"{where}: header announces {flag} float labels but the record ends after {len(rest)} bytes")
+            raise DataError(
+                f"{where}: header announces {flag} float labels but the record ends after {len(rest)} bytes"
+            )
         label = np.frombuffer(rest, dtype="<f4", count=flag).astype(np.float32)
         rest = rest[4 * flag:]
     return RecordHeader(flag, label, id_, id2), rest
@@ -124,13 +128,31 @@ def class_label(header: RecordHeader) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- index
+def _parse_index_fast(data: bytes):
+    """[n, 2] int64 table of a well-formed index (one tab and two integers per non-blank line), else None."""
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    tokens = data.split()
+    if data.count(b"\t") != len(lines) or len(tokens) != 2 * len(lines):
+        return None
+    try:
+        return np.array(tokens, dtype=np.bytes_).astype(np.int64).reshape(-1, 2)
+    except ValueError:
+        return None
+
+
 def read_index(idx_path: str, rec_size: int = None):
     """Read ``key<TAB>offset`` lines; return (keys, offsets) int64 arrays. Bad lines raise DataError naming the line."""
     if not os.path.isfile(idx_path):
         raise DataError(f"index file '{idx_path}' does not exist")
-    keys, offsets = [], []
     with open(idx_path, "rb") as f:
         data = f.read()
+    table = _parse_index_fast(data)
+    if table is not None:
+        keys, offsets = table[:, 0], table[:, 1]
+        outside = (offsets < 0) | (offsets > rec_size - 8) if rec_size is not None else np.zeros(len(keys), bool)
+        if not outside.any() and len(np.unique(keys)) == len(keys):
+            return keys, offsets
+    keys, offsets = [], []  # slow path: find the offending line for the message
     for lineno, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
@@ -211,7 +233,8 @@ class RecordIOReader:
         self.size = os.path.getsize(rec_path)
         self.keys, self.offsets = read_index(idx_path, self.size)
         self.ends = record_ends(self.offsets, self.size)
-        self._position = {int(k): i for i, k in enumerate(self.keys)}
+        self._sorter = np.argsort(self.keys, kind="stable")
+        self._sorted_keys = self.keys[self._sorter]
         self._fd = None
         self._pid = None
 
@@ -239,16 +262,24 @@ class RecordIOReader:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
+    def rows_of(self, keys) -> np.ndarray:
+        """Index rows of ``keys`` (-1 where the index does not list a key)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if len(self._sorted_keys) == 0:
+            return np.full(keys.shape, -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._sorted_keys, keys), len(self._sorted_keys) - 1)
+        return np.where(self._sorted_keys[at] == keys, self._sorter[at], -1).astype(np.int64)
+
     def has_key(self, key: int) -> bool:
         """True when the index lists ``key``."""
-        return int(key) in self._position
+        return bool(self.rows_of([key])[0] >= 0)
 
     def position(self, key: int) -> int:
         """Row of ``key`` in the index arrays (DataError if the index does not list it)."""
-        try:
-            return self._position[int(key)]
-        except KeyError:
-            raise DataError(f"index file '{self.idx_path}' has no record {key}") from None
+        row = int(self.rows_of([key])[0])
+        if row < 0:
+            raise DataError(f"index file '{self.idx_path}' has no record {key}")
+        return row
 
     def _pread(self, offset: int, length: int) -> bytes:
         fd = self._handle()

@@ -17,6 +17,8 @@ from typing import Dict, Optional
 from .errors import ConfigError
 
 KINDS = ("reader", "backbone", "head")
+# Constructor arguments the runner supplies at build time (not required in configs).
+CONTEXT_KEYS = frozenset({"feature_size", "num_classes", "seed", "split", "image_size", "channels", "shape"})
 ENTRY_POINT_GROUP = "mtl.plugins"
 
 
@@ -187,7 +189,7 @@ def check_params(cls, params: dict, source=None, key=None, kind="component"):
         p.name
         for p in sig.parameters.values()
         if p.name != "self" and p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        and p.name not in params
+        and p.name not in params and p.name not in CONTEXT_KEYS
     ]
     if missing:
         raise ConfigError(

@@ -133,12 +133,13 @@ class Trainer:
                         fields, batch[task])
 
     # ---- the loop ----------------------------------------------------------------------------------------------
-    def run(self):
-        """Train from ``start_step`` to ``steps``; evaluate, save and summarise; return the summary dict."""
+    def run(self, until=None):
+        """Train from ``start_step`` to ``steps`` (or stop after step ``until``, as a pre-empted job would);
+        evaluate, save and summarise; return the summary dict."""
         job = self.job
         readers = {t.name: t.reader for t in job.tasks}
-        dataset = StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, self.steps,
-                              self.world, self.rank)
+        end = self.steps if until is None else min(self.steps, int(until))
+        dataset = StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.world, self.rank)
         loader = make_loader(dataset, self.cfg["data"]["num_workers"])
         job.model.train()
         progress = self._progress()

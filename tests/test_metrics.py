@@ -96,6 +96,18 @@ def test_verification_perfectly_separable():
     assert got["val_at_far"] == 1.0
 
 
+def test_verification_accepts_strictly_below_threshold():
+    """Identical pairs have distance exactly 0; threshold 0 accepts nothing (0 < 0 is false), so 0.01 is chosen."""
+    rng = np.random.RandomState(8)
+    issame = np.arange(30) % 2 == 0
+    first = rng.randn(30, 5)
+    emb = np.empty((60, 5))
+    emb[0::2] = first
+    emb[1::2] = np.where(issame[:, None], first, -first)  # different pairs: opposite vectors, distance 4
+    got = metrics.verification(emb, issame, folds=3)
+    assert got["accuracy"] == 1.0 and got["threshold"] == pytest.approx(0.01)
+
+
 def test_verification_rejects_too_few_pairs_and_bad_shapes():
     emb = np.random.RandomState(0).randn(8, 4)
     with pytest.raises(ValueError, match="4 pairs and 10 folds"):

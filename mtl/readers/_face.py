@@ -73,7 +73,7 @@ class FaceImageReader(Reader):
 
     source = "<reader>"
 
-    def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed):
+    def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field):
         if split not in ("train", "eval"):
             raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", self.source, "split")
         try:
@@ -101,6 +101,8 @@ class FaceImageReader(Reader):
         self.seed = int(seed)
         self.flip = (split == "train") if flip is None else bool(flip)
         self.epoch = 0
+        self.image_field = image_field
+        self.label_field = label_field
         self.transform = FaceTransform(self.image_size, self.flip, self.seed)
 
     def _finish(self, candidates, labels, problems: Dict[int, str], num_classes=None, stated_classes=None):

@@ -1,0 +1,194 @@
+"""Model-parallel ArcFace-family margin head (ArcFace, CosFace, combined margins) with Partial FC sampling.
+
+One step, as named pieces:
+1. gather: features and labels of every rank (``mtl.collective.all_gather_rows``);
+2. sample (Partial FC, ``sample_ratio < 1``): this rank keeps every positive class of the gathered batch it owns
+   and fills with random negatives up to ``ceil(sample_ratio * C_k)`` classes;
+3. cosine: ``cos = normalize(x) W^T * (1 / ||W_row||)`` on the kept rows of the shard (cheaper to differentiate
+   than normalising W, see DESIGN.md);
+4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
+   (``mtl.margin``), then everything is multiplied by ``scale``;
+5. loss: softmax cross-entropy across shards (``mtl.collective``).
+The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
+fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
+"""
+import math
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from heads.softmax import ShardedClassHead
+from mtl import collective, distributed
+from mtl.errors import DataError
+from mtl.head import HeadOutput
+from mtl.margin import angular_margin, check_margin
+from mtl.registry import register_head
+
+_NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does
+
+
+def verification_pairs(labels: np.ndarray, seed: int = 0):
+    """Balanced 1:1 pairs from class labels: ``(first, second, issame)`` index arrays.
+
+    Every sample whose class has at least two samples gets one positive partner (another sample of its class) and
+    one negative partner (a sample of another class), both drawn from ``RandomState(seed)``: P positive and
+    P negative pairs, positives first.
+    """
+    labels = np.asarray(labels).reshape(-1)
+    rng = np.random.RandomState(seed)
+    order = np.argsort(labels, kind="stable")
+    sorted_labels = labels[order]
+    _, group_start, group_size = np.unique(sorted_labels, return_index=True, return_counts=True)
+    if len(group_size) < 2 or group_size.max() < 2:
+        raise DataError("verification needs an evaluation split with at least two classes and one class "
+                        f"with two samples; got {len(labels)} samples of {len(group_size)} classes")
+    group_of = np.repeat(np.arange(len(group_size)), group_size)  # group of each sorted position
+    eligible = group_size[group_of] >= 2
+    anchors = np.flatnonzero(eligible)  # sorted positions
+    starts, sizes = group_start[group_of[anchors]], group_size[group_of[anchors]]
+    offset = rng.randint(0, sizes - 1)  # another member: skip the anchor's own position
+    offset = offset + (offset >= anchors - starts)
+    positive = order[starts + offset]
+    first = order[anchors]
+    negative = rng.randint(0, len(labels), size=len(first))
+    for _ in range(64):
+        clash = labels[negative] == labels[first]
+        if not clash.any():
+            break
+        negative[clash] = rng.randint(0, len(labels), size=int(clash.sum()))
+    for i in np.flatnonzero(labels[negative] == labels[first]):  # rare: a dominant class
+        negative[i] = rng.choice(np.flatnonzero(labels != labels[first[i]]))
+    pair_first = np.concatenate([first, first])
+    pair_second = np.concatenate([positive, negative])
+    issame = np.concatenate([np.ones(len(first), bool), np.zeros(len(first), bool)])
+    return pair_first, pair_second, issame
+
+
+@register_head("arcface")
+class ArcFaceHead(ShardedClassHead):
+    """Additive angular margin head, class centres sharded across ranks, optional Partial FC (sample_ratio)."""
+
+    primary_metric = "verification_accuracy"
+    higher_is_better = True
+    default_margin = (1.0, 0.5, 0.0)
+
+    def __init__(self, num_classes=None, feature_size=None, margin=None, scale=64.0, sample_ratio=1.0,
+                 label_field="label", fused="auto", seed=0):
+        super().__init__(num_classes, feature_size, label_field, seed)
+        self.margin = check_margin(self.default_margin if margin is None else margin)
+        self.scale = float(scale)
+        if not self.scale > 0:
+            raise ValueError(f"scale must be > 0, got {scale!r}")
+        self.sample_ratio = float(sample_ratio)
+        if not 0.0 < self.sample_ratio <= 1.0:
+            raise ValueError(f"sample_ratio must be in (0, 1], got {sample_ratio!r}")
+        self.fused = self._resolve_fused(fused)
+        self.sample_step = 0  # Partial FC draws from (seed, sample_step, rank)
+        self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
+
+    def _resolve_fused(self, fused) -> bool:
+        choice = str(fused).lower()
+        if choice not in ("auto", "true", "false"):
+            raise ValueError(f"fused must be 'auto', true or false, got {fused!r}")
+        on_gpu = paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu")
+        if choice == "auto":
+            return on_gpu and self.sample_ratio == 1.0 and self.margin[0] == 1.0
+        if choice == "true":
+            if not on_gpu:
+                raise ValueError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "
+                                 "use 'auto' or false")
+            if self.sample_ratio < 1.0:
+                raise ValueError("fused=true does not support Partial FC (sample_ratio < 1)")
+            return True
+        return False
+
+    def cosine(self, normalized_features, weight):
+        """``cos = x_hat W^T * (1 / ||W_row||)``: ``[N, K]`` for ``weight [K, D]``."""
+        inverse_norm = paddle.rsqrt(paddle.clip((weight * weight).sum(axis=1), min=_NORM_FLOOR_SQUARED))
+        return paddle.matmul(normalized_features, weight, transpose_y=True) * inverse_norm
+
+    def shard_logits(self, features):
+        """Cosine of ``features`` with every class centre of this shard (no margin)."""
+        return self.cosine(F.normalize(features, axis=1), self.weight)
+
+    def sample_classes(self, labels):
+        """Partial FC: ``(weight rows, global class ids [K], local target [N])`` for the gathered ``labels``.
+
+        Without sampling K = C_k. With sampling: every positive class this rank owns, plus random negatives up to
+        ``ceil(sample_ratio * C_k)``; the kept rows come from ``paddle.gather`` so only they get gradient.
+        The count is read on the host only when positives could outnumber the sample (``N > ceil(r * C_k)``).
+        """
+        target = collective.local_targets(labels, self.shard_start, self.shard_size)
+        count = min(self.shard_size, math.ceil(self.sample_ratio * self.shard_size))
+        if count >= self.shard_size:
+            return self.weight, self.class_ids, target
+        owned = target >= 0
+        slot = paddle.where(owned, target, paddle.full_like(target, self.shard_size))  # extra slot: other ranks
+        flags = paddle.scatter(paddle.zeros([self.shard_size + 1]), slot, paddle.ones(slot.shape), overwrite=True)
+        positive = flags[:self.shard_size] > 0
+        if count < labels.shape[0]:
+            count = max(count, int(positive.astype("int64").sum()))
+        rng = np.random.default_rng([self.seed, self.sample_step, self.rank])
+        scores = paddle.to_tensor(rng.random(self.shard_size, dtype=np.float32))
+        scores = paddle.where(positive, paddle.full_like(scores, 2.0), scores)  # positives outrank every negative
+        index = paddle.sort(paddle.topk(scores, count)[1])
+        column = paddle.searchsorted(index, paddle.clip(target, min=0))
+        target = paddle.where(owned, column, paddle.full_like(column, -1))
+        return paddle.gather(self.weight, index), index + self.shard_start, target
+
+    def margin_logits(self, cos, target):
+        """``scale * cos`` with the target column replaced by the margin cosine on the owner rank."""
+        num_rows, num_columns = cos.shape
+        if num_columns == 0:
+            return cos * self.scale
+        column = paddle.clip(target, 0, num_columns - 1).unsqueeze(1)
+        cos_target = paddle.take_along_axis(cos, column, axis=1)
+        with_margin = angular_margin(cos_target, *self.margin)
+        value = paddle.where((target >= 0).unsqueeze(1), with_margin, cos_target)
+        return paddle.put_along_axis(cos, column, value, axis=1) * self.scale
+
+    def forward(self, features, labels) -> HeadOutput:
+        """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
+        x, y = self.gather_batch(features, labels)
+        weight, class_ids, target = self.sample_classes(y)
+        if self.training and self.sample_ratio < 1.0:
+            self.sample_step += 1
+        self.last_sampled_classes = class_ids
+        cos = self.cosine(F.normalize(x, axis=1), weight)
+        if self.fused:
+            m1, m2, m3 = self.margin
+            group = None if distributed.is_distributed() else False
+            loss = F.margin_cross_entropy(cos, y, margin1=m1, margin2=m2, margin3=m3, scale=self.scale,
+                                          group=group, reduction="mean")
+        else:
+            loss = collective.sharded_softmax_cross_entropy_local(self.margin_logits(cos, target), target)
+        predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
+        accuracy = (predicted == y).astype("float32").mean()
+        return HeadOutput(loss=loss, metrics={"accuracy": accuracy})
+
+    def evaluate(self, features, labels):
+        """1:1 verification on pairs drawn from the split's labels, and classification accuracy over all shards."""
+        from mtl.metrics import verification
+
+        feats = collective.to_numpy(features).astype(np.float32)
+        labels = collective.to_numpy(labels).reshape(-1).astype(np.int64)
+        predicted = self.predict_topk(feats, 1)[:, 0]
+        embeddings = feats / np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
+        first, second, issame = verification_pairs(labels)
+        pairs = np.empty((2 * len(first), feats.shape[1]), dtype=np.float32)
+        pairs[0::2], pairs[1::2] = embeddings[first], embeddings[second]
+        result = verification(pairs, issame, folds=min(10, len(issame)))
+        return {
+            "verification_accuracy": float(result["accuracy"]),
+            "verification_std": float(result["std"]),
+            "verification_threshold": float(result["threshold"]),
+            "accuracy": float(np.mean(predicted == labels)),
+        }
+
+
+@register_head("cosface")
+class CosFaceHead(ArcFaceHead):
+    """Additive cosine margin head (CosFace): the arcface head with margin [1, 0, 0.35] by default."""
+
+    default_margin = (1.0, 0.0, 0.35)

@@ -1,0 +1,276 @@
+"""``mtl data pack`` and ``mtl data inspect``: write InsightFace-style RecordIO datasets and look inside face data.
+
+Packed layout (what InsightFace's tools write and its loaders expect): record 0 is a header whose two labels are
+(first identity record, end); records 1..N are the images (``IfQQ`` header with the class label, then the encoded
+image), grouped by class; records N+1..N+C are identity records whose labels give each class's image-record range
+[a, b). A ``property`` file next to the pair holds ``num_classes,height,width``.
+"""
+import io
+import os
+
+import numpy as np
+
+from .errors import DataError
+from .readers.image_list import parse_label_list
+from .readers.recordio_reader import image_rows, read_property, resolve_paths
+from .recordio import RecordIOReader, RecordIOWriter, unpack
+from .recordio import pack as pack_record
+from .transforms import DecodeError, decode_rgb
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+# ----------------------------------------------------------------------------------------------- pack
+def _folder_items(folder: str):
+    """(path, label) for every image of ``folder/<identity>/``; labels follow the sorted identity folder names."""
+    identities = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+    if not identities:
+        raise DataError(f"image folder '{folder}' has no identity sub-folder")
+    items = []
+    for label, identity in enumerate(identities):
+        sub = os.path.join(folder, identity)
+        for fname in sorted(os.listdir(sub)):
+            if fname.lower().endswith(IMAGE_EXTENSIONS):
+                items.append((os.path.join(sub, fname), label))
+    return items, len(identities)
+
+
+def _list_items(list_path: str, root: str = None):
+    """(path, label) for every line of a label list; any malformed line is an error."""
+    entries, problems = parse_label_list(list_path)
+    if problems:
+        raise DataError(problems[min(problems)])
+    root = root if root is not None else (os.path.dirname(list_path) or ".")
+    items = [(os.path.join(root, rel), int(label)) for _, rel, label in entries]
+    return items, (max(label for _, label in items) + 1) if items else 0
+
+
+def _encoded(path: str, resize: int = None, quality: int = 95):
+    """(bytes to store, (width, height)); re-encoded as JPEG only when ``resize`` is given."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise DataError(f"cannot read image '{path}': {exc.strerror}") from None
+    try:
+        image = decode_rgb(data)
+    except DecodeError as exc:
+        raise DataError(f"image '{path}': {exc}") from None
+    if resize is None:
+        return data, image.size
+    from PIL import Image
+
+    image = image.resize((int(resize), int(resize)), Image.BILINEAR)
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=int(quality))
+    return buffer.getvalue(), image.size
+
+
+def _output_prefix(out_prefix: str) -> str:
+    out_prefix = str(out_prefix)
+    if out_prefix.endswith(os.sep) or os.path.isdir(out_prefix):
+        return os.path.join(out_prefix, "train")
+    return out_prefix[:-4] if out_prefix.endswith(".rec") else out_prefix
+
+
+def pack(source: str, out_prefix: str, root: str = None, resize: int = None, quality: int = 95) -> dict:
+    """Pack an image folder (one sub-folder per identity) or a label list into ``<prefix>.rec/.idx`` + ``property``.
+
+    ``out_prefix``: ``data/webface/train`` or an existing folder (then ``folder/train``). Images are stored as they
+    are (every image must then have the same size) unless ``resize`` re-encodes them as ``resize`` x ``resize`` JPEGs.
+    Returns a summary dict (paths, records, classes, image size).
+    """
+    if os.path.isdir(source):
+        items, num_classes = _folder_items(source)
+    elif os.path.isfile(source):
+        items, num_classes = _list_items(source, root)
+    else:
+        raise DataError(f"pack source '{source}' is neither an image folder nor a label list")
+    if not items:
+        raise DataError(f"pack source '{source}' holds no image")
+    order = sorted(range(len(items)), key=lambda i: items[i][1])  # stable: group by class, keep source order
+    items = [items[i] for i in order]
+    prefix = _output_prefix(out_prefix)
+    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
+    rec_path, idx_path = prefix + ".rec", prefix + ".idx"
+    n = len(items)
+    first_identity = n + 1
+    ranges = np.zeros((num_classes, 2), dtype=np.int64)
+    size = None
+    with RecordIOWriter(rec_path, idx_path) as writer:
+        writer.write(pack_record([first_identity, first_identity + num_classes], b"", id=0), key=0)
+        for key, (path, label) in enumerate(items, start=1):
+            data, image_size = _encoded(path, resize, quality)
+            if size is None:
+                size, size_path = image_size, path
+            elif image_size != size:
+                raise DataError(
+                    f"image '{path}' is {image_size[0]}x{image_size[1]} but '{size_path}' is {size[0]}x{size[1]}; "
+                    f"pass resize (--resize N) to store images of one size"
+                )
+            writer.write(pack_record(float(label), data, id=key), key=key)
+        labels = np.array([label for _, label in items], dtype=np.int64)
+        starts = np.searchsorted(labels, np.arange(num_classes), side="left") + 1
+        ends = np.searchsorted(labels, np.arange(num_classes), side="right") + 1
+        ranges[:, 0], ranges[:, 1] = starts, ends
+        for c in range(num_classes):
+            writer.write(pack_record(ranges[c].astype(np.float32), b"", id=first_identity + c), key=first_identity + c)
+    property_path = os.path.join(os.path.dirname(prefix) or ".", "property")
+    with open(property_path, "w") as f:
+        f.write(f"{num_classes},{size[1]},{size[0]}\n")
+    return {"rec": rec_path, "idx": idx_path, "property": property_path, "records": n, "classes": num_classes,
+            "image_size": f"{size[1]}x{size[0]}"}
+
+
+# ----------------------------------------------------------------------------------------------- inspect
+def _recordio_source(path: str):
+    rec_path, idx_path, property_path = resolve_paths(path)
+    for needed in (rec_path, idx_path):
+        if not os.path.isfile(needed):
+            raise DataError(f"{needed}: file does not exist (recordio path '{path}')")
+    records = RecordIOReader(rec_path, idx_path)
+    rows, header_classes = image_rows(records)
+    heads = records.scan_headers(rows)
+    good = heads["magic_ok"] & np.isfinite(heads["label"])
+    prop = read_property(property_path)
+    stated = prop[0] if prop is not None else header_classes
+
+    def load(i):
+        return unpack(records.read_row(int(rows[i])))[1]
+
+    info = {"format": "recordio", "header_record": header_classes is not None, "bad_records": int((~good).sum())}
+    return heads["label"][good].astype(np.int64), np.flatnonzero(good), load, stated, info
+
+
+def _list_source(path: str, root: str = None):
+    entries, problems = parse_label_list(path)
+    root = root if root is not None else (os.path.dirname(path) or ".")
+    keep = [i for i in range(len(entries)) if i not in problems]
+
+    def load(i):
+        with open(os.path.join(root, entries[i][1]), "rb") as f:
+            return f.read()
+
+    labels = np.array([entries[i][2] for i in keep], dtype=np.int64)
+    return labels, np.array(keep, dtype=np.int64), load, None, {"format": "image_list", "bad_records": len(problems)}
+
+
+def _contact_sheet(images, titles, out_png: str, heading: str):
+    """Write a grid of images with small titles to ``out_png`` (matplotlib, no global backend change)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cols = int(np.ceil(np.sqrt(len(images)))) or 1
+    rows = int(np.ceil(len(images) / cols)) or 1
+    fig = Figure(figsize=(1.3 * cols, 1.45 * rows + 0.4))
+    FigureCanvasAgg(fig)
+    fig.suptitle(heading, fontsize=9)
+    for k in range(rows * cols):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        ax.axis("off")
+        if k < len(images):
+            ax.imshow(images[k])
+            ax.set_title(titles[k], fontsize=7)
+    fig.savefig(out_png, dpi=80)
+
+
+def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, root: str = None) -> dict:
+    """Statistics of a RecordIO dataset, label list or ``.bin`` set, and a PNG contact sheet of sampled images.
+
+    Returns records, classes, images per class (min / median / max), image sizes seen in the sample, and for
+    ``.bin`` sets the pair counts. Labels come from headers / the list only; only the sampled images are decoded.
+    """
+    path = str(path)
+    if path.endswith(".bin"):
+        from .verification_sets import read_bin
+
+        vset = read_bin(path, image_size=_first_bin_size(path))
+        pick = np.unique(np.linspace(0, len(vset) - 1, min(samples, len(vset))).astype(int))
+        stats = {"path": path, "format": "verification .bin", "records": len(vset), "pairs": vset.num_pairs,
+                 "same_pairs": int(vset.issame.sum()),
+                 "image_size": f"{vset.pixels.shape[1]}x{vset.pixels.shape[2]}"}
+        if out_png:
+            titles = [f"pair {i // 2} {'same' if vset.issame[i // 2] else 'diff'}" for i in pick]
+            _contact_sheet([vset.pixels[i] for i in pick], titles, out_png, os.path.basename(path))
+            stats["contact_sheet"] = out_png
+        return stats
+    is_list = os.path.isfile(path) and not path.endswith((".rec", ".idx"))
+    labels, positions, load, stated, info = _list_source(path, root) if is_list else _recordio_source(path)
+    counts = np.bincount(labels) if len(labels) else np.zeros(0, np.int64)
+    counts = counts[counts > 0]
+    rng = np.random.RandomState(seed)
+    pick = np.sort(rng.choice(len(labels), size=min(int(samples), len(labels)), replace=False)) if len(labels) else []
+    images, titles, sizes = [], [], set()
+    for i in pick:
+        try:
+            image = decode_rgb(load(int(positions[i])))
+        except (DecodeError, DataError, OSError):
+            info["bad_records"] += 1
+            continue
+        sizes.add(f"{image.size[1]}x{image.size[0]}")
+        images.append(np.asarray(image))
+        titles.append(f"label {labels[i]}")
+    stats = {"path": path, **info, "records": int(len(labels)), "classes": int(len(counts)),
+             "num_classes": stated if stated is not None else int(labels.max()) + 1 if len(labels) else 0,
+             "images_per_class_min": int(counts.min()) if len(counts) else 0,
+             "images_per_class_median": float(np.median(counts)) if len(counts) else 0.0,
+             "images_per_class_max": int(counts.max()) if len(counts) else 0,
+             "image_size": ", ".join(sorted(sizes)) or "n/a"}
+    if out_png and images:
+        _contact_sheet(images, titles, out_png, f"{os.path.basename(os.path.normpath(path))}: "
+                                                f"{stats['records']} images, {stats['classes']} classes")
+        stats["contact_sheet"] = out_png
+    return stats
+
+
+def _first_bin_size(path: str) -> int:
+    """Side of the first image of a ``.bin`` set (so that inspect shows the stored size, not a resized one)."""
+    from .verification_sets import _as_bytes, _BinUnpickler
+
+    with open(path, "rb") as f:
+        images, _ = _BinUnpickler(f, encoding="bytes").load()
+    try:
+        return decode_rgb(_as_bytes(images[0])).size[0] if len(images) else 112
+    except DecodeError as exc:
+        raise DataError(f"verification set '{path}' image 0: {exc}") from None
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def _run_pack(args) -> int:
+    summary = pack(args.source, args.out, root=args.root, resize=args.resize, quality=args.quality)
+    print(f"wrote {summary['records']} images of {summary['classes']} classes ({summary['image_size']}) to "
+          f"{summary['rec']} + {os.path.basename(summary['idx'])}, property {summary['property']}")
+    return 0
+
+
+def _run_inspect(args) -> int:
+    from tabulate import tabulate
+
+    out_png = args.out_png
+    if out_png is None:
+        out_png = os.path.basename(os.path.normpath(os.path.splitext(args.path)[0])) + "_samples.png"
+    stats = inspect(args.path, out_png or None, samples=args.samples, seed=args.seed, root=args.root)
+    print(tabulate([(k, v) for k, v in stats.items() if k != "path"], headers=["", args.path]))
+    return 0
+
+
+def add_cli(subparsers):
+    """Register ``data pack`` and ``data inspect`` on an argparse sub-parsers object (each sets ``func(args)``)."""
+    data = subparsers.add_parser("data", help="pack face images into RecordIO, inspect datasets")
+    sub = data.add_subparsers(dest="data_command", metavar="{pack,inspect}")
+    sub.required = True
+    p = sub.add_parser("pack", help="write train.rec/train.idx/property from an image folder or a label list")
+    p.add_argument("source", help="folder with one sub-folder per identity, or a 'path<TAB>label' list file")
+    p.add_argument("out", help="output prefix (data/webface/train) or an existing folder")
+    p.add_argument("--root", default=None, help="image root of a label list (default: the list's folder)")
+    p.add_argument("--resize", type=int, default=None, help="re-encode every image as an NxN JPEG")
+    p.add_argument("--quality", type=int, default=95, help="JPEG quality when --resize is given")
+    p.set_defaults(func=_run_pack)
+    q = sub.add_parser("inspect", help="records, classes, images per class, image size, PNG contact sheet")
+    q.add_argument("path", help="RecordIO folder/prefix, label list or .bin verification set")
+    q.add_argument("--out-png", default=None, help="contact sheet file (default: <name>_samples.png here; '' = none)")
+    q.add_argument("--samples", type=int, default=36, help="images on the contact sheet")
+    q.add_argument("--seed", type=int, default=0, help="which images are sampled")
+    q.add_argument("--root", default=None, help="image root of a label list")
+    q.set_defaults(func=_run_inspect)
+    return data

@@ -1,0 +1,72 @@
+"""ArcFace-family additive/multiplicative angular margin as a function of cos(theta), with its exact derivative.
+
+Target logit (before the scale ``s``): ``psi(theta) - m3`` with ``phi = m1 * theta + m2`` and ``theta = acos(cos)``:
+
+* ArcFace ``(1, m, 0)``, CosFace ``(1, 0, m)``, SphereFace-like ``m1 > 1`` and their combinations.
+* Where ``phi <= pi``: ``psi = cos(phi)``, the textbook formula.
+* Fallback where ``phi > pi`` (``cos(phi)`` would rise again with theta, rewarding a worse angle): SphereFace's
+  (Liu et al. 2017) monotone continuation ``psi = (-1)**k * cos(phi) - 2k`` with ``k = floor(phi / pi)``.
+  It equals ``cos(phi)`` for ``k = 0``, is continuous at every ``phi = k*pi`` (both sides give ``1 - 2k``),
+  has a continuous derivative there (zero on both sides), and decreases in theta everywhere:
+  ``d psi / d phi = -|sin(phi)|``. (insightface's ``cos(theta) - m*sin(m)`` jumps at ``theta = pi - m``;
+  Paddle's fused ``margin_cross_entropy`` has no fallback.) This needs ``m2 >= 0`` so that ``k >= 0``.
+
+Derivative with respect to the cosine: ``d psi / d cos = m1 * |sin(phi)| / sin(theta)``. The cosine is clipped to
+[-1, 1] (the derivative at the boundary is passed through for inputs outside it, which only rounding produces) and
+``sin(theta)`` is floored at ``MIN_SIN_THETA`` so the derivative stays finite at ``cos = +-1``; in float32 the
+nearest cosine below 1 already has ``sin(theta) ~ 3.5e-4``, so the floor only acts at exactly +-1. The gradient
+that reaches the features stays bounded: ``d cos / d x`` vanishes like ``sin(theta)`` at the poles.
+"""
+import math
+
+import paddle
+from paddle.autograd import PyLayer
+
+MIN_SIN_THETA = 1e-4
+
+
+class _AngularMargin(PyLayer):
+    """``psi(m1 * acos(c) + m2) - m3`` with the exact derivative; see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, cos, m1, m2, m3):
+        c = paddle.clip(cos, -1.0, 1.0)
+        theta = paddle.acos(c)
+        phi = m1 * theta + m2
+        k = paddle.floor(phi / math.pi)
+        sign = 1.0 - 2.0 * paddle.remainder(k, paddle.full_like(k, 2.0))  # (-1)**k
+        psi = sign * paddle.cos(phi) - 2.0 * k
+        ctx.m1 = m1
+        ctx.save_for_backward(theta, phi, sign)
+        return psi - m3
+
+    @staticmethod
+    def backward(ctx, grad):
+        theta, phi, sign = ctx.saved_tensor()
+        sin_theta = paddle.clip(paddle.sin(theta), min=MIN_SIN_THETA)
+        # d psi / d cos = (-1)**k * (-sin(phi)) * m1 * d theta / d cos = m1 * (-1)**k * sin(phi) / sin(theta)
+        return grad * (ctx.m1 * sign * paddle.sin(phi) / sin_theta)
+
+
+def check_margin(margin):
+    """Validate ``[m1, m2, m3]``: three numbers, ``m1 > 0`` and ``m2 >= 0``; return them as floats."""
+    try:
+        m1, m2, m3 = (float(v) for v in margin)
+    except (TypeError, ValueError):
+        raise ValueError(f"margin must be three numbers [m1, m2, m3], got {margin!r}") from None
+    if not m1 > 0:
+        raise ValueError(f"margin m1 (multiplicative) must be > 0, got {m1}")
+    if m2 < 0:
+        raise ValueError(f"margin m2 (additive angular) must be >= 0, got {m2}")
+    return m1, m2, m3
+
+
+def angular_margin(cos: paddle.Tensor, m1: float = 1.0, m2: float = 0.5, m3: float = 0.0) -> paddle.Tensor:
+    """Margin target cosine ``cos(m1 * theta + m2) - m3`` (monotone fallback past pi), same shape as ``cos``.
+
+    CosFace (``m1 = 1, m2 = 0``) is computed directly as ``cos - m3`` (derivative 1, no arccos).
+    """
+    m1, m2, m3 = check_margin([m1, m2, m3])
+    if m1 == 1.0 and m2 == 0.0:
+        return cos - m3
+    return _AngularMargin.apply(cos, m1, m2, m3)

@@ -1,0 +1,111 @@
+"""InsightFace-style MXNet RecordIO face datasets (``train.rec`` + ``train.idx`` [+ ``property``]), no MXNet needed."""
+import os
+
+import numpy as np
+
+from ..errors import DataError
+from ..recordio import RecordIOReader as RecordFile
+from ..recordio import unpack
+from ..registry import register_reader
+from ._face import FaceImageReader
+
+
+def resolve_paths(path: str):
+    """(rec, idx, property) paths for a folder holding ``train.rec``, a ``.rec`` file or a prefix like ``d/train``."""
+    if os.path.isdir(path):
+        prefix = os.path.join(path, "train")
+    elif path.endswith((".rec", ".idx")):
+        prefix = path[:-4]
+    else:
+        prefix = path
+    return prefix + ".rec", prefix + ".idx", os.path.join(os.path.dirname(prefix) or ".", "property")
+
+
+def read_property(path: str):
+    """``(num_classes, height, width)`` from an InsightFace ``property`` file (first line ``C,H,W``), or None."""
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        first = f.readline().strip()
+    try:
+        values = [int(v) for v in first.split(",")]
+        if len(values) != 3:
+            raise ValueError
+    except ValueError:
+        raise DataError(f"property file '{path}' line 1: expected 'num_classes,height,width', got {first!r}") from None
+    return tuple(values)
+
+
+def image_rows(records: RecordFile):
+    """Index rows of the image records and the class count stated by InsightFace's header record 0 (or None).
+
+    When record 0 exists and its flag is > 0, its labels (a, b) say: images are records 1 .. a-1, identity records
+    a .. b-1 (so b - a classes). Otherwise every record of the index is an image.
+    """
+    if records.has_key(0):
+        head = records.scan_headers(np.array([records.position(0)]))
+        if head["magic_ok"][0] and head["flag"][0] > 0:
+            first_identity, end = head["label"][0], head["labels2"][0]
+            if not np.isfinite(end) or first_identity < 1 or end < first_identity:
+                raise DataError(
+                    f"'{records.rec_path}' record 0: header labels ({first_identity:g}, {end:g}) are not a "
+                    f"range (first identity record, end)"
+                )
+            keys = np.arange(1, int(first_identity), dtype=np.int64)
+            rows = records.rows_of(keys)
+            missing = keys[rows < 0]
+            if len(missing):
+                raise DataError(
+                    f"index file '{records.idx_path}' has no record {missing[0]} ({len(missing)} missing) although "
+                    f"header record 0 says images are records 1..{int(first_identity) - 1} (truncated .idx?)"
+                )
+            return rows, int(end - first_identity)
+    return np.arange(len(records.keys), dtype=np.int64), None
+
+
+@register_reader("recordio")
+class RecordIOFaceReader(FaceImageReader):
+    """Face images and class labels from an InsightFace/MXNet RecordIO pair (train.rec + train.idx).
+
+    ``path``: a folder holding ``train.rec``/``train.idx``, or a prefix (``data/webface/train``). ``num_classes``
+    defaults to the ``property`` file, then to header record 0, then to max label + 1. Every header is read and
+    checked at start-up (vectorised, no image decoded); images are decoded, resized to ``image_size`` if needed,
+    flipped at random for training (``flip``) and scaled to [-1, 1]. ``split: eval`` needs ``eval_fraction`` > 0
+    (a stratified hold-out, see :mod:`mtl.readers._face`). ``on_bad_sample``: ``error`` or ``skip``.
+    """
+
+    def __init__(self, path, split="train", eval_fraction=0.0, num_classes=None, image_size=112, flip=None,
+                 on_bad_sample="error", seed=0, image_field="image", label_field="label"):
+        self.source = f"recordio '{path}'"
+        self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field)
+        rec_path, idx_path, property_path = resolve_paths(str(path))
+        for needed in (rec_path, idx_path):
+            if not os.path.isfile(needed):
+                raise DataError(f"{needed}: file does not exist (recordio path '{path}')")
+        self.records = RecordFile(rec_path, idx_path)
+        self.path = path
+        prop = read_property(property_path)
+        rows, header_classes = image_rows(self.records)
+        self.has_header_record = header_classes is not None
+        stated = prop[0] if prop is not None else header_classes
+        heads = self.records.scan_headers(rows)
+        problems = {}
+        for pos in np.flatnonzero(~heads["magic_ok"]):
+            problems[int(pos)] = self._record_problem(int(rows[pos]))
+        labels = np.where(heads["magic_ok"], heads["label"], np.nan)
+        self._finish(rows, labels, problems, num_classes=num_classes, stated_classes=stated)
+
+    def _record_problem(self, row: int) -> str:
+        """The precise message for a record whose header scan failed (bad magic, truncation, ...)."""
+        try:
+            unpack(self.records.read_row(row), self._describe(row))
+        except DataError as exc:
+            return str(exc)
+        return f"{self._describe(row)}: unreadable header"
+
+    def _describe(self, candidate: int) -> str:
+        return f"'{self.records.rec_path}' record {int(self.records.keys[candidate])}"
+
+    def _load_bytes(self, candidate: int) -> bytes:
+        where = self._describe(candidate)
+        return unpack(self.records.read_row(candidate), where)[1]

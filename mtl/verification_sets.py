@@ -1,0 +1,165 @@
+"""Face verification sets: InsightFace ``.bin`` files (LFW, CFP-FP, AgeDB-30) and plain pairs lists.
+
+``.bin`` = a pickle of ``(images, issame)``: ``images`` is a list of 2P encoded images (JPEG/PNG bytes), pair ``i``
+being images ``2i`` and ``2i + 1``; ``issame`` is a list of P booleans. Pairs list = ``img1<TAB>img2<TAB>0|1`` lines,
+paths relative to a root folder. Both load into a :class:`VerificationSet` of decoded uint8 pixels, which hands out
+normalised float32 batches (optionally mirrored, for the ``f(x) + f(flip x)`` embedding of the protocol).
+"""
+import io
+import os
+import pickle
+
+import numpy as np
+
+from .errors import DataError
+from .transforms import DecodeError, decode_rgb, normalize, to_pixels
+
+
+class VerificationSet:
+    """P image pairs: ``pixels`` uint8 [2P, S, S, 3] (pair i = rows 2i, 2i+1) and ``issame`` bool [P]."""
+
+    def __init__(self, name: str, pixels: np.ndarray, issame: np.ndarray, source: str = ""):
+        self.name = name
+        self.pixels = pixels
+        self.issame = np.asarray(issame, dtype=bool)
+        self.source = source
+
+    @property
+    def num_pairs(self) -> int:
+        """Number of pairs P."""
+        return len(self.issame)
+
+    def __len__(self) -> int:
+        """Number of images (2P)."""
+        return len(self.pixels)
+
+    def images(self, start: int = 0, stop: int = None, flip: bool = False) -> np.ndarray:
+        """Images ``start:stop`` as float32 [n, 3, S, S] scaled by (x / 255 - 0.5) / 0.5, mirrored when ``flip``."""
+        chosen = self.pixels[start:stop]
+        out = np.empty((len(chosen), 3) + chosen.shape[1:3], dtype=np.float32)
+        for i, pixels in enumerate(chosen):
+            out[i] = normalize(pixels, flip)
+        return out
+
+    def batches(self, batch_size: int, flip: bool = False):
+        """Yield consecutive float32 batches of at most ``batch_size`` images, in image order."""
+        for start in range(0, len(self), int(batch_size)):
+            yield self.images(start, start + int(batch_size), flip)
+
+
+class _BinUnpickler(pickle.Unpickler):
+    """Only what a ``.bin`` set legitimately holds (bytes, lists, numpy arrays and scalars) may be unpickled."""
+
+    _ALLOWED = {
+        ("_codecs", "encode"), ("builtins", "bytes"), ("builtins", "bytearray"), ("builtins", "bool"),
+        ("__builtin__", "bytes"), ("__builtin__", "bytearray"), ("__builtin__", "bool"),
+    }
+    _NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer", "bool_"}
+
+    def find_class(self, module, name):
+        if (module, name) in self._ALLOWED or (module.split(".")[0] == "numpy" and name in self._NUMPY_NAMES):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed in a verification set")
+
+
+def _decode_all(encoded, image_size: int, describe) -> np.ndarray:
+    pixels = np.empty((len(encoded), image_size, image_size, 3), dtype=np.uint8)
+    for i, data in enumerate(encoded):
+        try:
+            pixels[i] = to_pixels(decode_rgb(data), image_size)
+        except DecodeError as exc:
+            raise DataError(f"{describe(i)}: {exc}") from None
+    return pixels
+
+
+def _as_bytes(item):
+    if isinstance(item, np.ndarray):
+        return item.tobytes()
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item)
+    return None
+
+
+def read_bin(path: str, image_size: int = 112, name: str = None) -> VerificationSet:
+    """Load an InsightFace ``.bin`` verification set, decoding (and resizing if needed) every image."""
+    if not os.path.isfile(path):
+        raise DataError(f"verification set '{path}' does not exist")
+    try:
+        with open(path, "rb") as f:
+            content = _BinUnpickler(f, encoding="bytes").load()
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a .bin set"
+        raise DataError(f"verification set '{path}' is not a readable .bin pickle: {exc}") from None
+    if not isinstance(content, (tuple, list)) or len(content) != 2:
+        raise DataError(f"verification set '{path}': expected a pickle of (images, issame)")
+    images, issame = content
+    issame = np.asarray(list(issame))
+    if len(images) != 2 * len(issame) or issame.ndim != 1:
+        raise DataError(f"verification set '{path}': {len(images)} images for {len(issame)} pairs, expected 2 per pair")
+    if issame.dtype != bool and not np.isin(issame, (0, 1)).all():
+        raise DataError(f"verification set '{path}': issame holds values other than True/False")
+    encoded = []
+    for i, item in enumerate(images):
+        data = _as_bytes(item)
+        if data is None:
+            raise DataError(f"verification set '{path}' image {i}: expected encoded bytes, got {type(item).__name__}")
+        encoded.append(data)
+    pixels = _decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}")
+    name = name or os.path.splitext(os.path.basename(path))[0]
+    return VerificationSet(name, pixels, issame.astype(bool), path)
+
+
+def write_bin(path: str, encoded_images, issame):
+    """Write a ``.bin`` verification set: a pickle of (list of 2P encoded images, list of P bools)."""
+    encoded_images = [bytes(b) for b in encoded_images]
+    issame = [bool(s) for s in issame]
+    if len(encoded_images) != 2 * len(issame):
+        raise ValueError(f"{len(encoded_images)} images for {len(issame)} pairs: need exactly 2 per pair")
+    with open(path, "wb") as f:
+        pickle.dump((encoded_images, issame), f, protocol=4)
+
+
+def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: str = None) -> VerificationSet:
+    """Load a pairs list (``img1<TAB>img2<TAB>0|1`` per line, paths relative to ``root``, default its folder)."""
+    if not os.path.isfile(pairs_path):
+        raise DataError(f"pairs list '{pairs_path}' does not exist")
+    root = root if root is not None else (os.path.dirname(pairs_path) or ".")
+    encoded, issame, where = [], [], []
+    with open(pairs_path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            parts = line.split("\t") if "\t" in line else line.split()
+            if len(parts) != 3 or parts[2].strip() not in ("0", "1"):
+                raise DataError(f"pairs list '{pairs_path}' line {lineno}: expected 'img1<TAB>img2<TAB>0|1'")
+            for rel in parts[:2]:
+                full = os.path.join(root, rel.strip())
+                try:
+                    with open(full, "rb") as img:
+                        encoded.append(img.read())
+                except OSError as exc:
+                    raise DataError(f"pairs list '{pairs_path}' line {lineno}: cannot read '{full}': "
+                                    f"{exc.strerror}") from None
+                where.append(lineno)
+            issame.append(parts[2].strip() == "1")
+    if not issame:
+        raise DataError(f"pairs list '{pairs_path}' holds no pair")
+    pixels = _decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}")
+    name = name or os.path.splitext(os.path.basename(pairs_path))[0]
+    return VerificationSet(name, pixels, np.array(issame), pairs_path)
+
+
+def load_verification_set(path: str, root: str = None, image_size: int = 112, name: str = None) -> VerificationSet:
+    """A ``.bin`` file or a pairs list, by extension."""
+    if str(path).endswith(".bin"):
+        return read_bin(path, image_size, name)
+    return read_pairs(path, root, image_size, name)
+
+
+def encode_png(pixels: np.ndarray) -> bytes:
+    """Lossless PNG bytes of a uint8 [H, W, 3] array (for writing test and demo sets)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()

@@ -1,0 +1,110 @@
+"""Config validation at load time: one line naming the file and the key path, exit status 2, no traceback."""
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from mtl.config import apply_overrides, load_job
+from mtl.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BASE = {
+    "tasks": [{"name": "reg", "reader": {"type": "synthetic", "target": "regression", "num_samples": 32},
+               "head": {"type": "regression"}}],
+    "backbone": {"type": "mlp"},
+    "schedule": {"batch_size": 8, "steps": 2},
+}
+
+
+def write(tmp_path, data, name="job.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def error_of(tmp_path, overrides=(), data=None):
+    path = write(tmp_path, data or BASE)
+    with pytest.raises(ConfigError) as err:
+        load_job(path, overrides)
+    return str(err.value), path
+
+
+def test_valid_job_gets_defaults(tmp_path):
+    job = load_job(write(tmp_path, BASE))
+    assert job["schedule"]["mode"] == "joint" and job["optimizer"]["type"] == "momentum"
+    assert job["tasks"][0]["ratio"] == 1.0 and job["tasks"][0]["loss_weight"] == 1.0
+
+
+@pytest.mark.parametrize("override,key,words", [
+    ("schedul.steps=3", "schedul", "did you mean 'schedule'"),
+    ("schedule.stepz=3", "schedule.stepz", "did you mean 'steps'"),
+    ("schedule.steps=abc", "schedule.steps", "expected an integer"),
+    ("schedule.mode=mixed", "schedule.mode", "must be one of joint, sample"),
+    ("optimizer.lr=0", "optimizer.lr", "must be > 0"),
+    ("device=tpu", "device", "must be one of auto, cpu, gpu"),
+    ("tasks.0.ratio=-1", "tasks.0.ratio", "must be > 0"),
+    ("tasks.0.head.type=regresion", "tasks.0.head.type", "did you mean 'regression'"),
+    ("tasks.0.head.los=l1", "tasks.0.head.los", "did you mean 'loss'"),
+    ("backbone.type=mpl", "backbone.type", "did you mean 'mlp'"),
+    ("tasks.0.reader.type=digit", "tasks.0.reader.type", "did you mean 'digits'"),
+    ("plugins=[no_such_folder]", "plugins.0", "does not exist"),
+    ("tasks=[no_such_task.yaml]", "tasks.0", "does not exist"),
+])
+def test_bad_values_name_file_and_key(tmp_path, override, key, words):
+    msg, path = error_of(tmp_path, [override])
+    assert path in msg and f"{key}:" in msg and words in msg, msg
+
+
+def test_task_file_errors_name_the_task_file(tmp_path):
+    task = tmp_path / "tasks" / "t1.yaml"
+    task.parent.mkdir()
+    task.write_text(yaml.safe_dump({"name": "t1", "reader": {"type": "synthetic"}, "head": {"type": "softmx"},
+                                    "ratio": 1}))
+    data = dict(BASE, tasks=["t1"])
+    msg, _ = error_of(tmp_path, data=data)
+    assert str(task) in msg and "head.type" in msg and "did you mean 'softmax'" in msg, msg
+
+
+def test_task_found_by_name_in_tasks_folder(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "reg2.yaml").write_text(yaml.safe_dump(dict(BASE["tasks"][0], name="reg2")))
+    job = load_job(write(tmp_path, dict(BASE, tasks=["reg2"])))
+    assert job["tasks"][0]["name"] == "reg2" and job["tasks"][0]["source"].endswith("reg2.yaml")
+
+
+def test_python_task_file_registers_its_own_head(tmp_path):
+    plug = tmp_path / "myplugins"
+    plug.mkdir()
+    (plug / "custom_task.py").write_text(
+        "from heads.regression import RegressionHead\n"
+        "from mtl.registry import register_head\n"
+        "@register_head('my_regression')\n"
+        "class MyRegression(RegressionHead):\n"
+        "    '''A custom head from a plug-in file.'''\n"
+        "TASK = {'name': 'custom', 'reader': {'type': 'synthetic', 'target': 'regression'},\n"
+        "        'head': {'type': 'my_regression'}}\n")
+    job = load_job(write(tmp_path, dict(BASE, plugins=["myplugins"], tasks=["myplugins/custom_task.py"])))
+    assert job["tasks"][0]["head"]["type"] == "my_regression"
+
+
+def test_duplicate_task_names(tmp_path):
+    data = dict(BASE, tasks=[BASE["tasks"][0], BASE["tasks"][0]])
+    msg, _ = error_of(tmp_path, data=data)
+    assert "used by more than one task" in msg
+
+
+def test_overrides_parse_yaml_values():
+    out = apply_overrides({"a": {"b": 1}, "l": [1, 2]}, ["a.b=2.5", "a.c=[1, 2]", "l.1=x", "new.key=true"])
+    assert out == {"a": {"b": 2.5, "c": [1, 2]}, "l": [1, "x"], "new": {"key": True}}
+
+
+def test_cli_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, BASE)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), path, "--set",
+                           "schedule.batch_size=zero"], capture_output=True, text=True, cwd=str(tmp_path))
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error")]
+    assert len(lines) == 1 and "schedule.batch_size" in lines[0] and "Traceback" not in proc.stderr

@@ -1,0 +1,71 @@
+"""Step batches: independent of the process count, pure in (seed, step), epochs without repeats."""
+import numpy as np
+import pytest
+
+from mtl.data import SampleOrder, StepDataset, check_divisible
+from mtl.errors import ConfigError
+from mtl.readers.synthetic import SyntheticReader
+from mtl.scheduler import JointSchedule, SampleSchedule
+
+
+def test_sample_order_is_a_permutation_per_epoch():
+    order = SampleOrder(10, seed=5)
+    first, second = order.indices(0, 10), order.indices(10, 10)
+    assert sorted(first) == list(range(10)) and sorted(second) == list(range(10))
+    assert list(first) != list(second)
+    np.testing.assert_array_equal(order.indices(7, 6), np.concatenate([first[7:], second[:3]]))
+
+
+def _readers():
+    return {"a": SyntheticReader(num_samples=37, num_classes=5, seed=1),
+            "b": SyntheticReader(num_samples=23, num_classes=3, seed=2, target="regression")}
+
+
+@pytest.mark.parametrize("mode", ["joint", "sample"])
+def test_global_batch_does_not_depend_on_world_size(mode):
+    readers = _readers()
+    if mode == "joint":
+        sched = JointSchedule(["a", "b"], [1, 1], 8, seed=0)
+    else:
+        sched = SampleSchedule(["a", "b"], [0.5, 0.5], 8, seed=0)
+    single = StepDataset(sched, readers, seed=3, start_step=0, end_step=12)
+    halves = [StepDataset(sched, readers, seed=3, start_step=0, end_step=12, world=2, rank=r) for r in range(2)]
+    quarters = [StepDataset(sched, readers, seed=3, start_step=0, end_step=12, world=4, rank=r) for r in range(4)]
+    for i in range(12):
+        full = single[i]
+        for parts in (halves, quarters):
+            pieces = [p[i] for p in parts]
+            assert set(full) == set(pieces[0])
+            for task, sub in full.items():
+                for field, value in sub.items():
+                    np.testing.assert_array_equal(value, np.concatenate([p[task][field] for p in pieces]))
+
+
+def test_resume_point_gives_the_same_batches():
+    readers = _readers()
+    sched = SampleSchedule(["a", "b"], [0.3, 0.7], 4, seed=9)
+    full = StepDataset(sched, readers, seed=1, start_step=0, end_step=30)
+    tail = StepDataset(SampleSchedule(["a", "b"], [0.3, 0.7], 4, seed=9), readers, seed=1, start_step=17,
+                       end_step=30)
+    for i in range(13):
+        a, b = full[17 + i], tail[i]
+        assert a.keys() == b.keys()
+        for t in a:
+            np.testing.assert_array_equal(a[t]["image"], b[t]["image"])
+
+
+def test_every_sample_once_per_epoch():
+    readers = {"a": SyntheticReader(num_samples=12, num_classes=4, seed=1)}
+    sched = JointSchedule(["a"], [1], 4, seed=0)
+    ds = StepDataset(sched, readers, seed=0, start_step=0, end_step=3)
+    seen = np.concatenate([ds.global_indices(s)["a"] for s in range(3)])
+    assert sorted(seen) == list(range(12))
+
+
+def test_indivisible_sub_batch_is_a_clear_error():
+    sched = JointSchedule(["a", "b"], [1, 2], 9, seed=0)   # sizes 3 and 6
+    with pytest.raises(ConfigError) as err:
+        check_divisible(sched, 2, "job.yaml")
+    msg = str(err.value)
+    assert "task 'a'" in msg and "3 samples" in msg and "2 processes" in msg and "schedule.batch_size" in msg
+    check_divisible(JointSchedule(["a", "b"], [1, 2], 12, seed=0), 2)
