@@ -33,7 +33,7 @@ def verification_pairs(labels: np.ndarray, seed: int = 0):
 
     Every sample whose class has at least two samples gets one positive partner (another sample of its class) and
     one negative partner (a sample of another class), both drawn from ``RandomState(seed)``: P positive and
-    P negative pairs, positives first.
+    P negative pairs, alternating.
     """
     labels = np.asarray(labels).reshape(-1)
     rng = np.random.RandomState(seed)
@@ -59,9 +59,10 @@ def verification_pairs(labels: np.ndarray, seed: int = 0):
         negative[clash] = rng.randint(0, len(labels), size=int(clash.sum()))
     for i in np.flatnonzero(labels[negative] == labels[first]):  # rare: a dominant class
         negative[i] = rng.choice(np.flatnonzero(labels != labels[first[i]]))
-    pair_first = np.concatenate([first, first])
-    pair_second = np.concatenate([positive, negative])
-    issame = np.concatenate([np.ones(len(first), bool), np.zeros(len(first), bool)])
+    # interleaved (positive, negative, positive, ...): the protocol's contiguous folds then hold both kinds
+    pair_first = np.repeat(first, 2)
+    pair_second = np.stack([positive, negative], axis=1).reshape(-1)
+    issame = np.tile(np.array([True, False]), len(first))
     return pair_first, pair_second, issame
 
 
@@ -179,12 +180,9 @@ class ArcFaceHead(ShardedClassHead):
         pairs = np.empty((2 * len(first), feats.shape[1]), dtype=np.float32)
         pairs[0::2], pairs[1::2] = embeddings[first], embeddings[second]
         result = verification(pairs, issame, folds=min(10, len(issame)))
-        return {
-            "verification_accuracy": float(result["accuracy"]),
-            "verification_std": float(result["std"]),
-            "verification_threshold": float(result["threshold"]),
-            "accuracy": float(np.mean(predicted == labels)),
-        }
+        metrics = {f"verification_{k}": float(v) for k, v in result.items()}  # accuracy, std, threshold, ...
+        metrics["accuracy"] = float(np.mean(predicted == labels))
+        return metrics
 
 
 @register_head("cosface")

@@ -81,8 +81,8 @@ def metrics_table(summary_tasks):
     return tabulate(rows, headers=["task", "head", "loss start", "loss end"] + metric_names, tablefmt="github")
 
 
-def plot_losses(records, tasks, path, smooth=0.0):
-    """PNG of every task's loss against the step (with an optional exponential smoothing)."""
+def plot_losses(records, tasks, path, smooth=0.8):
+    """PNG of every task's loss against the step: raw values faint, exponentially smoothed values bold."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,16 +94,17 @@ def plot_losses(records, tasks, path, smooth=0.0):
         if not pts:
             continue
         steps, values = zip(*pts)
-        if smooth:
+        line, = ax.plot(steps, values, alpha=0.25, linewidth=0.8)
+        if smooth and len(values) > 1:
             out, acc = [], values[0]
             for v in values:
-                acc = smooth * acc + (1 - smooth) * v
+                acc = smooth * acc + (1 - smooth) * v  # EMA: s_t = a s_{t-1} + (1 - a) x_t
                 out.append(acc)
             values = out
-        ax.plot(steps, values, label=task)
+        ax.plot(steps, values, label=task, color=line.get_color(), linewidth=1.6)
     total = [(r["step"], r["loss"]) for r in records if "loss" in r]
     if total:
-        ax.plot(*zip(*total), label="total", color="black", linewidth=1, alpha=0.5)
+        ax.plot(*zip(*total), label="total (raw)", color="black", linewidth=0.8, alpha=0.3)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_yscale("log")

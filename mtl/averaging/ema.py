@@ -51,13 +51,12 @@ class EMA(Averager):
             shadow = slot.arrays.get("shadow")
             if shadow is None:
                 if self.bias_correction:  # e_1 = d * 0 + (1 - d) * p_1
-                    shadow = self._store.zeros(slot.param)
-                    self._store.lerp_param_(shadow, slot.param, 1.0 - d)
+                    shadow = self._store.blend_param_(self._store.zeros(slot.param), slot.param, d)
                 else:  # e_1 = p_1
                     shadow = self._store.copy(slot.param)
                 slot.arrays["shadow"] = shadow
-            else:  # e_n = e_{n-1} + (1 - d) * (p_n - e_{n-1}) = d * e_{n-1} + (1 - d) * p_n
-                self._store.lerp_param_(shadow, slot.param, 1.0 - d)
+            else:  # e_n = d * e_{n-1} + (1 - d) * p_n
+                self._store.blend_param_(shadow, slot.param, d)
         self.num_updates += 1
         self.decay_product *= d
 

@@ -63,10 +63,14 @@ class DeviceStore:
         acc.zero_()
         return acc
 
-    def lerp_param_(self, acc, param, weight):
-        """``acc = acc + weight * (param - acc)`` in place."""
+    def blend_param_(self, acc, param, decay):
+        """``acc = decay * acc + (1 - decay) * param`` in place, for ``0 <= decay < 1``.
+
+        Written as ``(1 - decay) * (acc * decay / (1 - decay) + param)``: three in-place kernels and no temporary
+        (Paddle's ``lerp_`` and ``add_(alpha=)`` are 10-20x slower than ``add_`` on CPU).
+        """
         value = param if param.dtype == acc.dtype else param.astype(acc.dtype)
-        acc.lerp_(value, weight)
+        acc.scale_(decay / (1.0 - decay)).add_(value).scale_(1.0 - decay)
         return acc
 
     def divide(self, acc, denominator):
@@ -125,9 +129,11 @@ class HostStore(DeviceStore):
         acc[...] = 0
         return acc
 
-    def lerp_param_(self, acc, param, weight):
+    def blend_param_(self, acc, param, decay):
         value = param.detach().astype(accumulation_dtype(param)).numpy()
-        acc += acc.dtype.type(weight) * (value - acc)
+        value *= acc.dtype.type(1.0 - decay)
+        acc *= acc.dtype.type(decay)
+        acc += value
         return acc
 
     def divide(self, acc, denominator):

@@ -12,7 +12,7 @@ from ._face import FaceImageReader
 
 def resolve_paths(path: str):
     """(rec, idx, property) paths for a folder holding ``train.rec``, a ``.rec`` file or a prefix like ``d/train``."""
-    if os.path.isdir(path):
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):
         prefix = os.path.join(path, "train")
     elif path.endswith((".rec", ".idx")):
         prefix = path[:-4]
@@ -39,14 +39,18 @@ def read_property(path: str):
 def image_rows(records: RecordFile):
     """Index rows of the image records and the class count stated by InsightFace's header record 0 (or None).
 
-    When record 0 exists and its flag is > 0, its labels (a, b) say: images are records 1 .. a-1, identity records
-    a .. b-1 (so b - a classes). Otherwise every record of the index is an image.
+    Record 0 is InsightFace's header when it carries flag >= 2 labels and no image: its labels (a, b) say that
+    images are records 1 .. a-1 and identity records a .. b-1 (b - a classes). Otherwise (no record 0, or record 0
+    holds an image, e.g. with a multi-float label) every record of the index is an image.
     """
     if records.has_key(0):
-        head = records.scan_headers(np.array([records.position(0)]))
-        if head["magic_ok"][0] and head["flag"][0] > 0:
-            first_identity, end = head["label"][0], head["labels2"][0]
-            if not np.isfinite(end) or first_identity < 1 or end < first_identity:
+        try:
+            header, rest = unpack(records.read_row(records.position(0)), f"'{records.rec_path}' record 0")
+        except DataError:
+            header, rest = None, b""  # reported with the other bad records
+        if header is not None and header.flag >= 2 and len(rest) == 0:
+            first_identity, end = float(header.label[0]), float(header.label[1])
+            if first_identity != int(first_identity) or end != int(end) or not 1 <= first_identity <= end:
                 raise DataError(
                     f"'{records.rec_path}' record 0: header labels ({first_identity:g}, {end:g}) are not a "
                     f"range (first identity record, end)"

@@ -1,0 +1,61 @@
+"""Run a script under ``python -m paddle.distributed.launch`` on CPU (gloo) and collect what every rank printed.
+
+``CUDA_VISIBLE_DEVICES=""`` cannot be used to force the CPU: Paddle 3.3's launcher reads an empty value as one
+device named "" and fails with an IndexError for ``--nproc_per_node`` > 1. On a CPU-only build the variable is
+removed and the launcher picks gloo by itself; on a CUDA build the environment is passed on as it is (``env`` may
+override it), and the launcher places one process per visible GPU.
+"""
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import paddle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _read_logs(log_dir):
+    """Every rank's ``workerlog.N`` and the launcher's own ``*.log`` (not its environment dumps)."""
+    text = []
+    for path in sorted(glob.glob(os.path.join(log_dir, "workerlog.*")) + glob.glob(os.path.join(log_dir, "*.log"))):
+        with open(path, errors="replace") as f:
+            text.append(f"===== {os.path.basename(path)} =====\n{f.read()}")
+    return "\n".join(text)
+
+
+def run_distributed(script_path, nproc=2, args=(), timeout=120, env=None):
+    """Launch ``script_path`` on ``nproc`` CPU processes; return (returncode, launcher output + per-rank logs).
+
+    The process group is started in its own session and killed as a whole on timeout (returncode -9 then).
+    """
+    log_dir = tempfile.mkdtemp(prefix="mtl_launch_")
+    run_env = dict(os.environ)
+    run_env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, run_env.get(
+        "PYTHONPATH")]))})
+    if not paddle.is_compiled_with_cuda():
+        run_env.pop("CUDA_VISIBLE_DEVICES", None)
+    run_env.update(env or {})
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+           "--log_dir", log_dir, script_path, *[str(a) for a in args]]
+    proc = subprocess.Popen(cmd, env=run_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        code = -9
+        output = f"timed out after {timeout} s\n{output}"
+    logs = _read_logs(log_dir)
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return code, f"{output}\n{logs}"
+
+
+def assert_success(code, output):
+    """Fail with the launcher output and every rank's log unless the launch exited 0."""
+    assert code == 0, f"distributed run failed with exit code {code}:\n{output[-20000:]}"

@@ -1,0 +1,120 @@
+"""Two processes (gloo) against one: the sharded heads must give the single-process loss and gradients.
+
+One launch of ``tests/dist_scripts/sharded_heads.py`` runs every case; each case here reruns the same head in this
+process on the whole global batch (world 1, the reference) and compares.
+"""
+import importlib.util
+import os
+
+import numpy as np
+import paddle
+import pytest
+from dist_util import assert_success, run_distributed
+from test_margin_heads import np_margin_head
+
+from mtl import distributed, registry
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "dist_scripts", "sharded_heads.py")
+WORLD = 2
+MEASURED = {}  # what -> largest relative difference seen, printed at the end with -s
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("sharded_heads_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+script = _load_script()
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Per-rank arrays of the one distributed launch."""
+    out_dir = tmp_path_factory.mktemp("sharded_heads")
+    code, output = run_distributed(SCRIPT, nproc=WORLD, args=[str(out_dir)], timeout=180)
+    assert_success(code, output)
+    yield [dict(np.load(os.path.join(out_dir, f"rank{k}.npz"))) for k in range(WORLD)]
+    print("\nmax relative differences, 2 ranks vs 1 process:")
+    for what, rel in sorted(MEASURED.items()):
+        print(f"  {what}: {rel:.2e}")
+
+
+def single_process(name):
+    """The same head at world 1 on the whole batch: loss, gradients, init, metrics, eval predictions."""
+    cfg, _ = script.CASES[name]
+    registry.load_builtin()
+    head = registry.build("head", cfg, feature_size=script.FEATURE_SIZE)
+    features, labels, evaluation = script.global_batch(cfg["num_classes"])
+    ref = {"weight_init": head.weight.numpy().copy()}
+    feats = paddle.to_tensor(features, stop_gradient=False)
+    out = head(feats, paddle.to_tensor(labels))
+    out.loss.backward()
+    ref.update(loss=out.loss.numpy(), feature_grad=feats.grad.numpy(), weight_grad=head.weight.grad.numpy())
+    ref.update({f"metric_{k}": v.numpy() for k, v in out.metrics.items()})
+    if getattr(head, "bias", None) is not None:
+        ref["bias_grad"] = head.bias.grad.numpy()
+    ref["eval_topk"] = head.predict_topk(evaluation, getattr(head, "topk", 1))
+    return ref
+
+
+def close(name, what, actual, expected, rtol=1e-5, atol=1e-7):
+    diff = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64))
+    rel = float(np.max(diff / (np.abs(expected) + atol))) if diff.size else 0.0
+    MEASURED[f"{name} {what}"] = max(MEASURED.get(f"{name} {what}", 0.0), rel)
+    assert np.allclose(actual, expected, rtol=rtol, atol=atol), (
+        f"{name}: {what} differs: max abs {float(diff.max()) if diff.size else 0:.3e}, max rel {rel:.3e}")
+
+
+FULL_CASES = [name for name in script.CASES if not name.startswith("partial")]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", FULL_CASES)
+def test_two_ranks_match_one_process(ranks, name):
+    ref = single_process(name)
+    cfg, split = script.CASES[name]
+    key = lambda what: f"{name}/{what}"  # noqa: E731
+    for k in range(WORLD):
+        start, count = distributed.shard_range(cfg["num_classes"], WORLD, k)
+        expected_params = count * script.FEATURE_SIZE + (count if cfg["type"] == "softmax" else 0)
+        assert ranks[k][key("weight_init")].shape == (count, script.FEATURE_SIZE)
+        assert int(ranks[k][key("param_count")]) == expected_params
+        close(name, f"loss rank {k}", ranks[k][key("loss")], ref["loss"])
+        for metric in (m for m in ref if m.startswith("metric_")):
+            assert float(ranks[k][key(metric)]) == float(ref[metric]), f"{name}: {metric} on rank {k}"
+        assert np.array_equal(ranks[k][key("eval_topk")], ref["eval_topk"]), f"{name}: eval predictions"
+    assert np.array_equal(np.concatenate([r[key("weight_init")] for r in ranks]), ref["weight_init"])
+    close(name, "feature grad", np.concatenate([r[key("feature_grad")] for r in ranks]), ref["feature_grad"])
+    close(name, "weight grad", np.concatenate([r[key("weight_grad")] for r in ranks]), ref["weight_grad"])
+    if "bias_grad" in ref:
+        close(name, "bias grad", np.concatenate([r[key("bias_grad")] for r in ranks]), ref["bias_grad"])
+    rows = [script.split_rows(split, k) for k in range(WORLD)]
+    assert [ranks[k][key("feature_grad")].shape[0] for k in range(WORLD)] == [e - b for b, e in rows]
+
+
+@pytest.mark.distributed
+def test_two_ranks_partial_fc_equals_margin_loss_over_the_union_of_samples(ranks):
+    """Each rank samples its own classes; the loss is the full margin loss restricted to the union of samples."""
+    name = "partial_fc9"
+    cfg, _ = script.CASES[name]
+    features, labels, _ = script.global_batch(cfg["num_classes"])
+    init = np.concatenate([r[f"{name}/weight_init"] for r in ranks]).astype(np.float64)
+    sampled = np.concatenate([r[f"{name}/sampled"] for r in ranks])
+    for k in range(WORLD):
+        start, count = distributed.shard_range(cfg["num_classes"], WORLD, k)
+        mine = ranks[k][f"{name}/sampled"]
+        owned = set(int(c) for c in labels if start <= c < start + count)
+        assert owned <= set(mine.tolist()) and len(mine) == max(int(np.ceil(0.5 * count)), len(owned))
+        grad = ranks[k][f"{name}/weight_grad"]
+        untouched = np.setdiff1d(np.arange(start, start + count), mine) - start
+        assert np.all(grad[untouched] == 0.0)
+    loss, dx, dw, _ = np_margin_head(features.astype(np.float64), init[sampled], np.searchsorted(sampled, labels),
+                                     (1.0, 0.5, 0.0), cfg["scale"])
+    for k in range(WORLD):
+        close(name, f"loss rank {k}", ranks[k][f"{name}/loss"], loss)
+    close(name, "feature grad", np.concatenate([r[f"{name}/feature_grad"] for r in ranks]), dx, rtol=1e-4, atol=1e-6)
+    full_grad = np.concatenate([r[f"{name}/weight_grad"] for r in ranks])
+    close(name, "weight grad", full_grad[sampled], dw, rtol=1e-4, atol=1e-6)
