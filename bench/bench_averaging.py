@@ -7,13 +7,15 @@ plain SGD. Each variant runs in its own fresh process (so resident-memory deltas
   ours-offload:    + ``mtl.averaging.ModelAverage(offload="cpu")`` (sums and restore copy in host memory);
   ours-ema:        + ``mtl.averaging.EMA``;
   paddle:          + ``paddle.incubate.ModelAverage``.
-Reported: median step time and its ratio to ``none``; bytes held by the averager's arrays after the steps and
-while ``apply()`` is active, as multiples of the parameter bytes; the process's resident set growth (VmRSS) over
-the steps and its peak (VmHWM) including one apply/restore, as ratios to ``none``; the apply+restore time.
+Reported: median step time (SGD + averager), the averager's part of it, and the step's ratio to SGD steps timed
+alone just before in the same process (the machine's load varies between processes); bytes
+held by the averager's arrays after the steps and while ``apply()`` is active, as multiples of the parameter bytes;
+the process's resident set growth (VmRSS) over the steps and its peak (VmHWM) including one apply/restore, as a
+ratio to ``none``; the apply+restore time.
 The window is min 3 / max 8 / rate 0.15, so steady state (sum_3 present) is reached within the run.
 On the CPU wheel "device" and "host" are the same memory: offloading shows in the held-bytes column, not in RSS.
 
-    python bench/bench_averaging.py [--quick] [--steps 12]
+    python bench/bench_averaging.py [--quick] [--steps N]
 """
 import argparse
 import json
@@ -62,6 +64,11 @@ def run_variant(variant, quick, steps):
     optimizer = paddle.optimizer.SGD(1e-3, parameters=list(params.values()))
     optimizer.step()
     param_bytes = sum(int(np.prod(p.shape)) * 4 for p in params.values())
+    sgd_times = []
+    for _ in range(steps):  # the no-averaging step, timed in this same process (load on the machine varies)
+        start = time.perf_counter()
+        optimizer.step()
+        sgd_times.append(time.perf_counter() - start)
     rss_before = resident_kib()
     averager = {"none": lambda: None,
                 "ours-device": lambda: ModelAverage(params, 0.15, 3, 8),
@@ -69,13 +76,16 @@ def run_variant(variant, quick, steps):
                 "ours-ema": lambda: EMA(params, 0.999),
                 "paddle": lambda: paddle.incubate.ModelAverage(0.15, parameters=list(params.values()),
                                                                min_average_window=3, max_average_window=8)}[variant]()
-    times = []
+    times, averager_times = [], []
     for _ in range(steps):
         start = time.perf_counter()
         optimizer.step()
+        middle = time.perf_counter()
         if averager is not None:
             averager.step()
-        times.append(time.perf_counter() - start)
+        end = time.perf_counter()
+        times.append(end - start)
+        averager_times.append(end - middle)
     rss_after = resident_kib()
     held = held_apply = 0
     apply_ms = 0.0
@@ -85,7 +95,10 @@ def run_variant(variant, quick, steps):
         with averager.apply():
             held_apply = paddle_held_bytes(averager) if variant == "paddle" else sum(averager.nbytes().values())
         apply_ms = 1000 * (time.perf_counter() - start)
-    return {"variant": variant, "step_ms": 1000 * float(np.median(times[2:] if steps > 4 else times)),
+    skip = 2 if steps > 4 else 0  # the first steps allocate the sums
+    return {"variant": variant, "step_ms": 1000 * float(np.median(times[skip:])),
+            "averager_ms": 1000 * float(np.median(averager_times[skip:])),
+            "sgd_ms": 1000 * float(np.median(sgd_times[skip:])),
             "param_bytes": param_bytes, "held": held, "held_apply": held_apply, "apply_ms": apply_ms,
             "rss_growth_kib": rss_after - rss_before, "peak_kib": resident_kib("VmHWM")}
 
@@ -108,11 +121,11 @@ def report(results):
     rows = []
     for variant in VARIANTS:
         r = results[variant]
-        rows.append([variant, f"{r['step_ms']:.1f}", f"{r['step_ms'] / base['step_ms']:.2f}",
+        rows.append([variant, f"{r['step_ms']:.1f}", f"{r['averager_ms']:.2f}", f"{r['step_ms'] / r['sgd_ms']:.2f}",
                      f"{r['held'] / r['param_bytes']:.2f}", f"{r['held_apply'] / r['param_bytes']:.2f}",
                      f"{r['rss_growth_kib'] / 1024:.0f}", f"{r['peak_kib'] / base['peak_kib']:.2f}",
                      f"{r['apply_ms']:.0f}"])
-    headers = ["variant", "step ms", "step / none", "held / params", "held in apply / params",
+    headers = ["variant", "step ms", "of which averager", "step / none", "held / params", "held in apply / params",
                "RSS growth MiB", "peak RSS / none", "apply+restore ms"]
     millions = base["param_bytes"] / 4 / 1e6
     return f"{millions:.1f}M float32 parameters ({base['param_bytes'] / 2**20:.0f} MiB)\n" + tabulate(rows, headers)
@@ -121,9 +134,10 @@ def report(results):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="~1M parameters instead of ~20M")
-    parser.add_argument("--steps", type=int, default=12, help="timed steps per variant")
+    parser.add_argument("--steps", type=int, help="timed steps per variant (default 20, 40 with --quick)")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.steps = args.steps or (40 if args.quick else 20)
     if args.child:
         print(json.dumps(run_variant(args.child, args.quick, args.steps)))
         return

@@ -8,7 +8,8 @@ One step, as named pieces:
    than normalising W, see DESIGN.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
    (``mtl.margin``), then everything is multiplied by ``scale``;
-5. loss: softmax cross-entropy across shards (``mtl.collective``).
+5. loss: softmax cross-entropy across shards (``mtl.collective``; steps 4 and 5 run in one autograd function
+   that keeps a single ``[N, K]`` buffer).
 The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
 fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
 """
@@ -22,7 +23,7 @@ from heads.softmax import ShardedClassHead
 from mtl import collective, distributed
 from mtl.errors import DataError
 from mtl.head import HeadOutput
-from mtl.margin import angular_margin, check_margin
+from mtl.margin import check_margin, margin_transform
 from mtl.registry import register_head
 
 _NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does
@@ -85,6 +86,7 @@ class ArcFaceHead(ShardedClassHead):
         if not 0.0 < self.sample_ratio <= 1.0:
             raise ValueError(f"sample_ratio must be in (0, 1], got {sample_ratio!r}")
         self.fused = self._resolve_fused(fused)
+        self._margin = margin_transform(*self.margin)
         self.sample_step = 0  # Partial FC draws from (seed, sample_step, rank)
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
 
@@ -138,17 +140,6 @@ class ArcFaceHead(ShardedClassHead):
         target = paddle.where(owned, column, paddle.full_like(column, -1))
         return paddle.gather(self.weight, index), index + self.shard_start, target
 
-    def margin_logits(self, cos, target):
-        """``scale * cos`` with the target column replaced by the margin cosine on the owner rank."""
-        num_rows, num_columns = cos.shape
-        if num_columns == 0:
-            return cos * self.scale
-        column = paddle.clip(target, 0, num_columns - 1).unsqueeze(1)
-        cos_target = paddle.take_along_axis(cos, column, axis=1)
-        with_margin = angular_margin(cos_target, *self.margin)
-        value = paddle.where((target >= 0).unsqueeze(1), with_margin, cos_target)
-        return paddle.put_along_axis(cos, column, value, axis=1) * self.scale
-
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
         x, y = self.gather_batch(features, labels)
@@ -163,7 +154,7 @@ class ArcFaceHead(ShardedClassHead):
             loss = F.margin_cross_entropy(cos, y, margin1=m1, margin2=m2, margin3=m3, scale=self.scale,
                                           group=group, reduction="mean")
         else:
-            loss = collective.sharded_softmax_cross_entropy_local(self.margin_logits(cos, target), target)
+            loss = collective.sharded_softmax_cross_entropy_local(cos, target, self.scale, self._margin)
         predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         accuracy = (predicted == y).astype("float32").mean()
         return HeadOutput(loss=loss, metrics={"accuracy": accuracy})

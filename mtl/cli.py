@@ -35,8 +35,8 @@ def _early_threads(config_path, overrides):
 def add_train_args(parser):
     """Arguments of ``mtl train`` / ``examples/train_joint.py``."""
     parser.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="job config (YAML)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="override a config value (repeatable), e.g. --set schedule.steps=100")
+    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[], metavar="KEY.PATH=VALUE",
+                        help="override config values, e.g. --set schedule.steps=100 optimizer.lr=0.01")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
 
 

@@ -78,54 +78,64 @@ def local_targets(labels: paddle.Tensor, shard_start: int, shard_size: int) -> p
 class _ShardedSoftmaxCrossEntropy(PyLayer):
     """Mean softmax cross-entropy over classes split across ranks; exact gradient on the local shard.
 
-    loss = mean_n [ log sum_k sum_j exp(z_nj) - z_n,target ], computed with the global row maximum ``m_n``:
-    ``log sum exp(z - m) - (z_target - m)``. Backward: ``dL/dz = (softmax(z) - onehot) / N`` on this shard.
+    Logits ``z = scale * x`` except the target column, ``z_t = scale * f(x_t)`` on the owner rank (``f`` = the
+    optional target transform, e.g. an angular margin, returning value and slope). With the global row maximum
+    ``m``: ``loss = mean_n [ log sum_k sum_j exp(z_nj - m_n) - (z_n,target - m_n) ]``.
+    Backward: ``dL/dx = scale * (softmax(z) - onehot) / N``, times ``f'(x_t)`` in the target column.
+    One ``[N, C_k]`` buffer holds z, then exp(z - m), then the softmax, then the gradient (in place: large
+    allocations cost more than the arithmetic on CPU), so the graph cannot be run backward twice.
     """
 
     @staticmethod
-    def forward(ctx, logits, target):
+    def forward(ctx, logits, target, scale, target_transform):
         n, c = logits.shape
-        if c > 0:
-            row_max = logits.max(axis=1)
-        else:
-            row_max = paddle.full([n], float("-inf"), dtype=logits.dtype)
-        row_max = distributed.all_reduce_max(row_max)  # m_n = max over every shard
-        shifted = logits - row_max.unsqueeze(1)
-        exp = paddle.exp(shifted)
-        owned = target >= 0
-        if c > 0:
-            column = paddle.clip(target, 0, c - 1).unsqueeze(1)
-            target_shifted = paddle.take_along_axis(shifted, column, axis=1).squeeze(1)
-            target_shifted = target_shifted * owned.astype(logits.dtype)  # z_target - m on the owner rank, else 0
-            exp_sum = exp.sum(axis=1)
-        else:
-            target_shifted = paddle.zeros([n], dtype=logits.dtype)
-            exp_sum = paddle.zeros([n], dtype=logits.dtype)
-        both = distributed.all_reduce_sum(paddle.stack([exp_sum, target_shifted]))  # one SUM for both vectors
+        owned = (target >= 0).astype(logits.dtype)
+        ctx.scale, ctx.used = scale, False
+        if c == 0:  # this rank holds no class: it takes part in the same collectives with empty contributions
+            ctx.save_for_backward(logits)
+            distributed.all_reduce_max(paddle.full([n], float("-inf"), dtype=logits.dtype))
+            both = distributed.all_reduce_sum(paddle.zeros([2, n], dtype=logits.dtype))
+            return (paddle.log(both[0]) - both[1]).mean()
+        column = paddle.clip(target, 0, c - 1).unsqueeze(1)
+        x_target = paddle.take_along_axis(logits, column, axis=1).squeeze(1)
+        value, slope = (x_target, None) if target_transform is None else target_transform(x_target)
+        value = paddle.where(owned > 0, value, x_target) * scale  # z_target on the owner, unchanged elsewhere
+        buf = paddle.scale(logits, scale)
+        buf.put_along_axis_(column, value.unsqueeze(1), axis=1)
+        row_max = distributed.all_reduce_max(buf.max(axis=1))  # m_n over every shard
+        buf.subtract_(row_max.unsqueeze(1))
+        buf.exp_()
+        target_shifted = (value - row_max) * owned  # z_target - m on the owner rank, else 0
+        both = distributed.all_reduce_sum(paddle.stack([buf.sum(axis=1), target_shifted]))  # one SUM for both
         exp_sum, target_shifted = both[0], both[1]
-        row_loss = paddle.log(exp_sum) - target_shifted
-        ctx.save_for_backward(exp / exp_sum.unsqueeze(1), target)
-        return row_loss.mean()
+        buf.divide_(exp_sum.unsqueeze(1))  # softmax over all shards, this shard's columns
+        ctx.save_for_backward(buf, column, owned, paddle.ones([n], logits.dtype) if slope is None else slope)
+        return (paddle.log(exp_sum) - target_shifted).mean()
 
     @staticmethod
     def backward(ctx, grad):
-        prob, target = ctx.saved_tensor()
-        n, c = prob.shape
-        if c == 0:
-            return paddle.zeros_like(prob), None
-        column = paddle.clip(target, 0, c - 1).unsqueeze(1)
-        owned = (target >= 0).astype(prob.dtype).unsqueeze(1)
-        at_target = paddle.take_along_axis(prob, column, axis=1) - owned
-        grad_logits = paddle.put_along_axis(prob, column, at_target, axis=1)  # softmax - onehot
-        return grad_logits * (grad / n), None
+        if ctx.used:
+            raise RuntimeError("the sharded cross-entropy reuses its buffer: its graph can be run backward once")
+        ctx.used = True
+        saved = ctx.saved_tensor()
+        if len(saved) == 1:  # no class on this rank
+            return paddle.zeros_like(saved[0]), None
+        prob, column, owned, slope = saved
+        at_target = paddle.take_along_axis(prob, column, axis=1).squeeze(1)
+        at_target = paddle.where(owned > 0, (at_target - 1.0) * slope, at_target)
+        prob.put_along_axis_(column, at_target.unsqueeze(1), axis=1)  # softmax - onehot, times f'
+        prob.multiply_(grad * (ctx.scale / prob.shape[0]))
+        return prob, None
 
 
-def sharded_softmax_cross_entropy_local(logits: paddle.Tensor, target: paddle.Tensor) -> paddle.Tensor:
+def sharded_softmax_cross_entropy_local(logits, target, scale: float = 1.0, target_transform=None):
     """Mean cross-entropy of this shard's ``logits [N, C_k]``; ``target [N]`` = local column or -1 (not here).
 
-    All N rows must be the same on every rank (the gathered batch); the result is equal on every rank.
+    ``scale`` multiplies every logit; ``target_transform(x_target) -> (value, slope)`` replaces the target logit
+    on its owner rank (see :func:`mtl.margin.margin_transform`). All N rows must be the same on every rank (the
+    gathered batch); the result is equal on every rank.
     """
-    return _ShardedSoftmaxCrossEntropy.apply(logits, target.astype("int64"))
+    return _ShardedSoftmaxCrossEntropy.apply(logits, target.astype("int64"), float(scale), target_transform)
 
 
 def sharded_softmax_cross_entropy(logits: paddle.Tensor, labels: paddle.Tensor, shard_start: int) -> paddle.Tensor:
@@ -146,7 +156,10 @@ def sharded_topk(logits: paddle.Tensor, class_ids: paddle.Tensor, k: int) -> pad
         values = paddle.full([n, k], float("-inf"), dtype="float64")
         ids = paddle.full([n, k], -1.0, dtype="float64")
         if local_k > 0:
-            top_values, top_columns = paddle.topk(logits, local_k, axis=1)
+            if local_k == 1:  # max + argmax: several times faster than topk on a wide row
+                top_values, top_columns = logits.max(axis=1, keepdim=True), logits.argmax(axis=1, keepdim=True)
+            else:
+                top_values, top_columns = paddle.topk(logits, local_k, axis=1)
             top_ids = paddle.gather(class_ids.astype("int64"), top_columns.reshape([-1])).reshape([n, local_k])
             values[:, :local_k] = top_values.astype("float64")
             ids[:, :local_k] = top_ids.astype("float64")

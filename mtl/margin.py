@@ -17,6 +17,7 @@ Derivative with respect to the cosine: ``d psi / d cos = m1 * |sin(phi)| / sin(t
 nearest cosine below 1 already has ``sin(theta) ~ 3.5e-4``, so the floor only acts at exactly +-1. The gradient
 that reaches the features stays bounded: ``d cos / d x`` vanishes like ``sin(theta)`` at the poles.
 """
+import functools
 import math
 
 import paddle
@@ -25,27 +26,34 @@ from paddle.autograd import PyLayer
 MIN_SIN_THETA = 1e-4
 
 
+def margin_value_and_slope(cos: paddle.Tensor, m1: float, m2: float, m3: float):
+    """``(psi(m1 * acos(c) + m2) - m3, d/dc of it)`` without autograd; see the module docstring."""
+    if m1 == 1.0 and m2 == 0.0:  # CosFace: cos - m3, slope 1
+        return cos - m3, paddle.ones_like(cos)
+    c = paddle.clip(cos, -1.0, 1.0)
+    theta = paddle.acos(c)
+    phi = m1 * theta + m2
+    k = paddle.floor(phi / math.pi)
+    sign = 1.0 - 2.0 * paddle.remainder(k, paddle.full_like(k, 2.0))  # (-1)**k
+    value = sign * paddle.cos(phi) - 2.0 * k - m3
+    # d psi / d cos = (-1)**k * (-sin(phi)) * m1 * d theta / d cos = m1 * (-1)**k * sin(phi) / sin(theta)
+    slope = m1 * sign * paddle.sin(phi) / paddle.clip(paddle.sin(theta), min=MIN_SIN_THETA)
+    return value, slope
+
+
 class _AngularMargin(PyLayer):
-    """``psi(m1 * acos(c) + m2) - m3`` with the exact derivative; see the module docstring."""
+    """``psi(m1 * acos(c) + m2) - m3`` as an autograd function with the exact derivative."""
 
     @staticmethod
     def forward(ctx, cos, m1, m2, m3):
-        c = paddle.clip(cos, -1.0, 1.0)
-        theta = paddle.acos(c)
-        phi = m1 * theta + m2
-        k = paddle.floor(phi / math.pi)
-        sign = 1.0 - 2.0 * paddle.remainder(k, paddle.full_like(k, 2.0))  # (-1)**k
-        psi = sign * paddle.cos(phi) - 2.0 * k
-        ctx.m1 = m1
-        ctx.save_for_backward(theta, phi, sign)
-        return psi - m3
+        value, slope = margin_value_and_slope(cos, m1, m2, m3)
+        ctx.save_for_backward(slope)
+        return value
 
     @staticmethod
     def backward(ctx, grad):
-        theta, phi, sign = ctx.saved_tensor()
-        sin_theta = paddle.clip(paddle.sin(theta), min=MIN_SIN_THETA)
-        # d psi / d cos = (-1)**k * (-sin(phi)) * m1 * d theta / d cos = m1 * (-1)**k * sin(phi) / sin(theta)
-        return grad * (ctx.m1 * sign * paddle.sin(phi) / sin_theta)
+        (slope,) = ctx.saved_tensor()
+        return grad * slope
 
 
 def check_margin(margin):
@@ -70,3 +78,9 @@ def angular_margin(cos: paddle.Tensor, m1: float = 1.0, m2: float = 0.5, m3: flo
     if m1 == 1.0 and m2 == 0.0:
         return cos - m3
     return _AngularMargin.apply(cos, m1, m2, m3)
+
+
+def margin_transform(m1: float = 1.0, m2: float = 0.5, m3: float = 0.0):
+    """The margin as a ``target_transform`` for ``mtl.collective.sharded_softmax_cross_entropy_local``."""
+    m1, m2, m3 = check_margin([m1, m2, m3])
+    return functools.partial(margin_value_and_slope, m1=m1, m2=m2, m3=m3)

@@ -3,6 +3,13 @@
 Sub-batches whose backbone inputs have the same signature (field names, per-sample shapes, dtypes) are concatenated
 and go through the backbone in one pass; the features are split back per task and each head scores its own rows.
 Total loss = sum_t loss_weight_t * loss_t over the tasks present in the step; absent tasks cost nothing.
+
+Backward (:meth:`JointModel.backward`) runs in two phases: each head's loss is differentiated alone, in job order, down
+to its (detached) features; then the backbone is differentiated once from all the feature gradients. The reason is
+communication: a model-parallel head all-reduces inside its backward, and Paddle's autograd engine orders
+independent branches differently on different ranks (seen on Paddle 3.3 with four heads: rank 0 ran soft3, cos5,
+arc7, arc1, rank 1 soft3, arc1, cos5, arc7), which pairs up the wrong tensors in the all-reduce. Job order makes
+the collective sequence identical on every rank.
 """
 from collections import OrderedDict
 from typing import Dict
@@ -44,13 +51,35 @@ class JointModel(paddle.nn.Layer):
         return out
 
     def forward(self, batch):
+        """Joint forward; returns (total loss, ``{task: HeadOutput}``). Call :meth:`backward` afterwards.
+
+        Each head sees its features through a detached leaf, so ``total.backward()`` alone would not reach the
+        backbone; :meth:`backward` does both phases.
+        """
         feats = self.features(batch)
         outputs: Dict[str, HeadOutput] = {}
         total = None
-        for task, f in feats.items():
+        self._pending = []
+        for task in self.heads.keys():  # job order, the same on every rank
+            if task not in feats:
+                continue
             head = self.heads[task]
-            out = head(f, batch[task][head.label_field])
+            leaf = feats[task].detach()
+            leaf.stop_gradient = False
+            out = head(leaf, batch[task][head.label_field])
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
+            self._pending.append((feats[task], leaf, term))
             total = term if total is None else total + term
         return total, outputs
+
+    def backward(self):
+        """Differentiate the last forward: every head in job order, then the backbone once."""
+        roots, grads = [], []
+        for feat, leaf, term in self._pending:
+            term.backward()
+            roots.append(feat)
+            grads.append(leaf.grad if leaf.grad is not None else paddle.zeros_like(feat))
+        self._pending = []
+        if roots:
+            paddle.autograd.backward(roots, grads)

@@ -62,23 +62,35 @@ def encode_record(payload: bytes) -> bytes:
     return b"".join(out)
 
 
-def decode_record(buf, pos: int = 0, where: str = "record") -> Tuple[bytes, int]:
+def _name(where) -> str:
+    """``where`` may be a string or a function returning one (built only when an error is raised)."""
+    return where() if callable(where) else where
+
+
+def decode_record(buf, pos: int = 0, where="record") -> Tuple[bytes, int]:
     """Parse the record starting at ``buf[pos]``; return (payload, position after it). ``where`` names it in errors."""
+    if pos + 8 <= len(buf):  # fast path: one whole part
+        magic, lrecord = _PART.unpack_from(buf, pos)
+        length = lrecord & LENGTH_MASK
+        if magic == MAGIC and lrecord >> LENGTH_BITS == 0 and pos + 8 + length <= len(buf):
+            return buf[pos + 8:pos + 8 + length], pos + 8 + _pad4(length)
     parts = []
     expect_first = True
     while True:
         if pos + 8 > len(buf):
-            raise DataError(f"{where}: truncated record (needs a part header at byte {pos}, buffer ends at {len(buf)})")
+            raise DataError(
+                f"{_name(where)}: truncated record (needs a part header at byte {pos}, buffer ends at {len(buf)})"
+            )
         magic, lrecord = _PART.unpack_from(buf, pos)
         if magic != MAGIC:
-            raise DataError(f"{where}: bad magic 0x{magic:08x} at byte {pos}, expected 0x{MAGIC:08x}")
+            raise DataError(f"{_name(where)}: bad magic 0x{magic:08x} at byte {pos}, expected 0x{MAGIC:08x}")
         cflag, length = lrecord >> LENGTH_BITS, lrecord & LENGTH_MASK
         if (cflag in (0, 1)) != expect_first:
-            raise DataError(f"{where}: part flag {cflag} out of sequence at byte {pos}")
+            raise DataError(f"{_name(where)}: part flag {cflag} out of sequence at byte {pos}")
         end = pos + 8 + length
         if end > len(buf):
             raise DataError(
-                f"{where}: truncated record (part of {length} bytes at byte {pos}, data ends at {len(buf)})"
+                f"{_name(where)}: truncated record (part of {length} bytes at byte {pos}, data ends at {len(buf)})"
             )
         parts.append(bytes(buf[pos + 8:end]))
         pos += 8 + _pad4(length)
@@ -106,16 +118,18 @@ def pack(label, payload: bytes = b"", id: int = 0, id2: int = 0) -> bytes:  # no
     return struct.pack(HEADER_FORMAT, len(vector), 0.0, int(id), int(id2)) + vector.tobytes() + bytes(payload)
 
 
-def unpack(record: bytes, where: str = "record") -> Tuple[RecordHeader, bytes]:
+def unpack(record: bytes, where="record") -> Tuple[RecordHeader, bytes]:
     """Split a record payload into (RecordHeader, image bytes)."""
     if len(record) < HEADER_SIZE:
-        raise DataError(f"{where}: {len(record)} bytes, shorter than the {HEADER_SIZE}-byte image-record header")
+        raise DataError(
+            f"{_name(where)}: {len(record)} bytes, shorter than the {HEADER_SIZE}-byte image-record header"
+        )
     flag, label, id_, id2 = struct.unpack_from(HEADER_FORMAT, record, 0)
     rest = record[HEADER_SIZE:]
     if flag > 0:
         if len(rest) < 4 * flag:
             raise DataError(
-                f"{where}: header announces {flag} float labels but the record ends after {len(rest)} bytes"
+                f"{_name(where)}: header announces {flag} float labels but the record ends after {len(rest)} bytes"
             )
         label = np.frombuffer(rest, dtype="<f4", count=flag).astype(np.float32)
         rest = rest[4 * flag:]
@@ -292,7 +306,7 @@ class RecordIOReader:
         """Payload of the record in index row ``row``."""
         offset, end = int(self.offsets[row]), int(self.ends[row])
         data = self._pread(offset, end - offset)
-        where = f"'{self.rec_path}' record {int(self.keys[row])} (offset {offset})"
+        where = lambda: f"'{self.rec_path}' record {int(self.keys[row])} (offset {offset})"  # noqa: E731
         return decode_record(data, 0, where)[0]
 
     def read(self, key: int) -> bytes:

@@ -105,7 +105,7 @@ class Trainer:
     def train_step(self, batch):
         """Forward, backward, gradient sync, clip, optimizer step; returns ``{task: HeadOutput}`` and the total."""
         total, outputs = self.job.model(batch)
-        total.backward()
+        self.job.model.backward()
         self.sync_gradients()
         clip = self.cfg["optimizer"]["clip_norm"]
         if clip:

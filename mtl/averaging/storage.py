@@ -63,6 +63,15 @@ class DeviceStore:
         acc.zero_()
         return acc
 
+    def blend_factors(self, decay, dtype):
+        """``(a, b)`` that ``blend_param_`` really applies, ``acc = a * acc + b * param``, as exact Python floats.
+
+        The scalars are rounded to the accumulation dtype, so ``a + b`` is not exactly 1; an EMA divides by the
+        running sum of these weights to cancel that drift.
+        """
+        ratio, weight = np.dtype(dtype).type(decay / (1.0 - decay)), np.dtype(dtype).type(1.0 - decay)
+        return float(ratio) * float(weight), float(weight)
+
     def blend_param_(self, acc, param, decay):
         """``acc = decay * acc + (1 - decay) * param`` in place, for ``0 <= decay < 1``.
 
@@ -128,6 +137,9 @@ class HostStore(DeviceStore):
     def zero_(self, acc):
         acc[...] = 0
         return acc
+
+    def blend_factors(self, decay, dtype):
+        return float(np.dtype(dtype).type(decay)), float(np.dtype(dtype).type(1.0 - decay))
 
     def blend_param_(self, acc, param, decay):
         value = param.detach().astype(accumulation_dtype(param)).numpy()

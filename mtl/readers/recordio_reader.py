@@ -111,5 +111,4 @@ class RecordIOFaceReader(FaceImageReader):
         return f"'{self.records.rec_path}' record {int(self.records.keys[candidate])}"
 
     def _load_bytes(self, candidate: int) -> bytes:
-        where = self._describe(candidate)
-        return unpack(self.records.read_row(candidate), where)[1]
+        return unpack(self.records.read_row(candidate), lambda: self._describe(candidate))[1]

@@ -1,0 +1,30 @@
+"""mtl: multi-task learning on one backbone with model-parallel heads, on PaddlePaddle.
+
+``build_reader``, ``build_backbone`` and ``build_head`` build a registered component from its config dict
+(``{"type": name, ...params}``); the built-in plug-ins are loaded on first use.
+"""
+
+__version__ = "0.1.0"
+
+
+def _build(kind, cfg, **context):
+    from . import registry
+
+    registry.load_builtin()
+    registry.load_entry_points()
+    return registry.build(kind, cfg, **context)
+
+
+def build_reader(cfg, **context):
+    """Build a reader from ``{"type": name, ...params}`` (context such as ``split`` may be passed as keywords)."""
+    return _build("reader", cfg, **context)
+
+
+def build_backbone(cfg, **context):
+    """Build a backbone from ``{"type": name, ...params}``."""
+    return _build("backbone", cfg, **context)
+
+
+def build_head(cfg, **context):
+    """Build a head from ``{"type": name, ...params}`` (``feature_size`` and ``num_classes`` may come as keywords)."""
+    return _build("head", cfg, **context)

@@ -1,0 +1,62 @@
+"""Registry and plug-ins: decorators, discovery of plug-in folders and entry points, the `mtl plugins` table."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import mtl
+from mtl import registry
+from mtl.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_build_functions():
+    reader = mtl.build_reader({"type": "synthetic", "num_samples": 5, "num_classes": 2})
+    backbone = mtl.build_backbone({"type": "mlp", "embedding_size": 4})
+    head = mtl.build_head({"type": "softmax", "num_classes": 2}, feature_size=4)
+    assert len(reader) == 5 and backbone.feature_size == 4 and head.feature_size == 4
+
+
+def test_unknown_name_and_parameter():
+    with pytest.raises(ConfigError, match="did you mean 'softmax'"):
+        mtl.build_head({"type": "sofmax"}, feature_size=4)
+    with pytest.raises(ConfigError, match="has no parameter 'num_clases'.*did you mean 'num_classes'"):
+        mtl.build_head({"type": "softmax", "num_clases": 3}, feature_size=4)
+
+
+def test_plugin_folder_is_discovered(tmp_path):
+    (tmp_path / "p1.py").write_text(
+        "from mtl.registry import register_backbone\n"
+        "from mtl.backbones.small import MLP\n"
+        "@register_backbone('tiny_test_mlp')\n"
+        "class Tiny(MLP):\n"
+        "    '''A plug-in backbone for the registry test.'''\n")
+    registry.load_folder(str(tmp_path))
+    entry = registry.get("backbone", "tiny_test_mlp")
+    assert entry.description == "A plug-in backbone for the registry test." and "p1.py" in entry.origin
+
+
+def test_entry_point_group(tmp_path):
+    pkg = tmp_path / "site"
+    (pkg / "mtl_ep_demo").mkdir(parents=True)
+    (pkg / "mtl_ep_demo" / "__init__.py").write_text(
+        "from mtl.registry import register_reader\n"
+        "from mtl.readers.synthetic import SyntheticReader\n"
+        "@register_reader('ep_synthetic')\n"
+        "class EP(SyntheticReader):\n"
+        "    '''Registered through an entry point.'''\n")
+    dist = pkg / "mtl_ep_demo-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mtl-ep-demo\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[mtl.plugins]\ndemo = mtl_ep_demo\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pkg), ROOT]))
+    out = subprocess.run([sys.executable, "-m", "mtl.cli", "plugins"], capture_output=True, text=True, env=env,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any("ep_synthetic" in ln and "Registered through an entry point." in ln for ln in lines)
+    for kind, name in [("reader", "digits"), ("backbone", "iresnet50"), ("head", "arcface"), ("head", "regression")]:
+        assert any(ln.split("|")[1].strip() == kind and ln.split("|")[2].strip() == name for ln in lines
+                   if ln.count("|") > 3), name
