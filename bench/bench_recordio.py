@@ -1,11 +1,13 @@
-"""RecordIO reader throughput per worker: read + decode + flip + normalise, against a bare Pillow decode loop.
+"""RecordIO reader throughput per worker: read + decode + flip + normalise, against bare decode loops.
 
 Generates ~500 112x112 JPEGs in an InsightFace-layout RecordIO (temporary folder), then times, in one process:
-  bare:   ``np.asarray(Image.open(BytesIO(b)).convert("RGB"))`` over the same JPEG bytes held in memory;
-  reader: ``RecordIOFaceReader[i]`` (pread of the record, header unpack, decode, flip coin, scale to CHW float32).
-Prints images per CPU-second of both and the ratio reader / bare (target >= 0.8). Best of 15 interleaved rounds. Runs in ~10 s.
+  bare Pillow:  ``np.asarray(Image.open(BytesIO(b)).convert("RGB"))`` over the same JPEG bytes held in memory;
+  bare OpenCV:  ``cv2.imdecode`` of the same bytes (when opencv-python-headless is installed);
+  reader:       ``RecordIOFaceReader[i]`` with each decoder (pread, header unpack, decode, flip, CHW float32).
+Prints images per CPU-second and the ratio reader (default decoder) / bare Pillow decode (target >= 0.8), plus
+each decoder's own overhead ratio. Best of 15 interleaved rounds; runs in about 15 s.
 
-    python bench/bench_recordio.py [--images 500] [--rounds 5]
+    python bench/bench_recordio.py [--images 500] [--rounds 15]
 """
 import argparse
 import io
@@ -21,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mtl import recordio  # noqa: E402
 from mtl.readers.recordio_reader import RecordIOFaceReader  # noqa: E402
+from mtl.transforms import opencv, resolve_decoder  # noqa: E402
 
 
 def face_like_jpeg(rng, size=112) -> bytes:
@@ -69,27 +72,48 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rng = np.random.RandomState(0)
     images = [face_like_jpeg(rng) for _ in range(args.images)]
+    cv2 = opencv()
     with tempfile.TemporaryDirectory() as folder:
         write_dataset(folder, images, classes=50)
-        reader = RecordIOFaceReader(folder, seed=0)  # train split: random flip on, as in training
+        decoders = ["pillow"] + (["opencv"] if cv2 is not None else [])
+        readers = {d: RecordIOFaceReader(folder, seed=0, decoder=d) for d in decoders}  # train split: flip on
 
-        def bare():
+        def bare_pillow():
             for data in images:
                 np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
-        def through_reader():
-            for i in range(len(reader)):
-                reader[i]
+        def bare_opencv():
+            for data in images:
+                cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
 
-        through_reader()  # warm the page cache and the file handle
-        bare_rate, reader_rate = best_rates([bare, through_reader], len(images), args.rounds)
+        def through(reader):
+            def run():
+                for i in range(len(reader)):
+                    reader[i]
+            return run
+
+        contenders = {"bare Pillow decode": bare_pillow}
+        if cv2 is not None:
+            contenders["bare OpenCV decode"] = bare_opencv
+        for d, reader in readers.items():
+            contenders[f"reader, decoder={d}"] = through(reader)
+            through(reader)()  # warm the page cache and the file handle
+        rates = dict(zip(contenders, best_rates(list(contenders.values()), len(images), args.rounds)))
         mean_bytes = np.mean([len(b) for b in images])
     print(f"{len(images)} JPEGs of 112x112 ({mean_bytes / 1024:.1f} KiB each), best of {args.rounds} rounds, "
-          f"1 process, CPU time")
-    print(f"bare Pillow decode:                      {bare_rate:8.0f} images/s")
-    print(f"recordio reader (read+decode+transform): {reader_rate:8.0f} images/s")
-    print(f"ratio reader / bare: {reader_rate / bare_rate:.2f} (target >= 0.8)")
-    return reader_rate / bare_rate
+          f"1 process, images per CPU-second")
+    for name, rate in rates.items():
+        print(f"  {name:28s} {rate:8.0f} images/s")
+    print("  (reader = pread + header unpack + decode + flip coin + normalise to CHW float32)")
+    default = resolve_decoder("auto")
+    ratio = rates[f"reader, decoder={default}"] / rates["bare Pillow decode"]
+    print(f"ratio reader (decoder=auto -> {default}) / bare Pillow decode: {ratio:.2f} (target >= 0.8)")
+    own = rates["reader, decoder=pillow"] / rates["bare Pillow decode"]
+    print(f"ratio reader (decoder=pillow) / bare Pillow decode: {own:.2f}")
+    if cv2 is not None:
+        print(f"ratio reader (decoder=opencv) / bare OpenCV decode: "
+              f"{rates['reader, decoder=opencv'] / rates['bare OpenCV decode']:.2f}")
+    return ratio
 
 
 if __name__ == "__main__":

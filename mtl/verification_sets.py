@@ -12,7 +12,7 @@ import pickle
 import numpy as np
 
 from .errors import DataError
-from .transforms import DecodeError, decode_rgb, normalize, to_pixels
+from .transforms import DecodeError, load_pixels, normalize
 
 
 class VerificationSet:
@@ -62,11 +62,11 @@ class _BinUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed in a verification set")
 
 
-def _decode_all(encoded, image_size: int, describe) -> np.ndarray:
+def _decode_all(encoded, image_size: int, describe, decoder: str) -> np.ndarray:
     pixels = np.empty((len(encoded), image_size, image_size, 3), dtype=np.uint8)
     for i, data in enumerate(encoded):
         try:
-            pixels[i] = to_pixels(decode_rgb(data), image_size)
+            pixels[i] = load_pixels(data, image_size, decoder)
         except DecodeError as exc:
             raise DataError(f"{describe(i)}: {exc}") from None
     return pixels
@@ -80,7 +80,7 @@ def _as_bytes(item):
     return None
 
 
-def read_bin(path: str, image_size: int = 112, name: str = None) -> VerificationSet:
+def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = "auto") -> VerificationSet:
     """Load an InsightFace ``.bin`` verification set, decoding (and resizing if needed) every image."""
     if not os.path.isfile(path):
         raise DataError(f"verification set '{path}' does not exist")
@@ -103,7 +103,7 @@ def read_bin(path: str, image_size: int = 112, name: str = None) -> Verification
         if data is None:
             raise DataError(f"verification set '{path}' image {i}: expected encoded bytes, got {type(item).__name__}")
         encoded.append(data)
-    pixels = _decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}")
+    pixels = _decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}", decoder)
     name = name or os.path.splitext(os.path.basename(path))[0]
     return VerificationSet(name, pixels, issame.astype(bool), path)
 
@@ -118,7 +118,8 @@ def write_bin(path: str, encoded_images, issame):
         pickle.dump((encoded_images, issame), f, protocol=4)
 
 
-def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: str = None) -> VerificationSet:
+def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: str = None,
+               decoder: str = "auto") -> VerificationSet:
     """Load a pairs list (``img1<TAB>img2<TAB>0|1`` per line, paths relative to ``root``, default its folder)."""
     if not os.path.isfile(pairs_path):
         raise DataError(f"pairs list '{pairs_path}' does not exist")
@@ -144,16 +145,17 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
             issame.append(parts[2].strip() == "1")
     if not issame:
         raise DataError(f"pairs list '{pairs_path}' holds no pair")
-    pixels = _decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}")
+    pixels = _decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}", decoder)
     name = name or os.path.splitext(os.path.basename(pairs_path))[0]
     return VerificationSet(name, pixels, np.array(issame), pairs_path)
 
 
-def load_verification_set(path: str, root: str = None, image_size: int = 112, name: str = None) -> VerificationSet:
-    """A ``.bin`` file or a pairs list, by extension."""
+def load_verification_set(path: str, root: str = None, image_size: int = 112, name: str = None,
+                          decoder: str = "auto") -> VerificationSet:
+    """A ``.bin`` file or a pairs list, by extension (``decoder``: auto | opencv | pillow, see mtl.transforms)."""
     if str(path).endswith(".bin"):
-        return read_bin(path, image_size, name)
-    return read_pairs(path, root, image_size, name)
+        return read_bin(path, image_size, name, decoder)
+    return read_pairs(path, root, image_size, name, decoder)
 
 
 def encode_png(pixels: np.ndarray) -> bytes:

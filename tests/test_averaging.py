@@ -195,6 +195,20 @@ def test_head_absent_from_steps_is_averaged_over_its_unchanged_value():
     assert not np.allclose(got["head_b.weight"], live["head_b.weight"])  # it did move, and its average differs
 
 
+def test_frozen_parameter_is_not_tracked_and_keeps_its_value():
+    model = paddle.nn.Linear(3, 2)
+    model.weight.stop_gradient = True
+    averager = ModelAverage(model, 0.15, 3, 8)
+    assert averager.tracked_names == ["bias"] and averager.kept_names == ["weight"]
+    for _ in range(5):
+        with paddle.no_grad():
+            model.weight.set_value(np.random.standard_normal([3, 2]).astype("float32"))
+        averager.step()
+    live = model.weight.numpy().copy()
+    with averager.apply():
+        np.testing.assert_array_equal(model.weight.numpy(), live)
+
+
 @pytest.mark.parametrize("factory", [lambda m: ModelAverage(m, 0.15, 3, 8), lambda m: EMA(m, 0.9),
                                      lambda m: ModelAverage(m, 0.15, 3, 8, offload="cpu")])
 def test_apply_before_first_step_returns_live_weights(factory):

@@ -84,7 +84,7 @@ class DeviceStore:
 
     def divide(self, acc, denominator):
         """``acc / denominator`` as a new array (an IEEE division, as Paddle's own apply does)."""
-        return paddle.divide(acc, paddle.full([], float(denominator), dtype=acc.dtype))
+        return acc / float(denominator)  # Paddle divides by a Python scalar (no reciprocal), on acc's own place
 
     def total(self, arrays):
         """Sum of the non-None arrays, left to right, as a new array."""

@@ -73,7 +73,8 @@ class FaceImageReader(Reader):
 
     source = "<reader>"
 
-    def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field):
+    def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
+                       decoder="auto"):
         if split not in ("train", "eval"):
             raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", self.source, "split")
         try:
@@ -103,7 +104,10 @@ class FaceImageReader(Reader):
         self.epoch = 0
         self.image_field = image_field
         self.label_field = label_field
-        self.transform = FaceTransform(self.image_size, self.flip, self.seed)
+        try:
+            self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder)
+        except ValueError as exc:
+            raise ConfigError(str(exc), self.source, "decoder") from None
 
     def _finish(self, candidates, labels, problems: Dict[int, str], num_classes=None, stated_classes=None):
         """Check labels, apply ``on_bad_sample`` to start-up problems, take the split.

@@ -75,13 +75,15 @@ class RecordIOFaceReader(FaceImageReader):
     defaults to the ``property`` file, then to header record 0, then to max label + 1. Every header is read and
     checked at start-up (vectorised, no image decoded); images are decoded, resized to ``image_size`` if needed,
     flipped at random for training (``flip``) and scaled to [-1, 1]. ``split: eval`` needs ``eval_fraction`` > 0
-    (a stratified hold-out, see :mod:`mtl.readers._face`). ``on_bad_sample``: ``error`` or ``skip``.
+    (a stratified hold-out, see :mod:`mtl.readers._face`). ``on_bad_sample``: ``error`` or ``skip``. ``decoder``:
+    ``auto`` (OpenCV when installed, else Pillow), ``opencv`` or ``pillow``.
     """
 
     def __init__(self, path, split="train", eval_fraction=0.0, num_classes=None, image_size=112, flip=None,
-                 on_bad_sample="error", seed=0, image_field="image", label_field="label"):
+                 on_bad_sample="error", seed=0, image_field="image", label_field="label", decoder="auto"):
         self.source = f"recordio '{path}'"
-        self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field)
+        self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
+                            decoder)
         rec_path, idx_path, property_path = resolve_paths(str(path))
         for needed in (rec_path, idx_path):
             if not os.path.isfile(needed):

@@ -1,0 +1,17 @@
+"""A regression head that raises on rank 1 at its third step (for the failure test)."""
+from heads.regression import RegressionHead
+from mtl import distributed
+from mtl.registry import register_head
+
+
+@register_head("failing_regression")
+class FailingRegression(RegressionHead):
+    """Raises RuntimeError on rank 1 at the third forward."""
+
+    calls = 0
+
+    def forward(self, features, labels):
+        FailingRegression.calls += 1
+        if distributed.rank() == 1 and FailingRegression.calls == 3:
+            raise RuntimeError("deliberate failure on rank 1")
+        return super().forward(features, labels)
