@@ -16,6 +16,7 @@ setup(
         "scikit-learn==1.9.1",
         "matplotlib==3.11.2",
         "pillow==13.0.0",
+        "opencv-python-headless==5.0.0.93",
     ],
     extras_require={"test": ["pytest==9.2.0", "ruff==0.17.6"]},
     entry_points={"console_scripts": ["mtl=mtl.cli:main"]},

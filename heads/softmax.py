@@ -16,6 +16,7 @@ from mtl.registry import register_head
 
 INIT_BLOCK = 4096
 INIT_STD = 0.01
+EVAL_CHUNK_ELEMENTS = 1 << 24  # scores per evaluation chunk and rank (64 MiB in float32)
 
 
 def initial_class_rows(num_classes: int, dim: int, seed: int, start: int, count: int, std: float = INIT_STD):
@@ -95,9 +96,15 @@ class ShardedClassHead(Head):
             metrics[f"top{k}_accuracy"] = hits.max(axis=1).mean()
         return metrics
 
-    def predict_topk(self, features, k: int, chunk_rows: int = 4096) -> np.ndarray:
-        """Global class ids ``[M, k]`` of the best scores over all shards; ``features`` equal on every rank."""
+    def predict_topk(self, features, k: int) -> np.ndarray:
+        """Global class ids ``[M, k]`` of the best scores over all shards; ``features`` equal on every rank.
+
+        Rows go in chunks of at most ``EVAL_CHUNK_ELEMENTS / ceil(C / W)`` so a chunk's scores stay small; the
+        chunk size depends only on (C, W), so every rank issues the same number of collectives.
+        """
         feats = collective.to_numpy(features).astype(paddle.get_default_dtype())
+        widest_shard = -(-self.num_classes // self.world_size)
+        chunk_rows = max(1, min(4096, EVAL_CHUNK_ELEMENTS // widest_shard))
         out = []
         with paddle.no_grad():
             for begin in range(0, feats.shape[0], chunk_rows):

@@ -2,7 +2,8 @@
 
 Layout of ``output_dir/checkpoints/step_N/``: ``backbone.pdparams`` and replicated heads (rank 0), one file per head
 shard ``heads/<task>.shard<k>of<W>.pdparams``, ``optimizer.rank<k>.pdopt`` (optimizer + LR state of that rank),
-``averager.rank<k>.pdparams``, ``state.json`` (step, world size, schedule). Every rank writes into
+``averager.rank<k>.pdparams``, ``state.json`` (step, world size, schedule); with averaging on, also the averaged
+weights themselves (``backbone.averaged.pdparams``, ``heads/<task>...averaged.pdparams``) for export. Every rank writes into
 ``.step_N.tmp``; after a barrier rank 0 renames it to ``step_N`` (a rename is atomic), so a crash mid-save never
 leaves a half checkpoint; old ones beyond ``keep`` are removed.
 """
@@ -11,6 +12,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import paddle
 
 from . import distributed
@@ -64,6 +66,14 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
     for task, head in model.heads.items():
         if getattr(head, "sharded", False) or rank == 0:
             paddle.save(head.state_dict(), os.path.join(tmp, _head_file(task, head, rank, world)))
+    if averager is not None:  # the averaged weights themselves, for evaluation and export without re-deriving them
+        with averager.apply():
+            if rank == 0:
+                paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone.averaged.pdparams"))
+            for task, head in model.heads.items():
+                if getattr(head, "sharded", False) or rank == 0:
+                    path = os.path.join(tmp, _head_file(task, head, rank, world))
+                    paddle.save(head.state_dict(), path.replace(".pdparams", ".averaged.pdparams"))
     paddle.save(structured_optimizer_state(optimizer.state_dict(), model),
                 os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
     if averager is not None:
@@ -147,6 +157,32 @@ def runtime_optimizer_state(state, model):
             key = lookup[key]
         out[key] = value
     return out
+
+
+def head_files(path, task, averaged=False):
+    """Weight files of one head in a checkpoint, in rank order (one file for a replicated head)."""
+    suffix = ".averaged.pdparams" if averaged else ".pdparams"
+    heads = os.path.join(path, "heads")
+    single = os.path.join(heads, f"{task}{suffix}")
+    if os.path.isfile(single):
+        return [single]
+    found = []
+    for name in os.listdir(heads) if os.path.isdir(heads) else []:
+        m = re.match(rf"^{re.escape(task)}\.shard(\d+)of(\d+){re.escape(suffix)}$", name)
+        if m:
+            found.append((int(m.group(1)), os.path.join(heads, name)))
+    return [f for _, f in sorted(found)]
+
+
+def merged_head_state(path, task, averaged=False):
+    """A head's full weights from a checkpoint: shards concatenated along the class axis (axis 0), as numpy."""
+    files = head_files(path, task, averaged)
+    if not files:
+        raise ConfigError(f"checkpoint '{path}' has no {'averaged ' if averaged else ''}weights for task '{task}'")
+    states = [paddle.load(f) for f in files]
+    return {k: np.concatenate([np.asarray(s[k].numpy() if hasattr(s[k], "numpy") else s[k]) for s in states],
+                              axis=0) if len(states) > 1 else np.asarray(states[0][k].numpy())
+            for k in states[0]}
 
 
 def _jsonable(obj):

@@ -68,8 +68,11 @@ JOB = {
         "every": Opt(int, 0, min=0, doc="save every N steps (0: only the final step)"),
         "keep": Opt(int, 3, min=1, doc="how many checkpoints to keep"),
     }, doc="checkpoints"),
-    "averaging": Section({"type": Opt(str, "none", doc="window | ema | none")}, open=True,
-                         doc="model averaging of the weights used for evaluation and export"),
+    "averaging": Section({"type": Opt(str, "none", choices=["window", "ema", "none"],
+                                      doc="window: Paddle's sliding-window ModelAverage; ema: exponential")},
+                         open=True, doc="averaged weights for evaluation, checkpoints and export (window: "
+                                        "average_window_rate, min_average_window, max_average_window; ema: decay, "
+                                        "warmup, bias_correction; both: offload: cpu, average_batchnorm)"),
     "data": Section({
         "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank"),
         "check_batches": Opt(bool, True, doc="check the first batch of every task against the declared fields"),
@@ -222,6 +225,13 @@ def _check_component(kind, cfg, source, key):
     registry.split_cfg(kind, cfg, source, key)
 
 
+def _check_averaging(cfg, source):
+    """Validate the ``averaging`` section now (by building it over no parameters), not after the model is built."""
+    from .averaging import build_averager
+
+    build_averager(cfg, {}, source)
+
+
 def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
@@ -266,6 +276,7 @@ def load_job(path=None, overrides=(), data=None):
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
     if len(job["optimizer"]["betas"]) != 2:
         raise ConfigError("expected two numbers [beta1, beta2]", source, "optimizer.betas")
+    _check_averaging(job["averaging"], source)
     job["tasks"] = tasks
     job["config_path"] = os.path.abspath(path) if path else None
     job["config_dir"] = base_dir

@@ -154,6 +154,11 @@ def _parse_index_fast(data: bytes):
         return None
 
 
+def _has_duplicates(values: np.ndarray) -> bool:
+    ordered = np.sort(values)
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
 def read_index(idx_path: str, rec_size: int = None):
     """Read ``key<TAB>offset`` lines; return (keys, offsets) int64 arrays. Bad lines raise DataError naming the line."""
     if not os.path.isfile(idx_path):
@@ -164,7 +169,7 @@ def read_index(idx_path: str, rec_size: int = None):
     if table is not None:
         keys, offsets = table[:, 0], table[:, 1]
         outside = (offsets < 0) | (offsets > rec_size - 8) if rec_size is not None else np.zeros(len(keys), bool)
-        if not outside.any() and len(np.unique(keys)) == len(keys):
+        if not outside.any() and not _has_duplicates(keys):
             return keys, offsets
     keys, offsets = [], []  # slow path: find the offending line for the message
     for lineno, line in enumerate(data.split(b"\n"), start=1):
@@ -188,14 +193,14 @@ def read_index(idx_path: str, rec_size: int = None):
         keys.append(key)
         offsets.append(offset)
     keys = np.asarray(keys, dtype=np.int64)
-    if len(np.unique(keys)) != len(keys):
+    if _has_duplicates(keys):
         raise DataError(f"index file '{idx_path}' lists a key twice")
     return keys, np.asarray(offsets, dtype=np.int64)
 
 
 def record_ends(offsets: np.ndarray, rec_size: int) -> np.ndarray:
     """For each record offset, where the next record starts (or the file ends): an upper bound of its bytes."""
-    starts = np.unique(np.append(offsets, rec_size))
+    starts = np.sort(np.append(offsets, rec_size))
     return starts[np.searchsorted(starts, offsets, side="right")]
 
 
@@ -247,8 +252,11 @@ class RecordIOReader:
         self.size = os.path.getsize(rec_path)
         self.keys, self.offsets = read_index(idx_path, self.size)
         self.ends = record_ends(self.offsets, self.size)
-        self._sorter = np.argsort(self.keys, kind="stable")
-        self._sorted_keys = self.keys[self._sorter]
+        if np.all(self.keys[1:] > self.keys[:-1]):  # the usual case: no extra arrays
+            self._sorter, self._sorted_keys = None, self.keys
+        else:
+            self._sorter = np.argsort(self.keys, kind="stable")
+            self._sorted_keys = self.keys[self._sorter]
         self._fd = None
         self._pid = None
 
@@ -282,7 +290,8 @@ class RecordIOReader:
         if len(self._sorted_keys) == 0:
             return np.full(keys.shape, -1, dtype=np.int64)
         at = np.minimum(np.searchsorted(self._sorted_keys, keys), len(self._sorted_keys) - 1)
-        return np.where(self._sorted_keys[at] == keys, self._sorter[at], -1).astype(np.int64)
+        rows = at if self._sorter is None else self._sorter[at]
+        return np.where(self._sorted_keys[at] == keys, rows, -1).astype(np.int64)
 
     def has_key(self, key: int) -> bool:
         """True when the index lists ``key``."""

@@ -60,25 +60,30 @@ def _fmt(v):
 
 
 def metrics_table(summary_tasks):
-    """A tabulate table with one row per task: loss at start and end, then every evaluation metric."""
-    metric_names = []
-    for info in summary_tasks.values():
-        for section in ("eval", "eval_averaged"):
-            for k in (info.get(section) or {}):
-                col = k if section == "eval" else f"{k} (avg)"
-                if col not in metric_names:
-                    metric_names.append(col)
+    """A tabulate table, one row per (task, metric): live weights and, when averaging is on, averaged weights.
+
+    The first row of a task also shows its head and its loss at the start and at the end of training (means over
+    the first and last tenth of the logged steps). The task's primary metric comes first, marked with ``*``.
+    """
+    with_avg = any(info.get("eval_averaged") for info in summary_tasks.values())
     rows = []
     for task, info in summary_tasks.items():
-        row = [task, info.get("head"), _fmt(info.get("loss_start")), _fmt(info.get("loss_end"))]
-        for col in metric_names:
-            if col.endswith(" (avg)"):
-                value = (info.get("eval_averaged") or {}).get(col[:-6])
-            else:
-                value = (info.get("eval") or {}).get(col)
-            row.append(_fmt(value) if value is not None else "")
-        rows.append(row)
-    return tabulate(rows, headers=["task", "head", "loss start", "loss end"] + metric_names, tablefmt="github")
+        live = info.get("eval") or {}
+        avg = info.get("eval_averaged") or {}
+        primary = info.get("primary_metric")
+        names = sorted(live, key=lambda k: (k != primary, k))
+        loss = f"{_fmt(info.get('loss_start'))} -> {_fmt(info.get('loss_end'))}"
+        if not names:
+            names = [None]
+        for i, name in enumerate(names):
+            row = [task if i == 0 else "", info.get("head") if i == 0 else "", loss if i == 0 else "",
+                   "" if name is None else (f"{name} *" if name == primary else name),
+                   "" if name is None else _fmt(live[name])]
+            if with_avg:
+                row.append(_fmt(avg[name]) if name in avg else "")
+            rows.append(row)
+    headers = ["task", "head", "loss start -> end", "metric", "live"] + (["averaged"] if with_avg else [])
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 def plot_losses(records, tasks, path, smooth=0.8):

@@ -61,6 +61,9 @@ class Trainer:
         if self.resumed_from:
             self.metrics.truncate_after(self.start_step)
         self.evaluator = Evaluator(job)
+        if self.is_main:
+            with open(os.path.join(self.output_dir, "job.json"), "w") as f:
+                json.dump(self.cfg, f, indent=1, default=str)
         self.eval_history = []
 
     def _build_averager(self):
@@ -69,7 +72,7 @@ class Trainer:
             return None
         from .averaging import build_averager
 
-        return build_averager(cfg, self.job.model)
+        return build_averager(cfg, self.job.model, source=self.cfg["source"])
 
     # ---- hooks -------------------------------------------------------------------------------------------------
     def should_log(self, step):

@@ -27,10 +27,46 @@ def _read_logs(log_dir):
     return "\n".join(text)
 
 
+def _descendants(pid):
+    """Process ids below ``pid`` (read from /proc; the launcher puts each worker in its own session)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stop(proc):
+    """Stop a timed-out launch: SIGTERM to the launcher, then SIGKILL to it and every worker it started."""
+    workers = _descendants(proc.pid) if os.path.isdir("/proc") else []
+    proc.terminate()
+    try:
+        output, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return output
+
+
 def run_distributed(script_path, nproc=2, args=(), timeout=120, env=None):
     """Launch ``script_path`` on ``nproc`` CPU processes; return (returncode, launcher output + per-rank logs).
 
-    The process group is started in its own session and killed as a whole on timeout (returncode -9 then).
+    On timeout the launcher and every worker it started are killed, and the returncode is -9.
     """
     log_dir = tempfile.mkdtemp(prefix="mtl_launch_")
     run_env = dict(os.environ)
@@ -47,10 +83,8 @@ def run_distributed(script_path, nproc=2, args=(), timeout=120, env=None):
         output, _ = proc.communicate(timeout=timeout)
         code = proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+        output = f"timed out after {timeout} s\n{_stop(proc)}"
         code = -9
-        output = f"timed out after {timeout} s\n{output}"
     logs = _read_logs(log_dir)
     shutil.rmtree(log_dir, ignore_errors=True)
     return code, f"{output}\n{logs}"

@@ -8,6 +8,7 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl.checkpoint import merged_head_state
 from tests.dist_util import ROOT, run_distributed
 
 pytestmark = pytest.mark.distributed
@@ -34,16 +35,14 @@ def losses(out):
         return [json.loads(line) for line in f]
 
 
-def final_weights(out, world):
+def final_weights(out, averaged=False):
+    """Backbone and every head's full weight (shards concatenated) from the final checkpoint."""
     ckpt = os.path.join(out, "checkpoints", "step_20")
-    state = {f"backbone.{k}": v.numpy() for k, v in paddle.load(os.path.join(ckpt, "backbone.pdparams")).items()}
-    for task in SHARDED:
-        shards = [paddle.load(os.path.join(ckpt, "heads", f"{task}.shard{k}of{world}.pdparams")) for k in range(world)]
-        for key in shards[0]:
-            parts = [s[key].numpy() for s in shards if s[key].shape[0] > 0]
-            state[f"{task}.{key}"] = np.concatenate(parts, axis=0)
-    for k, v in paddle.load(os.path.join(ckpt, "heads", "reg.pdparams")).items():
-        state[f"reg.{k}"] = v.numpy()
+    name = "backbone.averaged.pdparams" if averaged else "backbone.pdparams"
+    state = {f"backbone.{k}": v.numpy() for k, v in paddle.load(os.path.join(ckpt, name)).items()}
+    for task in list(SHARDED) + ["reg"]:
+        for k, v in merged_head_state(ckpt, task, averaged).items():
+            state[f"{task}.{k}"] = v
     return state
 
 
@@ -62,13 +61,21 @@ def test_one_and_two_processes_agree(tmp_path, mode):
         assert keys == {k for k in rb if k.startswith("loss/")}, (ra["step"], keys)
         tasks_seen |= keys
         for k in keys | {"loss"}:
+            assert np.isfinite(ra[k]) and np.isfinite(rb[k]), (ra["step"], k, ra[k], rb[k])
             worst = max(worst, abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8))
     assert worst <= 1e-4, f"largest relative loss difference {worst:.3g}"
     assert len(tasks_seen) == 5
-    wa, wb = final_weights(one, 1), final_weights(two, 2)
-    assert wa.keys() == wb.keys()
-    for k in wa:
-        np.testing.assert_allclose(wb[k], wa[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    for averaged in (False, True):
+        wa, wb = final_weights(one, averaged), final_weights(two, averaged)
+        assert wa.keys() == wb.keys()
+        for k in wa:
+            np.testing.assert_allclose(wb[k], wa[k], rtol=1e-4, atol=1e-5, err_msg=f"{k} averaged={averaged}")
+    # each rank holds only its shard: C_k rows
+    ckpt = os.path.join(two, "checkpoints", "step_20", "heads")
+    for task, classes in SHARDED.items():
+        for k in range(2):
+            shard = paddle.load(os.path.join(ckpt, f"{task}.shard{k}of2.pdparams"))
+            assert shard["weight"].shape[0] == classes // 2 + (k < classes % 2), (task, k)
     s2 = json.load(open(os.path.join(two, "summary.json")))
     s1 = json.load(open(os.path.join(one, "summary.json")))
     assert s2["world_size"] == 2 and s1["world_size"] == 1

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mtl import datatools, recordio
+from mtl import datatools, recordio, transforms
 from mtl.errors import ConfigError, DataError
 from mtl.readers.image_list import ImageListReader
 from mtl.readers.recordio_reader import RecordIOFaceReader
@@ -21,6 +21,10 @@ from mtl.transforms import flip_coin
 from mtl.verification_sets import load_verification_set, read_bin, read_pairs, write_bin
 
 M = struct.pack("<I", recordio.MAGIC)
+DECODERS = pytest.mark.parametrize("decoder", [
+    "pillow",
+    pytest.param("opencv", marks=pytest.mark.skipif(transforms.opencv() is None, reason="OpenCV not installed")),
+])
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -90,11 +94,12 @@ def record_offsets(folder):
 
 
 # ----------------------------------------------------------------------------------------------- recordio reader
-def test_recordio_reader_round_trip(dataset):
+@DECODERS
+def test_recordio_reader_round_trip(dataset, decoder):
     folder, images, labels = dataset
     framed = recordio.encode_record(recordio.pack(labels[2], images[2]))
     assert framed[4:8] == struct.pack("<I", (1 << 29) | 32)  # really a multi-part record
-    reader = RecordIOFaceReader(folder, flip=False)
+    reader = RecordIOFaceReader(folder, flip=False, decoder=decoder)
     assert reader.has_header_record and reader.num_classes == 4 and len(reader) == len(images)
     np.testing.assert_array_equal(reader.labels(), labels)
     for i in range(len(images)):
@@ -105,9 +110,10 @@ def test_recordio_reader_round_trip(dataset):
     assert [f.describe() for f in reader.fields()] == ["image[3, 112, 112] float32", "label[] int64"]
 
 
-def test_flip_is_a_function_of_seed_epoch_index(dataset):
+@DECODERS
+def test_flip_is_a_function_of_seed_epoch_index(dataset, decoder):
     folder, images, _ = dataset
-    reader = RecordIOFaceReader(folder, seed=3)  # train: flip on by default
+    reader = RecordIOFaceReader(folder, seed=3, decoder=decoder)  # train: flip on by default
     copy = pickle.loads(pickle.dumps(reader))  # what a spawned worker gets
     flipped = 0
     for epoch in (0, 1):
@@ -122,7 +128,8 @@ def test_flip_is_a_function_of_seed_epoch_index(dataset):
     assert 0.45 < np.mean(draws) < 0.55
 
 
-def test_no_header_multi_float_labels_png_and_resize(tmp_path):
+@DECODERS
+def test_no_header_multi_float_labels_png_and_resize(tmp_path, decoder):
     arrays = [face_array(10 + i, size=100) for i in range(6)]
     labels = [0, 2, 1, 2, 0, 1]
     folder = str(tmp_path / "nohead")
@@ -130,13 +137,13 @@ def test_no_header_multi_float_labels_png_and_resize(tmp_path):
     with recordio.RecordIOWriter(f"{folder}/train.rec", f"{folder}/train.idx") as w:
         for a, lab in zip(arrays, labels):
             w.write(recordio.pack([lab, 0.5, -3.0], encode(a, "PNG")))
-    exact = RecordIOFaceReader(folder, image_size=100, flip=False)
+    exact = RecordIOFaceReader(folder, image_size=100, flip=False, decoder=decoder)
     assert not exact.has_header_record and exact.num_classes == 3
     np.testing.assert_array_equal(exact.labels(), labels)
     for i, a in enumerate(arrays):
         expected = ((a.astype(np.float64) / 255 - 0.5) / 0.5).transpose(2, 0, 1)
         np.testing.assert_allclose(exact[i]["image"], expected, atol=1e-6, rtol=0)
-    resized = RecordIOFaceReader(f"{folder}/train", image_size=112, flip=False)
+    resized = RecordIOFaceReader(f"{folder}/train", image_size=112, flip=False, decoder=decoder)
     np.testing.assert_allclose(resized[4]["image"], reference(encode(arrays[4], "PNG"), 112), atol=1e-6, rtol=0)
 
 
@@ -151,6 +158,16 @@ def test_holdout_split_is_stratified_and_disjoint(dataset):
     np.testing.assert_array_equal(np.bincount(held.labels(), minlength=4), np.floor(counts * 0.25))
     with pytest.raises(ConfigError, match="eval_fraction"):
         RecordIOFaceReader(folder, split="eval")
+
+
+def test_decoder_option(dataset, monkeypatch):
+    folder, _, _ = dataset
+    with pytest.raises(ConfigError, match="decoder must be one of auto, opencv, pillow"):
+        RecordIOFaceReader(folder, decoder="turbo")
+    monkeypatch.setattr(transforms, "_CV2", [None])  # as if OpenCV were not installed
+    with pytest.raises(ConfigError, match="decoder 'opencv' needs the opencv-python-headless package"):
+        RecordIOFaceReader(folder, decoder="opencv")
+    assert RecordIOFaceReader(folder).transform.decoder == "pillow"
 
 
 # ----------------------------------------------------------------------------------------------- bad data
@@ -196,15 +213,16 @@ def test_label_outside_range(dataset, tmp_path):
     assert RecordIOFaceReader(folder, num_classes=8).num_classes == 8
 
 
-def test_undecodable_image_error_and_skip(dataset, tmp_path):
+@DECODERS
+def test_undecodable_image_error_and_skip(dataset, tmp_path, decoder):
     _, images, labels = dataset
     images = list(images)
     images[6] = b"\xff\xd8 not really a jpeg"
     folder = write_insightface(str(tmp_path / "dec"), images, labels, property_classes=4)
-    reader = RecordIOFaceReader(folder, flip=False)  # decode errors surface at the sample, not at start-up
+    reader = RecordIOFaceReader(folder, flip=False, decoder=decoder)  # decode errors surface at the sample
     with pytest.raises(DataError, match=r"train.rec' record 7: cannot decode image"):
         reader[6]
-    skipping = RecordIOFaceReader(folder, flip=False, on_bad_sample="skip")
+    skipping = RecordIOFaceReader(folder, flip=False, on_bad_sample="skip", decoder=decoder)
     assert skipping.bad_samples == 0
     replaced, following = skipping[6], skipping[7]
     np.testing.assert_array_equal(replaced["image"], following["image"])
@@ -227,6 +245,24 @@ def test_skips_in_dataloader_workers_reach_the_main_process(dataset, tmp_path):
     expected[9] = labels[10]
     np.testing.assert_array_equal(seen, expected)
     assert reader.bad_samples == 1
+
+
+def _touch_sample(reader, index):
+    reader[index]
+
+
+def test_skip_log_survives_spawn(dataset, tmp_path):
+    import multiprocessing
+
+    _, images, labels = dataset
+    images = list(images)
+    images[4] = b"garbage"
+    folder = write_insightface(str(tmp_path / "spawn"), images, labels, property_classes=4)
+    reader = RecordIOFaceReader(folder, on_bad_sample="skip", decoder="pillow")
+    child = multiprocessing.get_context("spawn").Process(target=_touch_sample, args=(reader, 4))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and reader.bad_samples == 1
 
 
 # ----------------------------------------------------------------------------------------------- image list
@@ -259,11 +295,12 @@ def test_image_list_reader(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- verification sets
-def test_bin_round_trip_and_protocol2_numpy_items(tmp_path):
+@DECODERS
+def test_bin_round_trip_and_protocol2_numpy_items(tmp_path, decoder):
     arrays = [face_array(50 + i) for i in range(6)]
     issame = [True, False, True]
     write_bin(str(tmp_path / "v.bin"), [encode(a, "PNG") for a in arrays], issame)
-    vset = read_bin(str(tmp_path / "v.bin"))
+    vset = read_bin(str(tmp_path / "v.bin"), decoder=decoder)
     assert vset.name == "v" and vset.num_pairs == 3 and len(vset) == 6
     np.testing.assert_array_equal(vset.issame, issame)
     np.testing.assert_array_equal(vset.pixels, np.stack(arrays))
@@ -275,7 +312,7 @@ def test_bin_round_trip_and_protocol2_numpy_items(tmp_path):
     items = [np.frombuffer(encode(a), dtype=np.uint8) for a in arrays]
     with open(tmp_path / "old.bin", "wb") as f:
         pickle.dump((items, [np.bool_(s) for s in issame]), f, protocol=2)
-    old = load_verification_set(str(tmp_path / "old.bin"), image_size=64)
+    old = load_verification_set(str(tmp_path / "old.bin"), image_size=64, decoder=decoder)
     assert old.pixels.shape == (6, 64, 64, 3)
     np.testing.assert_allclose(old.images(5, 6)[0], reference(encode(arrays[5]), 64), atol=1e-6, rtol=0)
 

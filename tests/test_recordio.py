@@ -41,7 +41,8 @@ def test_framing_matches_hand_written_bytes():
 
 @pytest.mark.parametrize(
     "payload",
-    [b"", b"a", b"abcde", M, M + M, b"xy" + M + b"zw" + M, b"abcd" + M + M + b"efgh" + M, M + b"tail", b"12" + M + b"3"],
+    [b"", b"a", b"abcde", M, M + M, b"xy" + M + b"zw" + M, b"abcd" + M + M + b"efgh" + M, M + b"tail",
+     b"12" + M + b"3"],
 )
 def test_framing_round_trip_and_reference(payload):
     framed = recordio.encode_record(payload)
@@ -107,6 +108,16 @@ def test_writer_output_equals_reference_and_reader_reads_any_order(tmp_path):
     assert list(recordio.iterate(rec_ref)) == payloads
     with pytest.raises(DataError, match="has no record 99"):
         reader.read(99)
+
+
+def test_index_in_any_key_order(tmp_path):
+    payloads = [bytes([k]) * (3 * k + 1) for k in range(6)]
+    rec, idx, offsets = write_reference(tmp_path, payloads)
+    lines = open(idx).read().splitlines()
+    open(idx, "w").write("\n".join(lines[::-1]) + "\n")
+    reader = recordio.RecordIOReader(rec, idx)
+    assert [reader.read(k) for k in range(6)] == payloads
+    np.testing.assert_array_equal(reader.rows_of([0, 5, 7]), [5, 0, -1])
 
 
 def test_scan_headers_agrees_with_full_unpack(tmp_path):

@@ -128,10 +128,12 @@ class FaceImageReader(Reader):
         bad_label = finite & ((labels != np.floor(labels)) | (labels < 0) | (labels >= self.num_classes))
         problems = dict(problems)
         for pos in np.flatnonzero(bad_label):
+            value = labels[pos]
+            shown = str(int(value)) if value == np.floor(value) else repr(float(value))
             problems.setdefault(
                 int(pos),
-                f"{self._describe(int(candidates[pos]))}: label {labels[pos]:g} is outside [0, {self.num_classes})"
-                + ("" if labels[pos] == np.floor(labels[pos]) else " or not an integer"),
+                f"{self._describe(int(candidates[pos]))}: label {shown} is outside [0, {self.num_classes})"
+                + ("" if value == np.floor(value) else " or not an integer"),
             )
         for pos in np.flatnonzero(~finite):
             problems.setdefault(int(pos), f"{self._describe(int(candidates[pos]))}: no readable label")

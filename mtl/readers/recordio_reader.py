@@ -72,7 +72,8 @@ class RecordIOFaceReader(FaceImageReader):
     """Face images and class labels from an InsightFace/MXNet RecordIO pair (train.rec + train.idx).
 
     ``path``: a folder holding ``train.rec``/``train.idx``, or a prefix (``data/webface/train``). ``num_classes``
-    defaults to the ``property`` file, then to header record 0, then to max label + 1. Every header is read and
+    defaults to the ``property`` file, then to header record 0, then to max label + 1. A record with a label vector
+    (flag > 0) has its first value as class label, as InsightFace reads it. Every header is read and
     checked at start-up (vectorised, no image decoded); images are decoded, resized to ``image_size`` if needed,
     flipped at random for training (``flip``) and scaled to [-1, 1]. ``split: eval`` needs ``eval_fraction`` > 0
     (a stratified hold-out, see :mod:`mtl.readers._face`). ``on_bad_sample``: ``error`` or ``skip``. ``decoder``:
