@@ -140,6 +140,10 @@ class ArcFaceHead(ShardedClassHead):
         target = paddle.where(owned, column, paddle.full_like(column, -1))
         return paddle.gather(self.weight, index), index + self.shard_start, target
 
+    def set_step(self, step: int):
+        """Partial FC draws its negatives from (seed, step, rank): take the runner's global step."""
+        self.sample_step = int(step)
+
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
         x, y = self.gather_batch(features, labels)

@@ -92,6 +92,8 @@ TASK = {
         "enabled": Opt(bool, True, doc="evaluate this task"),
         "reader": Opt(dict, {"split": "eval"}, doc="overrides of the reader config for evaluation"),
         "max_samples": Opt(int, None, nullable=True, min=1, doc="evaluate at most this many samples"),
+        "sets": Opt(list, [], doc="verification sets: .bin files or pairs lists (path, or {path, root, name})"),
+        "split": Opt(bool, True, doc="also evaluate the head on the reader's eval split"),
     }, nullable=True, doc="evaluation of the task"),
 }
 
@@ -217,8 +219,33 @@ def load_task(ref, base_dir, folders, source, key):
     task["source"] = task_source
     task["key"] = task_key
     if task["eval"] is None:
-        task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None}
+        task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None, "sets": [], "split": True}
+    base = os.path.dirname(os.path.abspath(task_source)) if os.path.isfile(str(task_source)) else base_dir
+    task["eval"]["sets"] = [_verification_set(entry, base, task_source, f"{task_key + '.' if task_key else ''}"
+                                                                        f"eval.sets.{i}")
+                            for i, entry in enumerate(task["eval"]["sets"])]
     return task
+
+
+def _verification_set(entry, base_dir, source, key):
+    """Normalise one ``eval.sets`` entry to ``{path, root, name}`` with an existing file."""
+    if isinstance(entry, str):
+        entry = {"path": entry}
+    if not isinstance(entry, dict) or "path" not in entry:
+        raise ConfigError("expected a path or a mapping with 'path' (and optional 'root', 'name')", source, key)
+    unknown = set(entry) - {"path", "root", "name"}
+    if unknown:
+        raise ConfigError(f"unknown key '{sorted(unknown)[0]}'; allowed: path, root, name", source, key)
+    path = resolve_path(str(entry["path"]), base_dir)
+    if not os.path.isfile(path):
+        raise ConfigError(f"verification set '{entry['path']}' does not exist", source, key + ".path")
+    root = entry.get("root")
+    if root is not None:
+        root = resolve_path(str(root), base_dir)
+        if not os.path.isdir(root):
+            raise ConfigError(f"image root '{entry['root']}' does not exist", source, key + ".root")
+    name = entry.get("name") or os.path.splitext(os.path.basename(path))[0]
+    return {"path": path, "root": root, "name": str(name)}
 
 
 def _check_component(kind, cfg, source, key):

@@ -44,6 +44,10 @@ class SampleOrder:
             out[j] = self._permutation(p // self.size)[p % self.size]
         return out
 
+    def epochs(self, start: int, count: int) -> np.ndarray:
+        """Epoch of positions ``start .. start + count - 1`` (for readers whose augmentation depends on it)."""
+        return np.arange(start, start + count, dtype=np.int64) // self.size
+
 
 def rank_slice(n: int, world: int, rank: int):
     """Rows of a sub-batch of ``n`` that rank ``rank`` of ``world`` takes (contiguous, equal sizes)."""
@@ -98,9 +102,17 @@ class StepDataset(paddle.io.Dataset):
     def __getitem__(self, i):
         step = self.start_step + int(i)
         batch = {}
-        for task, idx in self.global_indices(step).items():
-            mine = idx[rank_slice(len(idx), self.world, self.rank)]
-            batch[task] = collate([self.readers[task][int(j)] for j in mine])
+        for task, n in self.schedule.plan(step).items():
+            start = self.schedule.consumed(task, step)
+            part = rank_slice(n, self.world, self.rank)
+            idx = self.orders[task].indices(start, n)[part]
+            reader = self.readers[task]
+            if hasattr(reader, "set_epoch"):  # epoch-aware readers take (index, epoch): random flips per epoch
+                epochs = self.orders[task].epochs(start, n)[part]
+                samples = [reader[(int(j), int(e))] for j, e in zip(idx, epochs)]
+            else:
+                samples = [reader[int(j)] for j in idx]
+            batch[task] = collate(samples)
         return batch
 
 

@@ -3,9 +3,12 @@
 Every rank embeds the whole evaluation split (it is small) so that model-parallel heads can score it with their own
 collectives; the head's ``evaluate(features, labels)`` returns a dict of floats.
 """
+import os
+
 import numpy as np
 import paddle
 
+from . import distributed
 from .data import iterate_eval
 from .job import eval_reader
 
@@ -30,11 +33,29 @@ def embed(backbone, reader, batch_size: int, max_samples=None):
 
 
 class Evaluator:
-    """Evaluates the tasks of a job; eval readers are built once and reused."""
+    """Evaluates the tasks of a job; eval readers and verification sets are loaded once and reused.
 
-    def __init__(self, job):
+    Per task: the head's metrics on the reader's eval split (``eval.split``), and 1:1 verification on every set of
+    ``eval.sets`` (rank 0 only: it needs the backbone alone), reported as ``<set>/accuracy``, ``<set>/std``,
+    ``<set>/val_at_far``; ROC curves go to ``output_dir/roc_<task>.png``.
+    """
+
+    def __init__(self, job, output_dir=None):
         self.job = job
+        self.output_dir = output_dir
         self._readers = {}
+        self._sets = {}
+
+    def sets(self, task):
+        """The task's verification sets, decoded at the backbone's input size (loaded on first use)."""
+        if task.name not in self._sets:
+            from .verification_sets import load_verification_set
+
+            field = self.job.backbone.input_fields()[0]
+            size = field.shape[-1] if field.shape and field.shape[-1] else 112
+            self._sets[task.name] = [load_verification_set(s["path"], s["root"], size, s["name"])
+                                     for s in task.cfg["eval"]["sets"]]
+        return self._sets[task.name]
 
     def reader(self, task):
         """The task's evaluation reader (built on first use)."""
@@ -50,16 +71,27 @@ class Evaluator:
         for task in self.job.tasks:
             if not task.cfg["eval"]["enabled"]:
                 continue
-            reader = self.reader(task)
-            feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
-            head = task.head
-            labels = paddle.to_tensor(rest[head.label_field])
-            was_training = head.training
-            head.eval()
-            try:
-                metrics = head.evaluate(feats, labels)
-            finally:
-                if was_training:
-                    head.train()
-            results[task.name] = {k: float(v) for k, v in metrics.items()}
+            metrics = self._evaluate_split(task, batch_size) if task.cfg["eval"]["split"] else {}
+            if task.cfg["eval"]["sets"] and distributed.rank() == 0:
+                from .verify import evaluate_sets
+
+                roc = os.path.join(self.output_dir, f"roc_{task.name}.png") if self.output_dir else None
+                metrics.update(evaluate_sets(self.job.model.backbone, self.sets(task), batch_size,
+                                             self.job.backbone.input_fields()[0].name, roc, f"{task.name}: ROC"))
+            results[task.name] = metrics
         return results
+
+    def _evaluate_split(self, task, batch_size):
+        """The head's own metrics on the task's evaluation split."""
+        reader = self.reader(task)
+        feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
+        head = task.head
+        labels = paddle.to_tensor(rest[head.label_field])
+        was_training = head.training
+        head.eval()
+        try:
+            metrics = head.evaluate(feats, labels)
+        finally:
+            if was_training:
+                head.train()
+        return {k: float(v) for k, v in metrics.items()}

@@ -51,6 +51,13 @@ class Head(paddle.nn.Layer):
         """Batch fields this head needs (default: one int64 class label per sample)."""
         return [Field(self.label_field, (), "int64")]
 
+    def set_step(self, step: int):
+        """Called by the runner before each training forward with the global step (0-based).
+
+        Heads whose randomness depends on the step (Partial FC's class sampling) derive it from this, so that a
+        resumed run draws exactly what an uninterrupted one would. Default: nothing.
+        """
+
     def forward(self, features, labels) -> HeadOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 

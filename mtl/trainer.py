@@ -60,7 +60,7 @@ class Trainer:
                                   append=self.resumed_from is not None)
         if self.resumed_from:
             self.metrics.truncate_after(self.start_step)
-        self.evaluator = Evaluator(job)
+        self.evaluator = Evaluator(job, self.output_dir)
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
                 json.dump(self.cfg, f, indent=1, default=str)
@@ -105,8 +105,11 @@ class Trainer:
             g.set_value(flat[offset:offset + n].reshape(g.shape).astype(g.dtype))
             offset += n
 
-    def train_step(self, batch):
+    def train_step(self, batch, step=None):
         """Forward, backward, gradient sync, clip, optimizer step; returns ``{task: HeadOutput}`` and the total."""
+        if step is not None:
+            for task in batch:
+                self.job.model.heads[task].set_step(step)
         total, outputs = self.job.model(batch)
         self.job.model.backward()
         self.sync_gradients()
@@ -153,7 +156,7 @@ class Trainer:
         for batch in loader:
             self._check_first(batch, seen)
             lr = self.optimizer.get_lr()
-            total, outputs = self.train_step(self._to_tensors(batch))
+            total, outputs = self.train_step(self._to_tensors(batch), step)
             step += 1
             pending.append((step, lr, total, {t: o.global_loss.detach() for t, o in outputs.items()},
                             {t: {k: v for k, v in o.metrics.items()} for t, o in outputs.items()}))

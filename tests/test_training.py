@@ -78,20 +78,36 @@ def test_toolkit_step_equals_hand_written_loop(tmp_path):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+PFC_TASK = {"name": "pfc", "reader": {"type": "synthetic", "num_samples": 40, "num_classes": 30, "seed": 3},
+            "head": {"type": "arcface", "scale": 8.0, "sample_ratio": 0.2}}
+
+
 def test_exact_resume(tmp_path):
-    full = build_job(job_cfg(tmp_path / "a", checkpoint={"every": 3}))
+    """Stop after step 3, resume: weights, averages and logged losses equal an uninterrupted run, bit for bit.
+
+    Includes a Partial FC head (its class sample depends on the step) and window averaging.
+    """
+    over = dict(checkpoint={"every": 3}, tasks=copy.deepcopy(TASKS) + [PFC_TASK],
+                averaging={"type": "window", "average_window_rate": 0.5, "min_average_window": 2,
+                           "max_average_window": 3})
+    full = build_job(job_cfg(tmp_path / "a", **over))
     Trainer(full, console=lambda *a: None).run()
-    first = build_job(job_cfg(tmp_path / "b", checkpoint={"every": 3}, schedule={"steps": 6}))
+    first = build_job(job_cfg(tmp_path / "b", **over))
     # train to step 3 only (a pre-empted job), same schedule and LR horizon
     Trainer(first, console=lambda *a: None).run(until=3)
     assert os.path.isdir(tmp_path / "b" / "run" / "checkpoints" / "step_3")
-    resumed = build_job(job_cfg(tmp_path / "b", checkpoint={"every": 3}))
+    resumed = build_job(job_cfg(tmp_path / "b", **over))
     t2 = Trainer(resumed, resume=True, console=lambda *a: None)
     assert t2.start_step == 3
     t2.run()
     a, b = weights(full.model), weights(resumed.model)
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    for name in ("backbone.averaged.pdparams", "heads/pfc.shard0of1.averaged.pdparams"):
+        pa = paddle.load(str(tmp_path / "a" / "run" / "checkpoints" / "step_6" / name))
+        pb = paddle.load(str(tmp_path / "b" / "run" / "checkpoints" / "step_6" / name))
+        for k in pa:
+            np.testing.assert_array_equal(pa[k].numpy(), pb[k].numpy(), err_msg=f"{name} {k}")
     la = [json.loads(x) for x in open(tmp_path / "a" / "run" / "metrics.jsonl")]
     lb = [json.loads(x) for x in open(tmp_path / "b" / "run" / "metrics.jsonl")]
     assert [r["loss"] for r in la] == [r["loss"] for r in lb]

@@ -13,6 +13,8 @@ class Reader:
     sample; ``__getitem__(i)`` returns ``{field: np.ndarray}`` for sample ``i`` of the chosen split; ``num_classes``
     (when the reader knows it) lets a head default its class count; ``labels()`` returns all labels of the split
     without decoding images (used to build verification pairs and to check label ranges).
+    A reader whose augmentation depends on the epoch defines ``set_epoch(epoch)`` and then also accepts
+    ``reader[(index, epoch)]``; the step pipeline uses that form so that worker processes need no epoch state.
     """
 
     num_classes = None
