@@ -3,6 +3,7 @@
 Checks the field contracts of every task once, at build time, before anything trains.
 """
 import copy
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -68,10 +69,29 @@ def reader_context(backbone) -> dict:
     return ctx
 
 
+PATH_KEYS = ("path", "root", "list", "eval_path")
+
+
+def resolve_reader_paths(cfg, task_source):
+    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``) are taken relative to
+    the task file's folder when they exist there, else left as they are (relative to the working directory)."""
+    if not task_source or not os.path.isfile(str(task_source)):
+        return cfg
+    base = os.path.dirname(os.path.abspath(task_source))
+    for key in PATH_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, str) and not os.path.isabs(value):
+            candidate = os.path.join(base, value)
+            if os.path.exists(candidate) or os.path.exists(candidate + ".rec"):
+                cfg[key] = os.path.normpath(candidate)
+    return cfg
+
+
 def build_reader(task_cfg, split_overrides=None, context=None):
     """The reader of a task; ``split_overrides`` (e.g. ``{"split": "eval"}``) are merged into its config."""
     cfg = _component_cfg(task_cfg["reader"])
     cfg.update(split_overrides or {})
+    cfg = resolve_reader_paths(cfg, task_cfg["source"])
     key = f"{task_cfg['key']}.reader" if task_cfg["key"] else "reader"
     reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
     if len(reader) == 0:
