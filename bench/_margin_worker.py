@@ -126,7 +126,7 @@ def run(args):
     result = {
         "rank": rank, "world": world, "device": device, "classes": args.classes, "shard": head.shard_size,
         "sample_ratio": args.sample_ratio, "threads": os.environ.get("OMP_NUM_THREADS", ""),
-        "warmup": args.warmup, "times": times[args.warmup:], "loss0": losses[0], "build_s": build_s,
+        "warmup": args.warmup, "times": times[args.warmup:], "loss0": losses[0] if losses else None, "build_s": build_s,
         "baseline_kib": baseline, "after_build_kib": after_build, "build_peak_kib": build_peak,
         "peak_kib": peak_kib(), "peak_was_reset": peak_was_reset, "fast_init": args.fast_init,
     }

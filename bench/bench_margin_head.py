@@ -8,9 +8,10 @@ The cores are split evenly: OMP_NUM_THREADS = cores / processes (2 cores: 2 thre
 Reported: median step time per process (pooled over rounds; the slowest rank for 2 processes) and the ratio
 2 procs / 1 proc; per-process peak RSS over the steps minus the RSS before the head was built (the head's own
 memory: weight, gradient, momentum, activations) and its ratio; Partial FC (sample_ratio 0.1) / full at each C.
-Runs of the same C are interleaved (1, 2, 1, 2 processes... and the order flips every round) because the machine
-is shared and its load drifts. Host RSS is the memory that matters on the CPU build; on GPU read ``gpu_peak_bytes``
-in the workers' JSON instead.
+With the cores split evenly the ideal time ratio is about 1 (same arithmetic on the same cores), and the memory
+ratio tends to 0.5 as the class-sized tensors dominate. Runs of the same C are interleaved (1 and 2 processes
+alternate and the order flips every round) because the machine is shared and its load drifts. Host RSS is the
+memory that matters on the CPU build; on GPU read ``gpu_peak_bytes`` in the workers' JSON instead.
 
     .venv/bin/python bench/bench_margin_head.py [--quick] [--rounds N] [--stock-init]
 """
@@ -176,6 +177,8 @@ def main(argv=None):
     print("\nStep time (median per process) and head memory (peak RSS over the steps - RSS before building the "
           "head), 1 vs 2 processes:")
     print(scaling)
+    print("(cores split evenly: the same arithmetic runs on the same cores either way, so the ideal time 2/1 is about "
+          "1.0;\n below 1 means one process does not keep its 2 threads busy. Memory 2/1 tends to 0.5 as C grows.)")
     print("\nPartial FC sample_ratio 0.1 against full (1.0):")
     print(partial)
     print("\nHead construction (largest over rounds) and the first loss at 2 vs 1 processes (same global batch):")

@@ -3,9 +3,9 @@
 Layout of ``output_dir/checkpoints/step_N/``: ``backbone.pdparams`` and replicated heads (rank 0), one file per head
 shard ``heads/<task>.shard<k>of<W>.pdparams``, ``optimizer.rank<k>.pdopt`` (optimizer + LR state of that rank),
 ``averager.rank<k>.pdparams``, ``state.json`` (step, world size, schedule); with averaging on, also the averaged
-weights themselves (``backbone.averaged.pdparams``, ``heads/<task>...averaged.pdparams``) for export. Every rank writes into
-``.step_N.tmp``; after a barrier rank 0 renames it to ``step_N`` (a rename is atomic), so a crash mid-save never
-leaves a half checkpoint; old ones beyond ``keep`` are removed.
+weights themselves (``backbone.averaged.pdparams``, ``heads/<task>...averaged.pdparams``) for export.
+Every rank writes into ``.step_N.tmp``; after a barrier rank 0 renames it to ``step_N`` (a rename is atomic), so a
+crash mid-save never leaves a half checkpoint; old ones beyond ``keep`` are removed.
 """
 import json
 import os

@@ -120,7 +120,7 @@ def apply_overrides(data: dict, overrides):
     for text in overrides or ():
         path, value = parse_override(text)
         node = data
-        for i, part in enumerate(path[:-1]):
+        for part in path[:-1]:
             if isinstance(node, list):
                 node = node[int(part)]
                 continue

@@ -135,8 +135,8 @@ class Trainer:
             seen.add(task)
             t = self.job.task(task)
             fields = self.job.backbone.input_fields() + t.head.fields()
-            check_batch(task, f"reader '{t.cfg['reader']['type'] if isinstance(t.cfg['reader'], dict) else t.cfg['reader']}'",
-                        fields, batch[task])
+            reader = t.cfg["reader"]["type"] if isinstance(t.cfg["reader"], dict) else t.cfg["reader"]
+            check_batch(task, f"reader '{reader}'", fields, batch[task])
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self, until=None):
@@ -186,7 +186,7 @@ class Trainer:
 
     def _flush(self, pending, samples_per_s, progress):
         last = None
-        for step, lr, total, losses, metrics in pending:
+        for step, lr, _total, losses, metrics in pending:
             record = {"step": step, "lr": float(lr)}
             record["loss"] = float(sum(self.job.model.loss_weights[t] * float(v) for t, v in losses.items()))
             for t, v in losses.items():
