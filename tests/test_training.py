@@ -155,3 +155,26 @@ def test_contract_mismatch_names_task_components_and_field(tmp_path):
         build_job(job_cfg(tmp_path, tasks=tasks))
     msg = str(err.value)
     assert "task 'reg'" in msg and "head 'multilabel'" in msg and "reader 'synthetic'" in msg and "'labels'" in msg
+
+
+def test_half_written_checkpoints_are_ignored(tmp_path):
+    from mtl.checkpoint import latest_checkpoint, list_checkpoints
+
+    job = build_job(job_cfg(tmp_path, checkpoint={"every": 3}))
+    Trainer(job, console=lambda *a: None).run()
+    root = tmp_path / "run" / "checkpoints"
+    (root / ".step_9.tmp").mkdir()            # a crash while writing step 9
+    (root / "step_12").mkdir()                # a folder without state.json is not a checkpoint
+    assert [s for s, _ in list_checkpoints(str(tmp_path / "run"))] == [3, 6]
+    assert latest_checkpoint(str(tmp_path / "run")).endswith("step_6")
+
+
+def test_device_selection():
+    from mtl.errors import ConfigError
+    from mtl.runtime import select_device
+
+    if paddle.device.is_compiled_with_cuda():
+        pytest.skip("CPU-build behaviour")
+    assert select_device("auto") == "cpu" and select_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match="device: device 'gpu' was asked for"):
+        select_device("gpu")
