@@ -9,7 +9,7 @@ from typing import Dict, List
 
 import paddle
 
-from . import contracts, distributed, registry
+from . import contracts, distributed, registry, sync_bn
 from .backbones.base import load_pretrained
 from .data import task_seed
 from .errors import ConfigError
@@ -111,7 +111,7 @@ def build_job(cfg: dict) -> Job:
     if pretrained:
         load_pretrained(backbone, pretrained, source, "backbone.pretrained")
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
-        backbone = paddle.nn.SyncBatchNorm.convert_sync_batchnorm(backbone)
+        backbone = sync_bn.convert_sync_batchnorm(backbone)
     ctx = reader_context(backbone)
     tasks = []
     for tcfg in cfg["tasks"]:

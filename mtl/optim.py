@@ -50,7 +50,7 @@ def clip_grad_global_norm(replicated, sharded, max_norm: float) -> float:
     ranks of the sharded grads' squares; scale = max_norm / max(norm, max_norm). Returns the norm before clipping.
     """
     def sq(params):
-        total = paddle.zeros([1], dtype="float32")
+        total = paddle.zeros([], dtype="float32")
         for p in params:
             if p.grad is not None:
                 total += paddle.sum(paddle.square(p.grad.astype("float32")))

@@ -45,6 +45,7 @@ class Trainer:
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
         self.optimizer, self.lr = build_optimizer(self.cfg["optimizer"], model.parameters(), self.steps)
         self.averager = self._build_averager()
+        self.last_grad_norm = None
         self.start_step = 0
         self.resumed_from = None
         if resume:
@@ -114,8 +115,7 @@ class Trainer:
         self.job.model.backward()
         self.sync_gradients()
         clip = self.cfg["optimizer"]["clip_norm"]
-        if clip:
-            clip_grad_global_norm(self.replicated, self.sharded, clip)
+        self.last_grad_norm = clip_grad_global_norm(self.replicated, self.sharded, clip) if clip else None
         self.optimizer.step()
         self.optimizer.clear_grad(set_to_zero=False)
         self.lr.step()
@@ -158,7 +158,7 @@ class Trainer:
             lr = self.optimizer.get_lr()
             total, outputs = self.train_step(self._to_tensors(batch), step)
             step += 1
-            pending.append((step, lr, total, {t: o.global_loss.detach() for t, o in outputs.items()},
+            pending.append((step, lr, self.last_grad_norm, {t: o.global_loss.detach() for t, o in outputs.items()},
                             {t: {k: v for k, v in o.metrics.items()} for t, o in outputs.items()}))
             window_samples += self.cfg["schedule"]["batch_size"]
             if self.should_log(step):
@@ -186,8 +186,10 @@ class Trainer:
 
     def _flush(self, pending, samples_per_s, progress):
         last = None
-        for step, lr, _total, losses, metrics in pending:
+        for step, lr, grad_norm, losses, metrics in pending:
             record = {"step": step, "lr": float(lr)}
+            if grad_norm is not None:
+                record["grad_norm"] = grad_norm  # global norm before clipping
             record["loss"] = float(sum(self.job.model.loss_weights[t] * float(v) for t, v in losses.items()))
             for t, v in losses.items():
                 record[f"loss/{t}"] = float(v)
