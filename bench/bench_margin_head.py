@@ -30,8 +30,8 @@ WORKER = os.path.join(ROOT, "bench", "_margin_worker.py")
 MARKER = "MARGIN_BENCH "
 RATIOS = (1.0, 0.1)
 WORLDS = (1, 2)
-# classes -> (warm-up steps, timed steps) per run; fewer at 1M, where one full step takes seconds
-SCHEDULE = {10_000: (2, 12), 100_000: (1, 5), 1_000_000: (1, 3)}
+# classes -> (warm-up steps, timed steps) per run and round; fewer at 1M, where a full step takes ~10 s
+SCHEDULE = {10_000: (2, 12), 100_000: (1, 5), 1_000_000: (1, 2)}
 QUICK_SCHEDULE = {10_000: (1, 6), 100_000: (1, 2)}
 
 

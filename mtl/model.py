@@ -39,6 +39,7 @@ class JointModel(paddle.nn.Layer):
         for task, sub in batch.items():
             groups.setdefault(self.signature(sub), []).append(task)
         out = {}
+        self._groups = list(groups.values())
         for tasks in groups.values():
             if len(tasks) == 1:
                 out[tasks[0]] = self.backbone({n: batch[tasks[0]][n] for n in self._input_names})
@@ -69,17 +70,23 @@ class JointModel(paddle.nn.Layer):
             out = head(leaf, batch[task][head.label_field])
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
-            self._pending.append((feats[task], leaf, term))
+            self._pending.append((task, feats[task], leaf, term))
             total = term if total is None else total + term
         return total, outputs
 
     def backward(self):
-        """Differentiate the last forward: every head in job order, then the backbone once."""
-        roots, grads = [], []
-        for feat, leaf, term in self._pending:
+        """Differentiate the last forward: every head in job order, then each backbone pass once, in order.
+
+        Backbone passes are differentiated one at a time (not in one call) because synchronised BatchNorm
+        all-reduces in its backward; separate calls fix the order of those collectives on every rank.
+        """
+        feature_grads = {}
+        for task, feat, leaf, term in self._pending:
             term.backward()
-            roots.append(feat)
-            grads.append(leaf.grad if leaf.grad is not None else paddle.zeros_like(feat))
+            feature_grads[task] = (feat, leaf.grad if leaf.grad is not None else paddle.zeros_like(feat))
         self._pending = []
-        if roots:
-            paddle.autograd.backward(roots, grads)
+        for tasks in self._groups:
+            present = [t for t in tasks if t in feature_grads]
+            if present:
+                paddle.autograd.backward([feature_grads[t][0] for t in present],
+                                         [feature_grads[t][1] for t in present])

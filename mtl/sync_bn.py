@@ -50,7 +50,7 @@ def global_moments(x, axis):
     """Per-channel (mean, biased variance, row count) of ``x`` over all ranks, without gradient.
 
     Local two-pass moments, one all-gather of ``[n_r, m_r, M2_r]``, Chan's combination (see the module docstring).
-    ``n`` is a ``[1]`` float32 tensor (kept on the device: no host sync).
+    ``n`` is a ``[1]`` tensor of ``x``'s dtype (kept on the device: no host sync).
     """
     with paddle.no_grad():
         axes = [a for a in range(x.ndim) if a != axis]

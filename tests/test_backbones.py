@@ -172,7 +172,14 @@ def insightface_iresnet_parameters(depths, embedding_size=512, side=7):
 
 
 def count_learnable(model):
-    """Number of learnable scalars (BatchNorm running statistics are stop_gradient parameters in Paddle)."""
+    """Number of learnable scalars (BatchNorm running statistics are stop_gradient parameters in Paddle; a parameter
+    with a zero learning rate, iresnet's fixed final BatchNorm scale, is not learnable either)."""
+    return sum(int(np.prod(p.shape)) for p in model.parameters()
+               if not p.stop_gradient and p.optimize_attr.get("learning_rate", 1.0) != 0.0)
+
+
+def count_all(model):
+    """What arcface_torch sums over ``parameters()``: everything but BatchNorm running statistics."""
     return sum(int(np.prod(p.shape)) for p in model.parameters() if not p.stop_gradient)
 
 
@@ -181,7 +188,8 @@ def test_iresnet_parameter_count(name, published_millions):
     with paddle.LazyGuard():  # shapes only; 43-65M weights are never allocated
         model = build(name, embedding_size=512, input_size=112)
     reference = insightface_iresnet_parameters(iresnet.DEPTHS[name])
-    # Our final BatchNorm has no scale instead of a frozen one: exactly 512 fewer learnable parameters.
+    # arcface_torch's parameters() tally includes the final BatchNorm's frozen scale (512); so does ours
+    assert count_all(model) == reference
     assert count_learnable(model) == reference - 512
     if published_millions is not None:
         assert round(reference / 1e6, 1) == published_millions  # arcface_torch's model zoo: r50 has 43.6M
@@ -219,3 +227,21 @@ def test_mobilefacenet_matches_the_paper():
     total = sum(madds) + 512 * 128  # plus the final linear 1x1 conv (512 -> 128)
     assert tuple(out.shape) == (1, 128)
     assert abs(total / 1e6 - 221) < 0.5
+
+
+def test_iresnet_final_batchnorm_bias_trains_and_scale_stays_frozen():
+    """Paddle 3.3 CPU gives a scale-less (or frozen-scale) BatchNorm's bias no gradient; ours must train it, and its
+    scale must stay 1.0 through an optimizer step with weight decay."""
+    import numpy as np
+    import paddle
+
+    from mtl.backbones.iresnet import IResNet18
+
+    net = IResNet18(embedding_size=8, input_size=16)
+    x = paddle.to_tensor(np.random.RandomState(0).randn(2, 3, 16, 16).astype("float32"))
+    out = net({"image": x})
+    (out * paddle.to_tensor(np.arange(16, dtype="float32").reshape(2, 8))).sum().backward()
+    assert net.features.bias.grad is not None and float(paddle.abs(net.features.bias.grad).sum()) > 0
+    opt = paddle.optimizer.Momentum(0.1, parameters=net.parameters(), weight_decay=0.1)
+    opt.step()
+    np.testing.assert_array_equal(net.features.weight.numpy(), np.ones(8, dtype="float32"))

@@ -9,8 +9,8 @@ Differences from the ImageNet ResNet (Duta et al., "Improved Residual Networks";
 
 Parameter count (iresnet50, 512-d, 112x112): 43,590,336 learnable parameters, the "43.6M" that arcface_torch's model
 zoo publishes. arcface_torch itself reports 43,590,848 when it sums ``parameters()``: the extra 512 are the scale of the
-final BatchNorm, which it keeps as a parameter frozen at 1.0 (``requires_grad = False``); here that BatchNorm simply has
-no scale (``weight_attr=False``), which computes the same function. BN running statistics are buffers in both counts.
+final BatchNorm, which it keeps as a parameter frozen at 1.0 (``requires_grad = False``); ours is fixed at 1.0 by a zero
+learning rate, which also keeps the state_dict keys of converted insightface weights.
 """
 import paddle
 from paddle import nn
@@ -108,7 +108,11 @@ class IResNet(Backbone):
         self.bn2 = nn.BatchNorm2D(WIDTHS[-1], epsilon=BN_EPSILON)
         self.dropout = nn.Dropout(p=float(dropout))
         self.fc = nn.Linear(WIDTHS[-1] * side * side, self.feature_size)
-        self.features = nn.BatchNorm1D(self.feature_size, epsilon=BN_EPSILON, weight_attr=False)
+        # Scale fixed at 1.0 as in arcface_torch, through a zero learning rate (no update, no weight decay). Neither
+        # weight_attr=False nor stop_gradient on the scale works: on Paddle 3.3 CPU the BatchNorm then gives its bias
+        # no gradient at all (bias.grad stays None; tests/test_backbones.py checks this).
+        self.features = nn.BatchNorm1D(self.feature_size, epsilon=BN_EPSILON, weight_attr=paddle.ParamAttr(
+            learning_rate=0.0, initializer=nn.initializer.Constant(1.0)))
 
         if pretrained:
             load_pretrained(self, pretrained, key="pretrained")
