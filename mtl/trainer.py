@@ -175,7 +175,7 @@ class Trainer:
             progress.close()
         if step == self.start_step and self.start_step == self.steps and self.is_main:
             self.console(f"nothing to train: the checkpoint is already at step {self.steps}")
-        return self.finish(time.time() - started)
+        return self.finish(time.time() - started, step)
 
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):
@@ -210,6 +210,7 @@ class Trainer:
             results = self.evaluator.evaluate()
         record = {"step": step, "eval": results, "averaged": self.averager is not None}
         self.eval_history.append(record)
+        self.metrics.write(_eval_record(step, results, "eval_averaged" if self.averager is not None else "eval"))
         if self.is_main:
             with open(os.path.join(self.output_dir, "eval.jsonl"), "a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -220,14 +221,18 @@ class Trainer:
         checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
                         keep=self.cfg["checkpoint"]["keep"])
 
-    def finish(self, seconds):
+    def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
+        step = self.steps if step is None else step
         live = self.evaluator.evaluate()
         averaged = None
         if self.averager is not None:
             with self.averager.apply():
                 averaged = self.evaluator.evaluate()
-        records = self.metrics.records
+        final = _eval_record(step, live, "eval")
+        final.update(_eval_record(step, averaged or {}, "eval_averaged"))
+        self.metrics.write(final)
+        records = [r for r in self.metrics.records if "loss" in r]
         tasks = {}
         for t in self.job.tasks:
             losses = [r[f"loss/{t.name}"] for r in records if f"loss/{t.name}" in r]
@@ -240,7 +245,9 @@ class Trainer:
                 "eval_averaged": (averaged or {}).get(t.name),
                 "primary_metric": t.head.primary_metric,
             }
-        summary = {"steps": self.steps, "world_size": self.world, "seconds": round(seconds, 2),
+            if hasattr(t.reader, "bad_samples"):  # readers with on_bad_sample: skip count what they skipped
+                tasks[t.name]["bad_samples"] = int(t.reader.bad_samples)
+        summary = {"steps": step, "world_size": self.world, "seconds": round(seconds, 2),
                    "resumed_from": self.resumed_from, "tasks": tasks}
         if self.is_main:
             with open(os.path.join(self.output_dir, "summary.json"), "w") as f:
@@ -251,6 +258,15 @@ class Trainer:
             self.console("\n" + metrics_table(tasks))
             self.console(f"\nresults in {self.output_dir} (metrics.jsonl, summary.json, loss_curves.png)")
         return summary
+
+
+def _eval_record(step, results, prefix):
+    """A metrics.jsonl record of evaluation results: ``{"step", "<prefix>/<task>/<metric>": value}``."""
+    record = {"step": step}
+    for task, metrics in results.items():
+        for name, value in metrics.items():
+            record[f"{prefix}/{task}/{name}"] = value
+    return record
 
 
 def _mean(values):

@@ -32,7 +32,7 @@ def train_two(out, overrides):
 
 def losses(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+        return [r for r in map(json.loads, f) if "loss" in r]
 
 
 def final_weights(out, averaged=False):
