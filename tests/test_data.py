@@ -69,3 +69,19 @@ def test_indivisible_sub_batch_is_a_clear_error():
     msg = str(err.value)
     assert "task 'a'" in msg and "3 samples" in msg and "2 processes" in msg and "schedule.batch_size" in msg
     check_divisible(JointSchedule(["a", "b"], [1, 2], 12, seed=0), 2)
+
+
+def test_loader_with_worker_processes_keeps_step_order():
+    from mtl.data import make_loader
+
+    readers = _readers()
+    sched = SampleSchedule(["a", "b"], [0.5, 0.5], 4, seed=2)
+    ds = StepDataset(sched, readers, seed=1, start_step=5, end_step=17)
+    got = list(make_loader(ds, num_workers=2))
+    assert len(got) == 12
+    for i, batch in enumerate(got):
+        want = ds[i]
+        assert batch.keys() == want.keys()
+        for t in want:
+            for field in want[t]:
+                np.testing.assert_array_equal(batch[t][field].numpy(), want[t][field])
