@@ -25,6 +25,7 @@ from mtl.errors import DataError
 from mtl.head import HeadOutput
 from mtl.margin import check_margin, margin_transform
 from mtl.registry import register_head
+from mtl.sparse_update import row_sparse_momentum_
 
 _NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does
 
@@ -89,6 +90,11 @@ class ArcFaceHead(ShardedClassHead):
         self._margin = margin_transform(*self.margin)
         self.sample_step = 0  # Partial FC draws from (seed, sample_step, rank)
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
+        self._sampled = None  # Partial FC in training: (local row index [K], detached sampled rows [K, D])
+        self._update_pending = False
+        if self.sample_ratio < 1.0:
+            # momentum of the class centres, updated row-sparsely by apply_own_updates (saved with the head)
+            self.register_buffer("weight_velocity", paddle.zeros_like(self.weight), persistable=True)
 
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()
@@ -148,8 +154,14 @@ class ArcFaceHead(ShardedClassHead):
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
         x, y = self.gather_batch(features, labels)
         weight, class_ids, target = self.sample_classes(y)
+        self._sampled = None
         if self.training and self.sample_ratio < 1.0:
             self.sample_step += 1
+            if weight is not self.weight:  # score a detached copy: its gradient is [K, D], see apply_own_updates
+                weight = weight.detach()
+                weight.stop_gradient = False
+                self._sampled = (class_ids - self.shard_start, weight)
+                self._update_pending = True
         self.last_sampled_classes = class_ids
         cos = self.cosine(F.normalize(x, axis=1), weight)
         if self.fused:
@@ -162,6 +174,34 @@ class ArcFaceHead(ShardedClassHead):
         predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         accuracy = (predicted == y).astype("float32").mean()
         return HeadOutput(loss=loss, metrics={"accuracy": accuracy})
+
+    def own_gradients(self):
+        """Partial FC: the gradient of the sampled rows (the optimizer does not see it; clipping must)."""
+        return [self._sampled[1]] if self._sampled is not None and self._update_pending else []
+
+    def weight_gradient(self) -> np.ndarray:
+        """The class-centre gradient of the last backward as a dense ``[C_k, D]`` array, for inspection and tests.
+
+        With Partial FC in training only the sampled rows have a gradient (the others are zero here); otherwise it
+        is ``weight.grad``.
+        """
+        if self._sampled is not None and self._sampled[1].grad is not None:
+            dense = np.zeros(self.weight.shape, dtype=np.float64)
+            dense[self._sampled[0].numpy()] = self._sampled[1].grad.numpy()
+            return dense.astype(self._sampled[1].grad.numpy().dtype)
+        return self.weight.grad.numpy()
+
+    def apply_own_updates(self, lr, optimizer_cfg):
+        """Partial FC: update only the sampled class centres and their momentum (``mtl.sparse_update``)."""
+        if self._sampled is None or not self._update_pending:
+            return
+        index, rows = self._sampled
+        self._update_pending = False  # the rows stay for weight_gradient() until the next forward
+        if rows.grad is None:
+            return
+        momentum = optimizer_cfg["momentum"] if optimizer_cfg["type"] == "momentum" else 0.0
+        row_sparse_momentum_(self.weight, getattr(self, "weight_velocity", None), index, rows.grad, lr, momentum,
+                             optimizer_cfg["weight_decay"])
 
     def evaluate(self, features, labels):
         """1:1 verification on pairs drawn from the split's labels, and classification accuracy over all shards."""

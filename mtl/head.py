@@ -58,6 +58,13 @@ class Head(paddle.nn.Layer):
         resumed run draws exactly what an uninterrupted one would. Default: nothing.
         """
 
+    def own_gradients(self):
+        """Gradient-holding tensors of this step that the optimizer does not update (included in clipping)."""
+        return []
+
+    def apply_own_updates(self, lr: float, optimizer_cfg: dict):
+        """Update what the head manages itself (Partial FC's sampled rows), after the optimizer step. Default: none."""
+
     def forward(self, features, labels) -> HeadOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -130,6 +130,10 @@ def build_job(cfg: dict) -> Job:
         if hc is not None and reader.num_classes is not None and int(hc) < int(reader.num_classes):
             raise ConfigError(f"task '{name}': head has num_classes {hc} but the reader's labels go up to "
                               f"{reader.num_classes - 1}", tcfg["source"], head_key + ".num_classes")
+        if getattr(head, "sample_ratio", 1.0) < 1.0:
+            from .sparse_update import check_optimizer
+
+            check_optimizer(cfg["optimizer"], f"task '{name}' ({tcfg['source']})")
         tasks.append(Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"]))
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], seed)

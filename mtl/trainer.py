@@ -115,8 +115,13 @@ class Trainer:
         self.job.model.backward()
         self.sync_gradients()
         clip = self.cfg["optimizer"]["clip_norm"]
-        self.last_grad_norm = clip_grad_global_norm(self.replicated, self.sharded, clip) if clip else None
+        heads = [self.job.model.heads[t] for t in batch]
+        own = [g for h in heads for g in h.own_gradients()]
+        self.last_grad_norm = clip_grad_global_norm(self.replicated, self.sharded + own, clip) if clip else None
+        lr = self.optimizer.get_lr()
         self.optimizer.step()
+        for head in heads:
+            head.apply_own_updates(lr, self.cfg["optimizer"])
         self.optimizer.clear_grad(set_to_zero=False)
         self.lr.step()
         if self.averager is not None:

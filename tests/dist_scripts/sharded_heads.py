@@ -52,7 +52,8 @@ def run_case(name, registry, paddle, rank):
     feats = paddle.to_tensor(features[begin:end], stop_gradient=False)
     result = head(feats, paddle.to_tensor(labels[begin:end]))
     result.loss.backward()
-    out.update(loss=result.loss.numpy(), feature_grad=feats.grad.numpy(), weight_grad=head.weight.grad.numpy())
+    weight_grad = head.weight_gradient() if hasattr(head, "weight_gradient") else head.weight.grad.numpy()
+    out.update(loss=result.loss.numpy(), feature_grad=feats.grad.numpy(), weight_grad=weight_grad)
     out.update({f"metric_{k}": v.numpy() for k, v in result.metrics.items()})
     if getattr(head, "bias", None) is not None:
         out["bias_grad"] = head.bias.grad.numpy()

@@ -1,0 +1,91 @@
+"""Partial FC's row-sparse update: only sampled class centres and their momentum change, as Paddle's Momentum would."""
+import copy
+
+import numpy as np
+import paddle
+import pytest
+
+from mtl.config import load_job
+from mtl.data import StepDataset
+from mtl.errors import ConfigError
+from mtl.job import build_job
+from mtl.trainer import Trainer
+
+LR, MOMENTUM, WD = 0.05, 0.9, 5e-4
+
+
+def job_cfg(tmp_path, optimizer="momentum", clip=None):
+    return load_job(data={
+        "seed": 0, "output_dir": str(tmp_path / "run"),
+        "tasks": [{"name": "pfc", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": 40, "seed": 1},
+                   "head": {"type": "arcface", "scale": 8.0, "sample_ratio": 0.2}}],
+        "backbone": {"type": "mlp", "hidden": [16], "embedding_size": 8},
+        "schedule": {"batch_size": 6, "steps": 4},
+        "optimizer": {"type": optimizer, "lr": LR, "momentum": MOMENTUM, "weight_decay": WD, "decay": "none",
+                      "clip_norm": clip},
+        "log": {"progress": False, "plot": False}, "data": {"num_workers": 0}})
+
+
+def test_only_sampled_rows_and_their_momentum_change(tmp_path):
+    job = build_job(job_cfg(tmp_path))
+    trainer = Trainer(job, console=lambda *a: None)
+    head = job.model.heads["pfc"]
+    ds = StepDataset(job.schedule, {"pfc": job.task("pfc").reader}, 0, 0, 4)
+    w = head.weight.numpy().astype(np.float64)
+    v = np.zeros_like(w)
+    for step in range(4):
+        trainer.train_step(trainer._to_tensors(ds[step]), step)
+        sampled = head.last_sampled_classes.numpy()
+        grad = head.weight_gradient().astype(np.float64)   # dense view of the sampled rows' gradient
+        assert len(sampled) == 8                             # ceil(0.2 * 40)
+        rest = np.setdiff1d(np.arange(40), sampled)
+        new_w, new_v = head.weight.numpy(), head.weight_velocity.numpy()
+        # untouched rows: bit for bit, weight and momentum
+        np.testing.assert_array_equal(new_w[rest], w[rest].astype(np.float32))
+        np.testing.assert_array_equal(new_v[rest], v[rest].astype(np.float32))
+        # sampled rows: Paddle Momentum with L2 decay, g' = g + wd w, v = mu v + g', w = w - lr v
+        v[sampled] = MOMENTUM * v[sampled] + grad[sampled] + WD * w[sampled]
+        w[sampled] = w[sampled] - LR * v[sampled]
+        np.testing.assert_allclose(new_w[sampled], w[sampled], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(new_v[sampled], v[sampled], rtol=1e-5, atol=1e-7)
+        w, v = new_w.astype(np.float64), new_v.astype(np.float64)
+
+
+def test_sparse_update_equals_paddle_momentum_on_the_sampled_rows():
+    """Independent reference: Paddle's own Momentum on a parameter holding just the sampled rows."""
+    from mtl.sparse_update import row_sparse_momentum_
+
+    rng = np.random.RandomState(0)
+    full = paddle.to_tensor(rng.randn(10, 4).astype("float32"))
+    velocity = paddle.zeros_like(full)
+    index = paddle.to_tensor(np.array([1, 4, 7]))
+    sub = paddle.create_parameter([3, 4], "float32")
+    sub.set_value(full.numpy()[[1, 4, 7]])
+    opt = paddle.optimizer.Momentum(0.1, momentum=0.8, parameters=[sub], weight_decay=0.01)
+    for _ in range(3):
+        g = rng.randn(3, 4).astype("float32")
+        sub.grad = paddle.to_tensor(g)
+        opt.step()
+        row_sparse_momentum_(full, velocity, index, paddle.to_tensor(g), 0.1, 0.8, 0.01)
+    np.testing.assert_allclose(full.numpy()[[1, 4, 7]], sub.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_partial_fc_with_adamw_is_a_start_up_error(tmp_path):
+    with pytest.raises(ConfigError, match="optimizer.type.*sgd or momentum"):
+        build_job(job_cfg(tmp_path, optimizer="adamw"))
+
+
+def test_clipping_sees_the_sampled_rows(tmp_path):
+    """With a tiny clip norm every gradient, the sampled rows' included, is scaled by clip / norm."""
+    job = build_job(job_cfg(tmp_path, clip=1e-3))
+    trainer = Trainer(job, console=lambda *a: None)
+    ds = StepDataset(job.schedule, {"pfc": job.task("pfc").reader}, 0, 0, 1)
+    ref = build_job(job_cfg(tmp_path))
+    ref.model.set_state_dict(copy.deepcopy(job.model.state_dict()))
+    t2 = Trainer(ref, console=lambda *a: None)
+    trainer.train_step(trainer._to_tensors(ds[0]), 0)
+    t2.train_step(t2._to_tensors(ds[0]), 0)
+    norm = trainer.last_grad_norm
+    g_clipped = job.model.heads["pfc"].weight_gradient()
+    g_full = ref.model.heads["pfc"].weight_gradient()
+    np.testing.assert_allclose(g_clipped, g_full * (1e-3 / norm), rtol=1e-4, atol=1e-9)
