@@ -17,7 +17,7 @@ $(STAMP): requirements.txt setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/train_joint.py
+	$(PY) examples/train_joint.py --overwrite
 
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)

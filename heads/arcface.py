@@ -175,6 +175,10 @@ class ArcFaceHead(ShardedClassHead):
         accuracy = (predicted == y).astype("float32").mean()
         return HeadOutput(loss=loss, metrics={"accuracy": accuracy})
 
+    def check_eval_labels(self, labels):
+        """Verification needs pairs: at least two classes in the split and one class with two samples."""
+        verification_pairs(np.asarray(labels))
+
     def own_gradients(self):
         """Partial FC: the gradient of the sampled rows (the optimizer does not see it; clipping must)."""
         return [self._sampled[1]] if self._sampled is not None and self._update_pending else []

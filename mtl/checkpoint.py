@@ -2,8 +2,9 @@
 
 Layout of ``output_dir/checkpoints/step_N/``: ``backbone.pdparams`` and replicated heads (rank 0), one file per head
 shard ``heads/<task>.shard<k>of<W>.pdparams``, ``optimizer.rank<k>.pdopt`` (optimizer + LR state of that rank),
-``averager.rank<k>.pdparams``, ``state.json`` (step, world size, schedule); with averaging on, also the averaged
-weights themselves (``backbone.averaged.pdparams``, ``heads/<task>...averaged.pdparams``) for export.
+``averager.rank<k>.pdparams``, ``rng.rank<k>.pdparams`` (random state), ``state.json`` (step, world size,
+schedule); with averaging on, also the averaged weights themselves (``backbone.averaged.pdparams``,
+``heads/<task>...averaged.pdparams``) for export.
 Every rank writes into ``.step_N.tmp``; after a barrier rank 0 renames it to ``step_N`` (a rename is atomic), so a
 crash mid-save never leaves a half checkpoint; old ones beyond ``keep`` are removed.
 """
@@ -79,6 +80,8 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
                 os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
     if averager is not None:
         paddle.save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
+    # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
+    paddle.save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
     distributed.barrier()
     if rank == 0:
         state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict()}
@@ -87,7 +90,7 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
             json.dump(state, f, indent=1)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-        for _, old in list_checkpoints(output_dir)[:-keep]:
+        for _, old in [c for c in list_checkpoints(output_dir) if c[0] <= step][:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     distributed.barrier()
     return final
@@ -117,6 +120,9 @@ def load(path, model, optimizer, schedule, averager=None):
         warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
         optimizer.set_state_dict(runtime_optimizer_state(
             paddle.load(os.path.join(path, f"optimizer.rank{rank}.pdopt")), model))
+    rng_file = os.path.join(path, f"rng.rank{rank}.pdparams")
+    if os.path.isfile(rng_file):
+        paddle.set_rng_state(paddle.load(rng_file)["paddle"])
     avg_file = os.path.join(path, f"averager.rank{rank}.pdparams")
     if averager is not None and os.path.isfile(avg_file):
         averager.set_state_dict(paddle.load(avg_file))

@@ -41,6 +41,10 @@ def add_train_args(parser):
     parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[], metavar="KEY.PATH=VALUE",
                         help="override config values, e.g. --set schedule.steps=100 optimizer.lr=0.01")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start over in an output_dir that holds checkpoints of an earlier run (they are removed)")
+    parser.add_argument("--until", type=int, metavar="STEP",
+                        help="stop after this step, as a pre-empted job would (the schedule keeps its length)")
 
 
 def train(args):
@@ -55,7 +59,7 @@ def train(args):
     select_device(cfg["device"], cfg["source"])
     init_distributed()
     job = build_job(cfg)
-    return Trainer(job, resume=args.resume).run()
+    return Trainer(job, resume=args.resume, overwrite=args.overwrite).run(until=args.until)
 
 
 def plugins(args):

@@ -114,25 +114,54 @@ def parse_override(text: str):
     return key.split("."), value
 
 
-def apply_overrides(data: dict, overrides):
-    """Apply ``--set`` overrides to a raw config dict (lists are indexed by number)."""
+def apply_overrides(data: dict, overrides, source="--set"):
+    """Apply ``--set`` overrides (text ``a.b=v`` or parsed ``(path, value)``) to a raw config dict.
+
+    Lists are indexed by number; a path that runs into a scalar, or an index past a list's end, is a ConfigError.
+    """
     data = copy.deepcopy(data)
-    for text in overrides or ():
-        path, value = parse_override(text)
+    for item in overrides or ():
+        path, value = parse_override(item) if isinstance(item, str) else item
         node = data
-        for part in path[:-1]:
+        for depth, part in enumerate(path[:-1]):
             if isinstance(node, list):
-                node = node[int(part)]
+                node = node[_list_index(node, part, path[:depth + 1], source)]
                 continue
+            if not isinstance(node, dict):
+                raise ConfigError(f"cannot set '{'.'.join(path)}': '{'.'.join(path[:depth])}' is not a mapping",
+                                  source)
             if part not in node or not isinstance(node[part], (dict, list)):
                 node[part] = {}
             node = node[part]
         last = path[-1]
         if isinstance(node, list):
-            node[int(last)] = value
-        else:
+            node[_list_index(node, last, path, source)] = value
+        elif isinstance(node, dict):
             node[last] = value
+        else:
+            raise ConfigError(f"cannot set '{'.'.join(path)}': its parent is not a mapping", source)
     return data
+
+
+def _list_index(node, part, path, source):
+    if not str(part).lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
+        raise ConfigError(f"index {part} does not exist: the list has {len(node)} entries", source, ".".join(path))
+    return int(part)
+
+
+def split_task_overrides(overrides):
+    """Split ``--set`` overrides into job-level ones and ``{task index: [(sub path, value)]}``.
+
+    ``tasks.N.key=value`` applies to task N after its file is read, so it works for tasks named by file.
+    """
+    job_level, per_task = [], {}
+    for text in overrides or ():
+        path, value = parse_override(text)
+        if path[0] == "tasks" and len(path) > 2 and path[1].isdigit():
+            per_task.setdefault(int(path[1]), []).append((path[2:], value))
+        else:
+            job_level.append((path, value))
+    return job_level, per_task
 
 
 def read_yaml(path: str, what: str = "config"):
@@ -192,7 +221,7 @@ def find_task_file(ref: str, base_dir, folders):
     return None
 
 
-def load_task(ref, base_dir, folders, source, key):
+def load_task(ref, base_dir, folders, source, key, overrides=()):
     """Load one task: a YAML file, a Python file defining ``TASK`` (a dict), or an inline mapping; validate it."""
     if isinstance(ref, dict):
         data, task_source = ref, source
@@ -216,7 +245,11 @@ def load_task(ref, base_dir, folders, source, key):
         task_source, task_key = path, ""
     else:
         raise ConfigError(f"expected a task file path or a mapping, got {ref!r}", source, key)
-    task = validate(TASK, data, task_source, task_key)
+    label = task_source
+    if overrides:
+        label = f"{task_source} (with --set {key}.*)" if task_source != source else task_source
+        data = apply_overrides(data, overrides, label)
+    task = validate(TASK, data, label, task_key)
     task["source"] = task_source
     task["key"] = task_key
     if task["eval"] is None:
@@ -268,7 +301,8 @@ def load_job(path=None, overrides=(), data=None):
     """
     source = path or "<config>"
     raw = read_yaml(path, "job config") if path is not None else copy.deepcopy(data or {})
-    raw = apply_overrides(raw, overrides)
+    job_overrides, task_overrides = split_task_overrides(overrides)
+    raw = apply_overrides(raw, job_overrides, source)
     if overrides:
         source = f"{source} (with --set)" if path else source
     job = validate(JOB, raw, source)
@@ -288,7 +322,12 @@ def load_job(path=None, overrides=(), data=None):
         registry.load_folder(folder, source, "plugins")
     if not job["tasks"]:
         raise ConfigError("the job needs at least one task", source, "tasks")
-    tasks = [load_task(ref, base_dir, folders, source, f"tasks.{i}") for i, ref in enumerate(job["tasks"])]
+    for index in task_overrides:
+        if index >= len(job["tasks"]):
+            raise ConfigError(f"--set names task {index}, but the job lists {len(job['tasks'])} tasks (0-based)",
+                              source, f"tasks.{index}")
+    tasks = [load_task(ref, base_dir, folders, source, f"tasks.{i}", task_overrides.get(i, ()))
+             for i, ref in enumerate(job["tasks"])]
     names = [t["name"] for t in tasks]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 import paddle
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError, MtlError
 
 
 def task_seed(seed: int, task_name: str) -> int:
@@ -81,8 +81,9 @@ class StepDataset(paddle.io.Dataset):
     """Item ``i`` is the batch of step ``start_step + i`` for this rank: ``{task: {field: array}}``."""
 
     def __init__(self, schedule, readers: dict, seed: int, start_step: int, end_step: int, world: int = 1,
-                 rank: int = 0):
+                 rank: int = 0, label_ranges=None):
         super().__init__()
+        self.label_ranges = dict(label_ranges or {})  # {task: (field, num_classes)}: labels must be in [0, C)
         self.schedule = schedule
         self.readers = readers
         self.orders = {name: SampleOrder(len(r), task_seed(seed, name)) for name, r in readers.items()}
@@ -100,7 +101,15 @@ class StepDataset(paddle.io.Dataset):
                 for task, n in self.schedule.plan(step).items()}
 
     def __getitem__(self, i):
+        """The step's batch; a user error (bad record, label out of range) comes back as an error item instead of
+        an exception, because Paddle's DataLoader turns worker exceptions into an unreadable SystemError."""
         step = self.start_step + int(i)
+        try:
+            return self._batch(step)
+        except MtlError as exc:
+            return error_item(exc)
+
+    def _batch(self, step):
         batch = {}
         for task, n in self.schedule.plan(step).items():
             start = self.schedule.consumed(task, step)
@@ -113,7 +122,43 @@ class StepDataset(paddle.io.Dataset):
             else:
                 samples = [reader[int(j)] for j in idx]
             batch[task] = collate(samples)
+            if task in self.label_ranges:
+                check_labels(task, batch[task], *self.label_ranges[task], indices=idx, step=step)
         return batch
+
+
+def check_labels(task, batch, field, num_classes, indices=None, step=None, split="training"):
+    """Raise DataError when a class label of ``batch[field]`` lies outside ``[0, num_classes)``."""
+    labels = np.asarray(batch[field]).reshape(len(batch[field]), -1)[:, 0]
+    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+    if len(bad):
+        j = int(bad[0])
+        row = f"sample {int(indices[j])}" if indices is not None else f"row {j}"
+        where = f"{row} of the {split} split"
+        when = f" (step {step})" if step is not None else ""
+        raise DataError(f"task '{task}': {where}{when} has {field} {labels[j]}, outside [0, {num_classes}) of its "
+                        f"head; fix the data or the head's num_classes")
+
+
+def error_item(exc):
+    """A DataLoader item that carries a user error from a worker to the main process."""
+    text = f"{type(exc).__name__}\n{exc}".encode()
+    return {ERROR_KEY: {"message": np.frombuffer(text, dtype=np.uint8).copy()}}
+
+
+def raise_if_error(batch):
+    """Re-raise the user error an item from :func:`error_item` carries (no-op for a normal batch)."""
+    if ERROR_KEY not in batch:
+        return
+    raw = batch[ERROR_KEY]["message"]
+    raw = raw.numpy() if hasattr(raw, "numpy") else np.asarray(raw)
+    kind, message = bytes(raw.astype(np.uint8)).decode().split("\n", 1)
+    from . import errors
+
+    raise getattr(errors, kind, errors.DataError)(message)
+
+
+ERROR_KEY = "__mtl_error__"
 
 
 def make_loader(dataset: StepDataset, num_workers: int):

@@ -9,7 +9,7 @@ import numpy as np
 import paddle
 
 from . import distributed
-from .data import iterate_eval
+from .data import check_labels, iterate_eval
 from .job import eval_reader
 
 
@@ -86,6 +86,8 @@ class Evaluator:
         reader = self.reader(task)
         feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
+        if getattr(head, "num_classes", None) and rest[head.label_field].dtype.kind in "iu":
+            check_labels(task.name, rest, head.label_field, int(head.num_classes), split="evaluation")
         labels = paddle.to_tensor(rest[head.label_field])
         was_training = head.training
         head.eval()

@@ -58,6 +58,12 @@ class Head(paddle.nn.Layer):
         resumed run draws exactly what an uninterrupted one would. Default: nothing.
         """
 
+    def check_eval_labels(self, labels):
+        """Raise (any exception, with a sentence) when ``evaluate`` could not score a split with these labels.
+
+        Called when the job is built, so that a split the head cannot evaluate fails before training. Default: fine.
+        """
+
     def own_gradients(self):
         """Gradient-holding tensors of this step that the optimizer does not update (included in clipping)."""
         return []

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List
 
+import numpy as np
 import paddle
 
 from . import contracts, distributed, registry, sync_bn
@@ -27,6 +28,7 @@ class Task:
     head: paddle.nn.Layer
     ratio: float
     loss_weight: float
+    eval_reader: object = None
 
     @property
     def source(self):
@@ -134,7 +136,10 @@ def build_job(cfg: dict) -> Job:
             from .sparse_update import check_optimizer
 
             check_optimizer(cfg["optimizer"], f"task '{name}' ({tcfg['source']})")
-        tasks.append(Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"]))
+        task = Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"])
+        if tcfg["eval"]["enabled"] and tcfg["eval"]["split"]:
+            task.eval_reader = _checked_eval_reader(task, ctx)
+        tasks.append(task)
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], seed)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
@@ -142,4 +147,29 @@ def build_job(cfg: dict) -> Job:
 
 def eval_reader(job: Job, task: Task):
     """The evaluation reader of a task (its reader config with the task's ``eval.reader`` overrides)."""
+    if task.eval_reader is not None:
+        return task.eval_reader
     return build_reader(task.cfg, copy.deepcopy(task.cfg["eval"]["reader"]), job.reader_context)
+
+
+def _checked_eval_reader(task: Task, context):
+    """Build the task's evaluation reader now and let the head check its labels, so that a split the head cannot
+    evaluate (a typo in ``eval.reader``, one class for a verification head) fails before training."""
+    from .errors import MtlError
+
+    prefix = f"{task.cfg['key']}." if task.cfg["key"] else ""
+    overrides = copy.deepcopy(task.cfg["eval"]["reader"])
+    try:
+        reader = build_reader(task.cfg, overrides, context)
+    except MtlError as exc:
+        raise ConfigError(f"task '{task.name}': the evaluation reader (reader + eval.reader {overrides}) fails: "
+                          f"{getattr(exc, 'bare_message', exc)}", task.source, prefix + "eval.reader") from None
+    limit = task.cfg["eval"]["max_samples"]
+    try:
+        if task.head.label_field == "label":  # class labels: Reader.labels() reads them without decoding images
+            task.head.check_eval_labels(np.asarray(reader.labels())[:limit])
+    except Exception as exc:  # the head's own sentence
+        raise ConfigError(f"task '{task.name}': head '{task.head.registered_name}' cannot evaluate the evaluation "
+                          f"split: {exc}; fix the split or set eval: {{split: false}}", task.source,
+                          prefix + "eval") from None
+    return reader

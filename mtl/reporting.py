@@ -38,10 +38,10 @@ class MetricsLog:
                 open(path, "w").close()
 
     def truncate_after(self, step):
-        """Drop records after ``step`` (a resumed run rewrites what came after its checkpoint), and the evaluation
-        records of ``step`` itself (the final evaluation of a run that is now being continued)."""
+        """Drop records after ``step`` (a resumed run rewrites what came after its checkpoint), and the final
+        evaluation record of a run stopped at ``step`` that is now being continued."""
         self.records = [r for r in self.records
-                        if r.get("step", 0) < step or (r.get("step", 0) == step and "loss" in r)]
+                        if r.get("step", 0) < step or (r.get("step", 0) == step and not r.get("final"))]
         if self.enabled:
             with open(self.path, "w") as f:
                 for r in self.records:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import time
 
 import numpy as np
@@ -17,7 +18,8 @@ import paddle.distributed as dist
 
 from . import checkpoint, distributed
 from .contracts import check_batch
-from .data import StepDataset, check_divisible, make_loader
+from .data import StepDataset, check_divisible, make_loader, raise_if_error, task_seed
+from .errors import ConfigError
 from .evaluation import Evaluator
 from .optim import build_optimizer, clip_grad_global_norm
 from .reporting import MetricsLog, metrics_table, plot_losses, setup_logging
@@ -28,7 +30,7 @@ log = logging.getLogger("mtl")
 class Trainer:
     """Runs a built :class:`mtl.job.Job`: training, logging, evaluation, checkpoints, summary."""
 
-    def __init__(self, job, resume=False, console=print):
+    def __init__(self, job, resume=False, console=print, overwrite=False):
         self.job = job
         self.cfg = job.cfg
         self.rank, self.world = distributed.rank(), distributed.world_size()
@@ -43,11 +45,32 @@ class Trainer:
         self.sharded = [p for t in job.tasks if getattr(t.head, "sharded", False) for p in t.head.parameters()]
         ids = {id(p) for p in self.sharded}
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
+        # non-trainable floating state of the replicated part (BatchNorm running statistics): per rank unless synced
+        self.statistics = [t for t in list(model.backbone.parameters()) + list(model.backbone.buffers())
+                           if t.stop_gradient and t.dtype in (paddle.float32, paddle.float64, paddle.float16,
+                                                              paddle.bfloat16) and int(t.numel()) > 0]
         self.optimizer, self.lr = build_optimizer(self.cfg["optimizer"], model.parameters(), self.steps)
+        # every rank draws its own random numbers (dropout masks), from (seed, rank); a checkpoint restores them
+        paddle.seed(task_seed(self.cfg["seed"], f"rank{self.rank}"))
         self.averager = self._build_averager()
         self.last_grad_norm = None
         self.start_step = 0
         self.resumed_from = None
+        existing = checkpoint.list_checkpoints(self.output_dir)
+        if existing and not resume:
+            if not overwrite:
+                raise ConfigError(
+                    f"output_dir '{self.output_dir}' already holds checkpoints of a run (latest step "
+                    f"{existing[-1][0]}); pass --resume to continue it, --overwrite to start over (its checkpoints "
+                    f"and logs are removed), or choose another output_dir", self.cfg["source"], "output_dir")
+            distributed.barrier()
+            if self.is_main:
+                shutil.rmtree(checkpoint.checkpoint_root(self.output_dir), ignore_errors=True)
+            distributed.barrier()
+        if self.is_main and not resume:
+            for name in ("eval.jsonl", "summary.json"):
+                if os.path.isfile(os.path.join(self.output_dir, name)):
+                    os.remove(os.path.join(self.output_dir, name))
         if resume:
             path = checkpoint.latest_checkpoint(self.output_dir)
             if path is None:
@@ -55,12 +78,21 @@ class Trainer:
                              "starting from step 0")
             else:
                 state = checkpoint.load(path, model, self.optimizer, job.schedule, self.averager)
+                if state["step"] > self.steps:
+                    raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
+                                      f"schedule.steps {self.steps}", self.cfg["source"], "schedule.steps")
                 self.start_step = state["step"]
                 self.resumed_from = path
         self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main,
                                   append=self.resumed_from is not None)
         if self.resumed_from:
             self.metrics.truncate_after(self.start_step)
+            eval_log = os.path.join(self.output_dir, "eval.jsonl")
+            if self.is_main and os.path.isfile(eval_log):  # drop evaluations the stopped run made after its checkpoint
+                with open(eval_log) as f:
+                    kept = [line for line in f if line.strip() and json.loads(line)["step"] <= self.start_step]
+                with open(eval_log, "w") as f:
+                    f.writelines(kept)
         self.evaluator = Evaluator(job, self.output_dir)
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
@@ -104,6 +136,25 @@ class Trainer:
         for g in grads:
             n = int(np.prod(g.shape))
             g.set_value(flat[offset:offset + n].reshape(g.shape).astype(g.dtype))
+            offset += n
+
+    @paddle.no_grad()
+    def sync_statistics(self):
+        """Average the backbone's running statistics over ranks (before evaluating or saving).
+
+        Without synchronised BatchNorm each rank's running mean and variance follow its own rows; evaluation (every
+        rank embeds the eval split for the model-parallel heads), checkpoints (rank 0 saves the backbone) and export
+        must all see one set, the same on every rank: their mean over ranks.
+        """
+        if self.world <= 1 or not self.statistics:
+            return
+        flat = paddle.concat([t.reshape([-1]).astype("float32") for t in self.statistics])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat = flat / self.world
+        offset = 0
+        for t in self.statistics:
+            n = int(t.numel())
+            t.set_value(flat[offset:offset + n].reshape(t.shape).astype(t.dtype))
             offset += n
 
     def train_step(self, batch, step=None):
@@ -150,7 +201,10 @@ class Trainer:
         job = self.job
         readers = {t.name: t.reader for t in job.tasks}
         end = self.steps if until is None else min(self.steps, int(until))
-        dataset = StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.world, self.rank)
+        ranges = {t.name: (t.head.label_field, int(t.head.num_classes)) for t in job.tasks
+                  if getattr(t.head, "num_classes", None) and t.head.fields()[0].dtype == "int64"}
+        dataset = StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.world, self.rank,
+                              ranges)
         loader = make_loader(dataset, self.cfg["data"]["num_workers"])
         job.model.train()
         progress = self._progress()
@@ -159,6 +213,7 @@ class Trainer:
         started = time.time()
         step = self.start_step
         for batch in loader:
+            raise_if_error(batch)
             self._check_first(batch, seen)
             lr = self.optimizer.get_lr()
             total, outputs = self.train_step(self._to_tensors(batch), step)
@@ -166,7 +221,8 @@ class Trainer:
             pending.append((step, lr, self.last_grad_norm, {t: o.global_loss.detach() for t, o in outputs.items()},
                             {t: {k: v for k, v in o.metrics.items()} for t, o in outputs.items()}))
             window_samples += self.cfg["schedule"]["batch_size"]
-            if self.should_log(step):
+            # a checkpoint or an evaluation first writes out every pending record, so a resumed run misses none
+            if self.should_log(step) or (pending and (self.should_save(step) or self.should_eval(step))):
                 elapsed = max(time.time() - window_start, 1e-9)
                 self._flush(pending, window_samples / elapsed, progress)
                 pending, window_start, window_samples = [], time.time(), 0
@@ -210,6 +266,7 @@ class Trainer:
                                   if k.startswith("loss/")}, refresh=False)
 
     def _evaluate(self, step):
+        self.sync_statistics()
         ctx = self.averager.apply() if self.averager is not None else contextlib.nullcontext()
         with ctx:
             results = self.evaluator.evaluate()
@@ -223,18 +280,21 @@ class Trainer:
         return results
 
     def _save(self, step):
+        self.sync_statistics()
         checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
                         keep=self.cfg["checkpoint"]["keep"])
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
         step = self.steps if step is None else step
+        self.sync_statistics()
         live = self.evaluator.evaluate()
         averaged = None
         if self.averager is not None:
             with self.averager.apply():
                 averaged = self.evaluator.evaluate()
         final = _eval_record(step, live, "eval")
+        final["final"] = True  # a run continued later drops this record (see MetricsLog.truncate_after)
         final.update(_eval_record(step, averaged or {}, "eval_averaged"))
         self.metrics.write(final)
         records = [r for r in self.metrics.records if "loss" in r]

@@ -52,7 +52,7 @@ def collect_tensors(parameters, buffers=None, average_statistics=False):
     floating tensor of ``buffers`` (a Layer's ``named_buffers()`` when ``parameters`` is a Layer and ``buffers`` is
     None). Kept: the other statistics and frozen parameters; ``apply()`` leaves them at their live value (a frozen
     parameter does not move, so its average is its value, and no sums are spent on it). The split is made once,
-    here: a parameter frozen at construction stays untracked.
+    here: a parameter frozen at construction stays untracked. Empty tensors (a head shard of 0 classes) are skipped.
     """
     if isinstance(parameters, paddle.nn.Layer):
         if buffers is None:
@@ -66,6 +66,8 @@ def collect_tensors(parameters, buffers=None, average_statistics=False):
             raise ValueError(f"two tensors share the name {name!r}; averager state is keyed by name")
         if id(tensor) in seen_ids or not is_floating(tensor):
             continue
+        if int(tensor.numel()) == 0:  # an empty head shard (fewer classes than ranks): nothing to average, and
+            continue                  # copy_ into a 0-size tensor on Paddle 3.3 leaves it without storage
         seen_names.add(name)
         seen_ids.add(id(tensor))
         is_buffer = index >= len(params)

@@ -32,10 +32,12 @@ def build_averager(cfg, parameters, source=None, buffers=None):
                           "averaging.type")
     kind = options.pop("type", "none")
     kind = "none" if kind is None else kind
-    if kind == "none":
-        if options:
-            raise ConfigError("unknown key for type none (no other key is allowed)", source,
-                              f"averaging.{sorted(options)[0]}")
+    if kind == "none":  # the other keys may stay (so `--set averaging.type=none` switches a job off) but must exist
+        known = {key for _, keys in KINDS.values() for key in keys}
+        for key in sorted(options):
+            if key not in known:
+                raise ConfigError(f"unknown averaging key; known keys: {', '.join(sorted(known))}", source,
+                                  f"averaging.{key}")
         return None
     if kind not in KINDS:
         raise ConfigError(f"unknown averager type {kind!r}; expected one of window, ema, none", source,
