@@ -102,7 +102,9 @@ class ArcFaceHead(ShardedClassHead):
             raise ValueError(f"fused must be 'auto', true or false, got {fused!r}")
         on_gpu = paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu")
         if choice == "auto":
-            return on_gpu and self.sample_ratio == 1.0 and self.margin[0] == 1.0
+            # only where the fused kernel computes exactly our function: it has no monotone fallback past pi, which
+            # an additive angular margin (m2 > 0) reaches for target angles above pi - m2; fused: true opts in anyway
+            return on_gpu and self.sample_ratio == 1.0 and self.margin[0] == 1.0 and self.margin[1] == 0.0
         if choice == "true":
             if not on_gpu:
                 raise ValueError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "

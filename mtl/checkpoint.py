@@ -84,6 +84,14 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
     paddle.save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
     distributed.barrier()
     if rank == 0:
+        for task, head in model.heads.items():
+            if getattr(head, "sharded", False):
+                missing = [k for k in range(world) if not os.path.isfile(os.path.join(tmp, _head_file(task, head, k,
+                                                                                                     world)))]
+                if missing:
+                    raise ConfigError(f"checkpoint of step {step}: rank 0 cannot see the head shards that rank(s) "
+                                      f"{missing} wrote for task '{task}' under '{tmp}'; with several machines, "
+                                      f"output_dir must be on a filesystem every machine shares")
         state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict()}
         state.update(extra or {})
         with open(os.path.join(tmp, "state.json"), "w") as f:
@@ -177,12 +185,22 @@ def head_files(path, task, averaged=False):
     single = os.path.join(heads, f"{task}{suffix}")
     if os.path.isfile(single):
         return [single]
-    found = []
+    found = {}
     for name in os.listdir(heads) if os.path.isdir(heads) else []:
         m = re.match(rf"^{re.escape(task)}\.shard(\d+)of(\d+){re.escape(suffix)}$", name)
         if m:
-            found.append((int(m.group(1)), os.path.join(heads, name)))
-    return [f for _, f in sorted(found)]
+            found.setdefault(int(m.group(2)), {})[int(m.group(1))] = os.path.join(heads, name)
+    if not found:
+        return []
+    if len(found) > 1:
+        raise ConfigError(f"checkpoint '{path}' mixes head shards of several process counts for task '{task}': "
+                          f"{sorted(found)}")
+    world, shards = next(iter(found.items()))
+    missing = sorted(set(range(world)) - set(shards))
+    if missing:
+        raise ConfigError(f"checkpoint '{path}' lacks shard(s) {missing} of {world} of task '{task}'"
+                          f"{' (averaged weights)' if averaged else ''}: the head cannot be assembled")
+    return [shards[k] for k in range(world)]
 
 
 def merged_head_state(path, task, averaged=False):

@@ -67,8 +67,10 @@ def plugins(args):
     from tabulate import tabulate
 
     from . import registry
+    from .config import task_folders
 
-    registry.load_all(args.plugins)
+    folders = list(args.plugins) + [f for f in task_folders(None, args.plugins) if f not in args.plugins]
+    registry.load_all(folders)  # the same folders a job loads: given ones, ./tasks and the repository's tasks/
     rows = [(e.kind, e.name, e.origin, e.description) for e in registry.entries()]
     print(tabulate(rows, headers=["kind", "name", "from", "description"], tablefmt="github"))
 
@@ -81,7 +83,7 @@ def build_parser():
     add_train_args(p)
     p.set_defaults(func=train)
     p = sub.add_parser("plugins", help="list registered readers, backbones and heads")
-    p.add_argument("plugins", nargs="*", help="extra plug-in folders to load")
+    p.add_argument("plugins", nargs="*", help="extra plug-in folders to load (./tasks and tasks/ always are)")
     p.set_defaults(func=plugins)
     for module in ("mtl.datatools", "mtl.export"):
         try:

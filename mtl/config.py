@@ -36,17 +36,19 @@ OPTIMIZER = {
     "lr": Opt(float, 0.1, min=0.0, min_exclusive=True, doc="peak learning rate"),
     "momentum": Opt(float, 0.9, min=0.0, max=1.0, doc="momentum (momentum only)"),
     "weight_decay": Opt(float, 5e-4, min=0.0, doc="L2 (sgd/momentum) or decoupled (adamw) weight decay"),
-    "betas": Opt(list, [0.9, 0.999], doc="adamw betas"),
+    "betas": Opt(list, [0.9, 0.999], check=lambda v: None if len(v) == 2 and all(
+        isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v)
+        else f"expected two numbers in [0, 1), got {v!r}", doc="adamw betas"),
     "warmup_steps": Opt(int, 0, min=0, doc="linear warm-up steps"),
     "decay": Opt(str, "cosine", choices=["none", "cosine", "step"], doc="learning-rate decay after warm-up"),
     "min_lr": Opt(float, 0.0, min=0.0, doc="cosine: final learning rate"),
     "step_size": Opt(int, 1000, min=1, doc="step decay: steps between decays"),
-    "gamma": Opt(float, 0.1, min=0.0, doc="step decay: factor"),
+    "gamma": Opt(float, 0.1, min=0.0, max=0.999999, doc="step decay: factor (< 1)"),
     "clip_norm": Opt(float, None, nullable=True, min=0.0, min_exclusive=True, doc="global-norm gradient clipping"),
 }
 
 JOB = {
-    "seed": Opt(int, 0, doc="seed of the schedule, the sample order and the initialisation"),
+    "seed": Opt(int, 0, min=0, doc="seed of the schedule, the sample order and the initialisation"),
     "output_dir": Opt(str, "runs/job", doc="where metrics, checkpoints and plots go"),
     "device": Opt(str, "auto", choices=["auto", "cpu", "gpu"], doc="auto: GPU when Paddle has CUDA, else CPU"),
     "threads": Opt(int, None, nullable=True, min=1, doc="intra-op CPU threads (default: cores / local processes)"),
@@ -341,8 +343,6 @@ def load_job(path=None, overrides=(), data=None):
         raise ConfigError(
             f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
-    if len(job["optimizer"]["betas"]) != 2:
-        raise ConfigError("expected two numbers [beta1, beta2]", source, "optimizer.betas")
     _check_averaging(job["averaging"], source)
     job["tasks"] = tasks
     job["config_path"] = os.path.abspath(path) if path else None

@@ -55,21 +55,33 @@ def rank_slice(n: int, world: int, rank: int):
     return slice(rank * per, (rank + 1) * per)
 
 
+def _splits_evenly(schedule, world):
+    return all(n % world == 0 for task in schedule.tasks for n in schedule.possible_sizes(task))
+
+
 def check_divisible(schedule, world: int, source=None):
-    """Start-up check: every sub-batch size must split evenly over ``world`` processes."""
-    if world <= 1:
+    """Start-up check: every sub-batch size must split evenly over ``world`` processes.
+
+    The error names the task and its size, and suggests global batch sizes near the current one for which every
+    task's sub-batch (with the same ratios) splits evenly.
+    """
+    if world <= 1 or _splits_evenly(schedule, world):
         return
-    for task in schedule.tasks:
-        for n in schedule.possible_sizes(task):
-            if n % world:
-                total = schedule.batch_size
-                hint = [b for b in range(max(world, total - 8 * world), total + 8 * world + 1)
-                        if b % world == 0]
-                raise ConfigError(
-                    f"task '{task}' gets a sub-batch of {n} samples per step, which does not split evenly over "
-                    f"{world} processes; use sub-batch sizes that are multiples of {world} (adjust "
-                    f"schedule.batch_size, e.g. one of {hint[:6]}, or the task ratios)",
-                    source, "schedule.batch_size")
+    task, n = next((t, n) for t in schedule.tasks for n in schedule.possible_sizes(t) if n % world)
+    total = schedule.batch_size
+    candidates = sorted((b for b in range(max(len(schedule.tasks), 1), total + 64 * world + 1)
+                         if _fits(schedule, b, world)), key=lambda b: (abs(b - total), b))[:6]
+    hint = f"e.g. schedule.batch_size one of {sorted(candidates)}" if candidates else "adjust the task ratios"
+    raise ConfigError(
+        f"task '{task}' gets a sub-batch of {n} samples per step, which does not split evenly over {world} "
+        f"processes; every task's sub-batch must be a multiple of {world} ({hint})", source, "schedule.batch_size")
+
+
+def _fits(schedule, batch_size, world):
+    try:
+        return _splits_evenly(schedule.with_batch_size(batch_size), world)
+    except ValueError:  # fewer samples than tasks
+        return False
 
 
 def collate(samples):

@@ -220,5 +220,10 @@ def build(kind, cfg, source=None, key=None, **context):
             params[name] = value
     try:
         return entry.cls(**params)
+    except ConfigError as exc:  # the component's own error: add the file and the key path it lacks
+        if exc.source is None and source is not None:
+            sub = f"{key}.{exc.key}" if key and exc.key else (exc.key or key)
+            raise ConfigError(f"{kind} '{entry.name}': {exc.bare_message}", source, sub) from None
+        raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{kind} '{entry.name}': {exc}", source, key) from exc

@@ -44,7 +44,12 @@ class JointSchedule:
         self.tasks = list(tasks)
         self.seed = int(seed)
         self.batch_size = int(batch_size)
+        self.ratios = [float(r) for r in ratios]
         self.sizes = dict(zip(self.tasks, largest_remainder(self.batch_size, ratios)))
+
+    def with_batch_size(self, batch_size: int) -> "JointSchedule":
+        """The same schedule with another global batch size."""
+        return JointSchedule(self.tasks, self.ratios, batch_size, self.seed)
 
     def plan(self, step: int) -> Dict[str, int]:
         """Sub-batch size of every task at ``step``."""
@@ -126,6 +131,10 @@ class SampleSchedule:
     def possible_sizes(self, task: str) -> List[int]:
         """Every sub-batch size this task can get."""
         return [self.batch_size]
+
+    def with_batch_size(self, batch_size: int) -> "SampleSchedule":
+        """The same schedule with another global batch size."""
+        return SampleSchedule(self.tasks, self.probabilities, batch_size, self.seed)
 
     def state_dict(self):
         """Everything that defines the schedule (plans are pure functions of the step)."""

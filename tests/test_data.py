@@ -85,3 +85,17 @@ def test_loader_with_worker_processes_keeps_step_order():
         for t in want:
             for field in want[t]:
                 np.testing.assert_array_equal(batch[t][field].numpy(), want[t][field])
+
+
+def test_suggested_batch_sizes_really_split_evenly():
+    import re
+
+    from mtl.scheduler import largest_remainder
+
+    sched = JointSchedule(list("abcde"), [1, 1, 1, 1, 1], 22, seed=0)
+    with pytest.raises(ConfigError) as err:
+        check_divisible(sched, 2)
+    suggested = [int(x) for x in re.search(r"one of \[([0-9, ]+)\]", str(err.value)).group(1).split(",")]
+    assert suggested
+    for b in suggested:
+        assert all(n % 2 == 0 for n in largest_remainder(b, [1] * 5)), b

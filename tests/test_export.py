@@ -98,3 +98,11 @@ def test_export_errors(tmp_path):
     train_run(tmp_path, averaging=False)
     with pytest.raises(ConfigError, match="no averaged weights"):
         export(str(tmp_path / "run"), str(tmp_path / "out"), averaged=True)
+
+
+def test_export_refuses_an_incomplete_set_of_shards(tmp_path):
+    train_run(tmp_path, averaging=False)
+    heads = os.path.join(latest_checkpoint(str(tmp_path / "run")), "heads")
+    os.rename(os.path.join(heads, "ids.shard0of1.pdparams"), os.path.join(heads, "ids.shard0of2.pdparams"))
+    with pytest.raises(ConfigError, match=r"lacks shard\(s\) \[1\] of 2 of task 'ids'"):
+        export(str(tmp_path / "run"), str(tmp_path / "out"))

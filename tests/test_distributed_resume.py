@@ -1,0 +1,50 @@
+"""Exact resume at 2 processes: stopped after step 5 (last checkpoint at 3) and resumed, the run ends bit for bit
+where an uninterrupted one does; mid-run evaluation and checkpoints with an empty head shard and averaging."""
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+from tests.dist_util import ROOT, run_distributed
+
+pytestmark = pytest.mark.distributed
+
+JOB = os.path.join(ROOT, "tests", "dist_scripts", "resume_job.yaml")
+TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
+
+
+def launch(out, *extra):
+    code, output = run_distributed(TRAIN, 2, [JOB, "--set", f"output_dir={out}", *extra], timeout=300)
+    assert code == 0, output
+
+
+def checkpoint_files(out, step):
+    root = os.path.join(out, "checkpoints", f"step_{step}")
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+                  if f.endswith(".pdparams") and not f.startswith(("averager", "rng")))
+
+
+def test_resume_at_two_processes_is_exact(tmp_path):
+    full, cut = str(tmp_path / "full"), str(tmp_path / "cut")
+    launch(full)
+    launch(cut, "--until", "5")
+    assert os.path.isdir(os.path.join(cut, "checkpoints", "step_3"))
+    assert not os.path.isdir(os.path.join(cut, "checkpoints", "step_8"))
+    launch(cut, "--resume")
+    files = checkpoint_files(full, 8)
+    assert files == checkpoint_files(cut, 8)
+    assert "heads/one.shard1of2.pdparams" in files and "backbone.averaged.pdparams" in files
+    for name in files:
+        a = paddle.load(os.path.join(full, "checkpoints", "step_8", name))
+        b = paddle.load(os.path.join(cut, "checkpoints", "step_8", name))
+        for key in a:
+            np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]), err_msg=f"{name} {key}")
+    ra = [json.loads(x) for x in open(os.path.join(full, "metrics.jsonl"))]
+    rb = [json.loads(x) for x in open(os.path.join(cut, "metrics.jsonl"))]
+    assert [r["step"] for r in ra if "loss" in r] == list(range(1, 9))
+    assert ra == [dict(r, samples_per_s=x.get("samples_per_s")) if "samples_per_s" in r else r
+                  for r, x in zip(rb, ra)]
+    summary = json.load(open(os.path.join(cut, "summary.json")))
+    assert summary["resumed_from"].endswith("step_3") and summary["tasks"]["pfc"]["eval_averaged"]
