@@ -11,12 +11,9 @@ read on the host inside the timed region. Memory (KiB, host RSS):
                    so the construction's transient copies do not count; without that file it includes them).
 The head's own cost is ``peak - baseline``. Prints one line ``MARGIN_BENCH {json}``.
 
-``--fast-init`` builds the head with the initial rows copied in by ``set_value`` instead of Paddle's ``Assign``
-initializer, which turns the array into a Python list of floats (~50 s and ~13 GiB transient at C = 1M); the rows,
-and hence the weight, are the same either way.
+With Partial FC (``--sample-ratio`` < 1) the step includes the head's own row-sparse update of the sampled rows.
 """
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -55,34 +52,11 @@ def reset_peak() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def fast_assign(paddle, enabled: bool):
-    """While active, ``paddle.nn.initializer.Assign(array)`` fills the parameter by ``set_value(array)``."""
-    if not enabled:
-        yield
-        return
-
-    class SetValueAssign(paddle.nn.initializer.Initializer):
-        """Zero-fill, then copy the array in (one memcpy instead of a Python list of floats)."""
-
-        def __init__(self, value):
-            super().__init__()
-            self._value = value
-
-        def forward(self, var, block=None):
-            paddle.nn.initializer.Constant(0.0)(var, block)
-            var.set_value(self._value)
-
-    stock = paddle.nn.initializer.Assign
-    paddle.nn.initializer.Assign = SetValueAssign
-    try:
-        yield
-    finally:
-        paddle.nn.initializer.Assign = stock
-
-
 def run(args):
     """Build the head, run ``warmup + steps`` steps and return the measurements."""
+    from mtl.runtime import tune_malloc
+
+    tune_malloc()  # as `mtl train` does before Paddle allocates anything
     import numpy as np
     import paddle
 
@@ -103,9 +77,8 @@ def run(args):
     baseline = resident_kib()
 
     start = time.perf_counter()
-    with fast_assign(paddle, args.fast_init):
-        head = registry.build("head", {"type": "arcface", "num_classes": args.classes,
-                                       "sample_ratio": args.sample_ratio}, feature_size=args.dim)
+    head = registry.build("head", {"type": "arcface", "num_classes": args.classes,
+                                   "sample_ratio": args.sample_ratio}, feature_size=args.dim)
     optimizer = paddle.optimizer.Momentum(0.1, momentum=0.9, parameters=head.parameters())
     build_s = time.perf_counter() - start
     build_peak = peak_kib()
@@ -119,6 +92,7 @@ def run(args):
         out = head(x, y)
         out.loss.backward()
         optimizer.step()
+        head.apply_own_updates(0.1, {"type": "momentum", "momentum": 0.9, "weight_decay": 0.0})  # Partial FC rows
         optimizer.clear_grad()
         x.clear_gradient()
         losses.append(float(out.loss))
@@ -128,7 +102,7 @@ def run(args):
         "sample_ratio": args.sample_ratio, "threads": os.environ.get("OMP_NUM_THREADS", ""),
         "warmup": args.warmup, "times": times[args.warmup:], "loss0": losses[0] if losses else None, "build_s": build_s,
         "baseline_kib": baseline, "after_build_kib": after_build, "build_peak_kib": build_peak,
-        "peak_kib": peak_kib(), "peak_was_reset": peak_was_reset, "fast_init": args.fast_init,
+        "peak_kib": peak_kib(), "peak_was_reset": peak_was_reset,
     }
     if device.startswith("gpu"):
         result["gpu_peak_bytes"] = int(paddle.device.cuda.max_memory_allocated())
@@ -144,7 +118,6 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=128, help="global batch rows")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fast-init", action="store_true", help="copy the initial rows in with set_value")
     args = parser.parse_args(argv)
     print(MARKER + json.dumps(run(args)), flush=True)
 

@@ -13,7 +13,7 @@ ratio tends to 0.5 as the class-sized tensors dominate. Runs of the same C are i
 alternate and the order flips every round) because the machine is shared and its load drifts. Host RSS is the
 memory that matters on the CPU build; on GPU read ``gpu_peak_bytes`` in the workers' JSON instead.
 
-    .venv/bin/python bench/bench_margin_head.py [--quick] [--rounds N] [--stock-init]
+    .venv/bin/python bench/bench_margin_head.py [--quick] [--rounds N]
 """
 import argparse
 import json
@@ -76,7 +76,7 @@ def run_worker(procs: int, worker_args, timeout: float = 900):
     return parse_results(output, procs)
 
 
-def sweep(classes, schedule, rounds, fast_init, log=print):
+def sweep(classes, schedule, rounds, log=print):
     """Every (C, ratio, processes) ``rounds`` times, interleaved; returns {(C, ratio, procs): [per-run results]}."""
     results = {}
     for round_index in range(rounds):
@@ -87,7 +87,7 @@ def sweep(classes, schedule, rounds, fast_init, log=print):
                 for procs in worlds:
                     args = ["--classes", num_classes, "--sample-ratio", ratio, "--warmup", warmup, "--steps", steps]
                     start = time.perf_counter()
-                    ranks = run_worker(procs, args + (["--fast-init"] if fast_init else []))
+                    ranks = run_worker(procs, args)
                     results.setdefault((num_classes, ratio, procs), []).append(ranks)
                     median = max(np.median(r["times"]) for r in ranks)
                     log(f"  round {round_index + 1}: C={num_classes:>9,} ratio={ratio} procs={procs}: "
@@ -142,25 +142,10 @@ def report(results, classes):
     return scaling, partial, build
 
 
-def stock_init_check(num_classes: int):
-    """Construction time and transient memory of the head with Paddle's ``Assign`` initializer vs ``set_value``."""
-    out = {}
-    for fast in (False, True):
-        args = ["--classes", num_classes, "--warmup", 0, "--steps", 0] + (["--fast-init"] if fast else [])
-        r = run_worker(1, args)[0]
-        out[fast] = (r["build_s"], (r["build_peak_kib"] - r["baseline_kib"]) / 1024)
-    return (f"construction at C={num_classes:,}, 1 proc: Paddle Assign initializer {out[False][0]:.2f} s, "
-            f"peak +{out[False][1]:.0f} MiB; set_value {out[True][0]:.2f} s, peak +{out[True][1]:.0f} MiB "
-            f"(weight {num_classes * 128 * 4 / 2**20:.0f} MiB)")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="C in {10k, 100k} and fewer steps")
     parser.add_argument("--rounds", type=int, help="interleaved repetitions of the sweep (default 2; 1 with --quick)")
-    parser.add_argument("--stock-init", action="store_true",
-                        help="build heads with Paddle's Assign initializer as the head does (slow at 1M: ~50 s and "
-                             "~13 GiB transient per process); by default the same rows are copied in with set_value")
     args = parser.parse_args(argv)
     began = time.perf_counter()
     schedule = QUICK_SCHEDULE if args.quick else SCHEDULE
@@ -170,9 +155,7 @@ def main(argv=None):
           f"1 process x {thread_env(1)['OMP_NUM_THREADS']} threads vs 2 processes x "
           f"{thread_env(2)['OMP_NUM_THREADS']} thread(s) (OMP_NUM_THREADS); {rounds} interleaved round(s); "
           "steps per run (warm-up + timed): " + ", ".join(f"C={c:,}: {w}+{s}" for c, (w, s) in schedule.items()))
-    print("init: " + ("Paddle Assign initializer (as the head does)" if args.stock_init else
-                      "head rows copied in with set_value (same values; see the construction line below)"))
-    results = sweep(classes, schedule, rounds, fast_init=not args.stock_init)
+    results = sweep(classes, schedule, rounds)
     scaling, partial, build = report(results, classes)
     print("\nStep time (median per process) and head memory (peak RSS over the steps - RSS before building the "
           "head), 1 vs 2 processes:")
@@ -183,8 +166,6 @@ def main(argv=None):
     print(partial)
     print("\nHead construction (largest over rounds) and the first loss at 2 vs 1 processes (same global batch):")
     print(build)
-    if not args.quick:
-        print(stock_init_check(100_000))
     print(f"\ntotal runtime {time.perf_counter() - began:.0f} s")
 
 

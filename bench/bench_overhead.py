@@ -27,12 +27,12 @@ from mtl.trainer import Trainer  # noqa: E402
 def job(classes, batch, out):
     tasks = [
         {"name": "faces_a", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": classes, "seed": 1},
-         "head": {"type": "arcface", "margin": [1.0, 0.3, 0.0], "scale": 32.0}},
+         "head": {"type": "arcface", "margin": [1.0, 0.3, 0.0], "scale": 32.0}, "eval": None},
         {"name": "faces_b", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": classes // 2,
                                        "seed": 2},
-         "head": {"type": "arcface", "margin": [1.0, 0.3, 0.0], "scale": 32.0}},
+         "head": {"type": "arcface", "margin": [1.0, 0.3, 0.0], "scale": 32.0}, "eval": None},
         {"name": "kind", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": 10, "seed": 3},
-         "head": {"type": "softmax"}, "ratio": 0.5},
+         "head": {"type": "softmax"}, "ratio": 0.5, "eval": None},
     ]
     return load_job(data={
         "seed": 0, "output_dir": out, "device": "cpu", "tasks": tasks,

@@ -1,0 +1,18 @@
+"""The overhead benchmark still runs (tiny sizes) and both of its sides compute the same first-step loss."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_overhead_benchmark_runs_and_both_sides_agree():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_overhead.py"), "--steps", "2",
+                           "--batch", "24", "--classes", "40"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"first-step total loss: toolkit ([0-9.]+), hand-written ([0-9.]+)", proc.stdout)
+    assert m, proc.stdout
+    toolkit, reference = float(m.group(1)), float(m.group(2))
+    assert abs(toolkit - reference) <= 1e-5 * abs(reference)
+    assert re.search(r"overhead ratio [0-9.]+", proc.stdout)
