@@ -108,3 +108,15 @@ def test_cli_exits_2_with_one_line(tmp_path):
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error")]
     assert len(lines) == 1 and "schedule.batch_size" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_set_reaches_tasks_named_by_file(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "reg2.yaml").write_text(yaml.safe_dump(dict(BASE["tasks"][0], name="reg2")))
+    path = write(tmp_path, dict(BASE, tasks=["reg2"]))
+    job = load_job(path, ["tasks.0.ratio=2.5", "tasks.0.head.loss=l1"])
+    assert job["tasks"][0]["ratio"] == 2.5 and job["tasks"][0]["head"]["loss"] == "l1"
+    with pytest.raises(ConfigError, match="tasks.3: --set names task 3, but the job lists 1 tasks"):
+        load_job(path, ["tasks.3.ratio=1"])
+    with pytest.raises(ConfigError, match=r"reg2.yaml \(with --set tasks.0.\*\): ratio: must be > 0"):
+        load_job(path, ["tasks.0.ratio=0"])

@@ -182,3 +182,16 @@ def test_device_selection():
     assert select_device("auto") == "cpu" and select_device("cpu") == "cpu"
     with pytest.raises(ConfigError, match="device: device 'gpu' was asked for"):
         select_device("gpu")
+
+
+def test_a_new_run_does_not_overwrite_an_earlier_runs_checkpoints(tmp_path):
+    from mtl.checkpoint import list_checkpoints
+    from mtl.errors import ConfigError
+
+    Trainer(build_job(job_cfg(tmp_path, checkpoint={"every": 3})), console=lambda *a: None).run()
+    with pytest.raises(ConfigError, match="already holds checkpoints.*--resume.*--overwrite"):
+        Trainer(build_job(job_cfg(tmp_path, schedule={"steps": 4})), console=lambda *a: None)
+    assert [s for s, _ in list_checkpoints(str(tmp_path / "run"))] == [3, 6]
+    Trainer(build_job(job_cfg(tmp_path, schedule={"steps": 4}, checkpoint={"every": 2})), console=lambda *a: None,
+            overwrite=True).run()
+    assert [s for s, _ in list_checkpoints(str(tmp_path / "run"))] == [2, 4]
