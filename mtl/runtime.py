@@ -36,7 +36,9 @@ def tune_malloc():
 
     Paddle on CPU allocates and frees large buffers every step; with glibc's defaults each one is a fresh mmap and
     costs page faults. ``mallopt(M_MMAP_MAX, 0)`` and a 1 GiB ``M_TRIM_THRESHOLD`` make them reuse the heap:
-    a 100k-class ArcFace step (D=128, B=128) went from 0.57-0.79 s to 0.46 s here. Returns True when applied.
+    a 100k-class ArcFace step (D=128, B=128) went from 0.57-0.79 s to 0.46 s here. The price is resident memory:
+    freed buffers stay in the process, so the head's peak RSS measured 1.7-2x higher (bench/bench_margin_head.py).
+    ``tune_malloc: false`` in the job turns it off. Returns True when applied.
     """
     import ctypes
     import ctypes.util
