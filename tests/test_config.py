@@ -120,3 +120,15 @@ def test_set_reaches_tasks_named_by_file(tmp_path):
         load_job(path, ["tasks.3.ratio=1"])
     with pytest.raises(ConfigError, match=r"reg2.yaml \(with --set tasks.0.\*\): ratio: must be > 0"):
         load_job(path, ["tasks.0.ratio=0"])
+
+
+def test_mtl_train_command_runs_a_job(tmp_path):
+    path = write(tmp_path, dict(BASE, output_dir=str(tmp_path / "run"), log={"progress": False, "plot": False},
+                                data={"num_workers": 0}))
+    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "train", path, "--set", "schedule.steps=3"],
+                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| reg " in proc.stdout and (tmp_path / "run" / "summary.json").is_file()
+    again = subprocess.run([sys.executable, "-m", "mtl.cli", "train", path], capture_output=True, text=True, cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+    assert again.returncode == 2 and "already holds checkpoints" in again.stderr
