@@ -53,8 +53,12 @@ def _head_file(task, head, rank, world):
     return os.path.join("heads", f"{task}.pdparams")
 
 
-def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, extra=None):
-    """Save a checkpoint of ``step`` (collective: every rank must call it)."""
+def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, extra=None, sync=None):
+    """Save a checkpoint of ``step`` (collective: every rank must call it).
+
+    ``sync`` (collective, optional) runs after the averaged weights are applied and before they are written: the
+    trainer averages BatchNorm statistics over ranks there.
+    """
     rank, world = distributed.rank(), distributed.world_size()
     root = checkpoint_root(output_dir)
     final = os.path.join(root, f"step_{step}")
@@ -70,6 +74,8 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
             paddle.save(head.state_dict(), os.path.join(tmp, _head_file(task, head, rank, world)))
     if averager is not None:  # the averaged weights themselves, for evaluation and export without re-deriving them
         with averager.apply():
+            if sync is not None:
+                sync()
             if rank == 0:
                 paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone.averaged.pdparams"))
             for task, head in model.heads.items():
@@ -83,15 +89,20 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
     # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
     paddle.save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
     distributed.barrier()
+    problem = None
     if rank == 0:
         for task, head in model.heads.items():
             if getattr(head, "sharded", False):
-                missing = [k for k in range(world) if not os.path.isfile(os.path.join(tmp, _head_file(task, head, k,
-                                                                                                     world)))]
-                if missing:
-                    raise ConfigError(f"checkpoint of step {step}: rank 0 cannot see the head shards that rank(s) "
-                                      f"{missing} wrote for task '{task}' under '{tmp}'; with several machines, "
-                                      f"output_dir must be on a filesystem every machine shares")
+                missing = [k for k in range(world)
+                           if not os.path.isfile(os.path.join(tmp, _head_file(task, head, k, world)))]
+                if missing and problem is None:
+                    problem = (f"checkpoint of step {step}: rank 0 cannot see the head shards that rank(s) {missing} "
+                               f"wrote for task '{task}' under '{tmp}'; with several machines, output_dir must be on "
+                               f"a filesystem every machine shares")
+    problem = distributed.first_error(problem)  # every rank stops together, none waits at the next barrier
+    if problem:
+        raise ConfigError(problem)
+    if rank == 0:
         state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict()}
         state.update(extra or {})
         with open(os.path.join(tmp, "state.json"), "w") as f:

@@ -18,13 +18,14 @@ def _early_threads(config_path, overrides):
     try:
         import yaml
 
-        from .config import apply_overrides
+        from .config import apply_overrides, split_task_overrides
 
         raw = {}
         if config_path and os.path.isfile(config_path):
             with open(config_path) as f:
                 raw = yaml.safe_load(f) or {}
-        raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides)
+        job_level, _ = split_task_overrides(overrides)  # tasks.N.* may name a task file: not needed here
+        raw = apply_overrides(raw if isinstance(raw, dict) else {}, job_level)
         value = raw.get("threads")
         threads = int(value) if isinstance(value, int) and value > 0 else None
         tune = raw.get("tune_malloc", True) is not False

@@ -158,16 +158,22 @@ def error_item(exc):
     return {ERROR_KEY: {"message": np.frombuffer(text, dtype=np.uint8).copy()}}
 
 
-def raise_if_error(batch):
-    """Re-raise the user error an item from :func:`error_item` carries (no-op for a normal batch)."""
+def error_text(batch):
+    """The ``"Kind\\nmessage"`` an item from :func:`error_item` carries, or None for a normal batch."""
     if ERROR_KEY not in batch:
-        return
+        return None
     raw = batch[ERROR_KEY]["message"]
     raw = raw.numpy() if hasattr(raw, "numpy") else np.asarray(raw)
-    kind, message = bytes(raw.astype(np.uint8)).decode().split("\n", 1)
+    return bytes(raw.astype(np.uint8)).decode()
+
+
+def raise_error_text(text):
+    """Raise the user error described by :func:`error_text` (the same class: DataError, ConfigError, ...)."""
+    kind, message = text.split("\n", 1)
     from . import errors
 
-    raise getattr(errors, kind, errors.DataError)(message)
+    cls = getattr(errors, kind, errors.DataError)
+    raise (cls if isinstance(cls, type) and issubclass(cls, errors.MtlError) else errors.DataError)(message)
 
 
 ERROR_KEY = "__mtl_error__"

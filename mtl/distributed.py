@@ -63,3 +63,30 @@ def barrier():
     """Wait for every rank (no-op at world 1)."""
     if is_distributed():
         dist.barrier()
+
+
+def first_error(message, limit: int = 4096):
+    """Every rank learns whether any rank met a user error, and the message of the lowest such rank.
+
+    ``message``: this rank's error text or None. One tiny all-reduce per call; the messages are all-gathered only
+    when some rank has one. Without it a bad record in one rank's slice would stop that rank alone and leave the
+    others waiting in a collective until gloo's timeout, burying the real message.
+    """
+    if not is_distributed():
+        return message
+    import numpy as np
+
+    flag = paddle.to_tensor([1 if message else 0], dtype="int32")
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if not int(flag.numpy()[0]):
+        return None
+    buf = np.zeros(limit, dtype=np.uint8)
+    raw = (message or "").encode()[:limit]
+    buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    parts = []
+    dist.all_gather(parts, paddle.to_tensor(buf))
+    for part in parts:
+        text = bytes(part.numpy()).rstrip(b"\0").decode(errors="replace")
+        if text:
+            return text
+    return None

@@ -59,7 +59,8 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     heads = {}
     for task in cfg["tasks"]:
         name = task["name"]
-        state = checkpoint.merged_head_state(ckpt, name, averaged=use_avg)
+        state = {k: v for k, v in checkpoint.merged_head_state(ckpt, name, averaged=use_avg).items()
+                 if not k.endswith("_velocity")}  # Partial FC's momentum is optimizer state, not weights
         np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
         heads[name] = {k: list(v.shape) for k, v in state.items()}
     with open(os.path.join(ckpt, "state.json")) as f:

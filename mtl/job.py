@@ -12,7 +12,7 @@ import paddle
 
 from . import contracts, distributed, registry, sync_bn
 from .backbones.base import load_pretrained
-from .data import task_seed
+from .data import check_labels, task_seed
 from .errors import ConfigError
 from .model import JointModel
 from .scheduler import build_schedule
@@ -167,7 +167,10 @@ def _checked_eval_reader(task: Task, context):
     limit = task.cfg["eval"]["max_samples"]
     try:
         if task.head.label_field == "label":  # class labels: Reader.labels() reads them without decoding images
-            task.head.check_eval_labels(np.asarray(reader.labels())[:limit])
+            labels = np.asarray(reader.labels())[:limit]
+            if getattr(task.head, "num_classes", None):
+                check_labels(task.name, {"label": labels}, "label", int(task.head.num_classes), split="evaluation")
+            task.head.check_eval_labels(labels)
     except Exception as exc:  # the head's own sentence
         raise ConfigError(f"task '{task.name}': head '{task.head.registered_name}' cannot evaluate the evaluation "
                           f"split: {exc}; fix the split or set eval: {{split: false}}", task.source,

@@ -15,7 +15,7 @@ def setup_logging(output_dir, rank):
     for h in list(logger.handlers):
         logger.removeHandler(h)
         h.close()
-    fh = logging.FileHandler(os.path.join(output_dir, "logs", f"rank{rank}.log"))
+    fh = logging.FileHandler(os.path.join(output_dir, "logs", f"rank{rank}.log"))  # appends: a resumed run adds
     fh.setFormatter(logging.Formatter(f"%(asctime)s rank{rank} %(levelname)s %(message)s"))
     logger.addHandler(fh)
     logger.propagate = False
@@ -23,27 +23,18 @@ def setup_logging(output_dir, rank):
 
 
 class MetricsLog:
-    """Appends one JSON object per logged step to ``metrics.jsonl`` (rank 0 only) and keeps them in memory."""
+    """Appends one JSON object per logged step to ``metrics.jsonl`` (rank 0 only) and keeps them in memory.
 
-    def __init__(self, path, enabled=True, append=False):
+    ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.rundir``).
+    """
+
+    def __init__(self, path, enabled=True, records=None):
         self.path = path
         self.enabled = enabled
-        self.records = []
+        self.records = list(records or [])
         if enabled:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            if append and os.path.isfile(path):
-                with open(path) as f:
-                    self.records = [json.loads(line) for line in f if line.strip()]
-            else:
-                open(path, "w").close()
-
-    def truncate_after(self, step):
-        """Drop records after ``step`` (a resumed run rewrites what came after its checkpoint), and the final
-        evaluation record of a run stopped at ``step`` that is now being continued."""
-        self.records = [r for r in self.records
-                        if r.get("step", 0) < step or (r.get("step", 0) == step and not r.get("final"))]
-        if self.enabled:
-            with open(self.path, "w") as f:
+            with open(path, "w") as f:
                 for r in self.records:
                     f.write(json.dumps(r) + "\n")
 

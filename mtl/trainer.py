@@ -9,16 +9,15 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import time
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from . import checkpoint, distributed
+from . import checkpoint, distributed, rundir
 from .contracts import check_batch
-from .data import StepDataset, check_divisible, make_loader, raise_if_error, task_seed
+from .data import StepDataset, check_divisible, error_text, make_loader, raise_error_text, task_seed
 from .errors import ConfigError
 from .evaluation import Evaluator
 from .optim import build_optimizer, clip_grad_global_norm
@@ -38,17 +37,16 @@ class Trainer:
         self.console = console if self.is_main else (lambda *a, **k: None)
         self.output_dir = self.cfg["output_dir"]
         os.makedirs(self.output_dir, exist_ok=True)
-        setup_logging(self.output_dir, self.rank)
         self.steps = self.cfg["schedule"]["steps"]
         check_divisible(job.schedule, self.world, self.cfg["source"])
         model = job.model
         self.sharded = [p for t in job.tasks if getattr(t.head, "sharded", False) for p in t.head.parameters()]
         ids = {id(p) for p in self.sharded}
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
-        # non-trainable floating state of the replicated part (BatchNorm running statistics): per rank unless synced
-        self.statistics = [t for t in list(model.backbone.parameters()) + list(model.backbone.buffers())
-                           if t.stop_gradient and t.dtype in (paddle.float32, paddle.float64, paddle.float16,
-                                                              paddle.bfloat16) and int(t.numel()) > 0]
+        # BatchNorm running statistics of the backbone (``_mean``/``_variance``): per rank unless synchronised
+        self.statistics = [t for name, t in list(model.backbone.named_parameters()) +
+                           list(model.backbone.named_buffers())
+                           if name.rsplit(".", 1)[-1] in ("_mean", "_variance") and int(t.numel()) > 0]
         self.optimizer, self.lr = build_optimizer(self.cfg["optimizer"], model.parameters(), self.steps)
         # every rank draws its own random numbers (dropout masks), from (seed, rank); a checkpoint restores them
         paddle.seed(task_seed(self.cfg["seed"], f"rank{self.rank}"))
@@ -56,21 +54,8 @@ class Trainer:
         self.last_grad_norm = None
         self.start_step = 0
         self.resumed_from = None
-        existing = checkpoint.list_checkpoints(self.output_dir)
-        if existing and not resume:
-            if not overwrite:
-                raise ConfigError(
-                    f"output_dir '{self.output_dir}' already holds checkpoints of a run (latest step "
-                    f"{existing[-1][0]}); pass --resume to continue it, --overwrite to start over (its checkpoints "
-                    f"and logs are removed), or choose another output_dir", self.cfg["source"], "output_dir")
-            distributed.barrier()
-            if self.is_main:
-                shutil.rmtree(checkpoint.checkpoint_root(self.output_dir), ignore_errors=True)
-            distributed.barrier()
-        if self.is_main and not resume:
-            for name in ("eval.jsonl", "summary.json"):
-                if os.path.isfile(os.path.join(self.output_dir, name)):
-                    os.remove(os.path.join(self.output_dir, name))
+        rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"])
+        setup_logging(self.output_dir, self.rank)
         if resume:
             path = checkpoint.latest_checkpoint(self.output_dir)
             if path is None:
@@ -83,16 +68,13 @@ class Trainer:
                                       f"schedule.steps {self.steps}", self.cfg["source"], "schedule.steps")
                 self.start_step = state["step"]
                 self.resumed_from = path
-        self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main,
-                                  append=self.resumed_from is not None)
-        if self.resumed_from:
-            self.metrics.truncate_after(self.start_step)
-            eval_log = os.path.join(self.output_dir, "eval.jsonl")
-            if self.is_main and os.path.isfile(eval_log):  # drop evaluations the stopped run made after its checkpoint
-                with open(eval_log) as f:
-                    kept = [line for line in f if line.strip() and json.loads(line)["step"] <= self.start_step]
-                with open(eval_log, "w") as f:
-                    f.writelines(kept)
+        kept = []
+        if self.is_main:
+            if self.resumed_from:
+                kept = rundir.keep_until(self.output_dir, self.start_step)
+            else:
+                rundir.start_fresh(self.output_dir)
+        self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main, kept)
         self.evaluator = Evaluator(job, self.output_dir)
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
@@ -213,7 +195,7 @@ class Trainer:
         started = time.time()
         step = self.start_step
         for batch in loader:
-            raise_if_error(batch)
+            self._stop_on_data_error(batch)
             self._check_first(batch, seen)
             lr = self.optimizer.get_lr()
             total, outputs = self.train_step(self._to_tensors(batch), step)
@@ -232,11 +214,23 @@ class Trainer:
                 self._evaluate(step)
             if self.should_save(step):
                 self._save(step)
+        if pending:  # a run stopped early (--until) between two log steps
+            self._flush(pending, window_samples / max(time.time() - window_start, 1e-9), progress)
         if progress is not None:
             progress.close()
         if step == self.start_step and self.start_step == self.steps and self.is_main:
             self.console(f"nothing to train: the checkpoint is already at step {self.steps}")
         return self.finish(time.time() - started, step)
+
+    def _stop_on_data_error(self, batch):
+        """Raise the user error a batch carries, on every rank at once (one tiny all-reduce per step at world > 1)."""
+        text = error_text(batch)
+        if text and self.world > 1:
+            kind, message = text.split("\n", 1)
+            text = f"{kind}\nrank {self.rank} met: {message}"
+        text = distributed.first_error(text) if self.world > 1 else text
+        if text:
+            raise_error_text(text)
 
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):
@@ -269,6 +263,7 @@ class Trainer:
         self.sync_statistics()
         ctx = self.averager.apply() if self.averager is not None else contextlib.nullcontext()
         with ctx:
+            self.sync_statistics()  # averaged statistics (average_batchnorm: true) are per rank too
             results = self.evaluator.evaluate()
         record = {"step": step, "eval": results, "averaged": self.averager is not None}
         self.eval_history.append(record)
@@ -282,7 +277,7 @@ class Trainer:
     def _save(self, step):
         self.sync_statistics()
         checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
-                        keep=self.cfg["checkpoint"]["keep"])
+                        keep=self.cfg["checkpoint"]["keep"], sync=self.sync_statistics)
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
@@ -292,9 +287,10 @@ class Trainer:
         averaged = None
         if self.averager is not None:
             with self.averager.apply():
+                self.sync_statistics()
                 averaged = self.evaluator.evaluate()
         final = _eval_record(step, live, "eval")
-        final["final"] = True  # a run continued later drops this record (see MetricsLog.truncate_after)
+        final["final"] = True  # a run continued later drops this record (mtl.rundir.keep_until)
         final.update(_eval_record(step, averaged or {}, "eval_averaged"))
         self.metrics.write(final)
         records = [r for r in self.metrics.records if "loss" in r]

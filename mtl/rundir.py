@@ -1,0 +1,75 @@
+"""The run directory between runs: refuse to overwrite, start over, resume, and keep the logs consistent.
+
+A new run never silently mixes with an earlier one in the same ``output_dir``: it refuses when checkpoints exist
+unless told ``--resume`` (continue from the latest) or ``--overwrite`` (remove them and start over). A resumed run
+keeps the records up to its checkpoint and drops what the stopped run wrote after it.
+"""
+import json
+import os
+import shutil
+
+from . import checkpoint, distributed
+from .errors import ConfigError
+
+LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
+
+
+def read_jsonl(path):
+    """Records of a JSON-lines file; a malformed line (a write cut short by a crash) and all after it are dropped."""
+    records = []
+    if not os.path.isfile(path):
+        return records
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return records
+
+
+def write_jsonl(path, records):
+    """Rewrite a JSON-lines file with ``records``."""
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+
+
+def refuse_or_clear(output_dir, resume, overwrite, source):
+    """Before a run that does not resume: refuse an output_dir with checkpoints unless ``overwrite`` (collective)."""
+    existing = checkpoint.list_checkpoints(output_dir)
+    if not existing or resume:
+        return
+    if not overwrite:
+        raise ConfigError(
+            f"output_dir '{output_dir}' already holds checkpoints of a run (latest step {existing[-1][0]}); pass "
+            f"--resume to continue it, --overwrite to start over (its checkpoints and logs are removed), or choose "
+            f"another output_dir", source, "output_dir")
+    distributed.barrier()
+    if distributed.rank() == 0:
+        shutil.rmtree(checkpoint.checkpoint_root(output_dir), ignore_errors=True)
+        shutil.rmtree(os.path.join(output_dir, "logs"), ignore_errors=True)
+    distributed.barrier()
+
+
+def start_fresh(output_dir):
+    """A run from step 0: remove the log files an earlier run left (rank 0)."""
+    for name in LOG_FILES:
+        path = os.path.join(output_dir, name)
+        if os.path.isfile(path):
+            os.remove(path)
+
+
+def keep_until(output_dir, step):
+    """A run resumed at ``step``: keep the records up to it, drop later ones and the stopped run's final evaluation.
+
+    Returns the kept ``metrics.jsonl`` records.
+    """
+    metrics = [r for r in read_jsonl(os.path.join(output_dir, "metrics.jsonl"))
+               if r.get("step", 0) < step or (r.get("step", 0) == step and not r.get("final"))]
+    write_jsonl(os.path.join(output_dir, "metrics.jsonl"), metrics)
+    evals = [r for r in read_jsonl(os.path.join(output_dir, "eval.jsonl")) if r.get("step", 0) <= step]
+    write_jsonl(os.path.join(output_dir, "eval.jsonl"), evals)
+    return metrics
