@@ -317,6 +317,7 @@ class Trainer:
                 plot_losses(records, [t.name for t in self.job.tasks], os.path.join(self.output_dir,
                                                                                     "loss_curves.png"))
             self.console("\n" + metrics_table(tasks))
+            self.console("(loss start / end: mean over the first / last tenth of the logged steps; * primary metric)")
             self.console(f"\nresults in {self.output_dir} (metrics.jsonl, summary.json, loss_curves.png)")
         return summary
 
