@@ -23,6 +23,25 @@ class Backbone(paddle.nn.Layer):
         raise NotImplementedError
 
 
+class ImageBackbone(Backbone):
+    """A backbone that reads one square image field ``(in_channels, input_size, input_size)`` float32."""
+
+    def set_image_input(self, input_size, in_channels, input_field, embedding_size):
+        """Validate and store the image geometry, the field name and the embedding size."""
+        for name, value in (("input_size", input_size), ("in_channels", in_channels),
+                            ("embedding_size", embedding_size)):
+            if isinstance(value, bool) or int(value) != value or int(value) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.input_size = int(input_size)
+        self.in_channels = int(in_channels)
+        self.feature_size = int(embedding_size)
+        self.input_field = input_field
+
+    def input_fields(self):
+        """One image field: ``(in_channels, input_size, input_size)`` float32."""
+        return [Field(self.input_field, (self.in_channels, self.input_size, self.input_size), "float32")]
+
+
 def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
     """Load ``path`` (a ``.pdparams`` file) into ``backbone``; every parameter must match by name and shape."""
     import os

@@ -15,9 +15,8 @@ learning rate, which also keeps the state_dict keys of converted insightface wei
 import paddle
 from paddle import nn
 
-from ..contracts import Field
 from ..registry import register_backbone
-from .base import Backbone, load_pretrained
+from .base import ImageBackbone, load_pretrained
 
 WIDTHS = (64, 128, 256, 512)
 DEPTHS = {
@@ -66,7 +65,7 @@ class IBasicBlock(nn.Layer):
         return out + shortcut
 
 
-class IResNet(Backbone):
+class IResNet(ImageBackbone):
     """Improved ResNet for faces; subclasses fix the depth (blocks per stage)."""
 
     depths = (2, 2, 2, 2)
@@ -81,14 +80,9 @@ class IResNet(Backbone):
         pretrained: str = None,
     ):
         super().__init__()
-        if int(input_size) < 1:
-            raise ValueError(f"input_size must be a positive number of pixels, got {input_size}")
+        self.set_image_input(input_size, in_channels, input_field, embedding_size)
         if not 0.0 <= float(dropout) < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.input_field = input_field
-        self.input_size = int(input_size)
-        self.in_channels = int(in_channels)
-        self.feature_size = int(embedding_size)
 
         self.conv1 = conv3x3(self.in_channels, WIDTHS[0])
         self.bn1 = nn.BatchNorm2D(WIDTHS[0], epsilon=BN_EPSILON)
@@ -116,10 +110,6 @@ class IResNet(Backbone):
 
         if pretrained:
             load_pretrained(self, pretrained, key="pretrained")
-
-    def input_fields(self):
-        """One image field: ``(in_channels, input_size, input_size)`` float32."""
-        return [Field(self.input_field, (self.in_channels, self.input_size, self.input_size), "float32")]
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> embeddings [B, embedding_size]."""

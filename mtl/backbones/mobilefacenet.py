@@ -22,9 +22,8 @@ BatchNorm scales and shifts, 1,003,136 with the PReLU slopes too (the paper: 0.9
 import paddle
 from paddle import nn
 
-from ..contracts import Field
 from ..registry import register_backbone
-from .base import Backbone, load_pretrained
+from .base import ImageBackbone, load_pretrained
 
 # (expansion t, output channels c, repeats n, stride s) of the bottleneck groups, from the paper's Table 1.
 BOTTLENECKS = ((2, 64, 5, 2), (4, 128, 1, 2), (2, 128, 6, 1), (4, 128, 1, 2), (2, 128, 2, 1))
@@ -73,7 +72,7 @@ class Bottleneck(nn.Layer):
 
 
 @register_backbone("mobilefacenet")
-class MobileFaceNet(Backbone):
+class MobileFaceNet(ImageBackbone):
     """MobileFaceNet: depthwise-separable bottlenecks and a global depthwise conv (GDConv) to the embedding."""
 
     def __init__(
@@ -85,12 +84,7 @@ class MobileFaceNet(Backbone):
         pretrained: str = None,
     ):
         super().__init__()
-        if int(input_size) < 1:
-            raise ValueError(f"input_size must be a positive number of pixels, got {input_size}")
-        self.input_field = input_field
-        self.input_size = int(input_size)
-        self.in_channels = int(in_channels)
-        self.feature_size = int(embedding_size)
+        self.set_image_input(input_size, in_channels, input_field, embedding_size)
 
         layers = [
             ConvBN(self.in_channels, STEM_CHANNELS, 3, stride=2),
@@ -117,10 +111,6 @@ class MobileFaceNet(Backbone):
 
         if pretrained:
             load_pretrained(self, pretrained, key="pretrained")
-
-    def input_fields(self):
-        """One image field: ``(in_channels, input_size, input_size)`` float32."""
-        return [Field(self.input_field, (self.in_channels, self.input_size, self.input_size), "float32")]
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> embeddings [B, embedding_size]."""

@@ -13,7 +13,7 @@ from paddle import nn
 
 from ..contracts import Field
 from ..registry import register_backbone
-from .base import Backbone, load_pretrained
+from .base import Backbone, ImageBackbone, load_pretrained
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
@@ -27,7 +27,7 @@ def _positive_ints(value, name) -> tuple:
 
 
 @register_backbone("cnn")
-class SmallCNN(Backbone):
+class SmallCNN(ImageBackbone):
     """A few conv3x3-BN-ReLU blocks, global average pooling and a linear layer to the embedding."""
 
     def __init__(
@@ -42,10 +42,7 @@ class SmallCNN(Backbone):
     ):
         super().__init__()
         channels = _positive_ints(channels, "channels")
-        (self.in_channels,) = _positive_ints(in_channels, "in_channels")
-        (self.input_size,) = _positive_ints(input_size, "input_size")
-        (self.feature_size,) = _positive_ints(embedding_size, "embedding_size")
-        self.input_field = input_field
+        self.set_image_input(input_size, in_channels, input_field, embedding_size)
         layers = []
         previous = self.in_channels
         for i, width in enumerate(channels):
@@ -59,10 +56,6 @@ class SmallCNN(Backbone):
         self.fc = nn.Linear(previous, self.feature_size)
         if pretrained:
             load_pretrained(self, pretrained, key="pretrained")
-
-    def input_fields(self):
-        """One image field: ``(in_channels, input_size, input_size)`` float32."""
-        return [Field(self.input_field, (self.in_channels, self.input_size, self.input_size), "float32")]
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; pooling = mean over H and W."""

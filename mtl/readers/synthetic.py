@@ -18,8 +18,9 @@ class SyntheticReader(Reader):
 
     def __init__(self, num_samples=256, num_classes=10, shape=(1, 8, 8), split="train", seed=0, noise=0.5,
                  target="class", num_outputs=1, image_field="image"):
-        if int(num_samples) <= 0 or int(num_classes) <= 0:
-            raise ConfigError("num_samples and num_classes must be positive", key="num_samples")
+        for name, value in (("num_samples", num_samples), ("num_classes", num_classes), ("num_outputs", num_outputs)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+                raise ConfigError(f"must be a positive integer, got {value!r}", key=name)
         if target not in ("class", "regression", "multilabel"):
             raise ConfigError(f"target must be class, regression or multilabel, got {target!r}", key="target")
         self.num_samples = int(num_samples)
