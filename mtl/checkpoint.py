@@ -53,7 +53,7 @@ def _head_file(task, head, rank, world):
     return os.path.join("heads", f"{task}.pdparams")
 
 
-def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, extra=None, sync=None):
+def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sync=None):
     """Save a checkpoint of ``step`` (collective: every rank must call it).
 
     ``sync`` (collective, optional) runs after the averaged weights are applied and before they are written: the
@@ -104,7 +104,6 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, ex
         raise ConfigError(problem)
     if rank == 0:
         state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict()}
-        state.update(extra or {})
         with open(os.path.join(tmp, "state.json"), "w") as f:
             json.dump(state, f, indent=1)
         shutil.rmtree(final, ignore_errors=True)

@@ -8,7 +8,7 @@ from tabulate import tabulate
 
 
 def setup_logging(output_dir, rank):
-    """Every rank logs to ``output_dir/logs/rank<k>.log``; rank 0 also to the console (warnings and up)."""
+    """Every rank logs to ``output_dir/logs/rank<k>.log`` (the console gets only rank 0's progress and table)."""
     os.makedirs(os.path.join(output_dir, "logs"), exist_ok=True)
     logger = logging.getLogger("mtl")
     logger.setLevel(logging.INFO)
@@ -23,7 +23,8 @@ def setup_logging(output_dir, rank):
 
 
 class MetricsLog:
-    """Appends one JSON object per logged step to ``metrics.jsonl`` (rank 0 only) and keeps them in memory.
+    """Appends JSON records to ``metrics.jsonl`` (rank 0 only) and keeps them in memory: one per logged step
+    (``loss`` ...), plus one per evaluation (``eval/<task>/<metric>`` ...).
 
     ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.rundir``).
     """

@@ -79,7 +79,6 @@ class Trainer:
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
                 json.dump(self.cfg, f, indent=1, default=str)
-        self.eval_history = []
 
     def _build_averager(self):
         cfg = dict(self.cfg["averaging"])
@@ -266,7 +265,6 @@ class Trainer:
             self.sync_statistics()  # averaged statistics (average_batchnorm: true) are per rank too
             results = self.evaluator.evaluate()
         record = {"step": step, "eval": results, "averaged": self.averager is not None}
-        self.eval_history.append(record)
         self.metrics.write(_eval_record(step, results, "eval_averaged" if self.averager is not None else "eval"))
         if self.is_main:
             with open(os.path.join(self.output_dir, "eval.jsonl"), "a") as f:
