@@ -60,7 +60,8 @@ def run(args):
     import numpy as np
     import paddle
 
-    from mtl import distributed, registry
+    from mtl import registry
+    from mtl.parallel import distributed
     from mtl.runtime import init_distributed, select_device
 
     device = select_device("auto")

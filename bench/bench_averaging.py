@@ -3,9 +3,9 @@
 An iresnet-sized parameter set (~20M float32 in conv-like and fc-like tensors; ~1M with ``--quick``) is trained by
 plain SGD. Each variant runs in its own fresh process (so resident-memory deltas are its own):
   none:            SGD step only (the baseline);
-  ours-device:     + ``mtl.averaging.ModelAverage`` (sums next to the parameters);
-  ours-offload:    + ``mtl.averaging.ModelAverage(offload="cpu")`` (sums and restore copy in host memory);
-  ours-ema:        + ``mtl.averaging.EMA``;
+  ours-device:     + ``mtl.train.averaging.ModelAverage`` (sums next to the parameters);
+  ours-offload:    + ``mtl.train.averaging.ModelAverage(offload="cpu")`` (sums and restore copy in host memory);
+  ours-ema:        + ``mtl.train.averaging.EMA``;
   paddle:          + ``paddle.incubate.ModelAverage``.
 Reported: median step time (SGD + averager), the averager's part of it, and the step's ratio to SGD steps timed
 alone just before in the same process (the machine's load varies between processes); bytes
@@ -56,7 +56,7 @@ def run_variant(variant, quick, steps):
     """Time ``steps`` SGD (+ averaging) steps in this process and return the measurements as a dict."""
     import paddle
 
-    from mtl.averaging import EMA, ModelAverage
+    from mtl.train.averaging import EMA, ModelAverage
 
     paddle.seed(0)
     params = {f"p{i}": paddle.create_parameter(shape, "float32") for i, shape in enumerate(parameter_shapes(quick))}

@@ -19,9 +19,9 @@ import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from mtl.config import load_job  # noqa: E402
+from mtl.config.loading import load_job  # noqa: E402
 from mtl.job import build_job  # noqa: E402
-from mtl.trainer import Trainer  # noqa: E402
+from mtl.train.trainer import Trainer  # noqa: E402
 
 
 def job(classes, batch, out):
@@ -94,7 +94,7 @@ def main():
     trainer = Trainer(toolkit, console=lambda *a: None)
     sched = paddle.optimizer.lr.LambdaDecay(0.01, lambda _: 1.0)
     opt = paddle.optimizer.Momentum(sched, momentum=0.9, parameters=reference.model.parameters())
-    from mtl.data import StepDataset
+    from mtl.data.steps import StepDataset
 
     ds = StepDataset(toolkit.schedule, {t.name: t.reader for t in toolkit.tasks}, 0, 0, 1)
     rng = np.random.RandomState(0)

@@ -22,8 +22,8 @@ from PIL import Image
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mtl import recordio  # noqa: E402
+from mtl.data.transforms import opencv, resolve_decoder  # noqa: E402
 from mtl.readers.recordio_reader import RecordIOFaceReader  # noqa: E402
-from mtl.transforms import opencv, resolve_decoder  # noqa: E402
 
 
 def face_like_jpeg(rng, size=112) -> bytes:

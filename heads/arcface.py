@@ -1,14 +1,14 @@
 """Model-parallel ArcFace-family margin head (ArcFace, CosFace, combined margins) with Partial FC sampling.
 
 One step, as named pieces:
-1. gather: features and labels of every rank (``mtl.collective.all_gather_rows``);
+1. gather: features and labels of every rank (``mtl.parallel.collective.all_gather_rows``);
 2. sample (Partial FC, ``sample_ratio < 1``): this rank keeps every positive class of the gathered batch it owns
    and fills with random negatives up to ``ceil(sample_ratio * C_k)`` classes;
 3. cosine: ``cos = normalize(x) W^T * (1 / ||W_row||)`` on the kept rows of the shard (cheaper to differentiate
    than normalising W, see DESIGN.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
-   (``mtl.margin``), then everything is multiplied by ``scale``;
-5. loss: softmax cross-entropy across shards (``mtl.collective``; steps 4 and 5 run in one autograd function
+   (``mtl.heads.margin``), then everything is multiplied by ``scale``;
+5. loss: softmax cross-entropy across shards (``mtl.parallel.collective``; steps 4 and 5 run in one autograd function
    that keeps a single ``[N, K]`` buffer).
 The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
 fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
@@ -20,12 +20,12 @@ import paddle
 import paddle.nn.functional as F
 
 from heads.softmax import ShardedClassHead
-from mtl import collective, distributed
 from mtl.errors import DataError
-from mtl.head import HeadOutput
-from mtl.margin import check_margin, margin_transform
+from mtl.heads.base import HeadOutput
+from mtl.heads.margin import check_margin, margin_transform
+from mtl.parallel import collective, distributed
 from mtl.registry import register_head
-from mtl.sparse_update import row_sparse_momentum_
+from mtl.train.sparse import row_sparse_momentum_
 
 _NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does
 
@@ -198,7 +198,7 @@ class ArcFaceHead(ShardedClassHead):
         return self.weight.grad.numpy()
 
     def apply_own_updates(self, lr, optimizer_cfg):
-        """Partial FC: update only the sampled class centres and their momentum (``mtl.sparse_update``)."""
+        """Partial FC: update only the sampled class centres and their momentum (``mtl.train.sparse``)."""
         if self._sampled is None or not self._update_pending:
             return
         index, rows = self._sampled
@@ -211,7 +211,7 @@ class ArcFaceHead(ShardedClassHead):
 
     def evaluate(self, features, labels):
         """1:1 verification on pairs drawn from the split's labels, and classification accuracy over all shards."""
-        from mtl.metrics import verification
+        from mtl.evaluation.metrics import verification
 
         feats = collective.to_numpy(features).astype(np.float32)
         labels = collective.to_numpy(labels).reshape(-1).astype(np.int64)

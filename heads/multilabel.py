@@ -4,9 +4,9 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.contracts import Field
-from mtl.distributed import all_reduce_sum, world_size
-from mtl.head import Head, HeadOutput
-from mtl.metrics import multilabel_scores
+from mtl.evaluation.metrics import multilabel_scores
+from mtl.heads.base import Head, HeadOutput
+from mtl.parallel.distributed import all_reduce_sum, world_size
 from mtl.registry import register_head
 
 

@@ -3,9 +3,9 @@ import numpy as np
 import paddle
 
 from mtl.contracts import Field
-from mtl.distributed import all_reduce_sum, world_size
-from mtl.head import Head, HeadOutput
-from mtl.metrics import regression_scores
+from mtl.evaluation.metrics import regression_scores
+from mtl.heads.base import Head, HeadOutput
+from mtl.parallel.distributed import all_reduce_sum, world_size
 from mtl.registry import register_head
 
 LOSSES = ("mse", "l1", "smooth_l1")

@@ -1,17 +1,17 @@
 """Model-parallel softmax classifier, and the class-sharded base class that the margin heads build on.
 
-Sharding: rank k of W holds the rows of classes ``[s_k, s_k + C_k)`` (``mtl.distributed.shard_range``) of the class
+Sharding: rank k of W holds the rows of classes ``[s_k, s_k + C_k)`` (``mtl.parallel.distributed.shard_range``) of the class
 weight, a parameter of shape ``[C_k, D]`` (one row per class, so that Partial FC can gather rows) marked
 ``is_distributed``. Initial rows are drawn per block of ``INIT_BLOCK`` classes from a generator seeded by
 ``(seed, block)``: the concatenated shards equal the world-1 initialisation for any world size, and each rank
 draws only the blocks its range touches. Every head gathers the rows of all ranks itself
-(``mtl.collective.all_gather_rows``) and scores them against its own shard.
+(``mtl.parallel.collective.all_gather_rows``) and scores them against its own shard.
 """
 import numpy as np
 import paddle
 
-from mtl import collective, distributed
-from mtl.head import Head, HeadOutput
+from mtl.heads.base import Head, HeadOutput
+from mtl.parallel import collective, distributed
 from mtl.registry import register_head
 
 INIT_BLOCK = 4096

@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 
 def _build(kind, cfg, **context):
-    from . import registry
+    from mtl import registry
 
     registry.load_builtin()
     registry.load_entry_points()

@@ -12,13 +12,13 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__
 
 def _early_threads(config_path, overrides):
     """Read ``threads`` and ``tune_malloc`` from the raw config before Paddle is imported, and apply them."""
-    from .runtime import set_threads, tune_malloc
+    from mtl.runtime import set_threads, tune_malloc
 
     threads, tune = None, True
     try:
         import yaml
 
-        from .config import apply_overrides, split_task_overrides
+        from mtl.config.loading import apply_overrides, split_task_overrides
 
         raw = {}
         if config_path and os.path.isfile(config_path):
@@ -51,10 +51,10 @@ def add_train_args(parser):
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
     _early_threads(args.config, args.overrides)
-    from .config import load_job
-    from .job import build_job
-    from .runtime import init_distributed, select_device
-    from .trainer import Trainer
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.runtime import init_distributed, select_device
+    from mtl.train.trainer import Trainer
 
     cfg = load_job(args.config, args.overrides)
     select_device(cfg["device"], cfg["source"])
@@ -67,8 +67,8 @@ def plugins(args):
     """Print a table of every registered reader, backbone and head."""
     from tabulate import tabulate
 
-    from . import registry
-    from .config import task_folders
+    from mtl import registry
+    from mtl.config.loading import task_folders
 
     folders = list(args.plugins) + [f for f in task_folders(None, args.plugins) if f not in args.plugins]
     registry.load_all(folders)  # the same folders a job loads: given ones, ./tasks and the repository's tasks/
@@ -86,7 +86,7 @@ def build_parser():
     p = sub.add_parser("plugins", help="list registered readers, backbones and heads")
     p.add_argument("plugins", nargs="*", help="extra plug-in folders to load (./tasks and tasks/ always are)")
     p.set_defaults(func=plugins)
-    for module in ("mtl.datatools", "mtl.export"):
+    for module in ("mtl.data.tools", "mtl.export"):
         try:
             mod = __import__(module, fromlist=["add_cli"])
         except ImportError:
@@ -98,7 +98,7 @@ def build_parser():
 
 def run(func, args):
     """Call ``func(args)``; a user error becomes one line on stderr and exit status 2."""
-    from .errors import MtlError
+    from mtl.errors import MtlError
 
     try:
         func(args)

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .errors import ContractError
+from mtl.errors import ContractError
 
 _DTYPE_ALIASES = {"float": "float32", "int": "int64", "long": "int64", "double": "float64"}
 

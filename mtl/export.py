@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from .errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError
 
 
 def _load_job_cfg(run_dir):
@@ -29,8 +29,9 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     """
     import paddle
 
-    from . import checkpoint, registry
-    from .job import _component_cfg
+    from mtl import registry
+    from mtl.job import _component_cfg
+    from mtl.train import checkpoint
 
     cfg = _load_job_cfg(run_dir)
     ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)
@@ -92,7 +93,7 @@ def _embedding_model(backbone, field):
 
 def read_inputs(paths, shape):
     """Stack inputs for the exported model: ``.npy`` arrays [N, *shape] or image files decoded to ``shape``."""
-    from .transforms import load_pixels, normalize
+    from mtl.data.transforms import load_pixels, normalize
 
     batches = []
     for path in paths:

@@ -10,12 +10,13 @@ from typing import Dict, List
 import numpy as np
 import paddle
 
-from . import contracts, distributed, registry, sync_bn
-from .backbones.base import load_pretrained
-from .data import check_labels, task_seed
-from .errors import ConfigError
-from .model import JointModel
-from .scheduler import build_schedule
+from mtl import contracts, registry
+from mtl.backbones.base import load_pretrained
+from mtl.data.scheduler import build_schedule
+from mtl.data.steps import check_labels, task_seed
+from mtl.errors import ConfigError
+from mtl.parallel import distributed, sync_bn
+from mtl.train.model import JointModel
 
 
 @dataclass
@@ -133,7 +134,7 @@ def build_job(cfg: dict) -> Job:
             raise ConfigError(f"task '{name}': head has num_classes {hc} but the reader's labels go up to "
                               f"{reader.num_classes - 1}", tcfg["source"], head_key + ".num_classes")
         if getattr(head, "sample_ratio", 1.0) < 1.0:
-            from .sparse_update import check_optimizer
+            from mtl.train.sparse import check_optimizer
 
             check_optimizer(cfg["optimizer"], f"task '{name}' ({tcfg['source']})")
         task = Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"])
@@ -155,7 +156,7 @@ def eval_reader(job: Job, task: Task):
 def _checked_eval_reader(task: Task, context):
     """Build the task's evaluation reader now and let the head check its labels, so that a split the head cannot
     evaluate (a typo in ``eval.reader``, one class for a verification head) fails before training."""
-    from .errors import MtlError
+    from mtl.errors import MtlError
 
     prefix = f"{task.cfg['key']}." if task.cfg["key"] else ""
     overrides = copy.deepcopy(task.cfg["eval"]["reader"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Dict, Optional
 
-from .errors import ConfigError
+from mtl.errors import ConfigError
 
 KINDS = ("reader", "backbone", "head")
 # Constructor arguments the runner supplies at build time (not required in configs).
@@ -83,7 +83,7 @@ def register_backbone(name):
 
 
 def register_head(name):
-    """Register a head class (see :class:`mtl.head.Head`)."""
+    """Register a head class (see :class:`mtl.heads.base.Head`)."""
     return register("head", name)
 
 

@@ -1,7 +1,7 @@
 """Process set-up: intra-op threads, device selection and the collective process group."""
 import os
 
-from .errors import ConfigError
+from mtl.errors import ConfigError
 
 
 def local_process_count() -> int:

@@ -1,4 +1,4 @@
-"""mtl.averaging against paddle.incubate.ModelAverage, a numpy reference of its kernel, and numpy EMA formulas."""
+"""mtl.train.averaging against paddle.incubate.ModelAverage, a numpy reference of its kernel, and numpy EMA formulas."""
 import os
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.averaging import EMA, ModelAverage, build_averager
 from mtl.errors import ConfigError
+from mtl.train.averaging import EMA, ModelAverage, build_averager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -273,7 +273,7 @@ _SAVER = textwrap.dedent("""
     import sys
     import numpy as np
     import paddle
-    from mtl.averaging import ModelAverage
+    from mtl.train.averaging import ModelAverage
 
     def trajectory_value(shape, step):
         return np.random.default_rng(1000 + step).standard_normal(shape).astype("float32")
@@ -392,8 +392,8 @@ _SHARD_RANK = textwrap.dedent("""
     import numpy as np
     import paddle
     import paddle.distributed as dist
-    from mtl.averaging import ModelAverage
-    from mtl.distributed import shard_range
+    from mtl.train.averaging import ModelAverage
+    from mtl.parallel.distributed import shard_range
 
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from mtl.config import apply_overrides, load_job
+from mtl.config.loading import apply_overrides, load_job
 from mtl.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from mtl.data import SampleOrder, StepDataset, check_divisible
+from mtl.data.scheduler import JointSchedule, SampleSchedule
+from mtl.data.steps import SampleOrder, StepDataset, check_divisible
 from mtl.errors import ConfigError
 from mtl.readers.synthetic import SyntheticReader
-from mtl.scheduler import JointSchedule, SampleSchedule
 
 
 def test_sample_order_is_a_permutation_per_epoch():
@@ -72,7 +72,7 @@ def test_indivisible_sub_batch_is_a_clear_error():
 
 
 def test_loader_with_worker_processes_keeps_step_order():
-    from mtl.data import make_loader
+    from mtl.data.steps import make_loader
 
     readers = _readers()
     sched = SampleSchedule(["a", "b"], [0.5, 0.5], 4, seed=2)
@@ -90,7 +90,7 @@ def test_loader_with_worker_processes_keeps_step_order():
 def test_suggested_batch_sizes_really_split_evenly():
     import re
 
-    from mtl.scheduler import largest_remainder
+    from mtl.data.scheduler import largest_remainder
 
     sched = JointSchedule(list("abcde"), [1, 1, 1, 1, 1], 22, seed=0)
     with pytest.raises(ConfigError) as err:

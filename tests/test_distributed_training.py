@@ -8,7 +8,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.checkpoint import merged_head_state
+from mtl.train.checkpoint import merged_head_state
 from tests.dist_util import ROOT, run_distributed
 
 pytestmark = pytest.mark.distributed

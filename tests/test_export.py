@@ -7,12 +7,12 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.checkpoint import latest_checkpoint
-from mtl.config import load_job
+from mtl.config.loading import load_job
 from mtl.errors import ConfigError
 from mtl.export import embed, export
 from mtl.job import build_job
-from mtl.trainer import Trainer
+from mtl.train.checkpoint import latest_checkpoint
+from mtl.train.trainer import Trainer
 
 
 def train_run(tmp_path, averaging=True, channels=1, size=8):

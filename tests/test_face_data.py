@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mtl import datatools, recordio, transforms
+from mtl.data import recordio, transforms
+from mtl.data import tools as datatools
+from mtl.data.transforms import flip_coin
 from mtl.errors import ConfigError, DataError
+from mtl.evaluation.sets import load_verification_set, read_bin, read_pairs, write_bin
 from mtl.readers.image_list import ImageListReader
 from mtl.readers.recordio_reader import RecordIOFaceReader
-from mtl.transforms import flip_coin
-from mtl.verification_sets import load_verification_set, read_bin, read_pairs, write_bin
 
 M = struct.pack("<I", recordio.MAGIC)
 DECODERS = pytest.mark.parametrize("decoder", [

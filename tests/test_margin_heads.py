@@ -11,9 +11,10 @@ import pytest
 
 from heads.arcface import ArcFaceHead, CosFaceHead, verification_pairs
 from heads.softmax import INIT_BLOCK, SoftmaxHead, initial_class_rows
-from mtl import distributed, registry
+from mtl import registry
 from mtl.errors import ConfigError
-from mtl.margin import MIN_SIN_THETA, angular_margin
+from mtl.heads.margin import MIN_SIN_THETA, angular_margin
+from mtl.parallel import distributed
 
 MARGINS = {
     "arcface": (1.0, 0.5, 0.0),
@@ -336,7 +337,7 @@ def test_verification_pairs_are_balanced_and_deterministic():
 
 
 def test_arcface_evaluate_reports_verification_and_accuracy():
-    pytest.importorskip("mtl.metrics")
+    pytest.importorskip("mtl.evaluation.metrics")
     x, y = batch(n=40, d=6, num_classes=7, seed=6)
     head = ArcFaceHead(num_classes=7, feature_size=6)
     result = head.evaluate(x, y)

@@ -1,10 +1,10 @@
-"""mtl.metrics against independent references: a loop-based verification protocol, scikit-learn and numpy."""
+"""mtl.evaluation.metrics against independent references: a loop-based verification protocol, scikit-learn and numpy."""
 import numpy as np
 import pytest
 from sklearn import metrics as skm
 from sklearn.model_selection import KFold
 
-from mtl import metrics
+from mtl.evaluation import metrics
 
 
 def reference_verification(embeddings, issame, folds, thresholds, far_target):

@@ -5,9 +5,9 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.config import OPTIMIZER
-from mtl.optim import build_lr, build_optimizer, clip_grad_global_norm
-from mtl.schema import validate
+from mtl.config.loading import OPTIMIZER
+from mtl.config.schema import validate
+from mtl.train.optim import build_lr, build_optimizer, clip_grad_global_norm
 
 
 def cfg(**kw):

@@ -6,8 +6,9 @@ from sklearn import metrics as skm
 
 import heads.multilabel as multilabel_module
 import heads.regression as regression_module
-from mtl import metrics, registry
+from mtl import registry
 from mtl.errors import ConfigError
+from mtl.evaluation import metrics
 
 
 def build(cfg, feature_size=6):

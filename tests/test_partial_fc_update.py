@@ -5,11 +5,11 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.config import load_job
-from mtl.data import StepDataset
+from mtl.config.loading import load_job
+from mtl.data.steps import StepDataset
 from mtl.errors import ConfigError
 from mtl.job import build_job
-from mtl.trainer import Trainer
+from mtl.train.trainer import Trainer
 
 LR, MOMENTUM, WD = 0.05, 0.9, 5e-4
 
@@ -53,7 +53,7 @@ def test_only_sampled_rows_and_their_momentum_change(tmp_path):
 
 def test_sparse_update_equals_paddle_momentum_on_the_sampled_rows():
     """Independent reference: Paddle's own Momentum on a parameter holding just the sampled rows."""
-    from mtl.sparse_update import row_sparse_momentum_
+    from mtl.train.sparse import row_sparse_momentum_
 
     rng = np.random.RandomState(0)
     full = paddle.to_tensor(rng.randn(10, 4).astype("float32"))

@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from mtl import recordio
+from mtl.data import recordio
 from mtl.errors import DataError
 
 MAGIC = 0xCED7230A

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mtl.scheduler import JointSchedule, SampleSchedule, largest_remainder, sampling_probabilities
+from mtl.data.scheduler import JointSchedule, SampleSchedule, largest_remainder, sampling_probabilities
 
 
 def reference_largest_remainder(total, weights):

@@ -12,7 +12,8 @@ import pytest
 from dist_util import assert_success, run_distributed
 from test_margin_heads import np_margin_head
 
-from mtl import distributed, registry
+from mtl import registry
+from mtl.parallel import distributed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "dist_scripts", "sharded_heads.py")

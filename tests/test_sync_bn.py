@@ -16,8 +16,8 @@ import paddle
 import pytest
 
 from mtl.backbones.small import SmallCNN
-from mtl.checkpoint import merged_head_state
-from mtl.sync_bn import SyncBatchNorm, convert_sync_batchnorm
+from mtl.parallel.sync_bn import SyncBatchNorm, convert_sync_batchnorm
+from mtl.train.checkpoint import merged_head_state
 from tests.dist_util import ROOT, assert_success, run_distributed
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "sync_bn_job.yaml")

@@ -7,10 +7,10 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.config import load_job
+from mtl.config.loading import load_job
 from mtl.errors import ContractError
 from mtl.job import build_job
-from mtl.trainer import Trainer
+from mtl.train.trainer import Trainer
 
 TASKS = [
     {"name": "reg", "reader": {"type": "synthetic", "target": "regression", "num_samples": 40, "seed": 1},
@@ -52,7 +52,7 @@ def test_toolkit_step_equals_hand_written_loop(tmp_path):
     ref = build_job(job_cfg(tmp_path))
     ref.model.set_state_dict(job.model.state_dict())
     trainer = Trainer(job, console=lambda *a: None)
-    from mtl.data import StepDataset
+    from mtl.data.steps import StepDataset
 
     ds = StepDataset(job.schedule, {t.name: t.reader for t in job.tasks}, 0, 0, 6)
     opt = paddle.optimizer.Momentum(0.05, momentum=0.9, parameters=ref.model.parameters())
@@ -118,7 +118,7 @@ def test_sample_mode_absent_task_is_untouched(tmp_path):
     job = build_job(job_cfg(tmp_path, schedule={"mode": "sample", "batch_size": 8, "steps": 8},
                             optimizer={"warmup_steps": 0}))
     trainer = Trainer(job, console=lambda *a: None)
-    from mtl.data import StepDataset
+    from mtl.data.steps import StepDataset
 
     ds = StepDataset(job.schedule, {t.name: t.reader for t in job.tasks}, 0, 0, 8)
     job.model.train()
@@ -162,7 +162,7 @@ def test_contract_mismatch_names_task_components_and_field(tmp_path):
 
 
 def test_half_written_checkpoints_are_ignored(tmp_path):
-    from mtl.checkpoint import latest_checkpoint, list_checkpoints
+    from mtl.train.checkpoint import latest_checkpoint, list_checkpoints
 
     job = build_job(job_cfg(tmp_path, checkpoint={"every": 3}))
     Trainer(job, console=lambda *a: None).run()
@@ -185,8 +185,8 @@ def test_device_selection():
 
 
 def test_a_new_run_does_not_overwrite_an_earlier_runs_checkpoints(tmp_path):
-    from mtl.checkpoint import list_checkpoints
     from mtl.errors import ConfigError
+    from mtl.train.checkpoint import list_checkpoints
 
     Trainer(build_job(job_cfg(tmp_path, checkpoint={"every": 3})), console=lambda *a: None).run()
     with pytest.raises(ConfigError, match="already holds checkpoints.*--resume.*--overwrite"):

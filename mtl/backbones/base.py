@@ -3,7 +3,7 @@ from typing import List
 
 import paddle
 
-from ..contracts import Field
+from mtl.contracts import Field
 
 
 class Backbone(paddle.nn.Layer):
@@ -46,7 +46,7 @@ def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
     """Load ``path`` (a ``.pdparams`` file) into ``backbone``; every parameter must match by name and shape."""
     import os
 
-    from ..errors import ConfigError
+    from mtl.errors import ConfigError
 
     if not os.path.isfile(path):
         raise ConfigError(f"pretrained weights '{path}' do not exist", source, key)

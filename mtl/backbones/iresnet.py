@@ -15,8 +15,8 @@ learning rate, which also keeps the state_dict keys of converted insightface wei
 import paddle
 from paddle import nn
 
-from ..registry import register_backbone
-from .base import ImageBackbone, load_pretrained
+from mtl.backbones.base import ImageBackbone, load_pretrained
+from mtl.registry import register_backbone
 
 WIDTHS = (64, 128, 256, 512)
 DEPTHS = {

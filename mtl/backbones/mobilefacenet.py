@@ -22,8 +22,8 @@ BatchNorm scales and shifts, 1,003,136 with the PReLU slopes too (the paper: 0.9
 import paddle
 from paddle import nn
 
-from ..registry import register_backbone
-from .base import ImageBackbone, load_pretrained
+from mtl.backbones.base import ImageBackbone, load_pretrained
+from mtl.registry import register_backbone
 
 # (expansion t, output channels c, repeats n, stride s) of the bottleneck groups, from the paper's Table 1.
 BOTTLENECKS = ((2, 64, 5, 2), (4, 128, 1, 2), (2, 128, 6, 1), (4, 128, 1, 2), (2, 128, 2, 1))

@@ -11,9 +11,9 @@ from typing import Sequence
 import paddle
 from paddle import nn
 
-from ..contracts import Field
-from ..registry import register_backbone
-from .base import Backbone, ImageBackbone, load_pretrained
+from mtl.backbones.base import Backbone, ImageBackbone, load_pretrained
+from mtl.contracts import Field
+from mtl.registry import register_backbone
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 

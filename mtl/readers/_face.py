@@ -19,10 +19,10 @@ from typing import Dict
 
 import numpy as np
 
-from ..contracts import Field
-from ..errors import ConfigError, DataError
-from ..transforms import DecodeError, FaceTransform
-from .base import Reader
+from mtl.contracts import Field
+from mtl.data.transforms import DecodeError, FaceTransform
+from mtl.errors import ConfigError, DataError
+from mtl.readers.base import Reader
 
 ON_BAD_SAMPLE = ("error", "skip")
 

@@ -3,7 +3,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from ..contracts import Field
+from mtl.contracts import Field
 
 
 class Reader:

@@ -1,10 +1,10 @@
 """scikit-learn's bundled handwritten digits (1797 8x8 images, 10 classes) as a reader: real data, no download."""
 import numpy as np
 
-from ..contracts import Field
-from ..errors import ConfigError
-from ..registry import register_reader
-from .base import Reader
+from mtl.contracts import Field
+from mtl.errors import ConfigError
+from mtl.readers.base import Reader
+from mtl.registry import register_reader
 
 
 def _resize_nearest(images: np.ndarray, size: int) -> np.ndarray:

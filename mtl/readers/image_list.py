@@ -3,9 +3,9 @@ import os
 
 import numpy as np
 
-from ..errors import DataError
-from ..registry import register_reader
-from ._face import FaceImageReader
+from mtl.errors import DataError
+from mtl.readers._face import FaceImageReader
+from mtl.registry import register_reader
 
 
 def parse_label_list(list_path: str):

@@ -3,10 +3,10 @@ import os
 
 import numpy as np
 
-from ..contracts import Field
-from ..errors import ConfigError
-from ..registry import register_reader
-from .base import Reader
+from mtl.contracts import Field
+from mtl.errors import ConfigError
+from mtl.readers.base import Reader
+from mtl.registry import register_reader
 
 
 @register_reader("numpy")

@@ -3,11 +3,11 @@ import os
 
 import numpy as np
 
-from ..errors import DataError
-from ..recordio import RecordIOReader as RecordFile
-from ..recordio import unpack
-from ..registry import register_reader
-from ._face import FaceImageReader
+from mtl.data.recordio import RecordIOReader as RecordFile
+from mtl.data.recordio import unpack
+from mtl.errors import DataError
+from mtl.readers._face import FaceImageReader
+from mtl.registry import register_reader
 
 
 def resolve_paths(path: str):

@@ -1,10 +1,10 @@
 """Deterministic random samples for tests and benchmarks: any shape, any class count, no files."""
 import numpy as np
 
-from ..contracts import Field
-from ..errors import ConfigError
-from ..registry import register_reader
-from .base import Reader
+from mtl.contracts import Field
+from mtl.errors import ConfigError
+from mtl.readers.base import Reader
+from mtl.registry import register_reader
 
 
 @register_reader("synthetic")

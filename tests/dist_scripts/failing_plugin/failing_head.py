@@ -1,6 +1,6 @@
 """A regression head that raises on rank 1 at its third step (for the failure test)."""
 from heads.regression import RegressionHead
-from mtl import distributed
+from mtl.parallel import distributed
 from mtl.registry import register_head
 
 

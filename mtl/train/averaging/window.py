@@ -22,7 +22,7 @@ and the device holds no extra copy; each step then moves the weights to the host
 """
 import numpy as np
 
-from .base import Averager, InvalidOption
+from mtl.train.averaging.base import Averager, InvalidOption
 
 FOLD_EVERY = 16384  # Paddle's kMaxNumAccumulates: sum_1 moves into sum_2 every this many updates
 

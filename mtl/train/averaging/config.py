@@ -1,10 +1,10 @@
 """Build an averager from the job config's ``averaging`` section: ``{type: window | ema | none, ...}``."""
 from collections.abc import Mapping
 
-from ..errors import ConfigError
-from .base import InvalidOption
-from .ema import EMA
-from .window import ModelAverage
+from mtl.errors import ConfigError
+from mtl.train.averaging.base import InvalidOption
+from mtl.train.averaging.ema import EMA
+from mtl.train.averaging.window import ModelAverage
 
 COMMON_KEYS = ("offload", "average_batchnorm")
 KINDS = {

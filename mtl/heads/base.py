@@ -18,7 +18,7 @@ from typing import Dict, Optional
 
 import paddle
 
-from .contracts import Field
+from mtl.contracts import Field
 
 
 @dataclass

@@ -8,8 +8,9 @@ import json
 import os
 import shutil
 
-from . import checkpoint, distributed
-from .errors import ConfigError
+from mtl.errors import ConfigError
+from mtl.parallel import distributed
+from mtl.train import checkpoint
 
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
 

@@ -6,8 +6,8 @@ the file and the dotted key path.
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from .errors import ConfigError
-from .registry import did_you_mean
+from mtl.errors import ConfigError
+from mtl.registry import did_you_mean
 
 REQUIRED = object()
 

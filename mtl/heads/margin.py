@@ -81,6 +81,6 @@ def angular_margin(cos: paddle.Tensor, m1: float = 1.0, m2: float = 0.5, m3: flo
 
 
 def margin_transform(m1: float = 1.0, m2: float = 0.5, m3: float = 0.0):
-    """The margin as a ``target_transform`` for ``mtl.collective.sharded_softmax_cross_entropy_local``."""
+    """The margin as a ``target_transform`` for ``mtl.parallel.collective.sharded_softmax_cross_entropy_local``."""
     m1, m2, m3 = check_margin([m1, m2, m3])
     return functools.partial(margin_value_and_slope, m1=m1, m2=m2, m3=m3)

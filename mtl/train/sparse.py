@@ -27,7 +27,7 @@ def row_sparse_momentum_(weight, velocity, index, grad, lr, momentum=0.9, weight
 
 def check_optimizer(cfg, what):
     """Partial FC supports the optimizers whose row-wise update is written above; say so at start-up otherwise."""
-    from .errors import ConfigError
+    from mtl.errors import ConfigError
 
     if cfg["type"] not in ("sgd", "momentum"):
         raise ConfigError(f"{what} uses Partial FC (sample_ratio < 1), which updates only the sampled class centres "

@@ -11,7 +11,7 @@ import paddle
 import paddle.distributed as dist
 from paddle.autograd import PyLayer
 
-from . import distributed
+from mtl.parallel import distributed
 
 
 def row_counts(num_rows: int):
@@ -132,7 +132,7 @@ def sharded_softmax_cross_entropy_local(logits, target, scale: float = 1.0, targ
     """Mean cross-entropy of this shard's ``logits [N, C_k]``; ``target [N]`` = local column or -1 (not here).
 
     ``scale`` multiplies every logit; ``target_transform(x_target) -> (value, slope)`` replaces the target logit
-    on its owner rank (see :func:`mtl.margin.margin_transform`). All N rows must be the same on every rank (the
+    on its owner rank (see :func:`mtl.heads.margin.margin_transform`). All N rows must be the same on every rank (the
     gathered batch); the result is equal on every rank.
     """
     return _ShardedSoftmaxCrossEntropy.apply(logits, target.astype("int64"), float(scale), target_transform)

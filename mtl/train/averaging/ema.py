@@ -20,8 +20,8 @@ steps (5e-5 relative at decay 0.999).
 Memory: one float32 shadow per tracked parameter (on the device, or in host memory with ``offload="cpu"``), plus one
 restore copy while ``apply()`` is active.
 """
-from .base import Averager, InvalidOption
-from .storage import accumulation_dtype
+from mtl.train.averaging.base import Averager, InvalidOption
+from mtl.train.averaging.storage import accumulation_dtype
 
 
 def warmed_decay(decay, updates_done, warmup=True) -> float:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import paddle
 
-from .storage import DeviceStore, HostStore, is_floating, nbytes
+from mtl.train.averaging.storage import DeviceStore, HostStore, is_floating, nbytes
 
 STATISTIC_SUFFIXES = ("_mean", "_variance")  # BatchNorm's running statistics (non-trainable Paddle parameters)
 

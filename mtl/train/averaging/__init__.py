@@ -17,9 +17,9 @@ statistics keep their live value unless ``average_batchnorm=True``; float16/bflo
 and get their own dtype back; the sums can live in host memory (``offload="cpu"``) and the restore copy exists
 only while ``apply()`` is active. Averaging needs no communication: each rank averages its own head shard.
 """
-from .base import Averager, InvalidOption, collect_tensors
-from .config import build_averager
-from .ema import EMA
-from .window import ModelAverage
+from mtl.train.averaging.base import Averager, InvalidOption, collect_tensors
+from mtl.train.averaging.config import build_averager
+from mtl.train.averaging.ema import EMA
+from mtl.train.averaging.window import ModelAverage
 
 __all__ = ["Averager", "EMA", "InvalidOption", "ModelAverage", "build_averager", "collect_tensors"]

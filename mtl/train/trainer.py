@@ -15,13 +15,14 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from . import checkpoint, distributed, rundir
-from .contracts import check_batch
-from .data import StepDataset, check_divisible, error_text, make_loader, raise_error_text, task_seed
-from .errors import ConfigError
-from .evaluation import Evaluator
-from .optim import build_optimizer, clip_grad_global_norm
-from .reporting import MetricsLog, metrics_table, plot_losses, setup_logging
+from mtl.contracts import check_batch
+from mtl.data.steps import StepDataset, check_divisible, error_text, make_loader, raise_error_text, task_seed
+from mtl.errors import ConfigError
+from mtl.evaluation.evaluator import Evaluator
+from mtl.parallel import distributed
+from mtl.train import checkpoint, rundir
+from mtl.train.optim import build_optimizer, clip_grad_global_norm
+from mtl.train.reporting import MetricsLog, metrics_table, plot_losses, setup_logging
 
 log = logging.getLogger("mtl")
 
@@ -84,7 +85,7 @@ class Trainer:
         cfg = dict(self.cfg["averaging"])
         if cfg.get("type", "none") == "none":
             return None
-        from .averaging import build_averager
+        from mtl.train.averaging import build_averager
 
         return build_averager(cfg, self.job.model, source=self.cfg["source"])
 
@@ -288,7 +289,7 @@ class Trainer:
                 self.sync_statistics()
                 averaged = self.evaluator.evaluate()
         final = _eval_record(step, live, "eval")
-        final["final"] = True  # a run continued later drops this record (mtl.rundir.keep_until)
+        final["final"] = True  # a run continued later drops this record (mtl.train.rundir.keep_until)
         final.update(_eval_record(step, averaged or {}, "eval_averaged"))
         self.metrics.write(final)
         records = [r for r in self.metrics.records if "loss" in r]

@@ -16,7 +16,7 @@ from typing import Dict
 
 import paddle
 
-from .head import HeadOutput
+from mtl.heads.base import HeadOutput
 
 
 class JointModel(paddle.nn.Layer):

@@ -11,8 +11,8 @@ import pickle
 
 import numpy as np
 
-from .errors import DataError
-from .transforms import DecodeError, load_pixels, normalize
+from mtl.data.transforms import DecodeError, load_pixels, normalize
+from mtl.errors import DataError
 
 
 class VerificationSet:
@@ -152,7 +152,7 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
 
 def load_verification_set(path: str, root: str = None, image_size: int = 112, name: str = None,
                           decoder: str = "auto") -> VerificationSet:
-    """A ``.bin`` file or a pairs list, by extension (``decoder``: auto | opencv | pillow, see mtl.transforms)."""
+    """A ``.bin`` file or a pairs list, by extension (``decoder``: auto | opencv | pillow, see mtl.data.transforms)."""
     if str(path).endswith(".bin"):
         return read_bin(path, image_size, name, decoder)
     return read_pairs(path, root, image_size, name, decoder)

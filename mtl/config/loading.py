@@ -7,11 +7,11 @@ import os
 
 import yaml
 
-from . import registry
-from .errors import ConfigError
-from .schema import Opt, Section, validate
+from mtl import registry
+from mtl.config.schema import Opt, Section, validate
+from mtl.errors import ConfigError
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _component(value):
@@ -290,7 +290,7 @@ def _check_component(kind, cfg, source, key):
 
 def _check_averaging(cfg, source):
     """Validate the ``averaging`` section now (by building it over no parameters), not after the model is built."""
-    from .averaging import build_averager
+    from mtl.train.averaging import build_averager
 
     build_averager(cfg, {}, source)
 

@@ -26,7 +26,7 @@ class MetricsLog:
     """Appends JSON records to ``metrics.jsonl`` (rank 0 only) and keeps them in memory: one per logged step
     (``loss`` ...), plus one per evaluation (``eval/<task>/<metric>`` ...).
 
-    ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.rundir``).
+    ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.train.rundir``).
     """
 
     def __init__(self, path, enabled=True, records=None):

@@ -3,7 +3,7 @@ import math
 
 import paddle
 
-from . import distributed
+from mtl.parallel import distributed
 
 
 def build_lr(cfg: dict, total_steps: int):

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import paddle
 
-from . import distributed
-from .data import check_labels, iterate_eval
-from .job import eval_reader
+from mtl.data.steps import check_labels, iterate_eval
+from mtl.job import eval_reader
+from mtl.parallel import distributed
 
 
 @paddle.no_grad()
@@ -49,7 +49,7 @@ class Evaluator:
     def sets(self, task):
         """The task's verification sets, decoded at the backbone's input size (loaded on first use)."""
         if task.name not in self._sets:
-            from .verification_sets import load_verification_set
+            from mtl.evaluation.sets import load_verification_set
 
             field = self.job.backbone.input_fields()[0]
             size = field.shape[-1] if field.shape and field.shape[-1] else 112
@@ -73,7 +73,7 @@ class Evaluator:
                 continue
             metrics = self._evaluate_split(task, batch_size) if task.cfg["eval"]["split"] else {}
             if task.cfg["eval"]["sets"] and distributed.rank() == 0:
-                from .verify import evaluate_sets
+                from mtl.evaluation.verify import evaluate_sets
 
                 roc = os.path.join(self.output_dir, f"roc_{task.name}.png") if self.output_dir else None
                 metrics.update(evaluate_sets(self.job.model.backbone, self.sets(task), batch_size,

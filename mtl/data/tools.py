@@ -10,12 +10,12 @@ import os
 
 import numpy as np
 
-from .errors import DataError
-from .readers.image_list import parse_label_list
-from .readers.recordio_reader import image_rows, read_property, resolve_paths
-from .recordio import RecordIOReader, RecordIOWriter, unpack
-from .recordio import pack as pack_record
-from .transforms import DecodeError, decode_rgb
+from mtl.data.recordio import RecordIOReader, RecordIOWriter, unpack
+from mtl.data.recordio import pack as pack_record
+from mtl.data.transforms import DecodeError, decode_rgb
+from mtl.errors import DataError
+from mtl.readers.image_list import parse_label_list
+from mtl.readers.recordio_reader import image_rows, read_property, resolve_paths
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -182,7 +182,7 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
     """
     path = str(path)
     if path.endswith(".bin"):
-        from .verification_sets import read_bin
+        from mtl.evaluation.sets import read_bin
 
         vset = read_bin(path, image_size=_first_bin_size(path))
         pick = np.unique(np.linspace(0, len(vset) - 1, min(samples, len(vset))).astype(int))
@@ -225,7 +225,7 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
 
 def _first_bin_size(path: str) -> int:
     """Side of the first image of a ``.bin`` set (so that inspect shows the stored size, not a resized one)."""
-    from .verification_sets import _as_bytes, _BinUnpickler
+    from mtl.evaluation.sets import _as_bytes, _BinUnpickler
 
     with open(path, "rb") as f:
         images, _ = _BinUnpickler(f, encoding="bytes").load()

@@ -17,8 +17,8 @@ import warnings
 import numpy as np
 import paddle
 
-from . import distributed
-from .errors import ConfigError
+from mtl.errors import ConfigError
+from mtl.parallel import distributed
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 

@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 import paddle
 
-from .errors import ConfigError, DataError, MtlError
+from mtl.errors import ConfigError, DataError, MtlError
 
 
 def task_seed(seed: int, task_name: str) -> int:
@@ -170,7 +170,7 @@ def error_text(batch):
 def raise_error_text(text):
     """Raise the user error described by :func:`error_text` (the same class: DataError, ConfigError, ...)."""
     kind, message = text.split("\n", 1)
-    from . import errors
+    from mtl import errors
 
     cls = getattr(errors, kind, errors.DataError)
     raise (cls if isinstance(cls, type) and issubclass(cls, errors.MtlError) else errors.DataError)(message)

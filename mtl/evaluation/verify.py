@@ -2,14 +2,14 @@
 
 Protocol (InsightFace's): embedding = normalize(f(x) + f(flip x)); squared L2 distance of each pair; thresholds 0 to
 4 step 0.01; 10 folds without shuffling, best threshold on 9 folds, accuracy on the 10th; accuracy +- std and
-VAL@FAR=1e-3 from :func:`mtl.metrics.verification`.
+VAL@FAR=1e-3 from :func:`mtl.evaluation.metrics.verification`.
 """
 import os
 
 import numpy as np
 import paddle
 
-from .metrics import pair_distances, roc_curve, verification
+from mtl.evaluation.metrics import pair_distances, roc_curve, verification
 
 
 @paddle.no_grad()

@@ -1,0 +1,1 @@
+"""Evaluation: metrics, verification pairs and sets, and the per-task evaluator."""

@@ -1,0 +1,1 @@
+"""Parallelism: the process group, collectives with autograd, synchronised BatchNorm and the parallel strategy."""

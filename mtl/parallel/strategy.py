@@ -1,0 +1,109 @@
+"""The parallel strategy: which parameters are sharded, how gradients and statistics meet across processes.
+
+Data parallel backbone, model parallel heads (PyTorch Lightning's Trainer/Strategy split is the model): the trainer
+runs the loop and asks this object everything that involves other processes.
+
+* Parameters split in two: *sharded* ones (class centres of a head that declares ``sharded``: every rank holds
+  different classes) and *replicated* ones (the backbone and unsharded heads: equal on every rank).
+* Gradients: every head's loss is the loss of the global sub-batch, so the gradient of a replicated parameter is the
+  SUM over ranks of the per-rank gradients (one fused all-reduce); sharded gradients stay where they are.
+* Clipping: ``||g||^2 = sum of the replicated squares (equal on every rank) + all-reduce SUM of the sharded squares``.
+* BatchNorm running statistics follow each rank's rows; before evaluating or saving they are averaged over ranks.
+* Agreement: a rank that must stop (a data error) tells every rank in one small all-reduce.
+"""
+import math
+from typing import Optional
+
+import paddle
+
+from mtl.data.steps import check_divisible, task_seed
+from mtl.parallel import distributed
+from mtl.parallel.sync_bn import is_running_statistic
+
+
+def _squared_norm(tensors) -> paddle.Tensor:
+    total = paddle.zeros([], dtype="float32")
+    for t in tensors:
+        total += paddle.sum(paddle.square(t.astype("float32")))
+    return total
+
+
+@paddle.no_grad()
+def clip_grad_global_norm(replicated, sharded, max_norm: float) -> float:
+    """Scale all gradients so that the global norm over every rank's parameters is at most ``max_norm``.
+
+    ``replicated`` / ``sharded``: parameters (or any tensors holding ``.grad``). norm^2 = sum over replicated grads
+    (identical on every rank after the gradient sync) + all-reduce SUM over ranks of the sharded grads' squares;
+    scale = max_norm / max(norm, max_norm). Returns the norm before clipping.
+    """
+    def grads(params):
+        return [p.grad for p in params if p.grad is not None]
+
+    norm_sq = _squared_norm(grads(replicated)) + distributed.all_reduce_sum(_squared_norm(grads(sharded)))
+    norm = float(paddle.sqrt(norm_sq))
+    if norm > max_norm and math.isfinite(norm):
+        scale = max_norm / norm
+        for g in grads(list(replicated) + list(sharded)):
+            g.scale_(scale)
+    return norm
+
+
+class ParallelStrategy:
+    """Data-parallel backbone and class-sharded heads of one joint model: placement, gradient sync, statistics."""
+
+    def __init__(self, model):
+        self.rank, self.world = distributed.rank(), distributed.world_size()
+        self.sharded = [p for head in model.heads.values() if head.sharded for p in head.parameters()]
+        ids = {id(p) for p in self.sharded}
+        self.replicated = [p for p in model.parameters() if id(p) not in ids]
+        tensors = list(model.backbone.named_parameters()) + list(model.backbone.named_buffers())
+        self.statistics = [t for name, t in tensors if is_running_statistic(name, t) and int(t.numel()) > 0]
+
+    @property
+    def is_main(self) -> bool:
+        """True on the rank that writes shared files and prints (rank 0)."""
+        return self.rank == 0
+
+    def check_batch_split(self, schedule, source=None):
+        """Start-up check: every sub-batch splits evenly over the processes (a ConfigError suggests sizes)."""
+        check_divisible(schedule, self.world, source)
+
+    def seed_random(self, seed: int):
+        """Seed this rank's own random stream (dropout masks) from (seed, rank); checkpoints restore it."""
+        paddle.seed(task_seed(seed, f"rank{self.rank}"))
+
+    def reduce_gradients(self):
+        """SUM of every replicated parameter's gradient over ranks, in one fused all-reduce."""
+        if self.world > 1:
+            distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None])
+
+    @paddle.no_grad()
+    def average_statistics(self):
+        """Average the backbone's BatchNorm running statistics over ranks (before evaluating or saving).
+
+        Without synchronised BatchNorm each rank's running mean and variance follow its own rows; evaluation (every
+        rank embeds the eval split for the model-parallel heads), checkpoints (rank 0 saves the backbone) and export
+        must all see one set, the same on every rank: their mean over ranks.
+        """
+        if self.world > 1:
+            distributed.all_reduce_flat(self.statistics, divisor=self.world)
+
+    def clip_gradients(self, max_norm: Optional[float], row_gradients=()) -> Optional[float]:
+        """Clip every gradient of this step to the global norm ``max_norm`` (None: no clipping, returns None).
+
+        ``row_gradients`` (:class:`mtl.train.sparse.RowGradient`) are the row-sparse gradients heads hand to the
+        optimizer (sharded: each rank holds its own rows); they count in the norm and are scaled too.
+        """
+        if not max_norm:
+            return None
+        rows = [r.rows for r in row_gradients]
+        return clip_grad_global_norm(self.replicated, self.sharded + rows, max_norm)
+
+    def agree_on_error(self, text: Optional[str]) -> Optional[str]:
+        """Every rank learns the first error any rank met this step (``kind\\nmessage`` text), or None."""
+        if self.world <= 1:
+            return text
+        if text:
+            kind, message = text.split("\n", 1)
+            text = f"{kind}\nrank {self.rank} met: {message}"
+        return distributed.first_error(text)
