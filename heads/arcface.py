@@ -19,53 +19,15 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from heads.softmax import ShardedClassHead
-from mtl.errors import DataError
+from mtl.evaluation.pairs import verification_pairs
 from mtl.heads.base import HeadOutput
 from mtl.heads.margin import check_margin, margin_transform
+from mtl.heads.sharded import ShardedClassHead
 from mtl.parallel import collective, distributed
 from mtl.registry import register_head
-from mtl.train.sparse import row_sparse_momentum_
+from mtl.train.sparse import RowGradient
 
 _NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does
-
-
-def verification_pairs(labels: np.ndarray, seed: int = 0):
-    """Balanced 1:1 pairs from class labels: ``(first, second, issame)`` index arrays.
-
-    Every sample whose class has at least two samples gets one positive partner (another sample of its class) and
-    one negative partner (a sample of another class), both drawn from ``RandomState(seed)``: P positive and
-    P negative pairs, alternating.
-    """
-    labels = np.asarray(labels).reshape(-1)
-    rng = np.random.RandomState(seed)
-    order = np.argsort(labels, kind="stable")
-    sorted_labels = labels[order]
-    _, group_start, group_size = np.unique(sorted_labels, return_index=True, return_counts=True)
-    if len(group_size) < 2 or group_size.max() < 2:
-        raise DataError("verification needs an evaluation split with at least two classes and one class "
-                        f"with two samples; got {len(labels)} samples of {len(group_size)} classes")
-    group_of = np.repeat(np.arange(len(group_size)), group_size)  # group of each sorted position
-    eligible = group_size[group_of] >= 2
-    anchors = np.flatnonzero(eligible)  # sorted positions
-    starts, sizes = group_start[group_of[anchors]], group_size[group_of[anchors]]
-    offset = rng.randint(0, sizes - 1)  # another member: skip the anchor's own position
-    offset = offset + (offset >= anchors - starts)
-    positive = order[starts + offset]
-    first = order[anchors]
-    negative = rng.randint(0, len(labels), size=len(first))
-    for _ in range(64):
-        clash = labels[negative] == labels[first]
-        if not clash.any():
-            break
-        negative[clash] = rng.randint(0, len(labels), size=int(clash.sum()))
-    for i in np.flatnonzero(labels[negative] == labels[first]):  # rare: a dominant class
-        negative[i] = rng.choice(np.flatnonzero(labels != labels[first[i]]))
-    # interleaved (positive, negative, positive, ...): the protocol's contiguous folds then hold both kinds
-    pair_first = np.repeat(first, 2)
-    pair_second = np.stack([positive, negative], axis=1).reshape(-1)
-    issame = np.tile(np.array([True, False]), len(first))
-    return pair_first, pair_second, issame
 
 
 @register_head("arcface")
@@ -88,13 +50,10 @@ class ArcFaceHead(ShardedClassHead):
             raise ValueError(f"sample_ratio must be in (0, 1], got {sample_ratio!r}")
         self.fused = self._resolve_fused(fused)
         self._margin = margin_transform(*self.margin)
+        self.row_sparse = self.sample_ratio < 1.0  # the optimizer updates only the sampled rows
         self.sample_step = 0  # Partial FC draws from (seed, sample_step, rank)
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
-        self._sampled = None  # Partial FC in training: (local row index [K], detached sampled rows [K, D])
-        self._update_pending = False
-        if self.sample_ratio < 1.0:
-            # momentum of the class centres, updated row-sparsely by apply_own_updates (saved with the head)
-            self.register_buffer("weight_velocity", paddle.zeros_like(self.weight), persistable=True)
+        self._sampled = None  # Partial FC in training: the RowGradient of the last forward
 
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()
@@ -159,11 +118,10 @@ class ArcFaceHead(ShardedClassHead):
         self._sampled = None
         if self.training and self.sample_ratio < 1.0:
             self.sample_step += 1
-            if weight is not self.weight:  # score a detached copy: its gradient is [K, D], see apply_own_updates
+            if weight is not self.weight:  # score a detached copy: its gradient is [K, D] (mtl.train.sparse)
                 weight = weight.detach()
                 weight.stop_gradient = False
-                self._sampled = (class_ids - self.shard_start, weight)
-                self._update_pending = True
+                self._sampled = RowGradient(self.weight, class_ids - self.shard_start, weight)
         self.last_sampled_classes = class_ids
         cos = self.cosine(F.normalize(x, axis=1), weight)
         if self.fused:
@@ -181,9 +139,9 @@ class ArcFaceHead(ShardedClassHead):
         """Verification needs pairs: at least two classes in the split and one class with two samples."""
         verification_pairs(np.asarray(labels))
 
-    def own_gradients(self):
-        """Partial FC: the gradient of the sampled rows (the optimizer does not see it; clipping must)."""
-        return [self._sampled[1]] if self._sampled is not None and self._update_pending else []
+    def row_gradients(self):
+        """Partial FC in training: the sampled rows of the last forward; the optimizer updates only them."""
+        return [self._sampled] if self._sampled is not None else []
 
     def weight_gradient(self) -> np.ndarray:
         """The class-centre gradient of the last backward as a dense ``[C_k, D]`` array, for inspection and tests.
@@ -191,23 +149,12 @@ class ArcFaceHead(ShardedClassHead):
         With Partial FC in training only the sampled rows have a gradient (the others are zero here); otherwise it
         is ``weight.grad``.
         """
-        if self._sampled is not None and self._sampled[1].grad is not None:
-            dense = np.zeros(self.weight.shape, dtype=np.float64)
-            dense[self._sampled[0].numpy()] = self._sampled[1].grad.numpy()
-            return dense.astype(self._sampled[1].grad.numpy().dtype)
+        if self._sampled is not None and self._sampled.rows.grad is not None:
+            grad = self._sampled.rows.grad.numpy()
+            dense = np.zeros(self.weight.shape, dtype=grad.dtype)
+            dense[self._sampled.index.numpy()] = grad
+            return dense
         return self.weight.grad.numpy()
-
-    def apply_own_updates(self, lr, optimizer_cfg):
-        """Partial FC: update only the sampled class centres and their momentum (``mtl.train.sparse``)."""
-        if self._sampled is None or not self._update_pending:
-            return
-        index, rows = self._sampled
-        self._update_pending = False  # the rows stay for weight_gradient() until the next forward
-        if rows.grad is None:
-            return
-        momentum = optimizer_cfg["momentum"] if optimizer_cfg["type"] == "momentum" else 0.0
-        row_sparse_momentum_(self.weight, getattr(self, "weight_velocity", None), index, rows.grad, lr, momentum,
-                             optimizer_cfg["weight_decay"])
 
     def evaluate(self, features, labels):
         """1:1 verification on pairs drawn from the split's labels, and classification accuracy over all shards."""

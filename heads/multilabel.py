@@ -5,14 +5,9 @@ import paddle.nn.functional as F
 
 from mtl.contracts import Field
 from mtl.evaluation.metrics import multilabel_scores
-from mtl.heads.base import Head, HeadOutput
+from mtl.heads.base import Head, HeadOutput, label_tensor
 from mtl.parallel.distributed import all_reduce_sum, world_size
 from mtl.registry import register_head
-
-
-def _label_array(labels, field):
-    """The head's label tensor, whether given alone or inside a batch dict."""
-    return labels[field] if isinstance(labels, dict) else labels
 
 
 @register_head("multilabel")
@@ -58,13 +53,13 @@ class MultiLabelHead(Head):
         over ranks gives the mean over the global sub-batch (rank slices are equal-sized).
         """
         logits = self.linear(features)
-        targets = paddle.cast(_label_array(labels, self.label_field), logits.dtype).reshape(logits.shape)
+        targets = paddle.cast(label_tensor(labels, self.label_field), logits.dtype).reshape(logits.shape)
         pos_weight = None if self.pos_weight is None else paddle.cast(self.pos_weight, logits.dtype)
         cell = F.binary_cross_entropy_with_logits(logits, targets, reduction="none", pos_weight=pos_weight)
         global_rows = logits.shape[0] * world_size()
         loss = paddle.sum(paddle.mean(cell, axis=1)) / max(global_rows, 1)
         return HeadOutput(loss=loss, metrics={"micro_f1": self._micro_f1(logits, targets)},
-                          global_loss=all_reduce_sum(loss), logits=logits)
+                          global_loss=all_reduce_sum(loss))
 
     def _micro_f1(self, logits, targets):
         """``2TP / (2TP + FP + FN)`` over the global sub-batch (counts summed over ranks); 0 when undefined."""
@@ -82,6 +77,6 @@ class MultiLabelHead(Head):
         with paddle.no_grad():
             x = features if isinstance(features, paddle.Tensor) else paddle.to_tensor(np.asarray(features))
             scores = F.sigmoid(self.linear(paddle.cast(x, self.linear.weight.dtype))).numpy()
-        targets = _label_array(labels, self.label_field)
+        targets = label_tensor(labels, self.label_field)
         targets = targets.numpy() if isinstance(targets, paddle.Tensor) else np.asarray(targets)
         return multilabel_scores(scores, targets.reshape(scores.shape), threshold=self.threshold)

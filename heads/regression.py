@@ -4,16 +4,12 @@ import paddle
 
 from mtl.contracts import Field
 from mtl.evaluation.metrics import regression_scores
-from mtl.heads.base import Head, HeadOutput
+from mtl.heads.base import Head, HeadOutput, label_tensor
 from mtl.parallel.distributed import all_reduce_sum, world_size
 from mtl.registry import register_head
 
 LOSSES = ("mse", "l1", "smooth_l1")
 
-
-def _label_array(labels, field):
-    """The head's target tensor, whether given alone or inside a batch dict."""
-    return labels[field] if isinstance(labels, dict) else labels
 
 
 @register_head("regression")
@@ -63,11 +59,11 @@ class RegressionHead(Head):
         world size)``, so that summing over ranks gives the mean over the global sub-batch (equal-sized rank slices).
         """
         pred = self.linear(features)
-        target = paddle.cast(_label_array(labels, self.label_field), pred.dtype).reshape(pred.shape)
+        target = paddle.cast(label_tensor(labels, self.label_field), pred.dtype).reshape(pred.shape)
         diff = pred - target
         global_rows = pred.shape[0] * world_size()
         loss = paddle.sum(paddle.mean(self.elementwise_loss(diff), axis=1)) / max(global_rows, 1)
-        return HeadOutput(loss=loss, metrics=self._errors(diff), global_loss=all_reduce_sum(loss), logits=pred)
+        return HeadOutput(loss=loss, metrics=self._errors(diff), global_loss=all_reduce_sum(loss))
 
     def _errors(self, diff):
         """MAE ``sum|d| / n`` and RMSE ``sqrt(sum d^2 / n)`` over the global sub-batch (sums taken over ranks)."""
@@ -83,6 +79,6 @@ class RegressionHead(Head):
         with paddle.no_grad():
             x = features if isinstance(features, paddle.Tensor) else paddle.to_tensor(np.asarray(features))
             pred = self.linear(paddle.cast(x, self.linear.weight.dtype)).numpy()
-        target = _label_array(labels, self.label_field)
+        target = label_tensor(labels, self.label_field)
         target = target.numpy() if isinstance(target, paddle.Tensor) else np.asarray(target)
         return regression_scores(pred, target)

@@ -10,8 +10,7 @@ __version__ = "0.1.0"
 def _build(kind, cfg, **context):
     from mtl import registry
 
-    registry.load_builtin()
-    registry.load_entry_points()
+    registry.load_all()
     return registry.build(kind, cfg, **context)
 
 

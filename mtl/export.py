@@ -30,7 +30,6 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     import paddle
 
     from mtl import registry
-    from mtl.job import _component_cfg
     from mtl.train import checkpoint
 
     cfg = _load_job_cfg(run_dir)
@@ -41,11 +40,8 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     use_avg = os.path.isfile(avg_file) if averaged is None else bool(averaged)
     if use_avg and not os.path.isfile(avg_file):
         raise ConfigError(f"checkpoint '{ckpt}' has no averaged weights (the run did not average)")
-    registry.load_builtin()
-    registry.load_entry_points()
-    for folder in cfg.get("plugin_folders", []):
-        registry.load_folder(folder)
-    backbone_cfg = _component_cfg(cfg["backbone"])
+    registry.load_all(cfg.get("plugin_folders", []))
+    backbone_cfg = registry.as_component(cfg["backbone"])
     backbone_cfg.pop("pretrained", None)
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
     backbone.set_state_dict(paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams")))
@@ -60,8 +56,7 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     heads = {}
     for task in cfg["tasks"]:
         name = task["name"]
-        state = {k: v for k, v in checkpoint.merged_head_state(ckpt, name, averaged=use_avg).items()
-                 if not k.endswith("_velocity")}  # Partial FC's momentum is optimizer state, not weights
+        state = checkpoint.merged_head_state(ckpt, name, averaged=use_avg)
         np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
         heads[name] = {k: list(v.shape) for k, v in state.items()}
     with open(os.path.join(ckpt, "state.json")) as f:

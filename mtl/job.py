@@ -3,7 +3,6 @@
 Checks the field contracts of every task once, at build time, before anything trains.
 """
 import copy
-import os
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -17,6 +16,7 @@ from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError
 from mtl.parallel import distributed, sync_bn
 from mtl.train.model import JointModel
+from mtl.train.sparse import check_sparse_optimizer
 
 
 @dataclass
@@ -55,10 +55,6 @@ class Job:
         return next(t for t in self.tasks if t.name == name)
 
 
-def _component_cfg(cfg):
-    return {"type": cfg} if isinstance(cfg, str) else dict(cfg)
-
-
 def reader_context(backbone) -> dict:
     """Keyword arguments offered to readers so that their samples fit the backbone (image size, channels, shape)."""
     fields = backbone.input_fields()
@@ -72,29 +68,10 @@ def reader_context(backbone) -> dict:
     return ctx
 
 
-PATH_KEYS = ("path", "root", "list", "eval_path")
-
-
-def resolve_reader_paths(cfg, task_source):
-    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``) are taken relative to
-    the task file's folder when they exist there, else left as they are (relative to the working directory)."""
-    if not task_source or not os.path.isfile(str(task_source)):
-        return cfg
-    base = os.path.dirname(os.path.abspath(task_source))
-    for key in PATH_KEYS:
-        value = cfg.get(key)
-        if isinstance(value, str) and not os.path.isabs(value):
-            candidate = os.path.join(base, value)
-            if os.path.exists(candidate) or os.path.exists(candidate + ".rec"):
-                cfg[key] = os.path.normpath(candidate)
-    return cfg
-
-
 def build_reader(task_cfg, split_overrides=None, context=None):
     """The reader of a task; ``split_overrides`` (e.g. ``{"split": "eval"}``) are merged into its config."""
-    cfg = _component_cfg(task_cfg["reader"])
+    cfg = dict(task_cfg["reader"])  # normalised and its paths resolved at load time (mtl.config)
     cfg.update(split_overrides or {})
-    cfg = resolve_reader_paths(cfg, task_cfg["source"])
     key = f"{task_cfg['key']}.reader" if task_cfg["key"] else "reader"
     reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
     if len(reader) == 0:
@@ -103,46 +80,50 @@ def build_reader(task_cfg, split_overrides=None, context=None):
     return reader
 
 
-def build_job(cfg: dict) -> Job:
-    """Build backbone, readers, heads, model and schedule; check contracts; return a :class:`Job`."""
-    seed = cfg["seed"]
-    source = cfg["source"]
-    paddle.seed(seed)
-    backbone_cfg = _component_cfg(cfg["backbone"])
+def _build_backbone(cfg):
+    """The job's backbone (with pretrained weights, and synchronised BatchNorm when asked for at world > 1)."""
+    backbone_cfg = dict(cfg["backbone"])
     pretrained = backbone_cfg.pop("pretrained", None)
-    backbone = registry.build("backbone", backbone_cfg, source, "backbone")
+    backbone = registry.build("backbone", backbone_cfg, cfg["source"], "backbone")
     if pretrained:
-        load_pretrained(backbone, pretrained, source, "backbone.pretrained")
+        load_pretrained(backbone, pretrained, cfg["source"], "backbone.pretrained")
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
         backbone = sync_bn.convert_sync_batchnorm(backbone)
-    ctx = reader_context(backbone)
-    tasks = []
-    for tcfg in cfg["tasks"]:
-        name = tcfg["name"]
-        reader = build_reader(tcfg, None, ctx)
-        head_cfg = _component_cfg(tcfg["head"])
-        head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
-        paddle.seed(task_seed(seed, name))
-        head_ctx = {"feature_size": backbone.feature_size, "seed": task_seed(seed, name)}
-        if reader.num_classes is not None:
-            head_ctx["num_classes"] = reader.num_classes
-        head = registry.build("head", head_cfg, tcfg["source"], head_key, **head_ctx)
-        contracts.check_task(name, _component_cfg(tcfg["reader"])["type"], reader.fields(),
-                             backbone.registered_name, backbone.input_fields(), head_cfg["type"], head.fields())
-        hc = getattr(head, "num_classes", None)
-        if hc is not None and reader.num_classes is not None and int(hc) < int(reader.num_classes):
-            raise ConfigError(f"task '{name}': head has num_classes {hc} but the reader's labels go up to "
-                              f"{reader.num_classes - 1}", tcfg["source"], head_key + ".num_classes")
-        if getattr(head, "sample_ratio", 1.0) < 1.0:
-            from mtl.train.sparse import check_optimizer
+    return backbone
 
-            check_optimizer(cfg["optimizer"], f"task '{name}' ({tcfg['source']})")
-        task = Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"])
-        if tcfg["eval"]["enabled"] and tcfg["eval"]["split"]:
-            task.eval_reader = _checked_eval_reader(task, ctx)
-        tasks.append(task)
+
+def _build_task(cfg, tcfg, backbone, ctx) -> Task:
+    """One task: its reader, its head (seeded from the job seed and the task name), contracts checked."""
+    name, source = tcfg["name"], tcfg["source"]
+    reader = build_reader(tcfg, None, ctx)
+    head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
+    paddle.seed(task_seed(cfg["seed"], name))
+    head_ctx = {"feature_size": backbone.feature_size, "seed": task_seed(cfg["seed"], name)}
+    if reader.num_classes is not None:
+        head_ctx["num_classes"] = reader.num_classes
+    head = registry.build("head", tcfg["head"], source, head_key, **head_ctx)
+    contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
+                         backbone.input_fields(), tcfg["head"]["type"], head.fields())
+    classes = head.class_count()
+    if classes is not None and reader.num_classes is not None and classes < int(reader.num_classes):
+        raise ConfigError(f"task '{name}': head has num_classes {classes} but the reader's labels go up to "
+                          f"{reader.num_classes - 1}", source, head_key + ".num_classes")
+    if head.row_sparse:
+        check_sparse_optimizer(cfg["optimizer"], f"task '{name}' ({source})", cfg["source"])
+    task = Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"])
+    if tcfg["eval"]["enabled"] and tcfg["eval"]["split"]:
+        task.eval_reader = _checked_eval_reader(task, ctx)
+    return task
+
+
+def build_job(cfg: dict) -> Job:
+    """Build backbone, readers, heads, model and schedule; check contracts; return a :class:`Job`."""
+    paddle.seed(cfg["seed"])
+    backbone = _build_backbone(cfg)
+    ctx = reader_context(backbone)
+    tasks = [_build_task(cfg, tcfg, backbone, ctx) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
-    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], seed)
+    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
 
 
@@ -164,16 +145,21 @@ def _checked_eval_reader(task: Task, context):
         reader = build_reader(task.cfg, overrides, context)
     except MtlError as exc:
         raise ConfigError(f"task '{task.name}': the evaluation reader (reader + eval.reader {overrides}) fails: "
-                          f"{getattr(exc, 'bare_message', exc)}", task.source, prefix + "eval.reader") from None
+                          f"{_bare(exc)}", task.source, prefix + "eval.reader") from None
     limit = task.cfg["eval"]["max_samples"]
     try:
         if task.head.label_field == "label":  # class labels: Reader.labels() reads them without decoding images
             labels = np.asarray(reader.labels())[:limit]
-            if getattr(task.head, "num_classes", None):
-                check_labels(task.name, {"label": labels}, "label", int(task.head.num_classes), split="evaluation")
+            if task.head.class_count() is not None:
+                check_labels(task.name, {"label": labels}, "label", task.head.class_count(), split="evaluation")
             task.head.check_eval_labels(labels)
     except Exception as exc:  # the head's own sentence
         raise ConfigError(f"task '{task.name}': head '{task.head.registered_name}' cannot evaluate the evaluation "
                           f"split: {exc}; fix the split or set eval: {{split: false}}", task.source,
                           prefix + "eval") from None
     return reader
+
+
+def _bare(exc) -> str:
+    """A user error's message without its file and key prefix (ConfigError keeps it apart)."""
+    return exc.bare_message if isinstance(exc, ConfigError) else str(exc)

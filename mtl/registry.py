@@ -145,12 +145,17 @@ def load_entry_points():
         ep.load()
 
 
-def load_all(extra_folders=()):
-    """Built-ins, entry points, then every folder of ``extra_folders``."""
+def load_all(extra_folders=(), source=None, key="plugins"):
+    """Every plug-in: built-ins, entry points, then every folder of ``extra_folders`` (the one loading function)."""
     load_builtin()
     load_entry_points()
     for folder in extra_folders:
-        load_folder(folder)
+        load_folder(folder, source, key)
+
+
+def as_component(value) -> dict:
+    """A component config as a new dict: ``"name"`` becomes ``{"type": "name"}`` (the one normalisation)."""
+    return {"type": value} if isinstance(value, str) else dict(value)
 
 
 def entries(kind=None):
@@ -202,7 +207,7 @@ def check_params(cls, params: dict, source=None, key=None, kind="component"):
 def split_cfg(kind, cfg, source=None, key=None):
     """Split ``{"type": name, **params}`` into (Entry, params), validating both."""
     if isinstance(cfg, str):
-        cfg = {"type": cfg}
+        cfg = as_component(cfg)
     if not isinstance(cfg, dict) or "type" not in cfg:
         raise ConfigError(f"expected a mapping with a 'type' naming a {kind}, got {cfg!r}", source, key)
     params = {k: v for k, v in cfg.items() if k != "type"}

@@ -9,11 +9,13 @@ import numpy as np
 import paddle
 import pytest
 
-from heads.arcface import ArcFaceHead, CosFaceHead, verification_pairs
-from heads.softmax import INIT_BLOCK, SoftmaxHead, initial_class_rows
+from heads.arcface import ArcFaceHead, CosFaceHead
+from heads.softmax import SoftmaxHead
 from mtl import registry
 from mtl.errors import ConfigError
+from mtl.evaluation.pairs import verification_pairs
 from mtl.heads.margin import MIN_SIN_THETA, angular_margin
+from mtl.heads.sharded import INIT_BLOCK, initial_class_rows
 from mtl.parallel import distributed
 
 MARGINS = {

@@ -4,7 +4,9 @@ import pytest
 from sklearn import metrics as skm
 from sklearn.model_selection import KFold
 
+from mtl.errors import DataError
 from mtl.evaluation import metrics
+from mtl.evaluation.pairs import verification_pairs
 
 
 def reference_verification(embeddings, issame, folds, thresholds, far_target):
@@ -175,38 +177,33 @@ def test_regression_scores_match_numpy():
     assert metrics.regression_scores(pred[:, 0], pred[:, 0].reshape(-1, 1)) == {"mae": 0.0, "rmse": 0.0}
 
 
-def test_make_verification_pairs_properties():
+def test_verification_pairs_properties():
+    """The one pair builder (mtl.evaluation.pairs): deterministic, balanced, interleaved, right labels."""
     rng = np.random.RandomState(7)
     labels = rng.randint(0, 12, size=200)
     labels[:3] = [100, 101, 102]  # singletons: no positive partner
-    pairs, issame = metrics.make_verification_pairs(labels, seed=3)
-    again, same_again = metrics.make_verification_pairs(labels, seed=3)
-    np.testing.assert_array_equal(pairs, again)
-    np.testing.assert_array_equal(issame, same_again)
-    assert pairs.dtype == np.int64 and pairs.shape == (len(issame), 2)
+    first, second, issame = verification_pairs(labels, seed=3)
+    again = verification_pairs(labels, seed=3)
+    for a, b in zip((first, second, issame), again):
+        np.testing.assert_array_equal(a, b)
     assert issame.sum() == (~issame).sum() == 197  # balanced: one pair per sample that has a positive partner
     np.testing.assert_array_equal(issame, np.arange(len(issame)) % 2 == 0)  # interleaved
-    assert np.all(pairs[:, 0] != pairs[:, 1])
-    assert np.all(labels[pairs[issame, 0]] == labels[pairs[issame, 1]])
-    assert np.all(labels[pairs[~issame, 0]] != labels[pairs[~issame, 1]])
-    np.testing.assert_array_equal(pairs[issame, 0], np.arange(3, 200))  # each anchor once, in order
-    other, _ = metrics.make_verification_pairs(labels, seed=4)
-    assert not np.array_equal(other, pairs)
-
-    capped, capped_same = metrics.make_verification_pairs(labels, seed=3, max_pairs=51)
-    assert len(capped) == 50 and capped_same.sum() == 25
-    assert np.all(np.diff(capped[capped_same, 0]) > 0)  # subsampled, order kept
-    assert np.all(labels[capped[~capped_same, 0]] != labels[capped[~capped_same, 1]])
+    assert np.all(first != second)
+    assert np.all(labels[first[issame]] == labels[second[issame]])
+    assert np.all(labels[first[~issame]] != labels[second[~issame]])
+    np.testing.assert_array_equal(np.sort(first[issame]), np.arange(3, 200))  # each anchor once
+    other = verification_pairs(labels, seed=4)
+    assert not np.array_equal(other[1], second)
 
 
-def test_make_verification_pairs_draws_every_partner():
+def test_verification_pairs_draws_every_partner():
     labels = np.array([0, 1, 0, 2, 0, 1])
     seen_pos, seen_neg = set(), set()
     for seed in range(60):
-        pairs, issame = metrics.make_verification_pairs(labels, seed=seed)
-        seen_pos |= {int(b) for a, b in pairs[issame] if a == 0}
-        seen_neg |= {int(b) for a, b in pairs[~issame] if a == 0}
+        first, second, issame = verification_pairs(labels, seed=seed)
+        seen_pos |= {int(b) for a, b in zip(first[issame], second[issame]) if a == 0}
+        seen_neg |= {int(b) for a, b in zip(first[~issame], second[~issame]) if a == 0}
     assert seen_pos == {2, 4}
     assert seen_neg == {1, 3, 5}
-    pairs, issame = metrics.make_verification_pairs(np.zeros(5, dtype=int))
-    assert pairs.shape == (0, 2) and issame.shape == (0,)
+    with pytest.raises(DataError, match="two classes"):
+        verification_pairs(np.zeros(5, dtype=int))

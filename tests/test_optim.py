@@ -7,7 +7,8 @@ import pytest
 
 from mtl.config.loading import OPTIMIZER
 from mtl.config.schema import validate
-from mtl.train.optim import build_lr, build_optimizer, clip_grad_global_norm
+from mtl.parallel.strategy import clip_grad_global_norm
+from mtl.train.optim import build_lr, build_optimizer
 
 
 def cfg(**kw):

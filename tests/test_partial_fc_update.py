@@ -39,7 +39,7 @@ def test_only_sampled_rows_and_their_momentum_change(tmp_path):
         grad = head.weight_gradient().astype(np.float64)   # dense view of the sampled rows' gradient
         assert len(sampled) == 8                             # ceil(0.2 * 40)
         rest = np.setdiff1d(np.arange(40), sampled)
-        new_w, new_v = head.weight.numpy(), head.weight_velocity.numpy()
+        new_w, new_v = head.weight.numpy(), trainer.optimizer.sparse.velocity(head.weight).numpy()
         # untouched rows: bit for bit, weight and momentum
         np.testing.assert_array_equal(new_w[rest], w[rest].astype(np.float32))
         np.testing.assert_array_equal(new_v[rest], v[rest].astype(np.float32))

@@ -47,6 +47,30 @@ OPTIMIZER = {
     "clip_norm": Opt(float, None, nullable=True, min=0.0, min_exclusive=True, doc="global-norm gradient clipping"),
 }
 
+def _check_averaging(section, source, key):
+    """The averaging keys fit its type (imported late: Paddle must not start before the thread count is set)."""
+    from mtl.train.averaging.config import check_averaging
+
+    check_averaging(section, source, key)
+
+
+def _below_one(value):
+    return None if value < 1.0 else f"expected a number in [0, 1), got {value!r}"
+
+
+AVERAGING = {
+    "type": Opt(str, "none", nullable=True, choices=["window", "ema", "none"],
+                doc="window: Paddle's sliding-window ModelAverage; ema: exponential moving average"),
+    "average_window_rate": Opt(float, None, nullable=True, min=0.0, doc="window (required): window / updates"),
+    "min_average_window": Opt(int, None, nullable=True, min=0, doc="window: smallest window (default 10000)"),
+    "max_average_window": Opt(int, None, nullable=True, min=0, doc="window: largest window (default 10000)"),
+    "decay": Opt(float, None, nullable=True, min=0.0, check=_below_one, doc="ema: decay in [0, 1) (default 0.999)"),
+    "warmup": Opt(bool, None, nullable=True, doc="ema: decay min(decay, (1 + t) / (10 + t)) (default true)"),
+    "bias_correction": Opt(bool, None, nullable=True, doc="ema: divide by 1 - decay^t (default true)"),
+    "offload": Opt(str, None, nullable=True, choices=["cpu", "none"], doc="cpu: keep the sums in host memory"),
+    "average_batchnorm": Opt(bool, None, nullable=True, doc="also average BatchNorm statistics (default false)"),
+}
+
 JOB = {
     "seed": Opt(int, 0, min=0, doc="seed of the schedule, the sample order and the initialisation"),
     "output_dir": Opt(str, "runs/job", doc="where metrics, checkpoints and plots go"),
@@ -71,11 +95,8 @@ JOB = {
         "every": Opt(int, 0, min=0, doc="save every N steps (0: only the final step)"),
         "keep": Opt(int, 3, min=1, doc="how many checkpoints to keep"),
     }, doc="checkpoints"),
-    "averaging": Section({"type": Opt(str, "none", choices=["window", "ema", "none"],
-                                      doc="window: Paddle's sliding-window ModelAverage; ema: exponential")},
-                         open=True, doc="averaged weights for evaluation, checkpoints and export (window: "
-                                        "average_window_rate, min_average_window, max_average_window; ema: decay, "
-                                        "warmup, bias_correction; both: offload: cpu, average_batchnorm)"),
+    "averaging": Section(AVERAGING, check=_check_averaging,
+                         doc="averaged weights for evaluation, checkpoints and export"),
     "data": Section({
         "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank"),
         "check_batches": Opt(bool, True, doc="check the first batch of every task against the declared fields"),
@@ -198,13 +219,14 @@ def task_folders(job_dir, plugin_folders):
     return out
 
 
-def resolve_path(path, base_dir):
-    """A path relative to the config file's folder if it exists there, else relative to the working directory."""
+def resolve_path(path, base_dir, suffixes=("",)):
+    """A path relative to ``base_dir`` (the config or task file's folder) if it exists there (with one of
+    ``suffixes``), else relative to the working directory. The one path resolution of configs."""
     if os.path.isabs(path):
         return path
     if base_dir:
         candidate = os.path.join(base_dir, path)
-        if os.path.exists(candidate):
+        if any(os.path.exists(candidate + s) for s in suffixes):
             return os.path.normpath(candidate)
     return os.path.normpath(path)
 
@@ -256,11 +278,36 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
     task["key"] = task_key
     if task["eval"] is None:
         task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None, "sets": [], "split": True}
+    _normalise_components(task)
     base = os.path.dirname(os.path.abspath(task_source)) if os.path.isfile(str(task_source)) else base_dir
     task["eval"]["sets"] = [_verification_set(entry, base, task_source, f"{task_key + '.' if task_key else ''}"
                                                                         f"eval.sets.{i}")
                             for i, entry in enumerate(task["eval"]["sets"])]
     return task
+
+
+PATH_KEYS = ("path", "root", "list", "eval_path")
+
+
+def resolve_reader_paths(cfg, task_source):
+    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``) are taken relative to
+    the task file's folder when they exist there, else left as they are (relative to the working directory)."""
+    if not task_source or not os.path.isfile(str(task_source)):
+        return cfg
+    base = os.path.dirname(os.path.abspath(task_source))
+    for key in PATH_KEYS:
+        if isinstance(cfg.get(key), str):
+            cfg[key] = resolve_path(cfg[key], base, suffixes=("", ".rec"))  # a RecordIO prefix names train.rec
+    return cfg
+
+
+def _normalise_components(task):
+    """Reader and head become ``{type: ...}`` dicts; the reader's data paths (and those of its evaluation
+    overrides) are resolved against the task file, once, here."""
+    task["reader"] = resolve_reader_paths(registry.as_component(task["reader"]), task["source"])
+    task["head"] = registry.as_component(task["head"])
+    if task["eval"]["reader"]:
+        task["eval"]["reader"] = resolve_reader_paths(dict(task["eval"]["reader"]), task["source"])
 
 
 def _verification_set(entry, base_dir, source, key):
@@ -288,13 +335,6 @@ def _check_component(kind, cfg, source, key):
     registry.split_cfg(kind, cfg, source, key)
 
 
-def _check_averaging(cfg, source):
-    """Validate the ``averaging`` section now (by building it over no parameters), not after the model is built."""
-    from mtl.train.averaging import build_averager
-
-    build_averager(cfg, {}, source)
-
-
 def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
@@ -317,11 +357,8 @@ def load_job(path=None, overrides=(), data=None):
         if not os.path.isdir(resolved):
             raise ConfigError(f"plug-in folder '{folder}' does not exist", source, f"plugins.{i}")
         plugin_folders.append(resolved)
-    registry.load_builtin()
-    registry.load_entry_points()
     folders = task_folders(base_dir, plugin_folders)
-    for folder in plugin_folders + [f for f in folders if f not in plugin_folders]:
-        registry.load_folder(folder, source, "plugins")
+    registry.load_all(plugin_folders + [f for f in folders if f not in plugin_folders], source, "plugins")
     if not job["tasks"]:
         raise ConfigError("the job needs at least one task", source, "tasks")
     for index in task_overrides:
@@ -334,6 +371,7 @@ def load_job(path=None, overrides=(), data=None):
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"task name '{dupes[0]}' is used by more than one task", source, "tasks")
+    job["backbone"] = registry.as_component(job["backbone"])
     _check_component("backbone", job["backbone"], source, "backbone")
     for t in tasks:
         prefix = f"{t['key']}." if t["key"] else ""
@@ -343,7 +381,6 @@ def load_job(path=None, overrides=(), data=None):
         raise ConfigError(
             f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
-    _check_averaging(job["averaging"], source)
     job["tasks"] = tasks
     job["config_path"] = os.path.abspath(path) if path else None
     job["config_dir"] = base_dir

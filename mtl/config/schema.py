@@ -43,6 +43,7 @@ class Section:
     nullable: bool = False
     doc: str = ""
     default: Any = field(default_factory=dict)
+    check: Optional[Callable[[dict, str, str], None]] = None  # (validated section, source, key path): raises
 
 
 def _type_ok(value, types):
@@ -88,6 +89,8 @@ def validate(schema: dict, data, source: str, prefix: str = ""):
                              source, path)
             if spec.open:
                 inner.update({k: v for k, v in value.items() if k not in spec.schema})
+            if spec.check is not None:
+                spec.check(inner, source, path)
             out[key] = inner
             continue
         if not present:

@@ -128,7 +128,7 @@ class StepDataset(paddle.io.Dataset):
             part = rank_slice(n, self.world, self.rank)
             idx = self.orders[task].indices(start, n)[part]
             reader = self.readers[task]
-            if hasattr(reader, "set_epoch"):  # epoch-aware readers take (index, epoch): random flips per epoch
+            if reader.epoch_aware:  # epoch-aware readers take (index, epoch): random flips per epoch
                 epochs = self.orders[task].epochs(start, n)[part]
                 samples = [reader[(int(j), int(e))] for j, e in zip(idx, epochs)]
             else:

@@ -86,8 +86,8 @@ class Evaluator:
         reader = self.reader(task)
         feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
-        if getattr(head, "num_classes", None) and rest[head.label_field].dtype.kind in "iu":
-            check_labels(task.name, rest, head.label_field, int(head.num_classes), split="evaluation")
+        if head.class_count() is not None and rest[head.label_field].dtype.kind in "iu":
+            check_labels(task.name, rest, head.label_field, head.class_count(), split="evaluation")
         labels = paddle.to_tensor(rest[head.label_field])
         was_training = head.training
         head.eval()

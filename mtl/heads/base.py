@@ -9,12 +9,21 @@ Contract used by the joint model and the runner:
   so that summing backbone gradients over ranks gives the gradient of the global mean.
   ``global_loss`` is the value to report (equal on every rank).
 * ``evaluate(features, labels)`` gets the embeddings of the whole evaluation split (same on every rank) and returns a
-  dict of floats; ``primary_metric`` names the one shown first, ``higher_is_better`` its direction.
-* ``sharded``: True when the head's parameters differ per rank (class centres split over processes); the runner then
-  never all-reduces their gradients.
+  dict of floats.
+
+Capabilities every head declares (generic code reads them, never probes):
+
+* ``sharded``: the head's parameters differ per rank (class centres split over processes); the runner then never
+  all-reduces their gradients and checkpoints them per rank.
+* ``class_count()``: the number of classes when the labels are class ids (int64, one per sample), else None; the
+  runner then checks label ranges.
+* ``primary_metric`` and ``higher_is_better``: the metric shown first (and compared across runs) and its direction.
+* ``row_sparse``: training hands the optimizer row gradients (the optimizer must support a row-sparse update);
+* ``row_gradients()``: row-sparse gradients (Partial FC) the optimizer applies to those rows only.
+* ``set_step(step)``: the global step of the next training forward, given by the joint model.
 """
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import paddle
 
@@ -28,17 +37,22 @@ class HeadOutput:
     loss: paddle.Tensor
     metrics: Dict[str, paddle.Tensor] = field(default_factory=dict)
     global_loss: Optional[paddle.Tensor] = None
-    logits: Optional[paddle.Tensor] = None
 
     def __post_init__(self):
         if self.global_loss is None:
             self.global_loss = self.loss
 
 
+def label_tensor(labels, field_name: str):
+    """A head's label tensor, whether given alone or inside a batch dict ``{field: tensor}``."""
+    return labels[field_name] if isinstance(labels, dict) else labels
+
+
 class Head(paddle.nn.Layer):
     """Base class of heads. Subclasses set ``label_field`` and implement ``forward`` and ``evaluate``."""
 
     sharded = False
+    row_sparse = False
     primary_metric = "loss"
     higher_is_better = False
 
@@ -51,8 +65,12 @@ class Head(paddle.nn.Layer):
         """Batch fields this head needs (default: one int64 class label per sample)."""
         return [Field(self.label_field, (), "int64")]
 
+    def class_count(self) -> Optional[int]:
+        """Number of classes when the labels are class ids in ``[0, C)``; None otherwise (the default)."""
+        return None
+
     def set_step(self, step: int):
-        """Called by the runner before each training forward with the global step (0-based).
+        """Called by the joint model before a training forward with the global step (0-based).
 
         Heads whose randomness depends on the step (Partial FC's class sampling) derive it from this, so that a
         resumed run draws exactly what an uninterrupted one would. Default: nothing.
@@ -64,12 +82,10 @@ class Head(paddle.nn.Layer):
         Called when the job is built, so that a split the head cannot evaluate fails before training. Default: fine.
         """
 
-    def own_gradients(self):
-        """Gradient-holding tensors of this step that the optimizer does not update (included in clipping)."""
+    def row_gradients(self) -> List:
+        """Row-sparse gradients of the last training forward (:class:`mtl.train.sparse.RowGradient`), which the
+        optimizer applies to those rows only and clipping includes. Default: none (the optimizer sees ``.grad``)."""
         return []
-
-    def apply_own_updates(self, lr: float, optimizer_cfg: dict):
-        """Update what the head manages itself (Partial FC's sampled rows), after the optimizer step. Default: none."""
 
     def forward(self, features, labels) -> HeadOutput:  # pragma: no cover - abstract
         raise NotImplementedError

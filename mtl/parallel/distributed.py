@@ -90,3 +90,23 @@ def first_error(message, limit: int = 4096):
         if text:
             return text
     return None
+
+
+@paddle.no_grad()
+def all_reduce_flat(tensors, divisor=None):
+    """SUM all-reduce of several tensors in one fused float32 buffer, written back in place (``/ divisor`` if given).
+
+    No-op at world 1 or for an empty list. One collective whatever the number of tensors.
+    """
+    tensors = list(tensors)
+    if not is_distributed() or not tensors:
+        return
+    flat = paddle.concat([t.reshape([-1]).astype("float32") for t in tensors])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    if divisor is not None:
+        flat = flat / divisor
+    offset = 0
+    for t in tensors:
+        n = int(t.numel())
+        t.set_value(flat[offset:offset + n].reshape(t.shape).astype(t.dtype))
+        offset += n

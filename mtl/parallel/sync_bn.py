@@ -37,6 +37,12 @@ from mtl.parallel import distributed
 BATCH_NORM_TYPES = (paddle.nn.BatchNorm1D, paddle.nn.BatchNorm2D, paddle.nn.BatchNorm3D, paddle.nn.BatchNorm,
                     paddle.nn.SyncBatchNorm)
 LOW_PRECISION = (paddle.float16, paddle.bfloat16)
+STATISTIC_SUFFIXES = ("_mean", "_variance")  # BatchNorm's running statistics: non-trainable Paddle parameters
+
+
+def is_running_statistic(name: str, tensor) -> bool:
+    """True for a BatchNorm running mean or variance (``<layer>._mean`` / ``._variance``, no gradient)."""
+    return bool(tensor.stop_gradient) and name.rsplit(".", 1)[-1] in STATISTIC_SUFFIXES
 
 
 def _channel_shape(x, axis):

@@ -71,6 +71,9 @@ class FaceImageReader(Reader):
     ``_load_bytes(candidate)`` (encoded image bytes) and ``_describe(candidate)`` ("'file' record 7").
     """
 
+    epoch_aware = True  # random flips drawn per (epoch, index)
+    counts_skipped = True
+
     source = "<reader>"
 
     def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,

@@ -13,11 +13,20 @@ class Reader:
     sample; ``__getitem__(i)`` returns ``{field: np.ndarray}`` for sample ``i`` of the chosen split; ``num_classes``
     (when the reader knows it) lets a head default its class count; ``labels()`` returns all labels of the split
     without decoding images (used to build verification pairs and to check label ranges).
-    A reader whose augmentation depends on the epoch defines ``set_epoch(epoch)`` and then also accepts
-    ``reader[(index, epoch)]``; the step pipeline uses that form so that worker processes need no epoch state.
+    Declared capabilities (generic code reads them, never probes):
+    ``epoch_aware``: the reader's augmentation depends on the epoch; it then also accepts ``reader[(index, epoch)]``,
+    the form the step pipeline uses so that worker processes need no epoch state.
+    ``counts_skipped``: the reader skips bad samples (``on_bad_sample: skip``) and ``bad_samples`` counts them.
     """
 
     num_classes = None
+    epoch_aware = False
+    counts_skipped = False
+
+    @property
+    def bad_samples(self) -> int:
+        """Samples skipped so far (0 for readers that never skip)."""
+        return 0
 
     def fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError

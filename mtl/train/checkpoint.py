@@ -1,10 +1,10 @@
 """Checkpoints: everything needed to continue exactly, written atomically.
 
 Layout of ``output_dir/checkpoints/step_N/``: ``backbone.pdparams`` and replicated heads (rank 0), one file per head
-shard ``heads/<task>.shard<k>of<W>.pdparams``, ``optimizer.rank<k>.pdopt`` (optimizer + LR state of that rank),
-``averager.rank<k>.pdparams``, ``rng.rank<k>.pdparams`` (random state), ``state.json`` (step, world size,
-schedule); with averaging on, also the averaged weights themselves (``backbone.averaged.pdparams``,
-``heads/<task>...averaged.pdparams``) for export.
+shard ``heads/<task>.shard<k>of<W>.pdparams``, ``optimizer.rank<k>.pdopt`` (optimizer + LR state of that rank,
+Partial FC row velocities included), ``averager.rank<k>.pdparams``, ``rng.rank<k>.pdparams`` (random state),
+``state.json`` (step, world size, schedule); with averaging on, also the averaged weights themselves
+(``backbone.averaged.pdparams``, ``heads/<task>...averaged.pdparams``) for export.
 Every rank writes into ``.step_N.tmp``; after a barrier rank 0 renames it to ``step_N`` (a rename is atomic), so a
 crash mid-save never leaves a half checkpoint; old ones beyond ``keep`` are removed.
 """
@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import warnings
 
 import numpy as np
 import paddle
@@ -48,7 +47,7 @@ def latest_checkpoint(output_dir):
 
 
 def _head_file(task, head, rank, world):
-    if getattr(head, "sharded", False):
+    if head.sharded:
         return os.path.join("heads", f"{task}.shard{rank}of{world}.pdparams")
     return os.path.join("heads", f"{task}.pdparams")
 
@@ -70,7 +69,7 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sy
     if rank == 0:
         paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone.pdparams"))
     for task, head in model.heads.items():
-        if getattr(head, "sharded", False) or rank == 0:
+        if head.sharded or rank == 0:
             paddle.save(head.state_dict(), os.path.join(tmp, _head_file(task, head, rank, world)))
     if averager is not None:  # the averaged weights themselves, for evaluation and export without re-deriving them
         with averager.apply():
@@ -79,11 +78,10 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sy
             if rank == 0:
                 paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone.averaged.pdparams"))
             for task, head in model.heads.items():
-                if getattr(head, "sharded", False) or rank == 0:
+                if head.sharded or rank == 0:
                     path = os.path.join(tmp, _head_file(task, head, rank, world))
                     paddle.save(head.state_dict(), path.replace(".pdparams", ".averaged.pdparams"))
-    paddle.save(structured_optimizer_state(optimizer.state_dict(), model),
-                os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
+    paddle.save(optimizer.state_dict(), os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
     if averager is not None:
         paddle.save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
     # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
@@ -92,7 +90,7 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sy
     problem = None
     if rank == 0:
         for task, head in model.heads.items():
-            if getattr(head, "sharded", False):
+            if head.sharded:
                 missing = [k for k in range(world)
                            if not os.path.isfile(os.path.join(tmp, _head_file(task, head, k, world)))]
                 if missing and problem is None:
@@ -132,12 +130,7 @@ def load(path, model, optimizer, schedule, averager=None):
         if not os.path.isfile(file):
             raise ConfigError(f"checkpoint '{path}' has no weights for task '{task}' ({file})")
         head.set_state_dict(paddle.load(file))
-    with warnings.catch_warnings():
-        # LinearWarmup nests its inner scheduler's state under 'LinearWarmup_LR' and restores it, yet Paddle 3.3
-        # still warns "unused values in state_dict"; the restored learning rate is exact (tested by the resume test)
-        warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
-        optimizer.set_state_dict(runtime_optimizer_state(
-            paddle.load(os.path.join(path, f"optimizer.rank{rank}.pdopt")), model))
+    optimizer.set_state_dict(paddle.load(os.path.join(path, f"optimizer.rank{rank}.pdopt")))
     rng_file = os.path.join(path, f"rng.rank{rank}.pdparams")
     if os.path.isfile(rng_file):
         paddle.set_rng_state(paddle.load(rng_file)["paddle"])
@@ -145,47 +138,6 @@ def load(path, model, optimizer, schedule, averager=None):
     if averager is not None and os.path.isfile(avg_file):
         averager.set_state_dict(paddle.load(avg_file))
     return state
-
-
-_SEP = "::"
-
-
-def _param_names(model):
-    """(runtime name, structured name) of every parameter, longest runtime name first (for prefix matching)."""
-    pairs = [(p.name, n) for n, p in model.named_parameters()]
-    return sorted(pairs, key=lambda x: -len(x[0]))
-
-
-def structured_optimizer_state(state, model):
-    """Re-key optimizer state from Paddle's generated names (``linear_3.w_0_velocity_0``) to structured ones
-    (``heads.a.weight::velocity_0``), so that a checkpoint loads in another process or next to other models."""
-    names = _param_names(model)
-    out = {}
-    for key, value in state.items():
-        for runtime, structured in names:
-            if isinstance(key, str) and key.startswith(runtime + "_"):
-                key = structured + _SEP + key[len(runtime) + 1:]
-                break
-            if key == runtime:  # master weights are keyed by the parameter name itself
-                key = structured
-                break
-        out[key] = value
-    return out
-
-
-def runtime_optimizer_state(state, model):
-    """Inverse of :func:`structured_optimizer_state` for this process's parameter names."""
-    lookup = {n: p.name for n, p in model.named_parameters()}
-    out = {}
-    for key, value in state.items():
-        if isinstance(key, str) and _SEP in key:
-            structured, acc = key.split(_SEP, 1)
-            if structured in lookup:
-                key = f"{lookup[structured]}_{acc}"
-        elif isinstance(key, str) and key in lookup:
-            key = lookup[key]
-        out[key] = value
-    return out
 
 
 def head_files(path, task, averaged=False):

@@ -28,6 +28,7 @@ class JointModel(paddle.nn.Layer):
         self.heads = paddle.nn.LayerDict(heads)
         self.loss_weights = dict(loss_weights)
         self._input_names = [f.name for f in backbone.input_fields()]
+        self._pending, self._present, self._groups = [], [], []
 
     def signature(self, sub_batch) -> tuple:
         """(name, per-sample shape, dtype) of every backbone input of a sub-batch."""
@@ -51,26 +52,30 @@ class JointModel(paddle.nn.Layer):
                 out[t] = f
         return out
 
-    def forward(self, batch):
+    def forward(self, batch, step=None):
         """Joint forward; returns (total loss, ``{task: HeadOutput}``). Call :meth:`backward` afterwards.
 
+        ``step`` (the global 0-based step, in training) reaches every head present through ``Head.set_step``.
         Each head sees its features through a detached leaf, so ``total.backward()`` alone would not reach the
         backbone; :meth:`backward` does both phases.
         """
         feats = self.features(batch)
         outputs: Dict[str, HeadOutput] = {}
         total = None
-        self._pending = []
+        self._pending, self._present = [], []
         for task in self.heads.keys():  # job order, the same on every rank
             if task not in feats:
                 continue
             head = self.heads[task]
+            if step is not None:
+                head.set_step(step)
             leaf = feats[task].detach()
             leaf.stop_gradient = False
             out = head(leaf, batch[task][head.label_field])
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
             self._pending.append((task, feats[task], leaf, term))
+            self._present.append(task)
             total = term if total is None else total + term
         return total, outputs
 
@@ -90,3 +95,7 @@ class JointModel(paddle.nn.Layer):
             if present:
                 paddle.autograd.backward([feature_grads[t][0] for t in present],
                                          [feature_grads[t][1] for t in present])
+
+    def row_gradients(self):
+        """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``)."""
+        return [row for task in self._present for row in self.heads[task].row_gradients()]

@@ -4,6 +4,7 @@ import logging
 import math
 import os
 
+import numpy as np
 from tabulate import tabulate
 
 
@@ -65,13 +66,14 @@ def metrics_table(summary_tasks):
         live = info.get("eval") or {}
         avg = info.get("eval_averaged") or {}
         primary = info.get("primary_metric")
+        arrow = {True: " ↑", False: " ↓"}.get(info.get("higher_is_better"), "")
         names = sorted(live, key=lambda k: (k != primary, k))
         loss = f"{_fmt(info.get('loss_start'))} -> {_fmt(info.get('loss_end'))}"
         if not names:
             names = [None]
         for i, name in enumerate(names):
             row = [task if i == 0 else "", info.get("head") if i == 0 else "", loss if i == 0 else "",
-                   "" if name is None else (f"{name} *" if name == primary else name),
+                   "" if name is None else (f"{name} *{arrow}" if name == primary else name),
                    "" if name is None else _fmt(live[name])]
             if with_avg:
                 row.append(_fmt(avg[name]) if name in avg else "")
@@ -113,3 +115,55 @@ def plot_losses(records, tasks, path, smooth=0.8):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def eval_record(step, results, prefix):
+    """A metrics.jsonl record of evaluation results: ``{"step", "<prefix>/<task>/<metric>": value}``."""
+    record = {"step": step}
+    for task, metrics in results.items():
+        for name, value in metrics.items():
+            record[f"{prefix}/{task}/{name}"] = value
+    return record
+
+
+def _mean(values):
+    return float(np.mean(values)) if values else None
+
+
+def task_summary(task, records, live, averaged):
+    """One task's entry of ``summary.json``: head, loss at the start and end, metrics, primary metric."""
+    losses = [r[f"loss/{task.name}"] for r in records if f"loss/{task.name}" in r]
+    tenth = max(1, len(losses) // 10)
+    info = {
+        "head": task.cfg["head"]["type"],
+        "loss_start": _mean(losses[:tenth]),
+        "loss_end": _mean(losses[-tenth:]),
+        "eval": live.get(task.name),
+        "eval_averaged": (averaged or {}).get(task.name),
+        "primary_metric": task.head.primary_metric,
+        "higher_is_better": task.head.higher_is_better,
+    }
+    if task.reader.counts_skipped:  # readers with on_bad_sample: skip count what they skipped
+        info["bad_samples"] = int(task.reader.bad_samples)
+    return info
+
+
+def write_summary(job, records, live, averaged, run, output_dir, console=None, plot=True):
+    """``summary.json`` (``run`` facts + one entry per task), the loss plot and, on ``console``, the table.
+
+    Only rank 0 passes a ``console``; it alone writes files. Returns the summary dict.
+    """
+    records = [r for r in records if "loss" in r]
+    tasks = {t.name: task_summary(t, records, live, averaged) for t in job.tasks}
+    summary = dict(run, tasks=tasks)
+    if console is None:
+        return summary
+    with open(os.path.join(output_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if plot and records:
+        plot_losses(records, [t.name for t in job.tasks], os.path.join(output_dir, "loss_curves.png"))
+    console("\n" + metrics_table(tasks))
+    console("(loss start / end: mean over the first / last tenth of the logged steps; * primary metric, "
+            "↑ higher is better, ↓ lower is better)")
+    console(f"\nresults in {output_dir} (metrics.jsonl, summary.json, loss_curves.png)")
+    return summary

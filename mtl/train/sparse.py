@@ -1,13 +1,30 @@
-"""Row-sparse optimizer update for Partial FC: only the sampled class centres and their momentum change.
+"""Row-sparse optimizer update for heads that score only some rows of a parameter (Partial FC).
 
 Paddle's optimizers update every row of a parameter that has a gradient, so a Partial FC head that let the optimizer
 own its weight would (a) hold a dense [C_k, D] gradient and (b) keep moving rows that were not sampled, through their
-momentum. Instead the head scores a detached copy of the sampled rows (its gradient is [K, D]) and applies, on those
-rows only, the update Paddle's ``Momentum`` (L2 ``weight_decay``) / ``SGD`` would apply:
+momentum. Instead the head scores a detached copy of the sampled rows (its gradient is [K, D]) and declares them as
+:class:`RowGradient` (PLSC's shape: the head says which rows it used, the optimizer owns the update). On those rows
+only, :class:`RowSparseOptimizer` applies the update Paddle's ``Momentum`` (L2 ``weight_decay``) / ``SGD`` would:
 
     g' = g + weight_decay * w;   v = momentum * v + g';   w = w - lr * v        (SGD: momentum 0, no v kept)
 """
+from dataclasses import dataclass
+
 import paddle
+
+from mtl.errors import ConfigError
+
+SPARSE_OPTIMIZERS = ("sgd", "momentum")
+
+
+@dataclass
+class RowGradient:
+    """Rows of ``parameter`` that a head scored this step: ``rows`` (a detached copy, whose ``.grad`` is the rows'
+    gradient ``[K, D]``) at local row ids ``index [K]``. Only these rows (and their momentum) change."""
+
+    parameter: paddle.Tensor
+    index: paddle.Tensor
+    rows: paddle.Tensor
 
 
 @paddle.no_grad()
@@ -25,10 +42,35 @@ def row_sparse_momentum_(weight, velocity, index, grad, lr, momentum=0.9, weight
     paddle.scatter_(weight, index, rows - lr * step, overwrite=True)
 
 
-def check_optimizer(cfg, what):
-    """Partial FC supports the optimizers whose row-wise update is written above; say so at start-up otherwise."""
-    from mtl.errors import ConfigError
-
-    if cfg["type"] not in ("sgd", "momentum"):
+def check_sparse_optimizer(cfg, what, source=None):
+    """Row-sparse heads support the optimizers whose row-wise update is written above; say so at start-up."""
+    if cfg["type"] not in SPARSE_OPTIMIZERS:
         raise ConfigError(f"{what} uses Partial FC (sample_ratio < 1), which updates only the sampled class centres "
-                          f"and supports optimizer.type sgd or momentum, not {cfg['type']!r}", key="optimizer.type")
+                          f"and supports optimizer.type sgd or momentum, not {cfg['type']!r}", source,
+                          "optimizer.type")
+
+
+class RowSparseOptimizer:
+    """Momentum / SGD on the rows heads declare, with the job's optimizer hyper-parameters; owns the velocities."""
+
+    def __init__(self, cfg):
+        self.momentum = cfg["momentum"] if cfg["type"] == "momentum" else 0.0
+        self.weight_decay = cfg["weight_decay"]
+        self.velocities = {}  # parameter name -> velocity [C_k, D] (created on the parameter's first update)
+
+    def velocity(self, parameter):
+        """The velocity of ``parameter`` (None before its first update or without momentum)."""
+        return self.velocities.get(parameter.name)
+
+    def step(self, row_gradients, lr: float):
+        """Apply the update to every declared row gradient."""
+        for row in row_gradients:
+            if row.rows.grad is None:
+                continue
+            velocity = None
+            if self.momentum:
+                if row.parameter.name not in self.velocities:
+                    self.velocities[row.parameter.name] = paddle.zeros_like(row.parameter)
+                velocity = self.velocities[row.parameter.name]
+            row_sparse_momentum_(row.parameter, velocity, row.index, row.rows.grad, lr, self.momentum,
+                                 self.weight_decay)

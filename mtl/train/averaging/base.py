@@ -8,9 +8,8 @@ from collections.abc import Mapping
 
 import paddle
 
+from mtl.parallel.sync_bn import is_running_statistic
 from mtl.train.averaging.storage import DeviceStore, HostStore, is_floating, nbytes
-
-STATISTIC_SUFFIXES = ("_mean", "_variance")  # BatchNorm's running statistics (non-trainable Paddle parameters)
 
 
 class InvalidOption(ValueError):
@@ -71,7 +70,7 @@ def collect_tensors(parameters, buffers=None, average_statistics=False):
         seen_names.add(name)
         seen_ids.add(id(tensor))
         is_buffer = index >= len(params)
-        statistic = is_buffer or (tensor.stop_gradient and name.rsplit(".", 1)[-1] in STATISTIC_SUFFIXES)
+        statistic = is_buffer or is_running_statistic(name, tensor)
         if statistic:
             (tracked if average_statistics else kept).append((name, tensor))
         elif not tensor.stop_gradient:

@@ -14,45 +14,60 @@ KINDS = {
 REQUIRED = {"window": ("average_window_rate",), "ema": ()}
 
 
+def averaging_options(cfg, source=None, key="averaging"):
+    """``(kind, options)`` of an ``averaging`` mapping, its keys checked against its type (None values dropped).
+
+    ``cfg`` None, ``{}`` without a type, or ``{type: none}`` means no averaging (kind ``"none"``). An unknown type or
+    key, a key of another type or a missing required key raises ``ConfigError`` naming ``averaging.<key>``.
+    """
+    if cfg is None:
+        return "none", {}
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"expected a mapping with a 'type' (window, ema or none), got {type(cfg).__name__}",
+                          source, key)
+    options = {k: v for k, v in cfg.items() if v is not None or k == "type"}
+    if "type" not in options and options:
+        raise ConfigError("required when other averaging keys are given (window, ema or none)", source,
+                          f"{key}.type")
+    kind = options.pop("type", "none")
+    kind = "none" if kind is None else kind
+    known = {k for _, keys in KINDS.values() for k in keys}
+    if kind == "none":  # the other keys may stay (so `--set averaging.type=none` switches a job off) but must exist
+        unknown = sorted(k for k in options if k not in known)
+        if unknown:
+            raise ConfigError(f"unknown averaging key; known keys: {', '.join(sorted(known))}", source,
+                              f"{key}.{unknown[0]}")
+        return "none", {}
+    if kind not in KINDS:
+        raise ConfigError(f"unknown averager type {kind!r}; expected one of window, ema, none", source, f"{key}.type")
+    allowed = KINDS[kind][1]
+    for name in options:
+        if name not in allowed:
+            raise ConfigError(f"unknown key for type {kind}; allowed keys: {', '.join(allowed)}", source,
+                              f"{key}.{name}")
+    for name in REQUIRED[kind]:
+        if name not in options:
+            raise ConfigError(f"required for type {kind}", source, f"{key}.{name}")
+    if options.get("offload") in ("none", "None"):
+        options["offload"] = None
+    return kind, options
+
+
+def check_averaging(cfg, source=None, key="averaging"):
+    """Load-time check of a validated ``averaging`` section (the schema's hook): keys fit the type."""
+    averaging_options(cfg, source, key)
+
+
 def build_averager(cfg, parameters, source=None, buffers=None):
     """The averager ``cfg`` describes over ``parameters`` (a Layer, ``named_parameters()`` or a dict), or None.
 
-    ``cfg`` None, ``{}`` without a type, or ``{type: none}`` means no averaging. ``source`` (the config file)
-    only goes into error messages. An unknown type or key, a missing required key or a bad value raises
-    ``ConfigError`` naming ``averaging.<key>``.
+    See :func:`averaging_options` for ``cfg``; ``source`` (the config file) only goes into error messages. A bad value
+    raises ``ConfigError`` naming ``averaging.<key>``.
     """
-    if cfg is None:
+    kind, options = averaging_options(cfg, source)
+    if kind == "none":
         return None
-    if not isinstance(cfg, Mapping):
-        raise ConfigError(f"expected a mapping with a 'type' (window, ema or none), got {type(cfg).__name__}",
-                          source, "averaging")
-    options = dict(cfg)
-    if "type" not in options and options:
-        raise ConfigError("required when other averaging keys are given (window, ema or none)", source,
-                          "averaging.type")
-    kind = options.pop("type", "none")
-    kind = "none" if kind is None else kind
-    if kind == "none":  # the other keys may stay (so `--set averaging.type=none` switches a job off) but must exist
-        known = {key for _, keys in KINDS.values() for key in keys}
-        for key in sorted(options):
-            if key not in known:
-                raise ConfigError(f"unknown averaging key; known keys: {', '.join(sorted(known))}", source,
-                                  f"averaging.{key}")
-        return None
-    if kind not in KINDS:
-        raise ConfigError(f"unknown averager type {kind!r}; expected one of window, ema, none", source,
-                          "averaging.type")
-    factory, allowed = KINDS[kind]
-    for key in options:
-        if key not in allowed:
-            raise ConfigError(f"unknown key for type {kind}; allowed keys: {', '.join(allowed)}", source,
-                              f"averaging.{key}")
-    for key in REQUIRED[kind]:
-        if key not in options:
-            raise ConfigError(f"required for type {kind}", source, f"averaging.{key}")
-    if options.get("offload") in ("none", "None"):
-        options["offload"] = None
     try:
-        return factory(parameters, buffers=buffers, **options)
+        return KINDS[kind][0](parameters, buffers=buffers, **options)
     except InvalidOption as error:
         raise ConfigError(str(error).split(": ", 1)[1], source, f"averaging.{error.key}") from None
