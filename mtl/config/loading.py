@@ -80,6 +80,8 @@ JOB = {
     "plugins": Opt(list, [], doc="extra folders whose .py files are imported as plug-ins"),
     "tasks": Opt(list, doc="task files (YAML or Python), task names found in tasks/, or inline task mappings"),
     "backbone": Opt((dict, str), check=_component, doc="backbone component: {type: name, ...params}"),
+    "weighting": Opt((dict, str), "static", check=_component,
+                     doc="task weighting strategy: {type: name, ...params} (mtl plugins lists them)"),
     "schedule": Section(SCHEDULE, doc="how steps are composed"),
     "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
     "log": Section({
@@ -335,6 +337,55 @@ def _check_component(kind, cfg, source, key):
     registry.split_cfg(kind, cfg, source, key)
 
 
+def _plugin_folders(job, base_dir, source):
+    """The job's ``plugins`` folders, resolved and checked."""
+    folders = []
+    for i, folder in enumerate(job["plugins"]):
+        if not isinstance(folder, str):
+            raise ConfigError(f"expected a folder path, got {folder!r}", source, f"plugins.{i}")
+        resolved = resolve_path(folder, base_dir)
+        if not os.path.isdir(resolved):
+            raise ConfigError(f"plug-in folder '{folder}' does not exist (looked for '{os.path.abspath(resolved)}')",
+                              source, f"plugins.{i}")
+        folders.append(resolved)
+    return folders
+
+
+def _load_tasks(job, base_dir, folders, source, task_overrides):
+    """Every task of the job, loaded and validated, with unique names."""
+    if not job["tasks"]:
+        raise ConfigError("the job needs at least one task", source, "tasks")
+    for index in task_overrides:
+        if index >= len(job["tasks"]):
+            raise ConfigError(f"--set names task {index}, but the job lists {len(job['tasks'])} tasks (0-based)",
+                              source, f"tasks.{index}")
+    tasks = [load_task(ref, base_dir, folders, source, f"tasks.{i}", task_overrides.get(i, ()))
+             for i, ref in enumerate(job["tasks"])]
+    names = [t["name"] for t in tasks]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"task name '{dupes[0]}' is used by more than one task", source, "tasks")
+    return tasks
+
+
+def _check_components(job, tasks, source):
+    """Every component names a registered plug-in with parameters it accepts; the weighting fits the schedule."""
+    _check_component("backbone", job["backbone"], source, "backbone")
+    for t in tasks:
+        prefix = f"{t['key']}." if t["key"] else ""
+        _check_component("reader", t["reader"], t["source"], prefix + "reader")
+        _check_component("head", t["head"], t["source"], prefix + "head")
+    entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
+    if job["schedule"]["mode"] == "sample" and not entry.cls.sample_mode:
+        raise ConfigError(f"weighting '{entry.name}' needs every task in every step and cannot run with "
+                          f"schedule.mode: sample (one task per step); use schedule.mode: joint, or a weighting that "
+                          f"works per task (static, uncertainty, rlw)", source, "weighting.type")
+    if job["schedule"]["mode"] == "joint" and job["schedule"]["batch_size"] < len(tasks):
+        raise ConfigError(
+            f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
+            f"< {len(tasks)} tasks", source, "schedule.batch_size")
+
+
 def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
@@ -349,41 +400,13 @@ def load_job(path=None, overrides=(), data=None):
         source = f"{source} (with --set)" if path else source
     job = validate(JOB, raw, source)
     base_dir = os.path.dirname(os.path.abspath(path)) if path else None
-    plugin_folders = []
-    for i, folder in enumerate(job["plugins"]):
-        if not isinstance(folder, str):
-            raise ConfigError(f"expected a folder path, got {folder!r}", source, f"plugins.{i}")
-        resolved = resolve_path(folder, base_dir)
-        if not os.path.isdir(resolved):
-            raise ConfigError(f"plug-in folder '{folder}' does not exist", source, f"plugins.{i}")
-        plugin_folders.append(resolved)
+    plugin_folders = _plugin_folders(job, base_dir, source)
     folders = task_folders(base_dir, plugin_folders)
     registry.load_all(plugin_folders + [f for f in folders if f not in plugin_folders], source, "plugins")
-    if not job["tasks"]:
-        raise ConfigError("the job needs at least one task", source, "tasks")
-    for index in task_overrides:
-        if index >= len(job["tasks"]):
-            raise ConfigError(f"--set names task {index}, but the job lists {len(job['tasks'])} tasks (0-based)",
-                              source, f"tasks.{index}")
-    tasks = [load_task(ref, base_dir, folders, source, f"tasks.{i}", task_overrides.get(i, ()))
-             for i, ref in enumerate(job["tasks"])]
-    names = [t["name"] for t in tasks]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigError(f"task name '{dupes[0]}' is used by more than one task", source, "tasks")
+    tasks = _load_tasks(job, base_dir, folders, source, task_overrides)
     job["backbone"] = registry.as_component(job["backbone"])
-    _check_component("backbone", job["backbone"], source, "backbone")
-    for t in tasks:
-        prefix = f"{t['key']}." if t["key"] else ""
-        _check_component("reader", t["reader"], t["source"], prefix + "reader")
-        _check_component("head", t["head"], t["source"], prefix + "head")
-    if job["schedule"]["mode"] == "joint" and job["schedule"]["batch_size"] < len(tasks):
-        raise ConfigError(
-            f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
-            f"< {len(tasks)} tasks", source, "schedule.batch_size")
-    job["tasks"] = tasks
-    job["config_path"] = os.path.abspath(path) if path else None
-    job["config_dir"] = base_dir
-    job["source"] = source
-    job["plugin_folders"] = plugin_folders
+    job["weighting"] = registry.as_component(job["weighting"])
+    _check_components(job, tasks, source)
+    job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,
+               source=source, plugin_folders=plugin_folders)
     return job

@@ -337,37 +337,38 @@ class RecordIOReader:
         }
         if n == 0 or self.size == 0:
             return out
-        width = 8 + HEADER_SIZE + 8  # part header, IfQQ, two float labels
         data = np.memmap(self.rec_path, dtype=np.uint8, mode="r")
         try:
             for lo in range(0, n, chunk):
-                sel = rows[lo:lo + chunk]
-                start = self.offsets[sel]
-                stop = self.ends[sel]
-                idx = start[:, None] + np.arange(width)[None, :]
-                valid = idx < stop[:, None]
-                raw = data[np.minimum(idx, self.size - 1)]
-                raw[~valid] = 0
-                words = np.ascontiguousarray(raw).view("<u4")  # [k, 10] uint32
-                magic, lrec = words[:, 0], words[:, 1]
-                cflag, plen = lrec >> LENGTH_BITS, (lrec & LENGTH_MASK).astype(np.int64)
-                flag = words[:, 2].astype(np.int64)
-                head_label = words[:, 3].view("<f4").astype(np.float64)
-                vec0 = words[:, 8].view("<f4").astype(np.float64)
-                vec1 = words[:, 9].view("<f4").astype(np.float64)
-                part = slice(lo, lo + len(sel))
-                out["magic_ok"][part] = (magic == MAGIC) & (cflag <= 1)
-                out["flag"][part] = flag
-                out["label"][part] = np.where(flag > 0, vec0, head_label)
-                out["labels2"][part] = np.where(flag > 1, vec1, np.nan)
-                out["payload_len"][part] = plen
-                need = HEADER_SIZE + 4 * np.minimum(flag, 2)
-                slow = out["magic_ok"][part] & ((plen < need) | (stop - start < 8 + need))
-                for j in np.flatnonzero(slow):
-                    self._scan_slow(int(sel[j]), lo + j, out)
+                self._scan_chunk(data, rows[lo:lo + chunk], lo, out)
         finally:
             del data
         return out
+
+    def _scan_chunk(self, data, sel, lo, out):
+        """Headers of the records ``sel`` (index rows) into ``out[lo:lo + len(sel)]``."""
+        width = 8 + HEADER_SIZE + 8  # part header, IfQQ, two float labels
+        start, stop = self.offsets[sel], self.ends[sel]
+        idx = start[:, None] + np.arange(width)[None, :]
+        raw = data[np.minimum(idx, self.size - 1)]
+        raw[~(idx < stop[:, None])] = 0
+        words = np.ascontiguousarray(raw).view("<u4")  # [k, 10] uint32
+        magic, lrec = words[:, 0], words[:, 1]
+        cflag, plen = lrec >> LENGTH_BITS, (lrec & LENGTH_MASK).astype(np.int64)
+        flag = words[:, 2].astype(np.int64)
+        head_label = words[:, 3].view("<f4").astype(np.float64)
+        vec0 = words[:, 8].view("<f4").astype(np.float64)
+        vec1 = words[:, 9].view("<f4").astype(np.float64)
+        part = slice(lo, lo + len(sel))
+        out["magic_ok"][part] = (magic == MAGIC) & (cflag <= 1)
+        out["flag"][part] = flag
+        out["label"][part] = np.where(flag > 0, vec0, head_label)
+        out["labels2"][part] = np.where(flag > 1, vec1, np.nan)
+        out["payload_len"][part] = plen
+        need = HEADER_SIZE + 4 * np.minimum(flag, 2)
+        slow = out["magic_ok"][part] & ((plen < need) | (stop - start < 8 + need))
+        for j in np.flatnonzero(slow):
+            self._scan_slow(int(sel[j]), lo + j, out)
 
     def _scan_slow(self, row, j, out):
         """Header of one record read in full (its header straddles a part boundary or is truncated)."""

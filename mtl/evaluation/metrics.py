@@ -63,40 +63,13 @@ def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3)
     """
     emb = np.asarray(embeddings, dtype=np.float64)
     same = np.asarray(issame).astype(bool).reshape(-1)
-    if emb.ndim != 2 or emb.shape[0] % 2:
-        raise ValueError(f"verification expects embeddings of shape [2P, D], got {list(emb.shape)}")
+    _check_pairs(emb, same, folds)
     pairs = emb.shape[0] // 2
-    if same.shape[0] != pairs:
-        raise ValueError(f"verification got {emb.shape[0]} embeddings ({pairs} pairs) but {same.shape[0]} issame flags")
-    if pairs < folds:
-        raise ValueError(f"verification needs at least as many pairs as folds: got {pairs} pairs and {folds} folds")
     thresholds = DEFAULT_THRESHOLDS if thresholds is None else np.asarray(thresholds, dtype=np.float64)
-
     emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     distances = np.sum(np.square(emb[0::2] - emb[1::2]), axis=1)
-
-    accuracies, best_thresholds, vals, fars = [], [], [], []
-    for lo, hi in _fold_slices(pairs, folds):
-        test = np.zeros(pairs, dtype=bool)
-        test[lo:hi] = True
-        train = ~test
-        # accuracy on the training folds for every threshold: (true accepts + true rejects) / pairs
-        ta, fa = _accept_counts(distances[train], same[train], thresholds)
-        n_diff_train = int(np.sum(~same[train]))
-        correct = ta + (n_diff_train - fa)
-        best = int(np.argmax(correct))  # first maximum on ties
-        best_thresholds.append(thresholds[best])
-        d_test, s_test = distances[test], same[test]
-        predicted = d_test < thresholds[best]
-        accuracies.append(float(np.mean(predicted == s_test)))
-
-        far_train = fa / max(n_diff_train, 1)
-        val_threshold = _threshold_at_far(far_train, thresholds, far_target)
-        accepted = d_test < val_threshold
-        n_same_test, n_diff_test = int(np.sum(s_test)), int(np.sum(~s_test))
-        vals.append(np.sum(accepted & s_test) / n_same_test if n_same_test else 0.0)
-        fars.append(np.sum(accepted & ~s_test) / n_diff_test if n_diff_test else 0.0)
-
+    per_fold = [_fold_result(distances, same, lo, hi, thresholds, far_target) for lo, hi in _fold_slices(pairs, folds)]
+    accuracies, best_thresholds, vals, fars = (np.array(column) for column in zip(*per_fold))
     return {
         "accuracy": float(np.mean(accuracies)),
         "std": float(np.std(accuracies)),
@@ -104,6 +77,35 @@ def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3)
         "val_at_far": float(np.mean(vals)),
         "far": float(np.mean(fars)),
     }
+
+
+def _check_pairs(emb, same, folds):
+    if emb.ndim != 2 or emb.shape[0] % 2:
+        raise ValueError(f"verification expects embeddings of shape [2P, D], got {list(emb.shape)}")
+    pairs = emb.shape[0] // 2
+    if same.shape[0] != pairs:
+        raise ValueError(f"verification got {emb.shape[0]} embeddings ({pairs} pairs) but {same.shape[0]} issame flags")
+    if pairs < folds:
+        raise ValueError(f"verification needs at least as many pairs as folds: got {pairs} pairs and {folds} folds")
+
+
+def _fold_result(distances, same, lo, hi, thresholds, far_target):
+    """(accuracy, best threshold, VAL, FAR) of the held-out fold ``[lo, hi)`` with thresholds from the others."""
+    test = np.zeros(len(same), dtype=bool)
+    test[lo:hi] = True
+    train = ~test
+    # accuracy on the training folds for every threshold: (true accepts + true rejects) / pairs
+    ta, fa = _accept_counts(distances[train], same[train], thresholds)
+    n_diff_train = int(np.sum(~same[train]))
+    best = int(np.argmax(ta + (n_diff_train - fa)))  # first maximum on ties
+    d_test, s_test = distances[test], same[test]
+    accuracy = float(np.mean((d_test < thresholds[best]) == s_test))
+    val_threshold = _threshold_at_far(fa / max(n_diff_train, 1), thresholds, far_target)
+    accepted = d_test < val_threshold
+    n_same_test, n_diff_test = int(np.sum(s_test)), int(np.sum(~s_test))
+    val = np.sum(accepted & s_test) / n_same_test if n_same_test else 0.0
+    far = np.sum(accepted & ~s_test) / n_diff_test if n_diff_test else 0.0
+    return accuracy, thresholds[best], val, far
 
 
 def pair_distances(embeddings):

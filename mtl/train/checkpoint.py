@@ -52,62 +52,72 @@ def _head_file(task, head, rank, world):
     return os.path.join("heads", f"{task}.pdparams")
 
 
-def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sync=None):
+def _write_weights(tmp, model, rank, world, suffix=".pdparams"):
+    """Backbone (rank 0), replicated heads (rank 0) and this rank's head shards into ``tmp``."""
+    if rank == 0:
+        paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone" + suffix))
+    for task, head in model.heads.items():
+        if head.sharded or rank == 0:
+            path = os.path.join(tmp, _head_file(task, head, rank, world))
+            paddle.save(head.state_dict(), path.replace(".pdparams", suffix))
+
+
+def _missing_shards(tmp, model, world, step):
+    """Rank 0's sentence when it cannot see every rank's head shards (output_dir not shared), else None."""
+    for task, head in model.heads.items():
+        if head.sharded:
+            missing = [k for k in range(world) if not os.path.isfile(os.path.join(tmp, _head_file(task, head, k,
+                                                                                                 world)))]
+            if missing:
+                return (f"checkpoint of step {step}: rank 0 cannot see the head shards that rank(s) {missing} "
+                        f"wrote for task '{task}' under '{tmp}'; with several machines, output_dir must be on "
+                        f"a filesystem every machine shares")
+    return None
+
+
+def _publish(output_dir, tmp, final, state, keep):
+    """Rank 0: write ``state.json``, rename the folder into place (atomic), drop checkpoints beyond ``keep``."""
+    with open(os.path.join(tmp, "state.json"), "w") as f:
+        json.dump(state, f, indent=1)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for _, old in [c for c in list_checkpoints(output_dir) if c[0] <= state["step"]][:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sync=None, extra=None):
     """Save a checkpoint of ``step`` (collective: every rank must call it).
 
     ``sync`` (collective, optional) runs after the averaged weights are applied and before they are written: the
-    trainer averages BatchNorm statistics over ranks there.
+    trainer averages BatchNorm statistics over ranks there. ``extra``: JSON-able state equal on every rank (the task
+    weighting's), stored in ``state.json``.
     """
     rank, world = distributed.rank(), distributed.world_size()
     root = checkpoint_root(output_dir)
-    final = os.path.join(root, f"step_{step}")
-    tmp = os.path.join(root, f".step_{step}.tmp")
+    final, tmp = os.path.join(root, f"step_{step}"), os.path.join(root, f".step_{step}.tmp")
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(os.path.join(tmp, "heads"), exist_ok=True)
     distributed.barrier()
-    if rank == 0:
-        paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone.pdparams"))
-    for task, head in model.heads.items():
-        if head.sharded or rank == 0:
-            paddle.save(head.state_dict(), os.path.join(tmp, _head_file(task, head, rank, world)))
+    _write_weights(tmp, model, rank, world)
     if averager is not None:  # the averaged weights themselves, for evaluation and export without re-deriving them
         with averager.apply():
             if sync is not None:
                 sync()
-            if rank == 0:
-                paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone.averaged.pdparams"))
-            for task, head in model.heads.items():
-                if head.sharded or rank == 0:
-                    path = os.path.join(tmp, _head_file(task, head, rank, world))
-                    paddle.save(head.state_dict(), path.replace(".pdparams", ".averaged.pdparams"))
+            _write_weights(tmp, model, rank, world, ".averaged.pdparams")
     paddle.save(optimizer.state_dict(), os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
     if averager is not None:
         paddle.save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
     # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
     paddle.save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
     distributed.barrier()
-    problem = None
-    if rank == 0:
-        for task, head in model.heads.items():
-            if head.sharded:
-                missing = [k for k in range(world)
-                           if not os.path.isfile(os.path.join(tmp, _head_file(task, head, k, world)))]
-                if missing and problem is None:
-                    problem = (f"checkpoint of step {step}: rank 0 cannot see the head shards that rank(s) {missing} "
-                               f"wrote for task '{task}' under '{tmp}'; with several machines, output_dir must be on "
-                               f"a filesystem every machine shares")
+    problem = _missing_shards(tmp, model, world, step) if rank == 0 else None
     problem = distributed.first_error(problem)  # every rank stops together, none waits at the next barrier
     if problem:
         raise ConfigError(problem)
     if rank == 0:
-        state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict()}
-        with open(os.path.join(tmp, "state.json"), "w") as f:
-            json.dump(state, f, indent=1)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for _, old in [c for c in list_checkpoints(output_dir) if c[0] <= step][:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict(), **(extra or {})}
+        _publish(output_dir, tmp, final, state, keep)
     distributed.barrier()
     return final
 

@@ -1,0 +1,224 @@
+"""Did joint training help? Single-task baselines, the multi-task gain Δm, and runs side by side.
+
+``mtl baseline CONFIG`` derives from a joint job one single-task job per task (same backbone, same per-task
+sub-batch, steps, optimizer and seed; static weighting), runs them under ``output_dir/baselines/<task>`` (a finished
+run there is reused), and reports every task's primary metric jointly and alone with the multi-task gain of
+Maninis et al. 2019 / Vandenhende et al. 2021 (as LibMTL reports it):
+
+    Δm% = (100 / T) · Σ_t s_t · (M_joint,t − M_single,t) / M_single,t,   s_t = +1 if higher is better, else −1
+
+(positive: joint training helped). ``mtl compare RUN_DIR ...`` prints the same table for several runs side by side
+(for example one per weighting strategy) and draws a bar chart.
+"""
+import copy
+import json
+import math
+import os
+from typing import Dict, List
+
+from tabulate import tabulate
+
+from mtl.errors import ConfigError
+
+BASELINE_FILE = "baseline.json"
+
+
+def delta_m(joint: Dict[str, float], single: Dict[str, float], higher_is_better: Dict[str, bool]) -> float:
+    """Δm% over the tasks present in all three mappings (see the module docstring); NaN if none is usable."""
+    terms = []
+    for task, value in joint.items():
+        base = single.get(task)
+        if base is None or value is None or not math.isfinite(base) or base == 0 or not math.isfinite(value):
+            continue
+        sign = 1.0 if higher_is_better[task] else -1.0
+        terms.append(sign * (value - base) / abs(base))
+    return 100.0 * sum(terms) / len(terms) if terms else float("nan")
+
+
+def primary_metrics(summary: dict) -> Dict[str, dict]:
+    """``{task: {metric, value, higher_is_better}}`` from a ``summary.json`` (averaged weights when present)."""
+    out = {}
+    for task, info in summary["tasks"].items():
+        metrics = info.get("eval_averaged") or info.get("eval") or {}
+        name = info.get("primary_metric")
+        out[task] = {"metric": name, "value": metrics.get(name), "higher_is_better": info.get("higher_is_better")}
+    return out
+
+
+def read_summary(run_dir: str) -> dict:
+    """The ``summary.json`` of a finished run, or a ConfigError naming the folder."""
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.isfile(path):
+        raise ConfigError(f"'{os.path.abspath(run_dir)}' holds no summary.json: it is not a finished run")
+    with open(path) as f:
+        return json.load(f)
+
+
+def single_task_config(cfg: dict, task_name: str, sub_batch: int) -> dict:
+    """The single-task job of ``task_name`` derived from the validated joint config ``cfg``."""
+    single = copy.deepcopy(cfg)
+    single["tasks"] = [copy.deepcopy(t) for t in cfg["tasks"] if t["name"] == task_name]
+    single["schedule"]["batch_size"] = int(sub_batch)
+    single["schedule"]["mode"] = "joint"
+    single["output_dir"] = os.path.join(cfg["output_dir"], "baselines", task_name)
+    if "weighting" in single:
+        single["weighting"] = {"type": "static"}
+    return single
+
+
+def sub_batches(cfg: dict) -> Dict[str, int]:
+    """Each task's sub-batch in the joint job (sample mode: the whole batch, the size of a step of that task)."""
+    from mtl.data.scheduler import largest_remainder
+
+    names = [t["name"] for t in cfg["tasks"]]
+    batch = cfg["schedule"]["batch_size"]
+    if cfg["schedule"]["mode"] != "joint":
+        return {n: batch for n in names}
+    return dict(zip(names, largest_remainder(batch, [t["ratio"] for t in cfg["tasks"]])))
+
+
+def finished(run_dir: str, steps: int) -> bool:
+    """True when ``run_dir`` holds a finished run of ``steps`` steps."""
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.isfile(path):
+        return False
+    with open(path) as f:
+        return json.load(f).get("steps") == steps
+
+
+def baseline_table(result: dict) -> str:
+    """The table of a :func:`report`: task, primary metric, joint, alone, change %; then Δm."""
+    rows = []
+    for task, info in result["tasks"].items():
+        arrow = "↑" if info["higher_is_better"] else "↓"
+        change = delta_m({task: info["joint"]}, {task: info["single"]}, {task: info["higher_is_better"]})
+        rows.append([task, f"{info['metric']} {arrow}", _fmt(info["joint"]), _fmt(info["single"]),
+                     _fmt(change, "+.2f")])
+    table = tabulate(rows, headers=["task", "primary metric", "joint", "alone", "change %"], tablefmt="github",
+                     disable_numparse=True)
+    return f"{table}\n\nΔm = {_fmt(result['delta_m'], '+.2f')} % (positive: joint training helped)"
+
+
+def _fmt(value, spec=".4f"):
+    return "n/a" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+
+
+def report(joint_summary: dict, single_summaries: Dict[str, dict]) -> dict:
+    """The content of ``baseline.json``: per-task primary metrics jointly and alone, and Δm%."""
+    joint = primary_metrics(joint_summary)
+    single = {t: primary_metrics(s)[t] for t, s in single_summaries.items()}
+    higher = {t: bool(info["higher_is_better"]) for t, info in joint.items()}
+    value = delta_m({t: i["value"] for t, i in joint.items()}, {t: i["value"] for t, i in single.items()}, higher)
+    return {"tasks": {t: {"metric": joint[t]["metric"], "higher_is_better": higher[t], "joint": joint[t]["value"],
+                          "single": single.get(t, {}).get("value")} for t in joint},
+            "delta_m": value}
+
+
+def run_baselines(cfg: dict, console=print) -> dict:
+    """Run (or reuse) the joint job and every single-task job of ``cfg``; write and return ``baseline.json``."""
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    def run(job_cfg, what):
+        if finished(job_cfg["output_dir"], job_cfg["schedule"]["steps"]):
+            console(f"{what}: reusing the finished run in {job_cfg['output_dir']}")
+        else:
+            console(f"{what}: training in {job_cfg['output_dir']}")
+            Trainer(build_job(job_cfg), console=console, overwrite=True).run()
+        return read_summary(job_cfg["output_dir"])
+
+    joint = run(cfg, "joint job")
+    singles = {}
+    for task, size in sub_batches(cfg).items():
+        singles[task] = run(single_task_config(cfg, task, size), f"task '{task}' alone (sub-batch {size})")
+    result = report(joint, singles)
+    result["config"] = cfg.get("config_path")
+    with open(os.path.join(cfg["output_dir"], BASELINE_FILE), "w") as f:
+        json.dump(result, f, indent=1)
+    console("\n" + baseline_table(result))
+    console(f"\nwritten to {os.path.join(cfg['output_dir'], BASELINE_FILE)}")
+    return result
+
+
+def compare_runs(run_dirs: List[str]) -> dict:
+    """``{run: {"tasks": {task: {metric, higher_is_better, value}}, "delta_m": Δm or None}}`` of finished runs."""
+    out = {}
+    for run_dir in run_dirs:
+        summary = read_summary(run_dir)
+        baseline = os.path.join(run_dir, BASELINE_FILE)
+        result = None
+        if os.path.isfile(baseline):
+            with open(baseline) as f:
+                result = json.load(f)
+        out[run_dir] = {"tasks": primary_metrics(summary), "delta_m": result["delta_m"] if result else None}
+    return out
+
+
+def compare_table(runs: dict) -> str:
+    """Runs side by side: one row per (task, primary metric), one column per run, Δm last."""
+    names = list(runs)
+    tasks = list(dict.fromkeys(t for r in runs.values() for t in r["tasks"]))
+    rows = []
+    for task in tasks:
+        info = next(r["tasks"][task] for r in runs.values() if task in r["tasks"])
+        arrow = "↑" if info["higher_is_better"] else "↓"
+        rows.append([task, f"{info['metric']} {arrow}"] +
+                    [_fmt(runs[n]["tasks"].get(task, {}).get("value")) for n in names])
+    rows.append(["Δm %", "vs single-task"] + [_fmt(runs[n]["delta_m"], "+.2f") for n in names])
+    headers = ["task", "primary metric"] + [os.path.basename(os.path.normpath(n)) or n for n in names]
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def plot_comparison(runs: dict, path: str):
+    """Bar chart PNG: each task's primary metric per run (and Δm where known)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(runs)
+    tasks = list(dict.fromkeys(t for r in runs.values() for t in r["tasks"]))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(tasks) * max(1, len(names)) / 2, 4))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        values = [runs[name]["tasks"].get(t, {}).get("value") or 0.0 for t in tasks]
+        dm = runs[name]["delta_m"]
+        label = os.path.basename(os.path.normpath(name)) + ("" if dm is None else f" (Δm {dm:+.2f}%)")
+        ax.bar(np.arange(len(tasks)) + i * width, values, width, label=label)
+    ax.set_xticks(np.arange(len(tasks)) + width * (len(names) - 1) / 2)
+    ax.set_xticklabels([f"{t}\n{runs[names[0]]['tasks'].get(t, {}).get('metric', '')}" for t in tasks])
+    ax.set_ylabel("primary metric")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _baseline_command(args):
+    from mtl.cli import prepare_job
+
+    run_baselines(prepare_job(args))
+
+
+def _compare_command(args):
+    runs = compare_runs(args.runs)
+    print(compare_table(runs))
+    path = args.plot or os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(args.runs[0]))),
+                                     "compare.png")
+    plot_comparison(runs, path)
+    print(f"\nbar chart: {path}")
+
+
+def add_cli(sub):
+    """``mtl baseline CONFIG [--set ...]`` and ``mtl compare RUN_DIR ... [--plot PNG]``."""
+    from mtl.cli import add_config_args
+
+    p = sub.add_parser("baseline", help="single-task baselines of a joint job and the multi-task gain Δm")
+    add_config_args(p)
+    p.set_defaults(func=_baseline_command)
+    p = sub.add_parser("compare", help="finished runs side by side (primary metrics, Δm) with a bar chart")
+    p.add_argument("runs", nargs="+", help="run folders (output_dir of finished runs)")
+    p.add_argument("--plot", help="bar chart PNG (default: compare.png next to the first run)")
+    p.set_defaults(func=_compare_command)
