@@ -1,0 +1,137 @@
+"""Gradient-based weighting through points of the convex hull of the task gradients: CAGrad and MGDA.
+
+Both are solved on the Gram matrix of the present tasks' gradients (see ``mtl.weighting.simplex``); the result is
+alpha with the applied shared gradient sum_t alpha_t g_t.
+"""
+import numpy as np
+
+from mtl.registry import register_weighting
+from mtl.weighting.base import check_range
+from mtl.weighting.gradient_based import GradientWeighting
+from mtl.weighting.simplex import frank_wolfe_min_norm, wolfe_min_norm
+
+NORMALIZATIONS = ("none", "l2", "loss", "loss+")
+
+
+def cagrad_dual(gram, c):
+    """Weights w of min_{w in simplex} <g_w, g0> + k ||g_w||, k = c ||g0||, g0 = mean g (CAGrad's dual problem).
+
+    Solved exactly by a one-dimensional search: for t > 0 let y(t) be the projection of -t g0 onto conv{g_i}
+    (Wolfe's algorithm on the Gram matrix of the points g_i + t g0). The projection's optimality condition
+    <g0 + y/t, z - y> >= 0 for all z of the hull is the optimality condition of the dual objective at y exactly when
+    ||y(t)|| = k t. h(t) = ||y(t)|| - k t is continuous, h(0) >= 0 and h(max_i ||g_i|| / k) <= 0, so bisection on
+    t to machine precision finds such a t. Returns (w, ||g_w||).
+    """
+    m = gram.shape[0]
+    mean = np.full(m, 1.0 / m)
+    gram_mean = gram @ mean  # <g_i, g0>
+    g0_squared = float(mean @ gram_mean)
+    k = c * np.sqrt(max(g0_squared, 0.0))
+
+    def project(t):
+        shifted = gram + t * (gram_mean[:, None] + gram_mean[None, :]) + t * t * g0_squared  # <g_i+t g0, g_j+t g0>
+        w = wolfe_min_norm(shifted)
+        return w, np.sqrt(max(float(w @ gram @ w), 0.0))
+
+    low, high = 0.0, np.sqrt(np.max(np.diag(gram))) / k
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if middle in (low, high):
+            break
+        _, norm = project(middle)
+        if norm - k * middle > 0.0:
+            low = middle
+        else:
+            high = middle
+    return project(high)
+
+
+@register_weighting("cagrad")
+class CAGrad(GradientWeighting):
+    """Conflict-averse gradient descent (Liu, Liu, Jin, Stone, Liu, NeurIPS 2021).
+
+    g0 = mean_t g_t over the present tasks, phi = c^2 ||g0||^2. Dual: w* = argmin_{w in simplex}
+    <g_w, g0> + sqrt(phi) ||g_w||, g_w = sum_t w_t g_t; update d = g0 + sqrt(phi) / ||g_w*|| g_w*, divided by
+    (1 + c^2) when ``rescale`` (the authors' code, rescale=1). alpha = (1/T + sqrt(phi) / ||g_w*|| w*) / (1 + c^2).
+    The dual is solved exactly (see :func:`cagrad_dual`) instead of by SLSQP as in the authors' code. When
+    g_w* = 0 (the origin is the optimum of the dual), d = g0; when g0 = 0 or c = 0, d = g0 too.
+    """
+
+    description = "mean gradient corrected towards the worst task, radius c (Liu et al. 2021)"
+
+    def __init__(self, tasks, loss_weights, seed=0, c=0.4, rescale=True):
+        super().__init__(tasks, loss_weights, seed)
+        self.c = check_range("c", c, 0.0)
+        if not isinstance(rescale, bool):
+            raise ValueError(f"parameter 'rescale' must be true or false, got {rescale!r}")
+        self.rescale = rescale
+
+    def combine(self, gram, losses, present, step):
+        """alpha of the CAGrad direction over the present tasks (0 for absent tasks)."""
+        _, present = self._inputs(losses, present)
+        gram = self._gram(gram, present)
+        alpha = np.zeros(self.num_tasks)
+        index = np.flatnonzero(present)
+        if index.size == 0:
+            return alpha
+        sub = gram[np.ix_(index, index)]
+        coefficients = np.full(index.size, 1.0 / index.size)  # g0
+        radius = self.c * np.sqrt(max(float(coefficients @ sub @ coefficients), 0.0))  # sqrt(phi)
+        if radius > 0.0:
+            w, norm = cagrad_dual(sub, self.c)
+            if norm > 1e-12 * np.sqrt(np.max(np.diag(sub))):
+                coefficients = coefficients + radius / norm * w
+        alpha[index] = coefficients / (1.0 + self.c ** 2 if self.rescale else 1.0)
+        return alpha
+
+
+@register_weighting("mgda")
+class MGDA(GradientWeighting):
+    """Multiple-gradient descent as multi-objective optimisation (Sener & Koltun, NeurIPS 2018).
+
+    alpha = argmin_{alpha in simplex} ||sum_t alpha_t g_t / n_t||^2, the min-norm point of the convex hull of the
+    normalised gradients, by Frank-Wolfe (their Algorithm 2: start at 1/T, move towards the vertex minimising
+    <g_alpha, g_t> with the exact two-point line search of their Algorithm 1; stop when the step is at most
+    ``tolerance`` or after ``max_iter`` iterations). ``normalization`` n_t as in their code: none (1), l2
+    (||g_t||), loss (L_t), loss+ (L_t ||g_t||); a zero or non-finite n_t counts as 1. As in their code, alpha
+    multiplies the ORIGINAL task gradients (loss scales). ``representation: true`` is MGDA-UB: the trainer then
+    passes the Gram matrix of the gradients with respect to the shared representation (an upper bound's
+    gradients, one T x T all-reduce) instead of the shared parameters; the math here is unchanged.
+    """
+
+    description = "min-norm point of the task gradients by Frank-Wolfe (Sener & Koltun 2018)"
+
+    def __init__(self, tasks, loss_weights, seed=0, normalization="none", max_iter=250, tolerance=1e-5,
+                 representation=False):
+        super().__init__(tasks, loss_weights, seed)
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"parameter 'normalization' must be one of {', '.join(NORMALIZATIONS)}, "
+                             f"got {normalization!r}")
+        if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+            raise ValueError(f"parameter 'max_iter' must be an integer >= 1, got {max_iter!r}")
+        if not isinstance(representation, bool):
+            raise ValueError(f"parameter 'representation' must be true or false, got {representation!r}")
+        self.normalization = normalization
+        self.max_iter = int(max_iter)
+        self.tolerance = check_range("tolerance", tolerance, 0.0)
+        self.uses_representation = representation
+
+    def _normalizers(self, gram, losses):
+        """n_t for every task (1 where the chosen normaliser is zero or not finite)."""
+        norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
+        values = {"none": np.ones_like(norms), "l2": norms, "loss": losses, "loss+": losses * norms}
+        n = values[self.normalization]
+        return np.where(np.isfinite(n) & (n > 0), n, 1.0)
+
+    def combine(self, gram, losses, present, step):
+        """alpha = the Frank-Wolfe min-norm weights of the normalised present gradients (0 for absent tasks)."""
+        losses, present = self._inputs(losses, present)
+        gram = self._gram(gram, present)
+        alpha = np.zeros(self.num_tasks)
+        index = np.flatnonzero(present)
+        if index.size == 0:
+            return alpha
+        n = self._normalizers(gram, losses)[index]
+        normalised = gram[np.ix_(index, index)] / np.outer(n, n)
+        alpha[index], _ = frank_wolfe_min_norm(normalised, self.max_iter, self.tolerance)
+        return alpha
