@@ -89,13 +89,15 @@ class CAGrad(GradientWeighting):
 class MGDA(GradientWeighting):
     """Multiple-gradient descent as multi-objective optimisation (Sener & Koltun, NeurIPS 2018).
 
-    alpha = argmin_{alpha in simplex} ||sum_t alpha_t g_t / n_t||^2, the min-norm point of the convex hull of the
+    lambda = argmin_{lambda in simplex} ||sum_t lambda_t g_t / n_t||^2, the min-norm point of the convex hull of the
     normalised gradients, by Frank-Wolfe (their Algorithm 2: start at 1/T, move towards the vertex minimising
-    <g_alpha, g_t> with the exact two-point line search of their Algorithm 1; stop when the step is at most
+    <g_lambda, g_t / n_t> with the exact two-point line search of their Algorithm 1; stop when the step is at most
     ``tolerance`` or after ``max_iter`` iterations). ``normalization`` n_t as in their code: none (1), l2
-    (||g_t||), loss (L_t), loss+ (L_t ||g_t||); a zero or non-finite n_t counts as 1. As in their code, alpha
-    multiplies the ORIGINAL task gradients (loss scales). ``representation: true`` is MGDA-UB: the trainer then
-    passes the Gram matrix of the gradients with respect to the shared representation (an upper bound's
+    (||g_t||), loss (L_t), loss+ (L_t ||g_t||); a zero or non-finite n_t counts as 1. The applied gradient is that
+    min-norm point, alpha_t = lambda_t / n_t, so that it is a common descent direction of the normalised tasks
+    (as LibMTL does; the authors' code instead multiplies the un-normalised losses by lambda, which for l2 and
+    opposite gradients of norms 1 and 3 gives -g_1 instead of 0). ``representation: true`` is MGDA-UB: the trainer
+    then passes the Gram matrix of the gradients with respect to the shared representation (the upper bound's
     gradients, one T x T all-reduce) instead of the shared parameters; the math here is unchanged.
     """
 
@@ -124,7 +126,7 @@ class MGDA(GradientWeighting):
         return np.where(np.isfinite(n) & (n > 0), n, 1.0)
 
     def combine(self, gram, losses, present, step):
-        """alpha = the Frank-Wolfe min-norm weights of the normalised present gradients (0 for absent tasks)."""
+        """alpha_t = lambda_t / n_t from the Frank-Wolfe min-norm weights lambda (0 for absent tasks)."""
         losses, present = self._inputs(losses, present)
         gram = self._gram(gram, present)
         alpha = np.zeros(self.num_tasks)
@@ -133,5 +135,6 @@ class MGDA(GradientWeighting):
             return alpha
         n = self._normalizers(gram, losses)[index]
         normalised = gram[np.ix_(index, index)] / np.outer(n, n)
-        alpha[index], _ = frank_wolfe_min_norm(normalised, self.max_iter, self.tolerance)
+        weights, _ = frank_wolfe_min_norm(normalised, self.max_iter, self.tolerance)
+        alpha[index] = weights / n
         return alpha
