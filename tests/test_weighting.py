@@ -228,3 +228,189 @@ def test_mgda_default_settings_and_degenerate_cases():
     present = np.array([False, True, True])
     np.testing.assert_allclose(combined(make("mgda", 3), g, present=present),
                                min_norm_reference(g[present]) @ g[present], rtol=1e-12)
+
+
+# ---- GradNorm -----------------------------------------------------------------------------------------------------
+def test_gradnorm_weight_trajectory_matches_the_paper_formulas():
+    rng = np.random.default_rng(40)
+    num_tasks, alpha, lr = 3, 1.5, 0.05
+    strategy = make("gradnorm", num_tasks, loss_weights=[1.0, 0.5, 2.0], alpha=alpha, lr=lr)
+    w, initial = np.ones(num_tasks), None
+    for step in range(25):
+        g = conflicting(rng, num_tasks) * np.array([[1.0], [3.0], [0.3]])
+        losses = rng.uniform(0.5, 2.0, num_tasks) * np.exp(-0.05 * step * np.arange(1, num_tasks + 1))
+        np.testing.assert_allclose(strategy.weights(losses, all_present(num_tasks), step), [1.0, 0.5, 2.0] * w,
+                                   rtol=1e-13)
+        np.testing.assert_allclose(combined(strategy, g, losses, step=step), w @ g, rtol=1e-13, atol=1e-13)
+        initial = losses if initial is None else initial
+        norms = np.linalg.norm(g, axis=1)  # ||grad of loss_weight_t L_t||
+        grad_norm = w * norms
+        rate = (losses / initial) / np.mean(losses / initial)
+        target = grad_norm.mean() * rate ** alpha
+        w = np.maximum(w - lr * np.sign(grad_norm - target) * norms, 1e-6)
+        w = num_tasks * w / w.sum()
+    assert np.ptp(w) > 0.1  # the weights did move
+
+
+def test_gradnorm_degenerate_cases():
+    one = np.random.default_rng(41).standard_normal(50)
+    strategy = make("gradnorm", 1)
+    for step in range(3):
+        np.testing.assert_allclose(combined(strategy, one[None], [2.0 - step], step=step), one, rtol=1e-15)
+    strategy = make("gradnorm", 3, lr=10.0)  # a huge step: weights stay positive and sum to T
+    present = np.array([True, True, False])
+    for step in range(4):
+        combined(strategy, np.stack([one, 0 * one, one]), [1.0, 0.5 + step, np.nan], present, step)
+        w = strategy.state_dict()["task_weights"]
+        assert np.all(w > 0) and abs(w.sum() - 3) < 1e-12
+
+
+# ---- loss-based ---------------------------------------------------------------------------------------------------
+def loss_sequence(rng, num_tasks, steps, sample=False):
+    """(losses with NaN where absent, present) per step; ``sample``: one task per step."""
+    for step in range(steps):
+        present = np.zeros(num_tasks, bool)
+        if sample:
+            present[rng.integers(num_tasks)] = True
+        else:
+            present[:] = True
+        losses = rng.uniform(0.2, 3.0, num_tasks) * np.exp(-0.03 * step)
+        yield step, np.where(present, losses, np.nan), present
+
+
+@pytest.mark.parametrize("sample", [False, True])
+def test_uncertainty_log_variance_trajectory(sample):
+    rng = np.random.default_rng(50)
+    loss_weights, lr = np.array([1.0, 0.5, 2.0]), 0.1
+    strategy = make("uncertainty", 3, loss_weights=loss_weights, lr=lr)
+    s = [0.0, 0.0, 0.0]
+    for step, losses, present in loss_sequence(rng, 3, 40, sample):
+        expected = [loss_weights[t] * np.exp(-s[t]) if present[t] else 0.0 for t in range(3)]
+        np.testing.assert_allclose(strategy.weights(losses, present, step), expected, rtol=1e-14)
+        for t in np.flatnonzero(present):
+            s[t] = s[t] - lr * (1.0 - np.exp(-s[t]) * losses[t])  # d/ds [exp(-s) L + s]
+    np.testing.assert_allclose(strategy.state_dict()["log_variance"], s, rtol=1e-14)
+    constant = make("uncertainty", 2, lr=0.2)
+    for step in range(400):
+        constant.weights([4.0, 0.25], [True, True], step)
+    np.testing.assert_allclose(constant.weights([4.0, 0.25], [True, True], 400), [0.25, 4.0], rtol=1e-6)  # 1 / L
+
+
+def dwa_reference(history, step, window, temperature):
+    """Liu et al. 2019: T softmax(r / temperature), r = mean loss of window k-1 over that of window k-2."""
+    k = step // window
+    if k < 2:
+        return np.ones(history.shape[1])
+    previous, before = (history[j * window:(j + 1) * window].mean(axis=0) for j in (k - 1, k - 2))
+    e = np.exp(previous / before / temperature)
+    return history.shape[1] * e / e.sum()
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_dwa_windows_and_first_steps(window):
+    rng = np.random.default_rng(60 + window)
+    loss_weights = np.array([1.0, 0.5, 2.0, 1.0])
+    strategy = make("dwa", 4, loss_weights=loss_weights, temperature=0.5, window=window)
+    history = rng.uniform(0.2, 3.0, (7 * window, 4))
+    for step, losses in enumerate(history):
+        got = strategy.weights(losses, all_present(4), step)
+        np.testing.assert_allclose(got, loss_weights * dwa_reference(history, step, window, 0.5), rtol=1e-13)
+        if step < 2 * window:
+            assert np.array_equal(got, loss_weights)
+    assert not np.allclose(got, loss_weights)
+
+
+def test_rlw_draws_from_seed_and_step():
+    loss_weights = np.array([1.0, 2.0, 0.5])
+    strategy = make("rlw", 3, loss_weights=loss_weights, seed=11)
+    draws = []
+    for step in range(5):
+        z = np.random.default_rng([11, step, 0x5217]).standard_normal(3)
+        got = strategy.weights([1.0, 1.0, 1.0], all_present(3), step)
+        np.testing.assert_allclose(got, loss_weights * np.exp(z) / np.exp(z).sum(), rtol=1e-14)
+        draws.append(got)
+    assert len({tuple(d) for d in draws}) == 5  # differs by step
+    again = make("rlw", 3, loss_weights=loss_weights, seed=11)
+    assert np.array_equal(again.weights([1.0, 1.0, 1.0], all_present(3), 3), draws[3])  # repeats for (seed, step)
+    assert not np.array_equal(make("rlw", 3, loss_weights=loss_weights, seed=12).weights(
+        [1.0, 1.0, 1.0], all_present(3), 3), draws[3])
+    present = np.array([True, False, True])
+    z = np.random.default_rng([11, 3, 0x5217]).standard_normal(3)[[0, 2]]
+    got = strategy.weights([1.0, np.nan, 1.0], present, 3)
+    np.testing.assert_allclose(got, [1.0, 0.0, 0.5] * np.insert(np.exp(z) / np.exp(z).sum(), 1, 0.0), rtol=1e-14)
+    assert np.array_equal(make("rlw", 3).weights([np.nan, 2.0, np.nan], [False, True, False], 9), [0, 1, 0])
+
+
+def test_famo_logit_trajectory():
+    rng = np.random.default_rng(70)
+    loss_weights, minimum = np.array([1.0, 0.5, 2.0]), np.array([0.0, 0.1, 0.05])
+    w_lr, gamma = 0.5, 0.01
+    strategy = make("famo", 3, loss_weights=loss_weights, w_lr=w_lr, gamma=gamma, min_losses=minimum.tolist())
+    xi, previous = np.zeros(3), None
+    for step in range(30):
+        losses = minimum + rng.uniform(0.1, 2.0, 3) * np.exp(-np.array([0.01, 0.05, 0.1]) * step)
+        shifted = losses - minimum + 1e-8
+        if previous is not None:
+            z = np.exp(xi) / np.exp(xi).sum()
+            jacobian = np.diag(z) - np.outer(z, z)  # dz / dxi
+            xi = xi - w_lr * (jacobian.T @ (np.log(previous) - np.log(shifted)) + gamma * xi)
+        z = np.exp(xi) / np.exp(xi).sum()
+        c = 1.0 / np.sum(z / shifted)
+        np.testing.assert_allclose(strategy.weights(losses, all_present(3), step), loss_weights * c * z / shifted,
+                                   rtol=1e-12)
+        np.testing.assert_allclose(strategy.state_dict()["logits"], xi, rtol=1e-12, atol=1e-15)
+        previous = shifted
+    assert np.ptp(xi) > 0.05
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_degenerate_losses_give_finite_weights(name):
+    strategy = make(name, 3, loss_weights=[1.0, 0.5, 2.0])
+    rng = np.random.default_rng(80)
+    inputs = [([1.0, 2.0, 3.0], [True, True, True]), ([0.0, 2.0, np.nan], [True, True, False]),
+              ([np.nan, 0.0, np.nan], [False, True, False]), ([1e-30, 1e30, 0.0], [True, True, True])]
+    for step, (losses, present) in enumerate(inputs * 3):
+        present = np.array(present)
+        weights = strategy.weights(losses, present, step)
+        assert np.all(np.isfinite(weights)) and np.all(weights[~present] == 0) and np.all(weights >= 0)
+        if strategy.needs_gradients:
+            g = rng.standard_normal((3, 50)) * np.array([[1.0], [0.0], [1e3]])
+            assert np.all(np.isfinite(combined(strategy, g, np.where(present, losses, 1.0), present, step)))
+    single = make(name, 1, loss_weights=[0.5])
+    for step in range(3):
+        assert np.isfinite(single.weights([1.0 + step], [True], step)).all()
+
+
+# ---- state round trip ---------------------------------------------------------------------------------------------
+def run_steps(strategy, steps, seed=90):
+    """Weights (and alphas) of ``steps`` consecutive steps on a reproducible input stream."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in range(steps.stop):
+        g = conflicting(rng, 3)
+        losses = rng.uniform(0.2, 3.0, 3) * np.exp(-0.05 * step)
+        if step < steps.start:
+            continue
+        out.append(strategy.weights(losses, all_present(3), step))
+        if strategy.needs_gradients:
+            out.append(strategy.combine(g @ g.T, losses, all_present(3), step))
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_round_trip_is_bit_identical(name):
+    params = {"dwa": {"window": 2}, "famo": {"w_lr": 0.5}, "uncertainty": {"lr": 0.1}}.get(name, {})
+    uninterrupted = make(name, 3, seed=5, **params)
+    expected = run_steps(uninterrupted, range(0, 12))
+    first = make(name, 3, seed=5, **params)
+    run_steps(first, range(0, 7))
+    saved = first.state_dict()
+    run_steps(first, range(7, 9))  # the saved copy must not follow the live state
+    resumed = make(name, 3, seed=5, **params)
+    resumed.set_state_dict(saved)
+    got = run_steps(resumed, range(7, 12))
+    tail = expected[-len(got):]
+    assert all(np.array_equal(a, b) for a, b in zip(got, tail))
+    final, reference = resumed.state_dict(), uninterrupted.state_dict()
+    assert final.keys() == reference.keys()
+    assert all(np.array_equal(final[k], reference[k], equal_nan=True) for k in final)
