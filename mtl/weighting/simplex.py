@@ -54,6 +54,29 @@ def _affine_minimiser(gram, support):
     return np.linalg.lstsq(system, rhs, rcond=None)[0][:m]
 
 
+def _minor_cycle(gram, w, support):
+    """Wolfe's minor cycle: move w to the affine minimiser of the support, or stop where the segment leaves the
+    hull (theta = min over leaving points of w_i / (w_i - v_i)) and drop the point that reached 0; repeat."""
+    for _ in range(len(support) + 1):
+        v = _affine_minimiser(gram, support)
+        if np.all(v > 0.0):
+            w = np.zeros_like(w)
+            w[support] = v
+            break
+        current = w[support]
+        leaving = np.flatnonzero((v <= 0.0) & (current - v > 0.0))
+        ratios = current[leaving] / (current[leaving] - v[leaving])
+        theta = float(np.min(ratios)) if leaving.size else 0.0
+        moved = current + theta * (v - current)
+        if leaving.size:
+            moved[leaving[int(np.argmin(ratios))]] = 0.0  # the point that reached the boundary leaves S
+        moved[moved <= 1e-15] = 0.0
+        w = np.zeros_like(w)
+        w[support] = moved
+        support = [i for i in support if w[i] > 0.0]
+    return w, support
+
+
 def wolfe_min_norm(gram, tolerance=1e-12):
     """Exact min-norm point of conv{x_i} by Wolfe's algorithm (Wolfe 1976, "Finding the nearest point in a polytope").
 
@@ -73,22 +96,6 @@ def wolfe_min_norm(gram, tolerance=1e-12):
         if qw[j] >= float(w @ qw) - tolerance * scale or j in support:
             break
         support.append(j)
-        for _ in range(n + 1):
-            v = _affine_minimiser(gram, support)
-            if np.all(v > 0.0):
-                w[:] = 0.0
-                w[support] = v
-                break
-            current = w[support]
-            leaving = np.flatnonzero((v <= 0.0) & (current - v > 0.0))
-            ratios = current[leaving] / (current[leaving] - v[leaving])
-            theta = float(np.min(ratios)) if leaving.size else 0.0
-            moved = current + theta * (v - current)
-            if leaving.size:
-                moved[leaving[int(np.argmin(ratios))]] = 0.0  # the point that reached the boundary leaves S
-            moved[moved <= 1e-15] = 0.0
-            w[:] = 0.0
-            w[support] = moved
-            support = [i for i in support if w[i] > 0.0]
+        w, support = _minor_cycle(gram, w, support)
         w /= w.sum()
     return w
