@@ -19,8 +19,8 @@ def cagrad_dual(gram, c):
     Solved exactly by a one-dimensional search: for t > 0 let y(t) be the projection of -t g0 onto conv{g_i}
     (Wolfe's algorithm on the Gram matrix of the points g_i + t g0). The projection's optimality condition
     <g0 + y/t, z - y> >= 0 for all z of the hull is the optimality condition of the dual objective at y exactly when
-    ||y(t)|| = k t. h(t) = ||y(t)|| - k t is continuous, h(0) >= 0 and h(max_i ||g_i|| / k) <= 0, so bisection on
-    t to machine precision finds such a t. Returns (w, ||g_w||).
+    ||y(t)|| = k t. h(t) = ||y(t)|| - k t is continuous, h(0) >= 0 and h(max_i ||g_i|| / k) <= 0, so a bracketing
+    root search (regula falsi, Illinois variant) on t to machine precision finds such a t. Returns (w, ||g_w||).
     """
     m = gram.shape[0]
     mean = np.full(m, 1.0 / m)
@@ -33,17 +33,25 @@ def cagrad_dual(gram, c):
         w = wolfe_min_norm(shifted)
         return w, np.sqrt(max(float(w @ gram @ w), 0.0))
 
-    low, high = 0.0, np.sqrt(np.max(np.diag(gram))) / k
-    for _ in range(200):
-        middle = 0.5 * (low + high)
-        if middle in (low, high):
-            break
-        _, norm = project(middle)
-        if norm - k * middle > 0.0:
-            low = middle
+    largest = np.sqrt(np.max(np.diag(gram)))
+    low, high = 0.0, largest / k
+    w, norm = project(low)
+    h_low, h_high, side = norm, largest - k * high, 0  # h(low) >= 0 >= h(high)
+    for _ in range(200):  # regula falsi, Illinois variant: superlinear and always bracketed
+        t = (low * h_high - high * h_low) / (h_high - h_low) if h_high < h_low else low
+        if not low < t < high:
+            t = 0.5 * (low + high)
+            if not low < t < high:
+                break
+        w, norm = project(t)
+        h = norm - k * t
+        if h > 0.0:
+            low, h_low, h_high, side = t, h, h_high * (0.5 if side > 0 else 1.0), 1
         else:
-            high = middle
-    return project(high)
+            high, h_high, h_low, side = t, h, h_low * (0.5 if side < 0 else 1.0), -1
+        if abs(h) <= 1e-15 * largest or high - low <= 4 * np.finfo(float).eps * high:
+            break
+    return w, norm
 
 
 @register_weighting("cagrad")
