@@ -18,6 +18,6 @@ setup(
         "pillow==13.0.0",
         "opencv-python-headless==5.0.0.93",
     ],
-    extras_require={"test": ["pytest==9.2.0", "ruff==0.17.6"]},
+    extras_require={"test": ["pytest==9.2.0", "ruff==0.17.6", "scipy==1.17.1"]},
     entry_points={"console_scripts": ["mtl=mtl.cli:main"]},
 )

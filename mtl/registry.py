@@ -1,4 +1,4 @@
-"""Plug-in registry: readers, backbones and heads register under a name with a decorator.
+"""Plug-in registry: readers, backbones, heads and task-weighting strategies register under a name with a decorator.
 
 Plug-in files are found by importing every ``.py`` of a folder (``heads/``, ``tasks/``, any folder a job lists under
 ``plugins:``) and through the entry-point group ``mtl.plugins``. ``build(kind, cfg)`` turns ``{"type": name, ...}``
@@ -16,9 +16,11 @@ from typing import Dict, Optional
 
 from mtl.errors import ConfigError
 
-KINDS = ("reader", "backbone", "head")
+KINDS = ("reader", "backbone", "head", "weighting")
 # Constructor arguments the runner supplies at build time (not required in configs).
-CONTEXT_KEYS = frozenset({"feature_size", "num_classes", "seed", "split", "image_size", "channels", "shape"})
+CONTEXT_KEYS = frozenset(
+    {"feature_size", "num_classes", "seed", "split", "image_size", "channels", "shape", "tasks", "loss_weights"}
+)
 ENTRY_POINT_GROUP = "mtl.plugins"
 
 
@@ -55,7 +57,7 @@ def _first_line(doc: Optional[str]) -> str:
 
 
 def register(kind: str, name: str):
-    """Class decorator: register ``cls`` as a ``kind`` (reader|backbone|head) called ``name``."""
+    """Class decorator: register ``cls`` as a ``kind`` (reader|backbone|head|weighting) called ``name``."""
     if kind not in KINDS:
         raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {KINDS}")
 
@@ -87,6 +89,21 @@ def register_head(name):
     return register("head", name)
 
 
+def register_weighting(name):
+    """Register a task-weighting strategy (see :class:`mtl.weighting.base.Weighting`).
+
+    The ``mtl plugins`` description is the class's ``description`` attribute (its docstring's first line if empty).
+    """
+
+    def wrap(cls):
+        cls = register("weighting", name)(cls)
+        if cls.description:
+            _REGISTRY["weighting"][name].description = cls.description
+        return cls
+
+    return wrap
+
+
 def did_you_mean(word, choices) -> str:
     """Return `` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
@@ -94,10 +111,10 @@ def did_you_mean(word, choices) -> str:
 
 
 def load_builtin():
-    """Import the library's own readers and backbones and every head plug-in of the ``heads`` package."""
+    """Import the library's own readers, backbones and weighting strategies and every plug-in of ``heads``."""
     import pkgutil
 
-    for package in ("mtl.readers", "mtl.backbones", "heads"):
+    for package in ("mtl.readers", "mtl.backbones", "mtl.weighting", "heads"):
         pkg = importlib.import_module(package)
         for info in pkgutil.iter_modules(pkg.__path__):
             if not info.name.startswith("_"):

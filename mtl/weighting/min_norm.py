@@ -1,0 +1,148 @@
+"""Gradient-based weighting through points of the convex hull of the task gradients: CAGrad and MGDA.
+
+Both are solved on the Gram matrix of the present tasks' gradients (see ``mtl.weighting.simplex``); the result is
+alpha with the applied shared gradient sum_t alpha_t g_t.
+"""
+import numpy as np
+
+from mtl.registry import register_weighting
+from mtl.weighting.base import check_range
+from mtl.weighting.gradient_based import GradientWeighting
+from mtl.weighting.simplex import frank_wolfe_min_norm, wolfe_min_norm
+
+NORMALIZATIONS = ("none", "l2", "loss", "loss+")
+
+
+def cagrad_dual(gram, c):
+    """Weights w of min_{w in simplex} <g_w, g0> + k ||g_w||, k = c ||g0||, g0 = mean g (CAGrad's dual problem).
+
+    Solved exactly by a one-dimensional search: for t > 0 let y(t) be the projection of -t g0 onto conv{g_i}
+    (Wolfe's algorithm on the Gram matrix of the points g_i + t g0). The projection's optimality condition
+    <g0 + y/t, z - y> >= 0 for all z of the hull is the optimality condition of the dual objective at y exactly when
+    ||y(t)|| = k t. h(t) = ||y(t)|| - k t is continuous, h(0) >= 0 and h(max_i ||g_i|| / k) <= 0, so a bracketing
+    root search (regula falsi, Illinois variant) on t to machine precision finds such a t. Returns (w, ||g_w||).
+    """
+    m = gram.shape[0]
+    mean = np.full(m, 1.0 / m)
+    gram_mean = gram @ mean  # <g_i, g0>
+    g0_squared = float(mean @ gram_mean)
+    k = c * np.sqrt(max(g0_squared, 0.0))
+
+    def project(t):
+        shifted = gram + t * (gram_mean[:, None] + gram_mean[None, :]) + t * t * g0_squared  # <g_i+t g0, g_j+t g0>
+        w = wolfe_min_norm(shifted)
+        return w, np.sqrt(max(float(w @ gram @ w), 0.0))
+
+    largest = np.sqrt(np.max(np.diag(gram)))
+    low, high = 0.0, largest / k
+    w, norm = project(low)
+    h_low, h_high, side = norm, largest - k * high, 0  # h(low) >= 0 >= h(high)
+    for _ in range(200):  # regula falsi, Illinois variant: superlinear and always bracketed
+        t = (low * h_high - high * h_low) / (h_high - h_low) if h_high < h_low else low
+        if not low < t < high:
+            t = 0.5 * (low + high)
+            if not low < t < high:
+                break
+        w, norm = project(t)
+        h = norm - k * t
+        if h > 0.0:
+            low, h_low, h_high, side = t, h, h_high * (0.5 if side > 0 else 1.0), 1
+        else:
+            high, h_high, h_low, side = t, h, h_low * (0.5 if side < 0 else 1.0), -1
+        if abs(h) <= 1e-15 * largest or high - low <= 4 * np.finfo(float).eps * high:
+            break
+    return w, norm
+
+
+@register_weighting("cagrad")
+class CAGrad(GradientWeighting):
+    """Conflict-averse gradient descent (Liu, Liu, Jin, Stone, Liu, NeurIPS 2021).
+
+    g0 = mean_t g_t over the present tasks, phi = c^2 ||g0||^2. Dual: w* = argmin_{w in simplex}
+    <g_w, g0> + sqrt(phi) ||g_w||, g_w = sum_t w_t g_t; update d = g0 + sqrt(phi) / ||g_w*|| g_w*, divided by
+    (1 + c^2) when ``rescale`` (the authors' code, rescale=1). alpha = (1/T + sqrt(phi) / ||g_w*|| w*) / (1 + c^2).
+    The dual is solved exactly (see :func:`cagrad_dual`) instead of by SLSQP as in the authors' code. When
+    g_w* = 0 (the origin is the optimum of the dual), d = g0; when g0 = 0 or c = 0, d = g0 too.
+    """
+
+    description = "mean gradient corrected towards the worst task, radius c (Liu et al. 2021)"
+
+    def __init__(self, tasks, loss_weights, seed=0, c=0.4, rescale=True):
+        super().__init__(tasks, loss_weights, seed)
+        self.c = check_range("c", c, 0.0)
+        if not isinstance(rescale, bool):
+            raise ValueError(f"parameter 'rescale' must be true or false, got {rescale!r}")
+        self.rescale = rescale
+
+    def combine(self, gram, losses, present, step):
+        """alpha of the CAGrad direction over the present tasks (0 for absent tasks)."""
+        _, present = self._inputs(losses, present)
+        gram = self._gram(gram, present)
+        alpha = np.zeros(self.num_tasks)
+        index = np.flatnonzero(present)
+        if index.size == 0:
+            return alpha
+        sub = gram[np.ix_(index, index)]
+        coefficients = np.full(index.size, 1.0 / index.size)  # g0
+        radius = self.c * np.sqrt(max(float(coefficients @ sub @ coefficients), 0.0))  # sqrt(phi)
+        if radius > 0.0:
+            w, norm = cagrad_dual(sub, self.c)
+            if norm > 1e-12 * np.sqrt(np.max(np.diag(sub))):
+                coefficients = coefficients + radius / norm * w
+        alpha[index] = coefficients / (1.0 + self.c ** 2 if self.rescale else 1.0)
+        return alpha
+
+
+@register_weighting("mgda")
+class MGDA(GradientWeighting):
+    """Multiple-gradient descent as multi-objective optimisation (Sener & Koltun, NeurIPS 2018).
+
+    lambda = argmin_{lambda in simplex} ||sum_t lambda_t g_t / n_t||^2, the min-norm point of the convex hull of the
+    normalised gradients, by Frank-Wolfe (their Algorithm 2: start at 1/T, move towards the vertex minimising
+    <g_lambda, g_t / n_t> with the exact two-point line search of their Algorithm 1; stop when the step is at most
+    ``tolerance`` or after ``max_iter`` iterations). ``normalization`` n_t as in their code: none (1), l2
+    (||g_t||), loss (L_t), loss+ (L_t ||g_t||); a zero or non-finite n_t counts as 1. The applied gradient is that
+    min-norm point, alpha_t = lambda_t / n_t, so that it is a common descent direction of the normalised tasks
+    (as LibMTL does; the authors' code instead multiplies the un-normalised losses by lambda, which for l2 and
+    opposite gradients of norms 1 and 3 gives -g_1 instead of 0). ``representation: true`` is MGDA-UB: the trainer
+    then passes the Gram matrix of the gradients with respect to the shared representation (the upper bound's
+    gradients, one T x T all-reduce) instead of the shared parameters; the math here is unchanged.
+    """
+
+    description = "min-norm point of the task gradients by Frank-Wolfe (Sener & Koltun 2018)"
+
+    def __init__(self, tasks, loss_weights, seed=0, normalization="none", max_iter=250, tolerance=1e-5,
+                 representation=False):
+        super().__init__(tasks, loss_weights, seed)
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"parameter 'normalization' must be one of {', '.join(NORMALIZATIONS)}, "
+                             f"got {normalization!r}")
+        if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+            raise ValueError(f"parameter 'max_iter' must be an integer >= 1, got {max_iter!r}")
+        if not isinstance(representation, bool):
+            raise ValueError(f"parameter 'representation' must be true or false, got {representation!r}")
+        self.normalization = normalization
+        self.max_iter = int(max_iter)
+        self.tolerance = check_range("tolerance", tolerance, 0.0)
+        self.uses_representation = representation
+
+    def _normalizers(self, gram, losses):
+        """n_t for every task (1 where the chosen normaliser is zero or not finite)."""
+        norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
+        values = {"none": np.ones_like(norms), "l2": norms, "loss": losses, "loss+": losses * norms}
+        n = values[self.normalization]
+        return np.where(np.isfinite(n) & (n > 0), n, 1.0)
+
+    def combine(self, gram, losses, present, step):
+        """alpha_t = lambda_t / n_t from the Frank-Wolfe min-norm weights lambda (0 for absent tasks)."""
+        losses, present = self._inputs(losses, present)
+        gram = self._gram(gram, present)
+        alpha = np.zeros(self.num_tasks)
+        index = np.flatnonzero(present)
+        if index.size == 0:
+            return alpha
+        n = self._normalizers(gram, losses)[index]
+        normalised = gram[np.ix_(index, index)] / np.outer(n, n)
+        weights, _ = frank_wolfe_min_norm(normalised, self.max_iter, self.tolerance)
+        alpha[index] = weights / n
+        return alpha
