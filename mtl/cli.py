@@ -36,11 +36,16 @@ def _early_threads(config_path, overrides):
         tune_malloc()
 
 
-def add_train_args(parser):
-    """Arguments of ``mtl train`` / ``examples/train_joint.py``."""
+def add_config_args(parser):
+    """The job config and its overrides: ``[CONFIG] [--set key.path=value ...]``."""
     parser.add_argument("config", nargs="?", default=DEFAULT_CONFIG, help="job config (YAML)")
     parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[], metavar="KEY.PATH=VALUE",
                         help="override config values, e.g. --set schedule.steps=100 optimizer.lr=0.01")
+
+
+def add_train_args(parser):
+    """Arguments of ``mtl train`` / ``examples/train_joint.py``."""
+    add_config_args(parser)
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     parser.add_argument("--overwrite", action="store_true",
                         help="start over in an output_dir that holds checkpoints of an earlier run (they are removed)")
@@ -50,21 +55,27 @@ def add_train_args(parser):
 
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    job = build_job(prepare_job(args))
+    return Trainer(job, resume=args.resume, overwrite=args.overwrite).run(until=args.until)
+
+
+def prepare_job(args):
+    """Threads before Paddle starts, then the validated config, the device and the process group; the config."""
     _early_threads(args.config, args.overrides)
     from mtl.config.loading import load_job
-    from mtl.job import build_job
     from mtl.runtime import init_distributed, select_device
-    from mtl.train.trainer import Trainer
 
     cfg = load_job(args.config, args.overrides)
     select_device(cfg["device"], cfg["source"])
     init_distributed()
-    job = build_job(cfg)
-    return Trainer(job, resume=args.resume, overwrite=args.overwrite).run(until=args.until)
+    return cfg
 
 
 def plugins(args):
-    """Print a table of every registered reader, backbone and head."""
+    """Print a table of every registered reader, backbone, head and task-weighting strategy."""
     from tabulate import tabulate
 
     from mtl import registry
@@ -86,7 +97,7 @@ def build_parser():
     p = sub.add_parser("plugins", help="list registered readers, backbones and heads")
     p.add_argument("plugins", nargs="*", help="extra plug-in folders to load (./tasks and tasks/ always are)")
     p.set_defaults(func=plugins)
-    for module in ("mtl.data.tools", "mtl.export"):
+    for module in ("mtl.data.tools", "mtl.export", "mtl.evaluation.compare"):
         try:
             mod = __import__(module, fromlist=["add_cli"])
         except ImportError:

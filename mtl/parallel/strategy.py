@@ -14,6 +14,7 @@ runs the loop and asks this object everything that involves other processes.
 import math
 from typing import Optional
 
+import numpy as np
 import paddle
 
 from mtl.data.steps import check_divisible, task_seed
@@ -107,3 +108,57 @@ class ParallelStrategy:
             kind, message = text.split("\n", 1)
             text = f"{kind}\nrank {self.rank} met: {message}"
         return distributed.first_error(text)
+
+    # ---- per-task gradients (gradient-based task weighting) -----------------------------------------------------
+    def shared_parameters(self, model):
+        """The backbone's trainable parameters: the ones whose per-task gradients a weighting strategy combines."""
+        return [p for p in model.backbone.parameters() if not p.stop_gradient]
+
+    def task_gradients(self, model, tasks):
+        """``[T, P]``: row t is the gradient of task t's weighted loss w.r.t. the backbone's parameters, summed over
+        ranks (one fused all-reduce of the whole buffer); rows of tasks absent from the step are zero.
+
+        Runs the backbone backward once per task present (``JointModel.backward_backbone_per_task``). Memory:
+        T copies of the backbone gradient (``bench/bench_weighting.py`` measures it).
+        """
+        params = self.shared_parameters(model)
+        sizes = [int(p.numel()) for p in params]
+        buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
+        for task in model.backward_backbone_per_task():
+            grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
+                     for p, n in zip(params, sizes)]
+            buffer[tasks.index(task)] = paddle.concat(grads)
+            for p in params:
+                p.clear_gradient(set_to_zero=False)
+        if self.world > 1:
+            distributed.all_reduce_flat([buffer])
+        return buffer
+
+    @paddle.no_grad()
+    def set_shared_gradient(self, model, task_grads, alpha):
+        """Write ``sum_t alpha_t g_t`` (``task_grads [T, P]``) into the backbone parameters' gradients."""
+        params = self.shared_parameters(model)
+        combined = paddle.matmul(paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), task_grads).reshape([-1])
+        offset = 0
+        for p in params:
+            n = int(p.numel())
+            p.grad = combined[offset:offset + n].reshape(p.shape).astype(p.dtype)
+            offset += n
+
+    def representation_gram(self, feature_grads, tasks):
+        """``[T, T]`` Gram matrix of the task gradients w.r.t. the shared representation, summed over rows and ranks.
+
+        Every task scores its own rows, so different tasks' gradients never share a row: the matrix is diagonal,
+        ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (one all-reduce of T numbers).
+        """
+        squares = paddle.zeros([len(tasks)], dtype="float32")
+        for task, grad in feature_grads.items():
+            squares[tasks.index(task)] = paddle.sum(paddle.square(grad.astype("float32")))
+        squares = distributed.all_reduce_sum(squares)
+        return np.diag(squares.numpy().astype(np.float64))
+
+    def reduce_gradients_except(self, skip):
+        """SUM over ranks of the replicated gradients, leaving ``skip`` (already global) untouched."""
+        if self.world > 1:
+            ids = {id(p) for p in skip}
+            distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None and id(p) not in ids])

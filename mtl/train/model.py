@@ -28,7 +28,7 @@ class JointModel(paddle.nn.Layer):
         self.heads = paddle.nn.LayerDict(heads)
         self.loss_weights = dict(loss_weights)
         self._input_names = [f.name for f in backbone.input_fields()]
-        self._pending, self._present, self._groups = [], [], []
+        self._pending, self._present, self._groups, self._feature_grads = [], [], [], {}
 
     def signature(self, sub_batch) -> tuple:
         """(name, per-sample shape, dtype) of every backbone input of a sub-batch."""
@@ -74,27 +74,55 @@ class JointModel(paddle.nn.Layer):
             out = head(leaf, batch[task][head.label_field])
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
-            self._pending.append((task, feats[task], leaf, term))
+            self._pending.append((task, feats[task], leaf, out))
             self._present.append(task)
             total = term if total is None else total + term
         return total, outputs
 
-    def backward(self):
+    def backward(self, weights=None):
         """Differentiate the last forward: every head in job order, then each backbone pass once, in order.
 
+        ``weights`` (``{task: float}``, default the static ``loss_weights``) multiply each task's loss.
         Backbone passes are differentiated one at a time (not in one call) because synchronised BatchNorm
         all-reduces in its backward; separate calls fix the order of those collectives on every rank.
         """
-        feature_grads = {}
-        for task, feat, leaf, term in self._pending:
-            term.backward()
-            feature_grads[task] = (feat, leaf.grad if leaf.grad is not None else paddle.zeros_like(feat))
+        self.backward_heads(weights)
+        self.backward_backbone()
+
+    def backward_heads(self, weights=None):
+        """Phase 1: each head's ``weight * loss`` differentiated alone, in job order, down to its features."""
+        weights = self.loss_weights if weights is None else weights
+        self._feature_grads = {}
+        for task, feat, leaf, out in self._pending:
+            (out.loss * float(weights[task])).backward()
+            self._feature_grads[task] = (feat, leaf.grad if leaf.grad is not None else paddle.zeros_like(feat))
         self._pending = []
+
+    def feature_gradients(self):
+        """``{task: gradient of its weighted loss w.r.t. its features}`` after :meth:`backward_heads` (this rank's
+        rows)."""
+        return {task: grad for task, (_, grad) in self._feature_grads.items()}
+
+    def backward_backbone(self, scales=None):
+        """Phase 2: each backbone pass once, from the feature gradients (times ``scales[task]`` if given)."""
         for tasks in self._groups:
-            present = [t for t in tasks if t in feature_grads]
+            present = [t for t in tasks if t in self._feature_grads]
             if present:
-                paddle.autograd.backward([feature_grads[t][0] for t in present],
-                                         [feature_grads[t][1] for t in present])
+                grads = [self._feature_grads[t][1] if scales is None else self._feature_grads[t][1] * float(scales[t])
+                         for t in present]
+                paddle.autograd.backward([self._feature_grads[t][0] for t in present], grads)
+        self._feature_grads = {}
+
+    def backward_backbone_per_task(self):
+        """Phase 2 task by task, in job order: yields each task after the backbone's gradients hold the gradient
+        of that task's weighted loss alone (the caller reads and clears them before the next one)."""
+        for tasks in self._groups:
+            present = [t for t in tasks if t in self._feature_grads]
+            for i, task in enumerate(present):
+                feat, grad = self._feature_grads[task]
+                paddle.autograd.backward([feat], [grad], retain_graph=i < len(present) - 1)
+                yield task
+        self._feature_grads = {}
 
     def row_gradients(self):
         """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``)."""

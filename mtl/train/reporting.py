@@ -83,38 +83,57 @@ def metrics_table(summary_tasks):
 
 
 def plot_losses(records, tasks, path, smooth=0.8):
-    """PNG of every task's loss against the step: raw values faint, exponentially smoothed values bold."""
+    """PNG of every task's loss against the step (raw values faint, exponentially smoothed values bold), and a
+    second panel of the task weights when the records hold ``weight/<task>`` (a weighting strategy's)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    weighted = any(k.startswith("weight/") for r in records for k in r) and any(
+        r.get(f"weight/{t}") not in (None, records[0].get(f"weight/{t}")) for r in records for t in tasks)
+    fig, axes = plt.subplots(2 if weighted else 1, 1, figsize=(7, 6.5 if weighted else 4), squeeze=False)
+    ax = axes[0, 0]
     for task in tasks:
-        pts = [(r["step"], r[f"loss/{task}"]) for r in records if f"loss/{task}" in r]
-        if not pts:
-            continue
-        steps, values = zip(*pts)
-        line, = ax.plot(steps, values, alpha=0.25, linewidth=0.8)
-        if smooth and len(values) > 1:
-            out, acc = [], values[0]
-            for v in values:
-                acc = smooth * acc + (1 - smooth) * v  # EMA: s_t = a s_{t-1} + (1 - a) x_t
-                out.append(acc)
-            values = out
-        ax.plot(steps, values, label=task, color=line.get_color(), linewidth=1.6)
+        _plot_series(ax, [(r["step"], r[f"loss/{task}"]) for r in records if f"loss/{task}" in r], task, smooth)
     total = [(r["step"], r["loss"]) for r in records if "loss" in r]
     if total:
         ax.plot(*zip(*total), label="total (raw)", color="black", linewidth=0.8, alpha=0.3)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_yscale("log")
-    ax.set_title("training loss per task")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    _finish_axes(ax, "loss", "training loss per task", log=True)
+    if weighted:
+        for task in tasks:
+            _plot_series(axes[1, 0], [(r["step"], r[f"weight/{task}"]) for r in records if f"weight/{task}" in r],
+                         task, 0.0)
+        _finish_axes(axes[1, 0], "weight", "task weights (weighting strategy)", log=False)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _plot_series(ax, points, label, smooth):
+    """One task's series: raw values faint, EMA-smoothed ``s_t = a s_{t-1} + (1 - a) x_t`` bold."""
+    if not points:
+        return
+    steps, values = zip(*points)
+    line, = ax.plot(steps, values, alpha=0.25 if smooth else 1.0, linewidth=0.8)
+    if smooth and len(values) > 1:
+        out, acc = [], values[0]
+        for v in values:
+            acc = smooth * acc + (1 - smooth) * v
+            out.append(acc)
+        ax.plot(steps, out, label=label, color=line.get_color(), linewidth=1.6)
+    else:
+        line.set_label(label)
+
+
+def _finish_axes(ax, ylabel, title, log):
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
 
 
 def eval_record(step, results, prefix):

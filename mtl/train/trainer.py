@@ -1,8 +1,10 @@
 """The training loop: a short template with ``should_log`` / ``should_eval`` / ``should_save`` hooks.
 
-One step = one joint forward over every task present, total loss = sum_t loss_weight_t * loss_t, one backward, the
-parallel strategy's gradient sync (replicated parameters summed over ranks; head shards never), optional global-norm
-clipping, one optimizer step (dense and row-sparse), one averager update. Everything that involves other processes
+One step = one joint forward over every task present, total loss = sum_t w_t * loss_t with the weights of the job's
+weighting strategy (default: the static loss_weight_t), one backward, the parallel strategy's gradient sync
+(replicated parameters summed over ranks; head shards never; per-task gradients combined for gradient-based
+strategies, :mod:`mtl.train.balancing`), optional global-norm clipping, one optimizer step (dense and row-sparse),
+one averager update. Everything that involves other processes
 goes through :class:`mtl.parallel.strategy.ParallelStrategy`; the loop itself never communicates.
 """
 import contextlib
@@ -15,6 +17,7 @@ from typing import Dict, Optional
 
 import paddle
 
+from mtl import registry
 from mtl.contracts import check_batch
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
 from mtl.errors import ConfigError
@@ -22,6 +25,7 @@ from mtl.evaluation.evaluator import Evaluator
 from mtl.parallel.strategy import ParallelStrategy
 from mtl.train import checkpoint, rundir
 from mtl.train.averaging import build_averager
+from mtl.train.balancing import TaskBalancer
 from mtl.train.optim import JointOptimizer
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
 
@@ -37,6 +41,7 @@ class StepRecord:
     grad_norm: Optional[float]
     losses: Dict[str, paddle.Tensor]
     metrics: Dict[str, Dict[str, paddle.Tensor]]
+    weights: Dict[str, Dict[str, float]]  # {"weight": {task: w_t}} (+ "alpha" for gradient-based strategies)
 
 
 class Trainer:
@@ -54,7 +59,8 @@ class Trainer:
         self.optimizer = JointOptimizer(self.cfg["optimizer"], job.model, self.steps)
         self.strategy.seed_random(self.cfg["seed"])  # dropout masks per rank; a checkpoint restores them
         self.averager = build_averager(self.cfg["averaging"], job.model, source=self.cfg["source"])
-        self.last_grad_norm = None
+        self.balancer = self._build_balancer()
+        self.last_grad_norm, self.last_weights = None, {}
         rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"])
         setup_logging(self.output_dir, self.strategy.rank)
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
@@ -77,10 +83,20 @@ class Trainer:
                          "starting from step 0")
             return 0, None
         state = checkpoint.load(path, self.job.model, self.optimizer, self.job.schedule, self.averager)
+        if "weighting" in state:
+            self.balancer.set_state_dict(state["weighting"])
         if state["step"] > self.steps:
             raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
                               f"schedule.steps {self.steps}", self.cfg["source"], "schedule.steps")
         return state["step"], path
+
+    def _build_balancer(self):
+        """The job's task-weighting strategy (``weighting:``) over its tasks, applied by a :class:`TaskBalancer`."""
+        model = self.job.model
+        tasks = list(model.heads.keys())
+        weighting = registry.build("weighting", self.cfg["weighting"], self.cfg["source"], "weighting", tasks=tasks,
+                                   loss_weights=[model.loss_weights[t] for t in tasks], seed=self.cfg["seed"])
+        return TaskBalancer(weighting, self.strategy, model)
 
     # ---- hooks -------------------------------------------------------------------------------------------------
     def should_log(self, step):
@@ -102,8 +118,7 @@ class Trainer:
         """Forward, backward, gradient sync, clip, optimizer step; returns the total loss and ``{task: HeadOutput}``."""
         model = self.job.model
         total, outputs = model(batch, step=step)
-        model.backward()
-        self.strategy.reduce_gradients()
+        self.last_weights = self.balancer.backward(outputs, self.start_step if step is None else step)
         rows = model.row_gradients()
         self.last_grad_norm = self.strategy.clip_gradients(self.cfg["optimizer"]["clip_norm"], rows)
         self.optimizer.step(rows)
@@ -143,7 +158,7 @@ class Trainer:
             step += 1
             pending.append(StepRecord(step, lr, self.last_grad_norm,
                                       {t: o.global_loss.detach() for t, o in outputs.items()},
-                                      {t: dict(o.metrics) for t, o in outputs.items()}))
+                                      {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights))
             window.add(self.cfg["schedule"]["batch_size"])
             # a checkpoint or an evaluation first writes out every pending record, so a resumed run misses none
             if self.should_log(step) or self.should_save(step) or self.should_eval(step):
@@ -203,9 +218,10 @@ class Trainer:
         record = {"step": item.step, "lr": float(item.lr)}
         if item.grad_norm is not None:
             record["grad_norm"] = item.grad_norm  # global norm before clipping
-        weights = self.job.model.loss_weights
+        weights = item.weights["weight"]
         record["loss"] = float(sum(weights[t] * float(v) for t, v in item.losses.items()))
         record.update({f"loss/{t}": float(v) for t, v in item.losses.items()})
+        record.update({f"{kind}/{t}": v for kind, values in item.weights.items() for t, v in values.items()})
         record.update({f"{k}/{t}": float(v) for t, ms in item.metrics.items() for k, v in ms.items()})
         record["samples_per_s"] = round(samples_per_s, 2)
         return record
@@ -231,7 +247,8 @@ class Trainer:
     def _save(self, step):
         self.strategy.average_statistics()
         checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
-                        keep=self.cfg["checkpoint"]["keep"], sync=self.strategy.average_statistics)
+                        keep=self.cfg["checkpoint"]["keep"], sync=self.strategy.average_statistics,
+                        extra={"weighting": self.balancer.state_dict()})
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""

@@ -1,0 +1,85 @@
+"""One step's backward under a task-weighting strategy (``weighting:`` in the job; :mod:`mtl.weighting`).
+
+Exact under data + model parallelism (DESIGN.md, "Task balancing"):
+
+* Loss-based strategies see the global task losses (equal on every rank), so every rank computes the same weights;
+  the backward is the usual one with each task's loss multiplied by its weight (heads and backbone alike).
+* Gradient-based strategies act on g_t, the gradient of task t's weighted loss w.r.t. the backbone (the replicated,
+  shared parameters). Each rank holds only its rows' share, so every g_t is summed over ranks first (one fused
+  ``T x |theta|`` all-reduce); every rank then combines the same numbers and applies the same update
+  ``sum_t alpha_t g_t``. Heads keep their task gradient, scaled only where the strategy scales the task's loss.
+* The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead (one
+  all-reduce of T numbers) and runs the backbone backward once with the feature gradients scaled by ``alpha``.
+"""
+from typing import Dict
+
+import numpy as np
+import paddle
+
+
+class TaskBalancer:
+    """Applies the job's weighting strategy to every step's backward; its state goes into checkpoints."""
+
+    def __init__(self, weighting, strategy, model):
+        self.weighting = weighting
+        self.strategy = strategy
+        self.model = model
+        self.tasks = list(model.heads.keys())
+        self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
+
+    def backward(self, outputs, step: int) -> Dict[str, Dict[str, float]]:
+        """Backward of the last forward with this step's weights; gradients summed over ranks where replicated.
+
+        Returns ``{"weight": {task: w_t}, "alpha": {task: alpha_t}}`` (alpha only for gradient-based strategies)
+        for the log.
+        """
+        present = np.array([t in outputs for t in self.tasks])
+        losses = np.array([float(outputs[t].global_loss) if t in outputs else np.nan for t in self.tasks])
+        weights = self.weighting.weights(losses, present, step)
+        logged = {"weight": {t: float(w) for t, w, p in zip(self.tasks, weights, present) if p}}
+        if not self.weighting.needs_gradients:
+            self.model.backward({t: float(w) for t, w in zip(self.tasks, weights)})
+            self.strategy.reduce_gradients()
+            return logged
+        alpha = self._gradient_step(losses, present, weights, step)
+        logged["alpha"] = {t: float(a) for t, a, p in zip(self.tasks, alpha, present) if p}
+        return logged
+
+    def _gradient_step(self, losses, present, weights, step):
+        """Heads with the static weights (g_t = gradient of loss_weight_t L_t), rescaled to ``weights``; backbone
+        with the strategy's combination of the global per-task gradients."""
+        self.model.backward_heads({t: float(w) for t, w in zip(self.tasks, self.static)})
+        self._rescale_heads(weights, present)
+        if self.weighting.uses_representation:
+            gram = self.strategy.representation_gram(self.model.feature_gradients(), self.tasks)
+            alpha = self.weighting.combine(gram, losses, present, step)
+            self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
+            self.strategy.reduce_gradients()
+            return alpha
+        task_grads = self.strategy.task_gradients(self.model, self.tasks)
+        gram = paddle.matmul(task_grads, task_grads, transpose_y=True).numpy().astype(np.float64)
+        alpha = self.weighting.combine(gram, losses, present, step)
+        self.strategy.set_shared_gradient(self.model, task_grads, alpha)
+        self.strategy.reduce_gradients_except(self.strategy.shared_parameters(self.model))
+        return alpha
+
+    @paddle.no_grad()
+    def _rescale_heads(self, weights, present):
+        """Scale each head's gradients by ``w_t / loss_weight_t`` where the strategy changes a task's weight."""
+        for task, w, static, here in zip(self.tasks, weights, self.static, present):
+            if not here or w == static:
+                continue
+            factor = float(w / static) if static else 0.0
+            head = self.model.heads[task]
+            tensors = [p.grad for p in head.parameters() if p.grad is not None]
+            tensors += [row.rows.grad for row in head.row_gradients() if row.rows.grad is not None]
+            for grad in tensors:
+                grad.scale_(factor)
+
+    def state_dict(self) -> dict:
+        """The strategy's state as JSON-able values (equal on every rank; stored in the checkpoint's state.json)."""
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.weighting.state_dict().items()}
+
+    def set_state_dict(self, state: dict):
+        """Restore :meth:`state_dict` output."""
+        self.weighting.set_state_dict(state)
