@@ -11,13 +11,17 @@ class Reader:
 
     A reader is built once per process (and pickled into DataLoader workers). ``fields()`` declares every field of a
     sample; ``__getitem__(i)`` returns ``{field: np.ndarray}`` for sample ``i`` of the chosen split; ``num_classes``
-    (when the reader knows it) lets a head default its class count; ``labels()`` returns all labels of the split
-    without decoding images (used to build verification pairs and to check label ranges).
+    (when the reader knows it) lets a head default its class count, ``num_labels`` the length of a multi-hot
+    ``labels`` vector and ``num_outputs`` the length of a regression ``target`` vector (None: not provided);
+    ``labels()`` returns all labels of the split without decoding images (used to build verification pairs and to
+    check label ranges).
     A reader whose augmentation depends on the epoch defines ``set_epoch(epoch)`` and then also accepts
     ``reader[(index, epoch)]``; the step pipeline uses that form so that worker processes need no epoch state.
     """
 
     num_classes = None
+    num_labels = None
+    num_outputs = None
 
     def fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError
