@@ -1,4 +1,5 @@
 """Reader base class: a map-style dataset of samples (dicts of numpy arrays) with declared fields."""
+import os
 from typing import Dict, List
 
 import numpy as np
@@ -35,3 +36,15 @@ class Reader:
     def labels(self):
         """All labels of the split, in sample order (default: read every sample)."""
         return np.array([self[i]["label"] for i in range(len(self))])
+
+
+def missing_file(path: str, what: str = "file") -> str:
+    """The sentence for a data file that is not there: the path as given, resolved, and the folder it was taken from.
+
+    The job resolves a reader's relative ``path`` against the task file's folder when the file exists there, so a
+    relative path that reaches a reader was looked up from the working directory.
+    """
+    if os.path.isabs(path):
+        return f"{what} '{path}' does not exist"
+    return (f"{what} '{path}' does not exist (resolved to '{os.path.abspath(path)}' from the working directory "
+            f"'{os.getcwd()}'; relative paths are also tried from the task file's folder)")
