@@ -158,3 +158,13 @@ def test_numpy_reader_converts_multi_hot_and_float64_and_refuses_float_labels(tm
     with pytest.raises(ConfigError, match=r"dtypes.label: array 'label' is float64: a float64 value cannot become "
                                           r"int64 without losing information"):
         NumpyReader(path=str(tmp_path / "f.npz"), dtypes={"label": "int64"})
+
+
+def test_plugins_table_describes_the_new_readers():
+    from mtl import registry
+
+    registry.load_builtin()
+    described = {e.name: e.description for e in registry.entries("reader")}
+    assert described["table"].startswith("scikit-learn's bundled tables (iris, wine")
+    assert described["csv"].startswith("Your own table from a CSV file")
+    assert "attributes" in described["digits"]
