@@ -106,7 +106,7 @@ def test_python_tasks_are_found_by_their_declared_name(tmp_path):
 
 
 def test_missing_task_names_the_tried_path_and_the_folders(tmp_path):
-    with pytest.raises(ConfigError, match=r"task 'nowhere' not found: no file /\S+/nowhere, and no task of that "
+    with pytest.raises(ConfigError, match=r"task 'nowhere' does not exist: no file /\S+/nowhere, and no task of that "
                                           r"name .* in /\S+/tasks"):
         load_job(data={"tasks": ["nowhere"], "backbone": "mlp"})
 

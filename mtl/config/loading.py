@@ -259,7 +259,7 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
             searched = ", ".join(folders) or "no task folders"
             tried = [os.path.abspath(os.path.join(d, ref)) for d in (base_dir, os.getcwd()) if d and not
                      os.path.isabs(ref)] or [ref]
-            raise ConfigError(f"task '{ref}' not found: no file {' or '.join(dict.fromkeys(tried))}, "
+            raise ConfigError(f"task '{ref}' does not exist: no file {' or '.join(dict.fromkeys(tried))}, "
                               f"and no task of that name (file NAME.yaml/.yml/.py, or a Python file whose TASK "
                               f"declares that name) in {searched}", source, key)
         if path.endswith(".py"):
