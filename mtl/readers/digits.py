@@ -16,6 +16,22 @@ def _resize_nearest(images: np.ndarray, size: int) -> np.ndarray:
     return images[:, rows][:, :, cols]
 
 
+def _select(targets, classes, samples, split, eval_fraction, seed):
+    """(dataset indices, labels 0..C-1) of the split: per class, ``samples`` (all / even / odd positions), then a
+    seeded permutation whose first ``max(1, round(fraction * n))`` images are the evaluation split."""
+    rng = np.random.RandomState(seed)
+    chosen = []
+    for new_label, digit in enumerate(classes):
+        idx = np.flatnonzero(targets == digit)
+        if samples != "all":
+            idx = idx[(0 if samples == "even" else 1)::2]
+        idx = idx[rng.permutation(len(idx))]
+        n_eval = max(1, int(round(len(idx) * eval_fraction)))
+        part = idx[:n_eval] if split == "eval" else idx[n_eval:]
+        chosen.extend((i, new_label) for i in sorted(part))
+    return np.array([i for i, _ in chosen]), np.array([lab for _, lab in chosen], dtype=np.int64)
+
+
 @register_reader("digits")
 class DigitsReader(Reader):
     """scikit-learn's bundled handwritten digits: class label, digit attributes (multi-hot) and measured properties.
@@ -49,18 +65,7 @@ class DigitsReader(Reader):
         bad = [c for c in classes if not 0 <= c <= 9]
         if bad or len(set(classes)) != len(classes) or not classes:
             raise ConfigError(f"classes must be distinct digits 0..9, got {classes}", key="classes")
-        rng = np.random.RandomState(seed)
-        chosen = []
-        for new_label, digit in enumerate(classes):
-            idx = np.flatnonzero(data.target == digit)
-            if samples != "all":
-                idx = idx[(0 if samples == "even" else 1)::2]
-            idx = idx[rng.permutation(len(idx))]
-            n_eval = max(1, int(round(len(idx) * float(eval_fraction))))
-            part = idx[:n_eval] if split == "eval" else idx[n_eval:]
-            chosen.extend((i, new_label) for i in sorted(part))
-        order = np.array([i for i, _ in chosen])
-        self._labels = np.array([lab for _, lab in chosen], dtype=np.int64)
+        order, self._labels = _select(data.target, classes, samples, split, float(eval_fraction), seed)
         images = data.images[order].astype(np.float32) / 8.0 - 1.0
         if int(image_size) != 8:
             images = _resize_nearest(images, int(image_size))
