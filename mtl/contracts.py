@@ -56,9 +56,10 @@ def _require(task, consumer, provider, fields, provided):
                 f"but {provider} provides only: {names}"
             )
         if not need.accepts(have):
+            problem = conversion_problem(have.dtype, need.dtype) if have.dtype != need.dtype else None
             raise ContractError(
                 f"task '{task}': {consumer} needs field {need.describe()} "
-                f"but {provider} provides {have.describe()}"
+                f"but {provider} provides {have.describe()}" + (f" ({problem})" if problem else "")
             )
 
 
@@ -81,3 +82,58 @@ def check_batch(task, component, fields, batch):
             raise ContractError(
                 f"task '{task}': {component} declared {f.describe()} but a batch holds {got.describe()}"
             )
+
+
+_EXACT_FLOAT_INTEGERS = {"float32": 2 ** 24, "float64": 2 ** 53, "float16": 2 ** 11}
+
+
+def conversion_problem(source, target) -> Optional[str]:
+    """Why an array of dtype ``source`` cannot be given as ``target``, or None when the conversion is safe.
+
+    Safe: bool to any number (multi-hot flags), a narrower integer to int64, an integer to a float (exact while
+    the values stay within the float's integer range, checked by :func:`convert`), a float to float32 (the
+    precision every model here computes in). Refused: a float to an integer or bool (the fraction would be lost),
+    a number to bool.
+    """
+    source, target = canonical_dtype(source), canonical_dtype(target)
+    src, dst = np.dtype(source), np.dtype(target)
+    if src == dst or src == np.bool_ and dst != np.bool_:
+        return None
+    if dst == np.bool_:
+        return f"{source} cannot become bool without losing information"
+    if np.issubdtype(src, np.integer):
+        if np.issubdtype(dst, np.floating) or np.can_cast(src, dst, casting="safe"):
+            return None
+        return f"{source} values may not fit {target}"
+    if np.issubdtype(src, np.floating) and np.issubdtype(dst, np.floating):
+        return None if dst.itemsize >= 4 else f"{source} cannot become {target} without losing precision"
+    if np.issubdtype(src, np.floating):
+        return f"a {source} value cannot become {target} without losing information (its fraction)"
+    return f"{source} cannot be converted to {target}"
+
+
+def convert(array, dtype, what: str):
+    """``array`` as ``dtype`` when :func:`check_conversion` allows it; a DataError naming ``what`` otherwise."""
+    array = np.asarray(array)
+    check_conversion(array, dtype, what)
+    return array.astype(canonical_dtype(dtype), copy=False)
+
+
+def check_conversion(array, dtype, what: str):
+    """A DataError naming ``what`` unless ``array`` converts safely to ``dtype`` (:func:`conversion_problem`).
+
+    Integers going to a float are checked to be exactly representable (``|v| <= 2^24`` for float32).
+    """
+    from mtl.errors import DataError
+
+    target = canonical_dtype(dtype)
+    problem = conversion_problem(array.dtype, target)
+    if problem:
+        raise DataError(f"{what}: {problem}")
+    limit = _EXACT_FLOAT_INTEGERS.get(target)
+    if limit is None or not np.issubdtype(array.dtype, np.integer) or not array.size:
+        return
+    info = np.iinfo(array.dtype)
+    if max(-int(info.min), int(info.max)) > limit and int(np.abs(array).max()) > limit:  # narrow types: no scan
+        raise DataError(f"{what}: integer values up to {int(np.abs(array).max())} are not exact in {target} "
+                        f"(limit {limit})")

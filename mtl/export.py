@@ -117,7 +117,10 @@ def read_inputs(paths, shape):
 
 
 def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False):
-    """Embeddings [N, D] of ``inputs`` (paths) with the exported model; ``flip`` adds f(mirrored x)."""
+    """Embeddings [N, D] of ``inputs`` (paths) with the exported model; ``flip`` adds f(mirrored x).
+
+    ``flip`` is for image inputs ``[C, H, W]`` only (mirroring a feature vector would reverse its features).
+    """
     import paddle
 
     meta_path = os.path.join(export_dir, "export.json")
@@ -125,6 +128,9 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False)
         raise ConfigError(f"'{export_dir}' is not an export folder (no export.json); run `mtl export` first")
     with open(meta_path) as f:
         meta = json.load(f)
+    if flip and len(meta["input_shape"]) != 3:
+        raise ConfigError(f"--flip mirrors images, but this model's input '{meta['input_field']}' has shape "
+                          f"{meta['input_shape']}, not [channels, height, width]: drop --flip")
     model = paddle.jit.load(os.path.join(export_dir, "backbone"))
     model.eval()
     x = read_inputs(inputs, meta["input_shape"])
@@ -170,6 +176,6 @@ def add_cli(sub):
     p.add_argument("inputs", nargs="+", help="image files or .npy arrays [N, C, H, W]")
     p.add_argument("-o", "--output", required=True, help="where to write the embeddings (.npy)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--flip", action="store_true", help="add the embedding of the mirrored input")
+    p.add_argument("--flip", action="store_true", help="add the embedding of the mirrored image (image inputs only)")
     p.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
     p.set_defaults(func=_cmd_embed)

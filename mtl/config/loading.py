@@ -234,17 +234,42 @@ def resolve_path(path, base_dir, suffixes=("",)):
 
 
 def find_task_file(ref: str, base_dir, folders):
-    """Resolve a task reference: a file path, or a name looked up as NAME.yaml/.yml/.py in the task folders."""
+    """Resolve a task reference: a file path; else a name, looked up in the task folders (in order) as the file
+    NAME.yaml/.yml/.py, else as the ``name`` that a Python task file's ``TASK`` declares.
+
+    Two Python files declaring the same name is a ConfigError naming both. None when nothing matches.
+    """
     path = resolve_path(ref, base_dir)
     if os.path.isfile(path):
         return path
-    if not os.path.splitext(ref)[1]:
-        for folder in folders:
-            for ext in (".yaml", ".yml", ".py"):
-                candidate = os.path.join(folder, ref + ext)
-                if os.path.isfile(candidate):
-                    return candidate
-    return None
+    if os.path.splitext(ref)[1]:
+        return None
+    for folder in folders:
+        for ext in (".yaml", ".yml", ".py"):
+            candidate = os.path.join(folder, ref + ext)
+            if os.path.isfile(candidate):
+                return candidate
+    declaring = [p for p in _python_task_files(folders) if _python_task(p).get("name") == ref]
+    if len(declaring) > 1:
+        raise ConfigError(f"task name '{ref}' is declared by more than one Python task file: "
+                          f"{', '.join(declaring)}; rename one (TASK['name']) or name the file by its path")
+    return declaring[0] if declaring else None
+
+
+def _python_task_files(folders):
+    """The plug-in ``.py`` files of the task folders (as ``registry.load_folder`` imports them), sorted per folder."""
+    return [os.path.join(folder, f) for folder in folders for f in sorted(os.listdir(folder))
+            if f.endswith(".py") and not f.startswith("_")]
+
+
+def _python_task(path) -> dict:
+    """The ``TASK`` mapping of a Python task file (called if it is a function); ``{}`` when it defines none."""
+    data = getattr(registry.load_file(path), "TASK", None)
+    if callable(data):
+        data = data()
+    if not isinstance(data, dict):
+        return {}
+    return data
 
 
 def load_task(ref, base_dir, folders, source, key, overrides=()):
@@ -256,13 +281,13 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
         path = find_task_file(ref, base_dir, folders)
         if path is None:
             searched = ", ".join(folders) or "no task folders"
-            raise ConfigError(f"task file '{ref}' does not exist (also looked for a task of that name in {searched})",
-                              source, key)
+            tried = [os.path.abspath(os.path.join(d, ref)) for d in (base_dir, os.getcwd()) if d and not
+                     os.path.isabs(ref)] or [ref]
+            raise ConfigError(f"task '{ref}' does not exist: no file {' or '.join(dict.fromkeys(tried))}, "
+                              f"and no task of that name (file NAME.yaml/.yml/.py, or a Python file whose TASK "
+                              f"declares that name) in {searched}", source, key)
         if path.endswith(".py"):
-            module = registry.load_file(path)
-            data = getattr(module, "TASK", None)
-            if callable(data):
-                data = data()
+            data = _python_task(path) or None
             if not isinstance(data, dict):
                 raise ConfigError("a Python task file must define TASK, a mapping (or a function returning one)",
                                   path, "TASK")

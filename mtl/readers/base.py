@@ -1,4 +1,5 @@
 """Reader base class: a map-style dataset of samples (dicts of numpy arrays) with declared fields."""
+import os
 from typing import Dict, List
 
 import numpy as np
@@ -11,8 +12,10 @@ class Reader:
 
     A reader is built once per process (and pickled into DataLoader workers). ``fields()`` declares every field of a
     sample; ``__getitem__(i)`` returns ``{field: np.ndarray}`` for sample ``i`` of the chosen split; ``num_classes``
-    (when the reader knows it) lets a head default its class count; ``labels()`` returns all labels of the split
-    without decoding images (used to build verification pairs and to check label ranges).
+    (when the reader knows it) lets a head default its class count, ``num_labels`` the length of a multi-hot
+    ``labels`` vector and ``num_outputs`` the length of a regression ``target`` vector (None: not provided);
+    ``labels()`` returns all labels of the split without decoding images (used to build verification pairs and to
+    check label ranges).
     Declared capabilities (generic code reads them, never probes):
     ``epoch_aware``: the reader's augmentation depends on the epoch; it then also accepts ``reader[(index, epoch)]``,
     the form the step pipeline uses so that worker processes need no epoch state.
@@ -20,6 +23,8 @@ class Reader:
     """
 
     num_classes = None
+    num_labels = None
+    num_outputs = None
     epoch_aware = False
     counts_skipped = False
 
@@ -40,3 +45,15 @@ class Reader:
     def labels(self):
         """All labels of the split, in sample order (default: read every sample)."""
         return np.array([self[i]["label"] for i in range(len(self))])
+
+
+def missing_file(path: str, what: str = "file") -> str:
+    """The sentence for a data file that is not there: the path as given, resolved, and the folder it was taken from.
+
+    The job resolves a reader's relative ``path`` against the task file's folder when the file exists there, so a
+    relative path that reaches a reader was looked up from the working directory.
+    """
+    if os.path.isabs(path):
+        return f"{what} '{path}' does not exist"
+    return (f"{what} '{path}' does not exist (resolved to '{os.path.abspath(path)}' from the working directory "
+            f"'{os.getcwd()}'; relative paths are also tried from the task file's folder)")

@@ -4,6 +4,7 @@ import numpy as np
 from mtl.contracts import Field
 from mtl.errors import ConfigError
 from mtl.readers.base import Reader
+from mtl.readers.digit_features import ATTRIBUTES, PROPERTIES, attribute_matrix, choose, property_matrix
 from mtl.registry import register_reader
 
 
@@ -15,17 +16,40 @@ def _resize_nearest(images: np.ndarray, size: int) -> np.ndarray:
     return images[:, rows][:, :, cols]
 
 
+def _select(targets, classes, samples, split, eval_fraction, seed):
+    """(dataset indices, labels 0..C-1) of the split: per class, ``samples`` (all / even / odd positions), then a
+    seeded permutation whose first ``max(1, round(fraction * n))`` images are the evaluation split."""
+    rng = np.random.RandomState(seed)
+    chosen = []
+    for new_label, digit in enumerate(classes):
+        idx = np.flatnonzero(targets == digit)
+        if samples != "all":
+            idx = idx[(0 if samples == "even" else 1)::2]
+        idx = idx[rng.permutation(len(idx))]
+        n_eval = max(1, int(round(len(idx) * eval_fraction)))
+        part = idx[:n_eval] if split == "eval" else idx[n_eval:]
+        chosen.extend((i, new_label) for i in sorted(part))
+    return np.array([i for i, _ in chosen]), np.array([lab for _, lab in chosen], dtype=np.int64)
+
+
 @register_reader("digits")
 class DigitsReader(Reader):
-    """scikit-learn load_digits: a class subset, a deterministic train/eval split, labels remapped to 0..C-1.
+    """scikit-learn's bundled handwritten digits: class label, digit attributes (multi-hot) and measured properties.
 
+    A class subset, a deterministic train/eval split, labels remapped to 0..C-1. Every sample also carries
+    ``labels``, a float32 multi-hot vector of the numeral's ``attributes`` (default: all of
+    :data:`~mtl.readers.digit_features.ATTRIBUTES`: even, prime, at_least_5, closed_loop, vertical_stroke,
+    horizontal_stroke, curved) for the ``multilabel`` head, and ``target``, a float32 vector of the image's measured
+    ``properties`` (default: all of :data:`~mtl.readers.digit_features.PROPERTIES`: ink, row_centre, col_centre,
+    stroke_width) for the ``regression`` head; ``num_labels`` and ``num_outputs`` give their lengths.
     Pixels (0..16) are scaled to [-1, 1]. ``samples`` picks a deterministic part of each class's images ("even":
     every other image starting at 0, "odd": starting at 1, "all"), so that two tasks can share classes but never
     samples. The split holds out ``eval_fraction`` of each class (stratified, seeded by ``seed``).
     """
 
     def __init__(self, classes=None, split="train", eval_fraction=0.3, samples="all", image_size=8,
-                 channels=1, seed=0, label_field="label", image_field="image"):
+                 channels=1, seed=0, label_field="label", image_field="image", attributes=None, properties=None,
+                 labels_field="labels", target_field="target"):
         from sklearn.datasets import load_digits
 
         if split not in ("train", "eval"):
@@ -34,23 +58,14 @@ class DigitsReader(Reader):
             raise ConfigError(f"samples must be 'all', 'even' or 'odd', got {samples!r}", key="samples")
         if not 0.0 < float(eval_fraction) < 1.0:
             raise ConfigError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}", key="eval_fraction")
+        self.attribute_names = choose(attributes, ATTRIBUTES, "attributes")
+        self.property_names = choose(properties, PROPERTIES, "properties")
         data = load_digits()
         classes = list(range(10)) if classes is None else [int(c) for c in classes]
         bad = [c for c in classes if not 0 <= c <= 9]
         if bad or len(set(classes)) != len(classes) or not classes:
             raise ConfigError(f"classes must be distinct digits 0..9, got {classes}", key="classes")
-        rng = np.random.RandomState(seed)
-        chosen = []
-        for new_label, digit in enumerate(classes):
-            idx = np.flatnonzero(data.target == digit)
-            if samples != "all":
-                idx = idx[(0 if samples == "even" else 1)::2]
-            idx = idx[rng.permutation(len(idx))]
-            n_eval = max(1, int(round(len(idx) * float(eval_fraction))))
-            part = idx[:n_eval] if split == "eval" else idx[n_eval:]
-            chosen.extend((i, new_label) for i in sorted(part))
-        order = np.array([i for i, _ in chosen])
-        self._labels = np.array([lab for _, lab in chosen], dtype=np.int64)
+        order, self._labels = _select(data.target, classes, samples, split, float(eval_fraction), seed)
         images = data.images[order].astype(np.float32) / 8.0 - 1.0
         if int(image_size) != 8:
             images = _resize_nearest(images, int(image_size))
@@ -60,17 +75,30 @@ class DigitsReader(Reader):
         self._images = np.ascontiguousarray(images, dtype=np.float32)
         self.num_classes = len(classes)
         self.source_indices = order
+        self._attributes = attribute_matrix(data.target[order], self.attribute_names)
+        self._properties = property_matrix(data.images[order], self.property_names)
+        self.num_labels = len(self.attribute_names)
+        self.num_outputs = len(self.property_names)
         self.label_field = label_field
         self.image_field = image_field
+        self.labels_field = labels_field
+        self.target_field = target_field
+        names = [image_field, label_field, labels_field, target_field]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"field names must be distinct, got {names}", key="labels_field")
 
     def fields(self):
-        return [Field(self.image_field, self._images.shape[1:], "float32"), Field(self.label_field, (), "int64")]
+        """The image, the class label, the attribute vector and the property vector."""
+        return [Field(self.image_field, self._images.shape[1:], "float32"), Field(self.label_field, (), "int64"),
+                Field(self.labels_field, (self.num_labels,), "float32"),
+                Field(self.target_field, (self.num_outputs,), "float32")]
 
     def __len__(self):
         return len(self._labels)
 
     def __getitem__(self, index):
-        return {self.image_field: self._images[index], self.label_field: self._labels[index]}
+        return {self.image_field: self._images[index], self.label_field: self._labels[index],
+                self.labels_field: self._attributes[index], self.target_field: self._properties[index]}
 
     def labels(self):
         return self._labels.copy()
