@@ -18,6 +18,7 @@ class MultiLabelHead(Head):
     positive term of the loss, as in ``BCEWithLogits``.
     """
 
+    reader_sizes = {"num_classes": "num_labels"}  # one output per multi-hot label of the reader
     primary_metric = "mAP"
     higher_is_better = True
 

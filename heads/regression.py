@@ -20,6 +20,7 @@ class RegressionHead(Head):
     else delta * (|d| - 0.5 delta)), where d = prediction - target. Targets are float32 vectors in field ``target``.
     """
 
+    reader_sizes = {"num_outputs": "num_outputs"}
     primary_metric = "rmse"
     higher_is_better = False
 

@@ -99,8 +99,9 @@ def _build_task(cfg, tcfg, backbone, ctx) -> Task:
     head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
     paddle.seed(task_seed(cfg["seed"], name))
     head_ctx = {"feature_size": backbone.feature_size, "seed": task_seed(cfg["seed"], name)}
-    if reader.num_classes is not None:
-        head_ctx["num_classes"] = reader.num_classes
+    sizes = reader.sizes()
+    head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
+    head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
     head = registry.build("head", tcfg["head"], source, head_key, **head_ctx)
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())

@@ -18,9 +18,8 @@ from mtl.errors import ConfigError
 
 KINDS = ("reader", "backbone", "head", "weighting")
 # Constructor arguments the runner supplies at build time (not required in configs).
-CONTEXT_KEYS = frozenset(
-    {"feature_size", "num_classes", "seed", "split", "image_size", "channels", "shape", "tasks", "loss_weights"}
-)
+CONTEXT_KEYS = frozenset({"feature_size", "num_classes", "num_outputs", "seed", "split", "image_size", "channels",
+                          "shape", "tasks", "loss_weights"})
 ENTRY_POINT_GROUP = "mtl.plugins"
 
 

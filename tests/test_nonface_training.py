@@ -74,9 +74,6 @@ def test_head_swap_on_the_demo_reaches_real_targets():
         build_job(load_job(os.path.join(CONFIGS, "demo.yaml"), ["tasks.2.head={type: multilabel, num_classes: 10}"]))
 
 
-@pytest.mark.xfail(strict=True, raises=(ContractError, ConfigError),
-                   reason="needs the core (mtl/job.py) to size heads from the reader's num_labels / num_outputs and "
-                          "to compare num_classes with the reader's classes only for class-label heads")
 @pytest.mark.parametrize("head", ["{type: multilabel}", "{type: regression}"])
 def test_bare_head_swap_on_the_demo(head):
     job = build_job(load_job(os.path.join(CONFIGS, "demo.yaml"), [f"tasks.2.head={head}"]))

@@ -20,6 +20,8 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``primary_metric`` and ``higher_is_better``: the metric shown first (and compared across runs) and its direction.
 * ``row_sparse``: training hands the optimizer row gradients (the optimizer must support a row-sparse update);
 * ``row_gradients()``: row-sparse gradients (Partial FC) the optimizer applies to those rows only.
+* ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
+  config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
 * ``set_step(step)``: the global step of the next training forward, given by the joint model.
 """
 from dataclasses import dataclass, field
@@ -53,6 +55,7 @@ class Head(paddle.nn.Layer):
 
     sharded = False
     row_sparse = False
+    reader_sizes = {"num_classes": "num_classes"}
     primary_metric = "loss"
     higher_is_better = False
 

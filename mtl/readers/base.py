@@ -28,6 +28,10 @@ class Reader:
     epoch_aware = False
     counts_skipped = False
 
+    def sizes(self) -> dict:
+        """The sizes a head may take from this reader: ``num_classes``, ``num_labels``, ``num_outputs``."""
+        return {"num_classes": self.num_classes, "num_labels": self.num_labels, "num_outputs": self.num_outputs}
+
     @property
     def bad_samples(self) -> int:
         """Samples skipped so far (0 for readers that never skip)."""
