@@ -42,6 +42,7 @@ def combined(strategy, g, losses=None, present=None, step=0):
 
 
 def all_present(num_tasks):
+    """Every task present."""
     return np.ones(num_tasks, bool)
 
 
