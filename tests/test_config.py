@@ -132,3 +132,10 @@ def test_mtl_train_command_runs_a_job(tmp_path):
     again = subprocess.run([sys.executable, "-m", "mtl.cli", "train", path], capture_output=True, text=True, cwd=ROOT,
                            env=dict(os.environ, PYTHONPATH=ROOT))
     assert again.returncode == 2 and "already holds checkpoints" in again.stderr
+
+
+def test_readme_config_reference_is_generated_from_the_schema():
+    """README's key tables are `python -m mtl.config.reference --write` output: a schema change updates them."""
+    from mtl.config.reference import readme_reference, reference
+
+    assert readme_reference() == reference().strip(), "run: python -m mtl.config.reference --write"

@@ -85,7 +85,8 @@ JOB = {
     "schedule": Section(SCHEDULE, doc="how steps are composed"),
     "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
     "log": Section({
-        "every": Opt(int, 10, min=1, doc="log every N steps"),
+        "every": Opt(int, 10, min=1, doc="write metrics.jsonl (one record per step), the log and the progress bar "
+                                         "every N steps"),
         "progress": Opt(bool, True, doc="show a progress bar (rank 0)"),
         "plot": Opt(bool, True, doc="write loss_curves.png at the end"),
     }, doc="logging"),

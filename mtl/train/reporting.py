@@ -24,8 +24,8 @@ def setup_logging(output_dir, rank):
 
 
 class MetricsLog:
-    """Appends JSON records to ``metrics.jsonl`` (rank 0 only) and keeps them in memory: one per logged step
-    (``loss`` ...), plus one per evaluation (``eval/<task>/<metric>`` ...).
+    """Appends JSON records to ``metrics.jsonl`` (rank 0 only) and keeps them in memory: one per training step
+    (``loss`` ..., written out every ``log.every`` steps), plus one per evaluation (``eval/<task>/<metric>`` ...).
 
     ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.train.rundir``).
     """

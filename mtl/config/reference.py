@@ -1,0 +1,48 @@
+"""The README's config reference, generated from the schema: ``python -m mtl.config.reference [--write]``.
+
+The tables between the ``config-reference`` markers of README.md are this module's output; a test checks that they
+are up to date, so a key added to the schema without ``--write`` fails the suite.
+"""
+import os
+import sys
+
+from tabulate import tabulate
+
+from mtl.config.loading import JOB, REPO_ROOT, TASK
+from mtl.config.schema import describe
+
+BEGIN, END = "<!-- config-reference -->", "<!-- /config-reference -->"
+README = os.path.join(REPO_ROOT, "README.md")
+
+
+def reference() -> str:
+    """Markdown: the job keys' table, then the task files' table."""
+    headers = ["key", "type", "default", "meaning"]
+    job = tabulate(describe(JOB), headers=headers, tablefmt="github")
+    task = tabulate(describe(TASK), headers=headers, tablefmt="github")
+    return f"{job}\n\nTask files:\n\n{task}"
+
+
+def readme_reference(path: str = README) -> str:
+    """The text between the markers in the README (empty when they are missing)."""
+    with open(path) as f:
+        content = f.read()
+    if BEGIN not in content or END not in content:
+        return ""
+    return content.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+
+
+def write(path: str = README):
+    """Replace the text between the markers with :func:`reference`."""
+    with open(path) as f:
+        content = f.read()
+    head, rest = content.split(BEGIN, 1)
+    with open(path, "w") as f:
+        f.write(head + BEGIN + "\n" + reference() + "\n" + END + rest.split(END, 1)[1])
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        write()
+    else:
+        print(reference())
