@@ -90,9 +90,11 @@ def train(args):
     from mtl.config.loading import load_job
     from mtl.job import build_job
     from mtl.runtime import init_distributed, select_device
+    from mtl.train.scalars import check_available
     from mtl.train.trainer import Trainer
 
     cfg = load_job(args.config, args.overrides)
+    check_available(cfg)
     select_device(cfg["device"], cfg["source"])
     init_distributed()
     job = build_job(cfg)

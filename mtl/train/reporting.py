@@ -27,12 +27,15 @@ class MetricsLog:
     (``loss`` ...), plus one per evaluation (``eval/<task>/<metric>`` ...).
 
     ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.train.rundir``).
+    With ``log.visualdl: true`` in the run's ``job.json`` every record also goes to VisualDL
+    (:mod:`mtl.train.scalars`), the kept records first.
     """
 
     def __init__(self, path, enabled=True, records=None):
         self.path = path
         self.enabled = enabled
         self.records = list(records or [])
+        self._scalars = None  # built on the first write, when the trainer has written job.json
         if enabled:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             with open(path, "w") as f:
@@ -41,10 +44,16 @@ class MetricsLog:
 
     def write(self, record):
         """Append one record."""
+        if self.enabled and self._scalars is None:
+            from mtl.train.scalars import writer_for_run
+
+            self._scalars = writer_for_run(os.path.dirname(self.path) or ".", self.records) or False
         self.records.append(record)
         if self.enabled:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+            if self._scalars:
+                self._scalars.write(record)
 
 
 def _fmt(v):
