@@ -24,8 +24,8 @@ def _load_job_cfg(run_dir):
         return json.load(f)
 
 
-def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
-    """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
+def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
+    """(backbone in eval mode, its config, checkpoint folder, averaged?) of a run's latest (or given) checkpoint.
 
     ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
     """
@@ -38,7 +38,7 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     cfg = _load_job_cfg(run_dir)
     ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)
     if ckpt is None or not os.path.isfile(os.path.join(ckpt, "state.json")):
-        raise ConfigError(f"'{run_dir}' has no complete checkpoint to export")
+        raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")
     avg_file = os.path.join(ckpt, "backbone.averaged.pdparams")
     use_avg = os.path.isfile(avg_file) if averaged is None else bool(averaged)
     if use_avg and not os.path.isfile(avg_file):
@@ -52,6 +52,20 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
     backbone.set_state_dict(paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams")))
     backbone.eval()
+    return backbone, backbone_cfg, ckpt, use_avg
+
+
+def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
+    """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
+
+    ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
+    """
+    import paddle
+
+    from mtl.train import checkpoint
+
+    cfg = _load_job_cfg(run_dir)
+    backbone, backbone_cfg, ckpt, use_avg = load_run_backbone(run_dir, checkpoint_path, averaged)
     field = backbone.input_fields()[0]
     model = _embedding_model(backbone, field.name)
     spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
