@@ -1,25 +1,40 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# The Paddle wheel: DEVICE=auto (GPU wheel when nvidia-smi works), gpu or cpu; CUDA=cu118|cu126|cu129 picks the GPU
+# build (default: the newest the driver runs). `make paddle-wheel` prints the choice and the pip commands only.
 PYTHON ?= python3
+DEVICE ?= auto
+CUDA ?=
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-$(DEVICE)
+EXTRAS := $(VENV)/.installed-extras
+SELECT_PADDLE = tools/select_paddle.py --device $(DEVICE) $(if $(CUDA),--cuda $(CUDA))
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test bench lint venv clean paddle-wheel
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt setup.py
+$(STAMP): requirements.txt setup.py tools/select_paddle.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) $(SELECT_PADDLE) --python $(PY)
 	$(PY) -m pip install --quiet --no-deps -e .
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
+
+# optional extra: ONNX export (paddle2onnx, onnxruntime) and VisualDL scalars; `make test` installs it
+$(EXTRAS): requirements-extras.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-extras.txt
+	touch $(EXTRAS)
+
+paddle-wheel:
+	$(PYTHON) $(SELECT_PADDLE) --python $(PY) --dry-run
 
 demo: $(STAMP)
 	$(PY) examples/train_joint.py --overwrite
 
-test: $(STAMP)
+test: $(STAMP) $(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)

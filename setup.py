@@ -18,6 +18,8 @@ setup(
         "pillow==13.0.0",
         "opencv-python-headless==5.0.0.93",
     ],
-    extras_require={"test": ["pytest==9.2.0", "ruff==0.17.6", "scipy==1.17.1"]},
+    extras_require={"test": ["pytest==9.2.0", "ruff==0.17.6", "scipy==1.17.1"],
+                    # the same pins as requirements-extras.txt: ONNX export and VisualDL scalars
+                    "ecosystem": ["paddle2onnx==2.1.0", "onnx==1.17.0", "onnxruntime==1.32.0", "visualdl==2.5.3"]},
     entry_points={"console_scripts": ["mtl=mtl.cli:main"]},
 )

@@ -1,4 +1,6 @@
-"""Train a multi-task job: ``python examples/train_joint.py [CONFIG] [--set key.path=value ...] [--resume]``.
+"""Train a multi-task job: ``python examples/train_joint.py [CONFIG | -c CONFIG] [-o key.path=value ...] [--resume]``.
+
+``-c``/``-o`` are Paddle's spellings (PaddleClas, PaddleDetection) of the positional CONFIG and ``--set``.
 
 Without arguments it trains the default demo (examples/configs/demo.yaml) on scikit-learn's bundled digits.
 Under ``python -m paddle.distributed.launch --nproc_per_node N examples/train_joint.py CONFIG`` it trains on N

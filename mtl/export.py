@@ -3,6 +3,8 @@
 ``mtl export RUN_DIR OUT_DIR`` writes ``OUT_DIR/backbone`` (a Paddle inference model from ``paddle.jit.save``, with
 the averaged weights when the run averaged them), ``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards
 merged along the class axis) and ``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks).
+With ``--onnx`` it also writes ``OUT_DIR/backbone.onnx`` (through paddle2onnx, batch axis dynamic), for deployment with
+onnxruntime and the like; paddle2onnx and onnxruntime are an optional extra (requirements-extras.txt).
 ``mtl embed OUT_DIR IMAGES... -o emb.npy`` embeds image files (decoded, resized, ``(x/255 - 0.5)/0.5``) or ``.npy``
 arrays ``[N, C, H, W]`` with the exported model.
 """
@@ -22,8 +24,8 @@ def _load_job_cfg(run_dir):
         return json.load(f)
 
 
-def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
-    """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
+def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
+    """(backbone in eval mode, its config, checkpoint folder, averaged?) of a run's latest (or given) checkpoint.
 
     ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
     """
@@ -35,7 +37,7 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     cfg = _load_job_cfg(run_dir)
     ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)
     if ckpt is None or not os.path.isfile(os.path.join(ckpt, "state.json")):
-        raise ConfigError(f"'{run_dir}' has no complete checkpoint to export")
+        raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")
     avg_file = os.path.join(ckpt, "backbone.averaged.pdparams")
     use_avg = os.path.isfile(avg_file) if averaged is None else bool(averaged)
     if use_avg and not os.path.isfile(avg_file):
@@ -46,6 +48,20 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
     backbone.set_state_dict(paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams")))
     backbone.eval()
+    return backbone, backbone_cfg, ckpt, use_avg
+
+
+def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
+    """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
+
+    ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
+    """
+    import paddle
+
+    from mtl.train import checkpoint
+
+    cfg = _load_job_cfg(run_dir)
+    backbone, backbone_cfg, ckpt, use_avg = load_run_backbone(run_dir, checkpoint_path, averaged)
     field = backbone.input_fields()[0]
     model = _embedding_model(backbone, field.name)
     spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
@@ -67,6 +83,36 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta
+
+
+def export_onnx(out_dir, opset=13):
+    """Convert ``out_dir/backbone`` (the Paddle inference model) to ``out_dir/backbone.onnx``; return its path.
+
+    The input's batch axis stays dynamic (the InputSpec's ``None``), so one file serves any batch size. The
+    optimisation pass is onnxoptimizer's: paddle2onnx's default (polygraphy) installs packages at run time.
+    """
+    try:
+        import paddle2onnx
+        from paddle2onnx.utils import logging as p2o_logging
+    except ImportError:
+        raise ConfigError("--onnx needs paddle2onnx, which is not installed (pip install -r "
+                          "requirements-extras.txt)") from None
+    model_file = os.path.join(out_dir, "backbone.json")
+    params_file = os.path.join(out_dir, "backbone.pdiparams")
+    if not os.path.isfile(model_file):
+        raise ConfigError(f"'{out_dir}' holds no Paddle inference model backbone.json to convert to ONNX")
+    if os.environ.get("MTL_VERBOSE") != "1":
+        p2o_logging.log_level = 0  # its errors only
+    path = os.path.join(out_dir, "backbone.onnx")
+    if os.path.exists(path):
+        os.remove(path)
+    try:
+        paddle2onnx.export(model_file, params_file, path, opset_version=int(opset), optimize_tool="onnxoptimizer")
+    except Exception as exc:  # noqa: BLE001 - paddle2onnx reports unsupported operators as assorted exceptions
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX: {exc}") from None
+    if not os.path.isfile(path):
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX (see its error above)")
+    return path
 
 
 def _embedding_model(backbone, field):
@@ -151,9 +197,14 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False)
 def _cmd_export(args):
     averaged = {"auto": None, "averaged": True, "live": False}[args.weights]
     meta = export(args.run_dir, args.out_dir, args.checkpoint, averaged)
+    if args.onnx:
+        meta["onnx"] = os.path.basename(export_onnx(args.out_dir, args.opset))
+        meta["onnx_opset"] = args.opset
+        with open(os.path.join(args.out_dir, "export.json"), "w") as f:
+            json.dump(meta, f, indent=1)
     print(f"exported step {meta['step']} ({'averaged' if meta['averaged'] else 'live'} weights) to {args.out_dir}: "
           f"backbone (input {meta['input_field']} {meta['input_shape']}, {meta['feature_size']}-d), heads "
-          f"{', '.join(meta['heads'])}")
+          f"{', '.join(meta['heads'])}" + (f"; ONNX {meta['onnx']} (dynamic batch)" if args.onnx else ""))
 
 
 def _cmd_embed(args):
@@ -170,6 +221,8 @@ def add_cli(sub):
     p.add_argument("--checkpoint", help="a checkpoint folder (default: the run's latest)")
     p.add_argument("--weights", choices=["auto", "averaged", "live"], default="auto",
                    help="auto: averaged when the run averaged (default)")
+    p.add_argument("--onnx", action="store_true", help="also write backbone.onnx (dynamic batch) via paddle2onnx")
+    p.add_argument("--opset", type=int, default=13, help="ONNX opset of --onnx (default 13)")
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("embed", help="embed images or .npy arrays with an exported model")
     p.add_argument("export_dir")

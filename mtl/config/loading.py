@@ -89,6 +89,7 @@ JOB = {
                                          "every N steps"),
         "progress": Opt(bool, True, doc="show a progress bar (rank 0)"),
         "plot": Opt(bool, True, doc="write loss_curves.png at the end"),
+        "visualdl": Opt(bool, False, doc="write every logged scalar to output_dir/vdl/ (VisualDL, optional extra)"),
     }, doc="logging"),
     "eval": Section({
         "every": Opt(int, 0, min=0, doc="evaluate every N steps (0: only at the end)"),

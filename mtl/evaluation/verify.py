@@ -13,14 +13,17 @@ from mtl.evaluation.metrics import pair_distances, roc_curve, verification
 
 
 @paddle.no_grad()
-def embed_pairs(backbone, vset, batch_size=128, image_field="image"):
-    """normalize(f(x) + f(flip x)) for every image of the set, [2P, D] numpy (backbone in eval mode)."""
+def embed_pairs(backbone, vset, batch_size=128, image_field="image", flip=True):
+    """normalize(f(x) + f(flip x)) (``flip=False``: normalize(f(x))) for every image of the set, [2P, D] numpy
+    (backbone in eval mode)."""
     was_training = backbone.training
     backbone.eval()
     out = []
     try:
         for plain, flipped in zip(vset.batches(batch_size, flip=False), vset.batches(batch_size, flip=True)):
-            f = backbone({image_field: paddle.to_tensor(plain)}) + backbone({image_field: paddle.to_tensor(flipped)})
+            f = backbone({image_field: paddle.to_tensor(plain)})
+            if flip:
+                f = f + backbone({image_field: paddle.to_tensor(flipped)})
             out.append(f.numpy())
     finally:
         if was_training:
@@ -51,11 +54,11 @@ def plot_roc(curves, path, title):
     plt.close(fig)
 
 
-def evaluate_sets(backbone, sets, batch_size=128, image_field="image", roc_path=None, title="ROC"):
+def evaluate_sets(backbone, sets, batch_size=128, image_field="image", roc_path=None, title="ROC", flip=True):
     """``{"<set>/accuracy", "<set>/std", "<set>/val_at_far", ...}`` for loaded sets; optional ROC PNG."""
     results, curves = {}, {}
     for vset in sets:
-        emb = embed_pairs(backbone, vset, batch_size, image_field)
+        emb = embed_pairs(backbone, vset, batch_size, image_field, flip)
         res = verification(emb, vset.issame, folds=min(10, vset.num_pairs))
         for k, v in res.items():
             results[f"{vset.name}/{k}"] = float(v)

@@ -28,12 +28,19 @@ class MetricsLog:
     (``loss`` ..., written out every ``log.every`` steps), plus one per evaluation (``eval/<task>/<metric>`` ...).
 
     ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.train.rundir``).
+    With ``visualdl`` (the job's ``log.visualdl``) every record also goes to VisualDL (:mod:`mtl.train.scalars`)
+    under ``<folder of path>/vdl``, the kept records first.
     """
 
-    def __init__(self, path, enabled=True, records=None):
+    def __init__(self, path, enabled=True, records=None, visualdl=False):
         self.path = path
         self.enabled = enabled
         self.records = list(records or [])
+        self._scalars = None
+        if enabled and visualdl:
+            from mtl.train.scalars import SCALAR_DIR, ScalarWriter
+
+            self._scalars = ScalarWriter(os.path.join(os.path.dirname(path) or ".", SCALAR_DIR), self.records)
         if enabled:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             with open(path, "w") as f:
@@ -46,6 +53,8 @@ class MetricsLog:
         if self.enabled:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+            if self._scalars:
+                self._scalars.write(record)
 
 
 def _fmt(v):

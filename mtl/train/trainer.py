@@ -69,7 +69,8 @@ class Trainer:
             kept = rundir.keep_until(self.output_dir, self.start_step) if self.resumed_from else []
             if not self.resumed_from:
                 rundir.start_fresh(self.output_dir)
-        self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main, kept)
+        self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main, kept,
+                                  visualdl=self.cfg["log"]["visualdl"])
         self.evaluator = Evaluator(job, self.output_dir)
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
@@ -127,7 +128,9 @@ class Trainer:
         return total, outputs
 
     def _to_tensors(self, batch):
-        return {t: {k: paddle.to_tensor(v) for k, v in sub.items()} for t, sub in batch.items()}
+        """The step batch as tensors (the DataLoader already yields tensors; numpy arrays from tests are wrapped)."""
+        return {t: {k: v if isinstance(v, paddle.Tensor) else paddle.to_tensor(v) for k, v in sub.items()}
+                for t, sub in batch.items()}
 
     def _check_first(self, batch, seen):
         """Check the first batch of every task against the fields its backbone and head declared."""
