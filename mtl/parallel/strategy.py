@@ -29,23 +29,34 @@ def _squared_norm(tensors) -> paddle.Tensor:
     return total
 
 
+def _grads(params):
+    return [p.grad for p in params if p.grad is not None]
+
+
 @paddle.no_grad()
+def global_grad_norm(replicated, sharded) -> float:
+    """``||g||`` over every rank's parameters: the replicated squares (identical on every rank after the gradient
+    sync) plus the all-reduce SUM over ranks of the sharded squares. Equal on every rank (one scalar all-reduce)."""
+    norm_sq = _squared_norm(_grads(replicated)) + distributed.all_reduce_sum(_squared_norm(_grads(sharded)))
+    return float(paddle.sqrt(norm_sq))
+
+
+@paddle.no_grad()
+def scale_to_norm(tensors, norm: float, max_norm: float):
+    """Scale the gradients of ``tensors`` by ``max_norm / norm`` when ``norm > max_norm`` (and finite)."""
+    if norm > max_norm and math.isfinite(norm):
+        for g in _grads(tensors):
+            g.scale_(max_norm / norm)
+
+
 def clip_grad_global_norm(replicated, sharded, max_norm: float) -> float:
     """Scale all gradients so that the global norm over every rank's parameters is at most ``max_norm``.
 
-    ``replicated`` / ``sharded``: parameters (or any tensors holding ``.grad``). norm^2 = sum over replicated grads
-    (identical on every rank after the gradient sync) + all-reduce SUM over ranks of the sharded grads' squares;
+    ``replicated`` / ``sharded``: parameters (or any tensors holding ``.grad``); see :func:`global_grad_norm`.
     scale = max_norm / max(norm, max_norm). Returns the norm before clipping.
     """
-    def grads(params):
-        return [p.grad for p in params if p.grad is not None]
-
-    norm_sq = _squared_norm(grads(replicated)) + distributed.all_reduce_sum(_squared_norm(grads(sharded)))
-    norm = float(paddle.sqrt(norm_sq))
-    if norm > max_norm and math.isfinite(norm):
-        scale = max_norm / norm
-        for g in grads(list(replicated) + list(sharded)):
-            g.scale_(scale)
+    norm = global_grad_norm(replicated, sharded)
+    scale_to_norm(list(replicated) + list(sharded), norm, max_norm)
     return norm
 
 
@@ -89,16 +100,19 @@ class ParallelStrategy:
         if self.world > 1:
             distributed.all_reduce_flat(self.statistics, divisor=self.world)
 
-    def clip_gradients(self, max_norm: Optional[float], row_gradients=()) -> Optional[float]:
-        """Clip every gradient of this step to the global norm ``max_norm`` (None: no clipping, returns None).
+    def grad_norm(self, row_gradients=()) -> float:
+        """Global norm of every gradient of this step, equal on every rank (one scalar all-reduce).
 
         ``row_gradients`` (:class:`mtl.train.sparse.RowGradient`) are the row-sparse gradients heads hand to the
-        optimizer (sharded: each rank holds its own rows); they count in the norm and are scaled too.
+        optimizer (sharded: each rank holds its own rows); they count in the norm.
         """
-        if not max_norm:
-            return None
-        rows = [r.rows for r in row_gradients]
-        return clip_grad_global_norm(self.replicated, self.sharded + rows, max_norm)
+        return global_grad_norm(self.replicated, self.sharded + [r.rows for r in row_gradients])
+
+    def clip_gradients(self, max_norm: Optional[float], norm: float, row_gradients=()):
+        """Scale every gradient of this step (row-sparse ones too) to the global norm ``max_norm`` (None: no
+        clipping); ``norm`` is :meth:`grad_norm`'s."""
+        if max_norm:
+            scale_to_norm(self.replicated + self.sharded + [r.rows for r in row_gradients], norm, max_norm)
 
     def agree_on_error(self, text: Optional[str]) -> Optional[str]:
         """Every rank learns the first error any rank met this step (``kind\\nmessage`` text), or None."""

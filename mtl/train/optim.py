@@ -108,6 +108,10 @@ class JointOptimizer:
         self.dense.clear_grad(set_to_zero=False)
         self.lr.step()
 
+    def discard(self):
+        """Drop this step's gradients without updating anything (a skipped step: the schedule does not advance)."""
+        self.dense.clear_grad(set_to_zero=False)
+
     def state_dict(self) -> dict:
         """Dense state with structured keys, plus ``<parameter>::sparse_velocity`` for every row velocity."""
         state = structured_optimizer_state(self.dense.state_dict(), self.model)

@@ -48,7 +48,8 @@ class MetricsLog:
                     f.write(json.dumps(r) + "\n")
 
     def write(self, record):
-        """Append one record."""
+        """Append one record; non-finite numbers become null, so that the file is strict JSON."""
+        record = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
         self.records.append(record)
         if self.enabled:
             with open(self.path, "a") as f:
@@ -104,15 +105,16 @@ def plot_losses(records, tasks, path, smooth=0.8):
     fig, axes = plt.subplots(2 if weighted else 1, 1, figsize=(7, 6.5 if weighted else 4), squeeze=False)
     ax = axes[0, 0]
     for task in tasks:
-        _plot_series(ax, [(r["step"], r[f"loss/{task}"]) for r in records if f"loss/{task}" in r], task, smooth)
-    total = [(r["step"], r["loss"]) for r in records if "loss" in r]
+        _plot_series(ax, [(r["step"], r[f"loss/{task}"]) for r in records if r.get(f"loss/{task}") is not None],
+                     task, smooth)
+    total = [(r["step"], r["loss"]) for r in records if r.get("loss") is not None]
     if total:
         ax.plot(*zip(*total), label="total (raw)", color="black", linewidth=0.8, alpha=0.3)
     _finish_axes(ax, "loss", "training loss per task", log=True)
     if weighted:
         for task in tasks:
-            _plot_series(axes[1, 0], [(r["step"], r[f"weight/{task}"]) for r in records if f"weight/{task}" in r],
-                         task, 0.0)
+            _plot_series(axes[1, 0], [(r["step"], r[f"weight/{task}"]) for r in records
+                                      if r.get(f"weight/{task}") is not None], task, 0.0)
         _finish_axes(axes[1, 0], "weight", "task weights (weighting strategy)", log=False)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -160,7 +162,7 @@ def _mean(values):
 
 def task_summary(task, records, live, averaged):
     """One task's entry of ``summary.json``: head, loss at the start and end, metrics, primary metric."""
-    losses = [r[f"loss/{task.name}"] for r in records if f"loss/{task.name}" in r]
+    losses = [r[f"loss/{task.name}"] for r in records if r.get(f"loss/{task.name}") is not None]
     tenth = max(1, len(losses) // 10)
     info = {
         "head": task.cfg["head"]["type"],

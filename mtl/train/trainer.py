@@ -10,6 +10,7 @@ goes through :class:`mtl.parallel.strategy.ParallelStrategy`; the loop itself ne
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from mtl.parallel.strategy import ParallelStrategy
 from mtl.train import checkpoint, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
+from mtl.train.guard import NonFiniteGuard
 from mtl.train.optim import JointOptimizer
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
 
@@ -42,6 +44,7 @@ class StepRecord:
     losses: Dict[str, paddle.Tensor]
     metrics: Dict[str, Dict[str, paddle.Tensor]]
     weights: Dict[str, Dict[str, float]]  # {"weight": {task: w_t}} (+ "alpha" for gradient-based strategies)
+    nonfinite: bool = False  # the step's update was not applied (on_nonfinite)
 
 
 class Trainer:
@@ -60,7 +63,8 @@ class Trainer:
         self.strategy.seed_random(self.cfg["seed"])  # dropout masks per rank; a checkpoint restores them
         self.averager = build_averager(self.cfg["averaging"], job.model, source=self.cfg["source"])
         self.balancer = self._build_balancer()
-        self.last_grad_norm, self.last_weights = None, {}
+        self.guard = NonFiniteGuard(self.cfg["on_nonfinite"], self.cfg["max_consecutive_nonfinite"])
+        self.last_grad_norm, self.last_weights, self.last_bad = None, {}, []
         rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"])
         setup_logging(self.output_dir, self.strategy.rank)
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
@@ -86,6 +90,8 @@ class Trainer:
         state = checkpoint.load(path, self.job.model, self.optimizer, self.job.schedule, self.averager)
         if "weighting" in state:
             self.balancer.set_state_dict(state["weighting"])
+        if "nonfinite" in state:
+            self.guard.set_state_dict(state["nonfinite"])
         if state["step"] > self.steps:
             raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
                               f"schedule.steps {self.steps}", self.cfg["source"], "schedule.steps")
@@ -116,12 +122,28 @@ class Trainer:
 
     # ---- one step ----------------------------------------------------------------------------------------------
     def train_step(self, batch, step=None):
-        """Forward, backward, gradient sync, clip, optimizer step; returns the total loss and ``{task: HeadOutput}``."""
+        """Forward, backward, gradient sync, clip, optimizer step; returns the total loss and ``{task: HeadOutput}``.
+
+        A non-finite task loss or gradient norm leaves everything untouched and sets ``last_bad`` (what was not
+        finite); :meth:`run` then stops or skips as ``on_nonfinite`` says.
+        """
         model = self.job.model
+        step = self.start_step if step is None else step
         total, outputs = model(batch, step=step)
-        self.last_weights = self.balancer.backward(outputs, self.start_step if step is None else step)
+        self.last_bad = NonFiniteGuard.bad_losses({t: float(o.global_loss) for t, o in outputs.items()})
+        if self.last_bad:  # global losses: every rank skips the backward (and its collectives) alike
+            self.last_grad_norm, self.last_weights = None, {"weight": {}}
+            return total, outputs
+        weighting = self.balancer.state_dict()
+        self.last_weights = self.balancer.backward(outputs, step)
         rows = model.row_gradients()
-        self.last_grad_norm = self.strategy.clip_gradients(self.cfg["optimizer"]["clip_norm"], rows)
+        self.last_grad_norm = self.strategy.grad_norm(rows)
+        if not math.isfinite(self.last_grad_norm):
+            self.last_bad = ["gradient"]
+            self.balancer.set_state_dict(weighting)
+            self.optimizer.discard()
+            return total, outputs
+        self.strategy.clip_gradients(self.cfg["optimizer"]["clip_norm"], self.last_grad_norm, rows)
         self.optimizer.step(rows)
         if self.averager is not None:
             self.averager.step()
@@ -161,8 +183,13 @@ class Trainer:
             step += 1
             pending.append(StepRecord(step, lr, self.last_grad_norm,
                                       {t: o.global_loss.detach() for t, o in outputs.items()},
-                                      {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights))
+                                      {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights,
+                                      bool(self.last_bad)))
             window.add(self.cfg["schedule"]["batch_size"])
+            if self.last_bad:
+                pending = self._on_bad_step(step, pending, window, progress)
+            else:
+                self.guard.good_step()
             # a checkpoint or an evaluation first writes out every pending record, so a resumed run misses none
             if self.should_log(step) or self.should_save(step) or self.should_eval(step):
                 pending = self._flush(pending, window, progress)
@@ -178,6 +205,13 @@ class Trainer:
         if step == self.start_step == self.steps:
             self.console(f"nothing to train: the checkpoint is already at step {self.steps}")
         return self.finish(time.time() - started, step)
+
+    def _on_bad_step(self, step, pending, window, progress):
+        """A non-finite step: write its record (strict JSON), then stop or count it as ``on_nonfinite`` says."""
+        pending = self._flush(pending, window, progress)
+        self.guard.bad_step(step, self.last_bad, checkpoint.latest_checkpoint(self.output_dir))
+        log.warning("step %d skipped: %s not finite", step, ", ".join(self.last_bad))
+        return pending
 
     def _dataset(self, end):
         """The step dataset of this rank from ``start_step`` to ``end``, with the class-label range checks."""
@@ -221,12 +255,15 @@ class Trainer:
         record = {"step": item.step, "lr": float(item.lr)}
         if item.grad_norm is not None:
             record["grad_norm"] = item.grad_norm  # global norm before clipping
-        weights = item.weights["weight"]
-        record["loss"] = float(sum(weights[t] * float(v) for t, v in item.losses.items()))
+        weights = item.weights["weight"]  # a skipped step has none: its total is the static one
+        statics = self.job.model.loss_weights
+        record["loss"] = float(sum(weights.get(t, statics[t]) * float(v) for t, v in item.losses.items()))
         record.update({f"loss/{t}": float(v) for t, v in item.losses.items()})
         record.update({f"{kind}/{t}": v for kind, values in item.weights.items() for t, v in values.items()})
         record.update({f"{k}/{t}": float(v) for t, ms in item.metrics.items() for k, v in ms.items()})
         record["samples_per_s"] = round(samples_per_s, 2)
+        if item.nonfinite:
+            record["nonfinite"] = True  # not applied (on_nonfinite); non-finite values are written as null
         return record
 
     def _averaged(self):
@@ -251,7 +288,7 @@ class Trainer:
         self.strategy.average_statistics()
         checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
                         keep=self.cfg["checkpoint"]["keep"], sync=self.strategy.average_statistics,
-                        extra={"weighting": self.balancer.state_dict()})
+                        extra={"weighting": self.balancer.state_dict(), "nonfinite": self.guard.state_dict()})
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
@@ -267,7 +304,7 @@ class Trainer:
         final.update(eval_record(step, averaged or {}, "eval_averaged"))
         self.metrics.write(final)
         run = {"steps": step, "world_size": self.strategy.world, "seconds": round(seconds, 2),
-               "resumed_from": self.resumed_from}
+               "resumed_from": self.resumed_from, "nonfinite_steps_skipped": self.guard.skipped}
         return write_summary(self.job, self.metrics.records, live, averaged, run, self.output_dir,
                              self.console if self.is_main else None, self.cfg["log"]["plot"])
 

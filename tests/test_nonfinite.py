@@ -1,0 +1,79 @@
+"""Non-finite steps: ``on_nonfinite: stop`` ends the job before the bad update, ``skip`` leaves it out; metrics.jsonl
+stays strict JSON either way."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import yaml
+
+from mtl.config.loading import load_job
+from mtl.data.steps import StepDataset
+from mtl.job import build_job
+from mtl.train.trainer import Trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def strict_records(path):
+    """Parse JSON lines refusing NaN / Infinity (what strict parsers do)."""
+    def refuse(token):
+        raise ValueError(f"non-standard JSON token {token}")
+
+    with open(path) as f:
+        return [json.loads(line, parse_constant=refuse) for line in f]
+
+
+def test_a_diverging_job_stops_at_the_first_bad_step(tmp_path):
+    job = {"seed": 0, "device": "cpu", "output_dir": str(tmp_path / "run"),
+           "tasks": [{"name": "cls", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": 5},
+                      "head": "softmax", "eval": None}],
+           "backbone": {"type": "mlp", "hidden": [32], "embedding_size": 16},
+           "schedule": {"batch_size": 16, "steps": 60}, "optimizer": {"type": "sgd", "lr": 1e5, "decay": "none"},
+           "log": {"every": 1, "progress": False, "plot": False}, "checkpoint": {"every": 1, "keep": 3},
+           "data": {"num_workers": 0}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "train", str(path)], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    records = strict_records(tmp_path / "run" / "metrics.jsonl")
+    bad = [r for r in records if r.get("nonfinite")]
+    assert len(bad) == 1 and bad[-1] is records[-1]  # stopped right after the first bad step
+    step = bad[0]["step"]
+    assert line.startswith(f"error: step {step}: ") and "not finite" in line and "on_nonfinite" in line
+    checkpoints = sorted(os.listdir(tmp_path / "run" / "checkpoints"), key=lambda n: int(n.split("_")[1]))
+    newest = checkpoints[-1]
+    assert int(newest.split("_")[1]) == step - 1 and f"step_{step - 1}" in line
+    for name in ("backbone.pdparams", os.path.join("heads", "cls.shard0of1.pdparams")):
+        for value in paddle.load(str(tmp_path / "run" / "checkpoints" / newest / name)).values():
+            assert np.all(np.isfinite(value.numpy())), name
+    assert not (tmp_path / "run" / "summary.json").exists()  # no evaluation or summary from the bad state
+
+
+def test_skip_leaves_one_bad_step_out(tmp_path):
+    rng = np.random.RandomState(0)
+    x = rng.randn(40, 8).astype("float32")
+    target = (x[:, :2] * 0.5).astype("float32")
+    target[13] = np.nan  # one bad sample
+    np.savez(tmp_path / "data.npz", features=x, target=target)
+    data = {"seed": 1, "device": "cpu", "output_dir": str(tmp_path / "run"), "on_nonfinite": "skip",
+            "tasks": [{"name": "reg", "reader": {"type": "numpy", "path": str(tmp_path / "data.npz")},
+                       "head": {"type": "regression", "num_outputs": 2}, "eval": None}],
+            "backbone": {"type": "mlp", "input_shape": [8], "input_field": "features", "hidden": [16],
+                         "embedding_size": 8},
+            "schedule": {"batch_size": 8, "steps": 12}, "optimizer": {"type": "momentum", "lr": 0.05},
+            "log": {"every": 4, "progress": False, "plot": False}, "data": {"num_workers": 0}}
+    cfg = load_job(data=data)
+    job = build_job(cfg)
+    order = StepDataset(job.schedule, {"reg": job.task("reg").reader}, cfg["seed"], 0, 12)
+    bad_steps = [s + 1 for s in range(12) if 13 in order.global_indices(s)["reg"]]
+    summary = Trainer(job, console=lambda *a: None).run()
+    assert summary["nonfinite_steps_skipped"] == len(bad_steps) >= 1
+    records = [r for r in strict_records(tmp_path / "run" / "metrics.jsonl") if "lr" in r]
+    assert [r["step"] for r in records if r.get("nonfinite")] == bad_steps
+    assert all(r["loss/reg"] is None for r in records if r.get("nonfinite"))
+    assert all(np.all(np.isfinite(p.numpy())) for p in job.model.parameters())
