@@ -149,7 +149,8 @@ def build_parser():
     p = sub.add_parser("plugins", help="list registered readers, backbones, heads and weighting strategies")
     p.add_argument("plugins", nargs="*", help="extra plug-in folders to load (./tasks and tasks/ always are)")
     p.set_defaults(func=plugins)
-    for module in ("mtl.data.tools", "mtl.export", "mtl.evaluation.eval_cli", "mtl.evaluation.compare"):
+    for module in ("mtl.data.tools", "mtl.export", "mtl.evaluation.eval_cli", "mtl.evaluation.compare",
+                   "mtl.train.reshard"):
         try:
             mod = __import__(module, fromlist=["add_cli"])
         except ImportError:

@@ -18,6 +18,7 @@ import paddle
 
 from mtl.errors import ConfigError
 from mtl.parallel import distributed
+from mtl.train import reshard
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -127,27 +128,30 @@ def load(path, model, optimizer, schedule, averager=None):
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)
     rank, world = distributed.rank(), distributed.world_size()
-    if state["world_size"] != world:
-        raise ConfigError(
-            f"checkpoint '{path}' was written by {state['world_size']} processes and this job runs {world}; resume "
-            f"with --nproc_per_node {state['world_size']} (head shards and optimizer state are per process)")
     if state["schedule"] != _jsonable(schedule.state_dict()):
         raise ConfigError(f"checkpoint '{path}' was written with another schedule ({state['schedule']}); resume "
                           f"with the same schedule, tasks and seed")
+    saved_world = int(state["world_size"])  # another process count: shards re-split (mtl.train.reshard)
     model.backbone.set_state_dict(paddle.load(os.path.join(path, "backbone.pdparams")))
     for task, head in model.heads.items():
-        file = os.path.join(path, _head_file(task, head, rank, world))
-        if not os.path.isfile(file):
-            raise ConfigError(f"checkpoint '{path}' has no weights for task '{task}' ({file})")
-        head.set_state_dict(paddle.load(file))
-    optimizer.set_state_dict(paddle.load(os.path.join(path, f"optimizer.rank{rank}.pdopt")))
-    rng_file = os.path.join(path, f"rng.rank{rank}.pdparams")
-    if os.path.isfile(rng_file):
-        paddle.set_rng_state(paddle.load(rng_file)["paddle"])
-    avg_file = os.path.join(path, f"averager.rank{rank}.pdparams")
-    if averager is not None and os.path.isfile(avg_file):
-        averager.set_state_dict(paddle.load(avg_file))
+        head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
+    per_rank = reshard.rank_state(path, saved_world, world, rank)
+    optimizer.set_state_dict(per_rank["optimizer"])
+    if per_rank["rng"] is not None:
+        paddle.set_rng_state(per_rank["rng"]["paddle"])
+    if averager is not None and per_rank["averager"] is not None:
+        averager.set_state_dict(per_rank["averager"])
     return state
+
+
+def _head_state(path, task, head, saved_world, world, rank):
+    """This rank's weights of one head (a sharded head's re-split when the process count changed)."""
+    if head.sharded and saved_world != world:
+        return reshard.head_state(path, task, saved_world, world, rank)
+    file = os.path.join(path, _head_file(task, head, rank, saved_world))
+    if not os.path.isfile(file):
+        raise ConfigError(f"checkpoint '{path}' has no weights for task '{task}' ({file})")
+    return paddle.load(file)
 
 
 def head_files(path, task, averaged=False):
