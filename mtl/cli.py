@@ -171,9 +171,13 @@ def add_verbose_arg(parser):
 def run(func, args):
     """Call ``func(args)``; a user error becomes one line on stderr and exit status 2."""
     from mtl.errors import MtlError
+    from mtl.train.preemption import PREEMPTED_EXIT_STATUS, Preempted
 
     try:
         func(args)
+    except Preempted as exc:
+        print(f"{exc} (exit status {PREEMPTED_EXIT_STATUS}: run it again)", file=sys.stderr, flush=True)
+        sys.exit(PREEMPTED_EXIT_STATUS)
     except MtlError as exc:
         rank = os.environ.get("PADDLE_TRAINER_ID")
         prefix = f"error (rank {rank}): " if rank is not None and os.environ.get("PADDLE_TRAINERS_NUM", "1") != "1" \

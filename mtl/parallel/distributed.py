@@ -72,24 +72,31 @@ def first_error(message, limit: int = 4096):
     when some rank has one. Without it a bad record in one rank's slice would stop that rank alone and leave the
     others waiting in a collective until gloo's timeout, burying the real message.
     """
+    return agree(message, False, limit)[0]
+
+
+def agree(message, stop: bool, limit: int = 4096):
+    """``(first error message of any rank or None, whether any rank asked to stop)``, equal on every rank.
+
+    One all-reduce MAX of two flags per call (an error, a stop request such as SIGTERM); the messages are
+    all-gathered only when some rank has one.
+    """
     if not is_distributed():
-        return message
+        return message, bool(stop)
     import numpy as np
 
-    flag = paddle.to_tensor([1 if message else 0], dtype="int32")
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if not int(flag.numpy()[0]):
-        return None
+    flags = paddle.to_tensor([1 if message else 0, 1 if stop else 0], dtype="int32")
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    has_error, stop = (bool(v) for v in flags.numpy())
+    if not has_error:
+        return None, stop
     buf = np.zeros(limit, dtype=np.uint8)
     raw = (message or "").encode()[:limit]
     buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     parts = []
     dist.all_gather(parts, paddle.to_tensor(buf))
-    for part in parts:
-        text = bytes(part.numpy()).rstrip(b"\0").decode(errors="replace")
-        if text:
-            return text
-    return None
+    texts = [bytes(part.numpy()).rstrip(b"\0").decode(errors="replace") for part in parts]
+    return next((text for text in texts if text), None), stop
 
 
 @paddle.no_grad()

@@ -114,14 +114,15 @@ class ParallelStrategy:
         if max_norm:
             scale_to_norm(self.replicated + self.sharded + [r.rows for r in row_gradients], norm, max_norm)
 
-    def agree_on_error(self, text: Optional[str]) -> Optional[str]:
-        """Every rank learns the first error any rank met this step (``kind\\nmessage`` text), or None."""
+    def agree(self, text: Optional[str], stop: bool = False):
+        """``(error, stop)`` agreed by every rank in one small all-reduce per step: the first error any rank met
+        (``kind\nmessage`` text, or None) and whether any rank was asked to stop (a pre-emption signal)."""
         if self.world <= 1:
-            return text
+            return text, bool(stop)
         if text:
             kind, message = text.split("\n", 1)
             text = f"{kind}\nrank {self.rank} met: {message}"
-        return distributed.first_error(text)
+        return distributed.agree(text, stop)
 
     # ---- per-task gradients (gradient-based task weighting) -----------------------------------------------------
     def shared_parameters(self, model):

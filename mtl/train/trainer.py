@@ -29,6 +29,7 @@ from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.guard import NonFiniteGuard
 from mtl.train.optim import JointOptimizer
+from mtl.train.preemption import Preempted, StopRequest
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
 
 log = logging.getLogger("mtl")
@@ -168,50 +169,68 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self, until=None):
         """Train from ``start_step`` to ``steps`` (or stop after step ``until``, as a pre-empted job would);
-        evaluate, save and summarise; return the summary dict."""
+        evaluate, save and summarise; return the summary dict. A pre-emption signal saves the current step and
+        raises :class:`Preempted`."""
         end = self.steps if until is None else min(self.steps, int(until))
         loader = make_loader(self._dataset(end), self.cfg["data"]["num_workers"])
         self.job.model.train()
-        progress = self._progress()
-        pending, seen, window = [], set(), _Window()
+        loop = _Loop(self._progress())
         started, step = time.time(), self.start_step
-        for batch in loader:
-            self._stop_on_data_error(batch)
-            self._check_first(batch, seen)
-            lr = self.optimizer.get_lr()
-            _, outputs = self.train_step(self._to_tensors(batch), step)
-            step += 1
-            pending.append(StepRecord(step, lr, self.last_grad_norm,
-                                      {t: o.global_loss.detach() for t, o in outputs.items()},
-                                      {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights,
-                                      bool(self.last_bad)))
-            window.add(self.cfg["schedule"]["batch_size"])
-            if self.last_bad:
-                pending = self._on_bad_step(step, pending, window, progress)
-            else:
-                self.guard.good_step()
-            # a checkpoint or an evaluation first writes out every pending record, so a resumed run misses none
-            if self.should_log(step) or self.should_save(step) or self.should_eval(step):
-                pending = self._flush(pending, window, progress)
-            if progress is not None:
-                progress.update(1)
-            if self.should_eval(step):
-                self._evaluate(step)
-            if self.should_save(step):
-                self._save(step)
-        self._flush(pending, window, progress)  # a run stopped early (--until) between two log steps
-        if progress is not None:
-            progress.close()
+        with StopRequest() as stop:
+            for batch in loader:
+                self._agree(batch, step, loop, stop)
+                self._check_first(batch, loop.seen)
+                lr = self.optimizer.get_lr()
+                _, outputs = self.train_step(self._to_tensors(batch), step)
+                step += 1
+                loop.pending.append(StepRecord(step, lr, self.last_grad_norm,
+                                               {t: o.global_loss.detach() for t, o in outputs.items()},
+                                               {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights,
+                                               bool(self.last_bad)))
+                self._after_step(step, loop)
+        self._flush(loop)  # a run stopped early (--until) between two log steps
+        loop.close()
         if step == self.start_step == self.steps:
             self.console(f"nothing to train: the checkpoint is already at step {self.steps}")
         return self.finish(time.time() - started, step)
 
-    def _on_bad_step(self, step, pending, window, progress):
+    def _after_step(self, step, loop):
+        """Bad-step handling, then the hooks: log, evaluate, save."""
+        loop.window.add(self.cfg["schedule"]["batch_size"])
+        if self.last_bad:
+            self._on_bad_step(step, loop)
+        else:
+            self.guard.good_step()
+        # a checkpoint or an evaluation first writes out every pending record, so a resumed run misses none
+        if self.should_log(step) or self.should_save(step) or self.should_eval(step):
+            self._flush(loop)
+        if loop.progress is not None:
+            loop.progress.update(1)
+        if self.should_eval(step):
+            self._evaluate(step)
+        if self.should_save(step):
+            self._save(step)
+
+    def _agree(self, batch, step, loop, stop):
+        """Before a step: every rank learns any rank's data error (raised on all) or stop request (the last step
+        is saved, then :class:`Preempted`) — one tiny all-reduce per step at world > 1."""
+        text, stopping = self.strategy.agree(error_text(batch), stop.requested)
+        if text:
+            raise_error_text(text)
+        if stopping:
+            self._flush(loop)
+            loop.close()
+            if step > self.start_step and not self.should_save(step):
+                self._save(step)
+            saved = checkpoint.latest_checkpoint(self.output_dir)
+            raise Preempted(f"stopped after step {step} on request ({stop.signal_name or 'another rank'}); "
+                            f"checkpoint {saved}; continue with --resume")
+
+    def _on_bad_step(self, step, loop):
         """A non-finite step: write its record (strict JSON), then stop or count it as ``on_nonfinite`` says."""
-        pending = self._flush(pending, window, progress)
+        self._flush(loop)
         self.guard.bad_step(step, self.last_bad, checkpoint.latest_checkpoint(self.output_dir))
         log.warning("step %d skipped: %s not finite", step, ", ".join(self.last_bad))
-        return pending
 
     def _dataset(self, end):
         """The step dataset of this rank from ``start_step`` to ``end``, with the class-label range checks."""
@@ -222,12 +241,6 @@ class Trainer:
         return StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.strategy.world,
                            self.strategy.rank, ranges)
 
-    def _stop_on_data_error(self, batch):
-        """Raise the user error a batch carries, on every rank at once (one tiny all-reduce per step at world > 1)."""
-        text = self.strategy.agree_on_error(error_text(batch))
-        if text:
-            raise_error_text(text)
-
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):
             return None
@@ -235,20 +248,20 @@ class Trainer:
 
         return tqdm(total=self.steps, initial=self.start_step, desc="train", dynamic_ncols=True)
 
-    def _flush(self, pending, window, progress):
-        """Write the pending step records to ``metrics.jsonl`` and the rank's log; return an empty list."""
-        if not pending:
-            return []
-        samples_per_s = window.rate()
+    def _flush(self, loop):
+        """Write the pending step records to ``metrics.jsonl`` and the rank's log."""
+        if not loop.pending:
+            return
+        samples_per_s = loop.window.rate()
         record = None
-        for item in pending:
+        for item in loop.pending:
             record = self._record(item, samples_per_s)
             self.metrics.write(record)
             log.info(json.dumps(record))
-        if progress is not None:
-            progress.set_postfix({k.split("/", 1)[1]: f"{v:.3f}" for k, v in record.items()
-                                  if k.startswith("loss/")}, refresh=False)
-        return []
+        loop.pending = []
+        if loop.progress is not None:
+            loop.progress.set_postfix({k.split("/", 1)[1]: f"{v:.3f}" for k, v in record.items()
+                                       if k.startswith("loss/")}, refresh=False)
 
     def _record(self, item: StepRecord, samples_per_s: float) -> dict:
         """The ``metrics.jsonl`` record of one step."""
@@ -323,6 +336,19 @@ class _AveragedWeights:
 
     def __exit__(self, *exc):
         return self.context.__exit__(*exc)
+
+
+class _Loop:
+    """State of one run of the loop: pending step records, tasks whose first batch was checked, throughput."""
+
+    def __init__(self, progress):
+        self.pending, self.seen, self.window, self.progress = [], set(), _Window(), progress
+
+    def close(self):
+        """Close the progress bar (once)."""
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
 
 
 class _Window:

@@ -1,0 +1,120 @@
+"""Pre-emption: SIGTERM (to the process, or to the launcher of a 2-process job) saves the current step and exits
+with status 75; ``--resume`` then continues bit-identically to an uninterrupted run."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import paddle
+import pytest
+import yaml
+
+from tests.dist_util import ROOT
+
+STEPS = 150
+
+
+def job(out):
+    return {"seed": 2, "device": "cpu", "output_dir": str(out),
+            "tasks": [{"name": "arc", "reader": {"type": "synthetic", "num_samples": 96, "num_classes": 7, "seed": 1},
+                       "head": {"type": "arcface", "scale": 8.0, "margin": [1.0, 0.3, 0.0]}, "eval": None},
+                      {"name": "soft", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": 3, "seed": 2},
+                       "head": "softmax", "eval": None}],
+            "backbone": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [64], "embedding_size": 16},
+            "schedule": {"batch_size": 8, "steps": STEPS},
+            "optimizer": {"type": "momentum", "lr": 0.02, "warmup_steps": 5},
+            "averaging": {"type": "ema", "decay": 0.9},
+            "log": {"every": 1, "progress": False, "plot": False}, "checkpoint": {"every": 0, "keep": 2},
+            "data": {"num_workers": 0}}
+
+
+def launch_command(nproc, script_args, log_dir):
+    """``python -m paddle.distributed.launch`` of ``script_args`` on ``nproc`` CPU processes."""
+    return [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc), "--log_dir", log_dir,
+            *script_args]
+
+
+def environment():
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    if not paddle.is_compiled_with_cuda():
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # see tests/dist_util.py
+    return env
+
+
+def records(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if "lr" in r]
+
+
+def write_job(tmp_path, name):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(job(tmp_path / name)))
+    return str(path), str(tmp_path / name)
+
+
+def train_command(config, *extra):
+    return [os.path.join(ROOT, "examples", "train_joint.py"), config, *extra]
+
+
+def signal_after(proc, out, steps, sig=signal.SIGTERM, timeout=240):
+    """Send ``sig`` to ``proc`` once ``out/metrics.jsonl`` holds ``steps`` records; return its exit status."""
+    path = os.path.join(out, "metrics.jsonl")
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isfile(path) and sum(1 for _ in open(path)) >= steps:
+            proc.send_signal(sig)
+            break
+        time.sleep(0.02)
+    return proc.wait(timeout=timeout)
+
+
+def run(cmd, **kw):
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env=environment(), **kw)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def assert_same_run(full, resumed):
+    a, b = records(full), records(resumed)
+    assert [r["step"] for r in b] == list(range(1, STEPS + 1))
+    for ra, rb in zip(a, b):
+        for key, value in ra.items():
+            if key.startswith(("loss", "lr", "grad_norm", "accuracy")):
+                assert rb[key] == value, (ra["step"], key)
+
+
+def test_sigterm_saves_and_resume_is_bit_identical(tmp_path):
+    config, out = write_job(tmp_path, "cut")
+    full_config, full = write_job(tmp_path, "full")
+    run([sys.executable, *train_command(full_config)])
+    proc = subprocess.Popen([sys.executable, *train_command(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=environment())
+    code = signal_after(proc, out, 20)
+    stderr = proc.stderr.read()
+    assert code == 75, stderr
+    stopped = records(out)[-1]["step"]
+    assert stopped < STEPS and f"stopped after step {stopped} on request (SIGTERM)" in stderr
+    assert os.path.isdir(os.path.join(out, "checkpoints", f"step_{stopped}"))
+    run([sys.executable, *train_command(config, "--resume")])
+    assert_same_run(full, out)
+
+
+@pytest.mark.distributed
+def test_sigterm_to_the_launcher_of_two_processes(tmp_path):
+    config, out = write_job(tmp_path, "cut")
+    full_config, full = write_job(tmp_path, "full")
+    run(launch_command(2, train_command(full_config), str(tmp_path / "log_full")))
+    proc = subprocess.Popen(launch_command(2, train_command(config), str(tmp_path / "log_cut")),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=environment(), start_new_session=True)
+    signal_after(proc, out, 20)
+    stopped = records(out)[-1]["step"]
+    assert stopped < STEPS
+    assert os.path.isdir(os.path.join(out, "checkpoints", f"step_{stopped}")), proc.stdout.read()
+    logs = "".join(open(os.path.join(tmp_path, "log_cut", f)).read() for f in os.listdir(tmp_path / "log_cut")
+                   if f.startswith("workerlog"))
+    assert logs.count(f"stopped after step {stopped} on request") == 2, logs[-3000:]
+    run(launch_command(2, train_command(config, "--resume"), str(tmp_path / "log_resume")))
+    assert_same_run(full, out)
