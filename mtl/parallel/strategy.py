@@ -108,6 +108,12 @@ class ParallelStrategy:
         """
         return global_grad_norm(self.replicated, self.sharded + [r.rows for r in row_gradients])
 
+    @paddle.no_grad()
+    def unscale_gradients(self, factor: float, row_gradients=()):
+        """Multiply every gradient of this step by ``factor`` (``1 / loss scale`` after an fp16 backward)."""
+        for grad in _grads(self.replicated + self.sharded + [r.rows for r in row_gradients]):
+            grad.scale_(factor)
+
     def clip_gradients(self, max_norm: Optional[float], norm: float, row_gradients=()):
         """Scale every gradient of this step (row-sparse ones too) to the global norm ``max_norm`` (None: no
         clipping); ``norm`` is :meth:`grad_norm`'s."""

@@ -31,6 +31,7 @@ class SyntheticReader(Reader):
         self.noise = float(noise)
         self.target = target
         self.num_outputs = int(num_outputs)
+        self.num_labels = self.num_classes if target == "multilabel" else None  # multi-hot length
         self.image_field = image_field
         proto_rng = np.random.RandomState(self.seed)
         self._prototypes = proto_rng.randn(self.num_classes, *self.shape).astype(np.float32)

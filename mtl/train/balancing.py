@@ -27,9 +27,10 @@ class TaskBalancer:
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
-    def backward(self, outputs, step: int) -> Dict[str, Dict[str, float]]:
+    def backward(self, outputs, step: int, scale: float = 1.0) -> Dict[str, Dict[str, float]]:
         """Backward of the last forward with this step's weights; gradients summed over ranks where replicated.
 
+        ``scale`` (fp16 loss scaling) multiplies every loss; the caller divides the gradients by it afterwards.
         Returns ``{"weight": {task: w_t}, "alpha": {task: alpha_t}}`` (alpha only for gradient-based strategies)
         for the log.
         """
@@ -38,26 +39,26 @@ class TaskBalancer:
         weights = self.weighting.weights(losses, present, step)
         logged = {"weight": {t: float(w) for t, w, p in zip(self.tasks, weights, present) if p}}
         if not self.weighting.needs_gradients:
-            self.model.backward({t: float(w) for t, w in zip(self.tasks, weights)})
+            self.model.backward({t: float(w) * scale for t, w in zip(self.tasks, weights)})
             self.strategy.reduce_gradients()
             return logged
-        alpha = self._gradient_step(losses, present, weights, step)
+        alpha = self._gradient_step(losses, present, weights, step, scale)
         logged["alpha"] = {t: float(a) for t, a, p in zip(self.tasks, alpha, present) if p}
         return logged
 
-    def _gradient_step(self, losses, present, weights, step):
+    def _gradient_step(self, losses, present, weights, step, scale):
         """Heads with the static weights (g_t = gradient of loss_weight_t L_t), rescaled to ``weights``; backbone
         with the strategy's combination of the global per-task gradients."""
-        self.model.backward_heads({t: float(w) for t, w in zip(self.tasks, self.static)})
+        self.model.backward_heads({t: float(w) * scale for t, w in zip(self.tasks, self.static)})
         self._rescale_heads(weights, present)
         if self.weighting.uses_representation:
-            gram = self.strategy.representation_gram(self.model.feature_gradients(), self.tasks)
+            gram = self.strategy.representation_gram(self.model.feature_gradients(), self.tasks) / scale ** 2
             alpha = self.weighting.combine(gram, losses, present, step)
             self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
             self.strategy.reduce_gradients()
             return alpha
         task_grads = self.strategy.task_gradients(self.model, self.tasks)
-        gram = paddle.matmul(task_grads, task_grads, transpose_y=True).numpy().astype(np.float64)
+        gram = paddle.matmul(task_grads, task_grads, transpose_y=True).numpy().astype(np.float64) / scale ** 2
         alpha = self.weighting.combine(gram, losses, present, step)
         self.strategy.set_shared_gradient(self.model, task_grads, alpha)
         self.strategy.reduce_gradients_except(self.strategy.shared_parameters(self.model))

@@ -11,6 +11,7 @@ independent branches differently on different ranks (seen on Paddle 3.3 with fou
 arc7, arc1, rank 1 soft3, arc1, cos5, arc7), which pairs up the wrong tensors in the all-reduce. Job order makes
 the collective sequence identical on every rank.
 """
+import contextlib
 from collections import OrderedDict
 from typing import Dict
 
@@ -29,6 +30,7 @@ class JointModel(paddle.nn.Layer):
         self.loss_weights = dict(loss_weights)
         self._input_names = [f.name for f in backbone.input_fields()]
         self._pending, self._present, self._groups, self._feature_grads = [], [], [], {}
+        self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
     def signature(self, sub_batch) -> tuple:
         """(name, per-sample shape, dtype) of every backbone input of a sub-batch."""
@@ -42,13 +44,14 @@ class JointModel(paddle.nn.Layer):
         out = {}
         self._groups = list(groups.values())
         for tasks in groups.values():
-            if len(tasks) == 1:
-                out[tasks[0]] = self.backbone({n: batch[tasks[0]][n] for n in self._input_names})
-                continue
-            inputs = {n: paddle.concat([batch[t][n] for t in tasks], axis=0) for n in self._input_names}
-            feats = self.backbone(inputs)
+            inputs = {n: paddle.concat([batch[t][n] for t in tasks], axis=0) if len(tasks) > 1 else batch[tasks[0]][n]
+                      for n in self._input_names}
+            with self.autocast():
+                feats = self.backbone(inputs)
+            if feats.dtype != paddle.float32 and paddle.get_default_dtype() == "float32":
+                feats = feats.astype("float32")  # heads, margins and class centres stay in float32
             sizes = [int(batch[t][self._input_names[0]].shape[0]) for t in tasks]
-            for t, f in zip(tasks, paddle.split(feats, sizes, axis=0)):
+            for t, f in zip(tasks, paddle.split(feats, sizes, axis=0) if len(tasks) > 1 else [feats]):
                 out[t] = f
         return out
 

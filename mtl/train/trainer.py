@@ -29,6 +29,7 @@ from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.guard import NonFiniteGuard
 from mtl.train.optim import JointOptimizer
+from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
 
@@ -46,6 +47,8 @@ class StepRecord:
     metrics: Dict[str, Dict[str, paddle.Tensor]]
     weights: Dict[str, Dict[str, float]]  # {"weight": {task: w_t}} (+ "alpha" for gradient-based strategies)
     nonfinite: bool = False  # the step's update was not applied (on_nonfinite)
+    overflow: bool = False  # fp16: skipped as a loss-scale overflow
+    loss_scale: Optional[float] = None
 
 
 class Trainer:
@@ -65,7 +68,10 @@ class Trainer:
         self.averager = build_averager(self.cfg["averaging"], job.model, source=self.cfg["source"])
         self.balancer = self._build_balancer()
         self.guard = NonFiniteGuard(self.cfg["on_nonfinite"], self.cfg["max_consecutive_nonfinite"])
-        self.last_grad_norm, self.last_weights, self.last_bad = None, {}, []
+        self.autocast, self.scaler = build_precision(self.cfg, paddle.get_device(), self.console)
+        job.model.autocast = self.autocast
+        self.autocast.prepare(job.model.backbone, self.optimizer.dense)
+        self.last_grad_norm, self.last_weights, self.last_bad, self.last_overflow = None, {}, [], False
         rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"])
         setup_logging(self.output_dir, self.strategy.rank)
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
@@ -93,6 +99,8 @@ class Trainer:
             self.balancer.set_state_dict(state["weighting"])
         if "nonfinite" in state:
             self.guard.set_state_dict(state["nonfinite"])
+        if "loss_scale" in state and self.scaler is not None:
+            self.scaler.set_state_dict(state["loss_scale"])
         if state["step"] > self.steps:
             raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
                               f"schedule.steps {self.steps}", self.cfg["source"], "schedule.steps")
@@ -126,29 +134,40 @@ class Trainer:
         """Forward, backward, gradient sync, clip, optimizer step; returns the total loss and ``{task: HeadOutput}``.
 
         A non-finite task loss or gradient norm leaves everything untouched and sets ``last_bad`` (what was not
-        finite); :meth:`run` then stops or skips as ``on_nonfinite`` says.
+        finite); :meth:`run` then stops or skips as ``on_nonfinite`` says. Under fp16 loss scaling a non-finite
+        gradient is an overflow first: the step is skipped and the scale lowered (``last_overflow``).
         """
-        model = self.job.model
         step = self.start_step if step is None else step
-        total, outputs = model(batch, step=step)
+        total, outputs = self.job.model(batch, step=step)
         self.last_bad = NonFiniteGuard.bad_losses({t: float(o.global_loss) for t, o in outputs.items()})
+        self.last_overflow = False
         if self.last_bad:  # global losses: every rank skips the backward (and its collectives) alike
             self.last_grad_norm, self.last_weights = None, {"weight": {}}
-            return total, outputs
+        else:
+            self._backward_and_update(outputs, step)
+        return total, outputs
+
+    def _backward_and_update(self, outputs, step):
+        """The weighted backward, loss-scale and clip the gradients, and apply them (or skip a bad step)."""
+        scale = self.scaler.scale if self.scaler is not None else 1.0
         weighting = self.balancer.state_dict()
-        self.last_weights = self.balancer.backward(outputs, step)
-        rows = model.row_gradients()
-        self.last_grad_norm = self.strategy.grad_norm(rows)
+        self.last_weights = self.balancer.backward(outputs, step, scale)
+        rows = self.job.model.row_gradients()
+        if scale != 1.0:
+            self.strategy.unscale_gradients(1.0 / scale, rows)
+        self.last_grad_norm = self.strategy.grad_norm(rows)  # global: every rank decides alike
         if not math.isfinite(self.last_grad_norm):
-            self.last_bad = ["gradient"]
             self.balancer.set_state_dict(weighting)
             self.optimizer.discard()
-            return total, outputs
+            self.last_overflow = self.scaler is not None and self.scaler.overflow()
+            self.last_bad = [] if self.last_overflow else ["gradient"]
+            return
+        if self.scaler is not None:
+            self.scaler.good_step()
         self.strategy.clip_gradients(self.cfg["optimizer"]["clip_norm"], self.last_grad_norm, rows)
         self.optimizer.step(rows)
         if self.averager is not None:
             self.averager.step()
-        return total, outputs
 
     def _to_tensors(self, batch):
         """The step batch as tensors (the DataLoader already yields tensors; numpy arrays from tests are wrapped)."""
@@ -186,7 +205,7 @@ class Trainer:
                 loop.pending.append(StepRecord(step, lr, self.last_grad_norm,
                                                {t: o.global_loss.detach() for t, o in outputs.items()},
                                                {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights,
-                                               bool(self.last_bad)))
+                                               bool(self.last_bad), self.last_overflow, self._scale()))
                 self._after_step(step, loop)
         self._flush(loop)  # a run stopped early (--until) between two log steps
         loop.close()
@@ -275,9 +294,23 @@ class Trainer:
         record.update({f"{kind}/{t}": v for kind, values in item.weights.items() for t, v in values.items()})
         record.update({f"{k}/{t}": float(v) for t, ms in item.metrics.items() for k, v in ms.items()})
         record["samples_per_s"] = round(samples_per_s, 2)
+        if item.loss_scale is not None:
+            record["loss_scale"] = item.loss_scale
+        if item.overflow:
+            record["overflow"] = True  # fp16 overflow: not applied, scale lowered
         if item.nonfinite:
             record["nonfinite"] = True  # not applied (on_nonfinite); non-finite values are written as null
         return record
+
+    def _scale(self):
+        return self.scaler.scale if self.scaler is not None else None
+
+    def _extra_state(self):
+        """State equal on every rank, kept in the checkpoint's state.json."""
+        extra = {"weighting": self.balancer.state_dict(), "nonfinite": self.guard.state_dict()}
+        if self.scaler is not None:
+            extra["loss_scale"] = self.scaler.state_dict()
+        return extra
 
     def _averaged(self):
         """Context: the averaged weights (with BatchNorm statistics agreed by every rank), or nothing to change."""
@@ -301,7 +334,7 @@ class Trainer:
         self.strategy.average_statistics()
         checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
                         keep=self.cfg["checkpoint"]["keep"], sync=self.strategy.average_statistics,
-                        extra={"weighting": self.balancer.state_dict(), "nonfinite": self.guard.state_dict()})
+                        extra=self._extra_state())
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
