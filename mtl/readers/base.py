@@ -18,6 +18,10 @@ class Reader:
     """
 
     num_classes = None
+    # True for a split of identities the heads never trained on (face readers' ``holdout_classes``): its labels are
+    # not head classes, and it is scored by verification on pairs of its identities (``mtl.evaluation.open_set``)
+    open_set = False
+    max_positive_pairs = 3000  # open-set splits: cap on the positive pairs (as many negatives are drawn)
 
     def fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -27,6 +31,9 @@ class Reader:
 
     def __getitem__(self, index: int) -> Dict[str, np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def set_augmentation(self, enabled: bool):
+        """Turn random training augmentation (flips, crops, ...) on or off; readers without any ignore this."""
 
     def labels(self):
         """All labels of the split, in sample order (default: read every sample)."""
