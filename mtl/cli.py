@@ -86,7 +86,7 @@ def build_parser():
     p = sub.add_parser("plugins", help="list registered readers, backbones and heads")
     p.add_argument("plugins", nargs="*", help="extra plug-in folders to load (./tasks and tasks/ always are)")
     p.set_defaults(func=plugins)
-    for module in ("mtl.data.tools", "mtl.export"):
+    for module in ("mtl.data.tools", "mtl.export", "mtl.evaluation.overlap"):
         try:
             mod = __import__(module, fromlist=["add_cli"])
         except ImportError:
