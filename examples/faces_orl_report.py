@@ -111,7 +111,7 @@ def main(argv=None):
     per_task = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
     rows = {name: [value] * len(args.seeds) for name, value in pixel_baselines(cfg).items()}
     overlap_rows = []
-    for k, seed in enumerate(args.seeds):
+    for seed in args.seeds:
         print(f"seed {seed}: joint", flush=True)
         joint_dir = os.path.join(args.out, f"joint_seed{seed}")
         rows.setdefault("joint (both datasets)", []).append(verification_of(train(joint_dir, seed, args.steps)))
