@@ -12,9 +12,10 @@ file) and the problems found at start-up (bad magic, label outside ``[0, num_cla
    fraction drawn from the seed), training sees only the others (relabelled 0..K-1 in label order) and the eval
    split holds only the held-out identities (relabelled 0..H-1, ``open_set`` True: scored by verification);
 4. decodes on demand (with the optional training augmentation of :class:`mtl.data.transforms.Augment`). An image
-   that fails to decode raises (``error``) or is replaced by the next good sample (``skip``). Such run-time skips happen in DataLoader workers; they are recorded in a shared-memory byte per
-   sample (created before the workers start, inherited by fork or passed at spawn), so ``bad_samples`` in the main
-   process counts every distinct sample skipped so far by any worker.
+   that fails to decode raises (``error``) or is replaced by the next good sample (``skip``). Such run-time skips
+   happen in DataLoader workers; they are recorded in a shared-memory byte per sample (created before the workers
+   start, inherited by fork or passed at spawn), so ``bad_samples`` in the main process counts every distinct
+   sample skipped so far by any worker.
 """
 import multiprocessing
 from multiprocessing import context as mp_context
