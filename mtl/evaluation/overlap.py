@@ -15,8 +15,9 @@ stay below 0.4.
 
 Class centres come from the averaged weights when the checkpoint has them. ``--embed`` uses instead the mean
 embedding of each class's training images (augmentation off). ``--sets`` also flags images of each task's open-set
-evaluation split and verification sets whose embedding has cosine above the threshold with a training class of any
-task: possible train/test identity leakage.
+evaluation split and verification sets whose embedding is as close to a training class (of any task) as that
+class's own training images: cosine with the class centre above the 5th percentile of the training images' cosine
+with their own centre. Such images are possible train/test identity leakage.
 """
 import json
 import os
@@ -121,9 +122,20 @@ def overlaps(centres, threshold=DEFAULT_THRESHOLD, all_mutual=False):
     return found
 
 
-def leaks(job, centres, threshold=DEFAULT_THRESHOLD, batch_size=256):
-    """Evaluation images (open-set splits and ``eval.sets``) whose embedding has cosine > ``threshold`` with a
-    training class: list of ``{set, image, task, class, similarity}`` and the number of images checked."""
+def leak_threshold(job, centres, percentile=5.0, batch_size=256):
+    """The cosine above which an evaluation image counts as "as close to a class as its own training images": the
+    ``percentile`` of every training image's cosine with its own class centre (augmentation off)."""
+    own = []
+    for task in job.tasks:
+        if task.name in centres:
+            features, labels = _embed_reader(job, task.reader, task.head.label_field, batch_size)
+            own.append(np.sum(unit_rows(features) * unit_rows(centres[task.name])[labels], axis=1))
+    return float(np.percentile(np.concatenate(own), percentile))
+
+
+def leaks(job, centres, threshold, batch_size=256):
+    """Evaluation images (open-set splits and ``eval.sets``) whose embedding has cosine > ``threshold`` with their
+    nearest training class of any task: list of ``{set, image, task, class, similarity}``, images checked."""
     from mtl.evaluation.evaluator import Evaluator
     from mtl.evaluation.verify import embed_pairs
 
@@ -137,16 +149,18 @@ def leaks(job, centres, threshold=DEFAULT_THRESHOLD, batch_size=256):
                 probes.append((f"{task.name}/eval", _embed_reader(job, reader, task.head.label_field, batch_size)[0]))
         for vset in evaluator.sets(task) if task.cfg["eval"]["sets"] else []:
             probes.append((vset.name, np.asarray(embed_pairs(job.backbone, vset, batch_size, field))))
+    names = list(centres)
+    bank = np.concatenate([unit_rows(centres[n]) for n in names])
+    owner = np.concatenate([[(n, c) for c in range(len(centres[n]))] for n in names])
     flagged, checked = [], 0
     for name, features in probes:
         checked += len(features)
-        unit = unit_rows(features)
-        for task_name, task_centres in centres.items():
-            sim = unit @ unit_rows(task_centres).T
-            best = np.argmax(sim, axis=1)
-            for image in np.flatnonzero(sim[np.arange(len(sim)), best] > threshold):
-                flagged.append({"set": name, "image": int(image), "task": task_name, "class": int(best[image]),
-                                "similarity": float(sim[image, best[image]])})
+        sim = unit_rows(features) @ bank.T
+        best = np.argmax(sim, axis=1)
+        for image in np.flatnonzero(sim[np.arange(len(sim)), best] > threshold):
+            task_name, class_id = owner[best[image]]
+            flagged.append({"set": name, "image": int(image), "task": str(task_name), "class": int(class_id),
+                            "similarity": float(sim[image, best[image]])})
     return flagged, checked
 
 
@@ -170,9 +184,10 @@ def report(run_dir, threshold=DEFAULT_THRESHOLD, embed=False, sets=False, json_p
                       indent=1)
         print(f"wrote {json_path}")
     if sets:
-        flagged, checked = leaks(job, centres, threshold)
-        print(f"{len(flagged)} of {checked} verification images are closer than {threshold:g} to a training class"
-              + (":" if flagged else ""))
+        cut = leak_threshold(job, centres)
+        flagged, checked = leaks(job, centres, cut)
+        print(f"{len(flagged)} of {checked} verification images are as close to a training class as its own "
+              f"training images (cosine > {cut:.3f}, the 5th percentile of theirs)" + (":" if flagged else ""))
         if flagged:
             print(tabulate([(f["set"], f["image"], f["task"], f["class"], f"{f['similarity']:.3f}")
                             for f in flagged[:50]], headers=["set", "image", "task", "class", "cosine"],
