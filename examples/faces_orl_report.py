@@ -51,7 +51,7 @@ def pixel_baselines(cfg):
     train_mean = np.mean(train, axis=0)
     labels, cap = eval_reader.labels(), eval_reader.max_positive_pairs
     return {
-        "raw pixels": open_set_verification(probe, labels, cap)["verification_accuracy"],
+        "raw pixels (0..255)": open_set_verification((probe + 1.0) * 127.5, labels, cap)["verification_accuracy"],
         "pixels - mean of training people": open_set_verification(probe - train_mean, labels,
                                                                   cap)["verification_accuracy"],
         "pixels - mean of evaluated people (transductive)": open_set_verification(
