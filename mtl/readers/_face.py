@@ -140,21 +140,24 @@ class FaceImageReader(Reader):
         self.epoch = 0
         self.image_field = image_field
         self.label_field = label_field
+        self._check_open_set_options(augment, holdout_classes, max_positive_pairs)
+        try:
+            self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder, self._augment)
+        except ValueError as exc:
+            raise ConfigError(str(exc), self.source, "decoder") from None
+        self._flip_configured = self.flip
+
+    def _check_open_set_options(self, augment, holdout_classes, max_positive_pairs):
+        """Store ``holdout_classes`` and ``max_positive_pairs`` and build the training augmentation (not for eval)."""
         self.holdout_classes = holdout_classes
         if isinstance(max_positive_pairs, bool) or not isinstance(max_positive_pairs, int) or max_positive_pairs < 1:
             raise ConfigError(f"max_positive_pairs must be an integer >= 1, got {max_positive_pairs!r}", self.source,
                               "max_positive_pairs")
         self.max_positive_pairs = max_positive_pairs
         try:
-            # augmentation is for training only: an evaluation split never gets it
-            self._augment = Augment.from_config(augment) if split == "train" else None
+            self._augment = Augment.from_config(augment) if self.split == "train" else None
         except (TypeError, ValueError) as exc:
             raise ConfigError(str(exc), self.source, "augment") from None
-        try:
-            self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder, self._augment)
-        except ValueError as exc:
-            raise ConfigError(str(exc), self.source, "decoder") from None
-        self._flip_configured = self.flip
 
     def set_augmentation(self, enabled: bool):
         """Switch the training flip and augmentation on (as configured) or off (plain decoded images)."""
