@@ -34,6 +34,10 @@ paddle-wheel:
 demo: $(STAMP)
 	$(PY) examples/train_joint.py --overwrite
 
+.PHONY: demo-faces
+demo-faces: $(STAMP)  ## the real-face recipe (ORL, open set): baselines, joint and each dataset alone, one seed
+	$(PY) examples/faces_orl_report.py --seeds 0 --out runs/faces_orl_report
+
 test: $(STAMP) $(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 

@@ -150,7 +150,7 @@ def build_parser():
     p.add_argument("plugins", nargs="*", help="extra plug-in folders to load (./tasks and tasks/ always are)")
     p.set_defaults(func=plugins)
     for module in ("mtl.data.tools", "mtl.export", "mtl.evaluation.eval_cli", "mtl.evaluation.compare",
-                   "mtl.train.reshard"):
+                   "mtl.train.reshard", "mtl.evaluation.overlap"):
         try:
             mod = __import__(module, fromlist=["add_cli"])
         except ImportError:

@@ -151,9 +151,14 @@ def _checked_eval_reader(task: Task, context):
     try:
         if task.head.label_field == "label":  # class labels: Reader.labels() reads them without decoding images
             labels = np.asarray(reader.labels())[:limit]
-            if task.head.class_count() is not None:
-                check_labels(task.name, {"label": labels}, "label", task.head.class_count(), split="evaluation")
-            task.head.check_eval_labels(labels)
+            if reader.open_set:  # held-out identities: not head classes, scored by verification pairs
+                from mtl.evaluation.open_set import open_set_pairs
+
+                open_set_pairs(labels, reader.max_positive_pairs)
+            else:
+                if task.head.class_count() is not None:
+                    check_labels(task.name, {"label": labels}, "label", task.head.class_count(), split="evaluation")
+                task.head.check_eval_labels(labels)
     except Exception as exc:  # the head's own sentence
         raise ConfigError(f"task '{task.name}': head '{task.head.registered_name}' cannot evaluate the evaluation "
                           f"split: {exc}; fix the split or set eval: {{split: false}}", task.source,

@@ -418,12 +418,16 @@ def test_cli_pack_and_inspect(tmp_path, capsys, monkeypatch):
     datatools.add_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["data", "pack", str(tmp_path / "faces"), str(tmp_path / "ds" / "train")])
     assert args.func(args) == 0
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
     args = parser.parse_args(["data", "inspect", str(tmp_path / "ds")])
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "wrote 5 images of 2 classes" in out and "images_per_class_median" in out and "2.5" in out
-    assert os.path.isfile(tmp_path / "ds_samples.png")
+    assert os.path.isfile(tmp_path / "ds" / "samples.png")  # next to the data, not in the current directory
+    assert os.listdir(tmp_path / "cwd") == []
+    args = parser.parse_args(["data", "inspect", str(tmp_path / "ds"), "--sheet", str(tmp_path / "sheet.png")])
+    assert args.func(args) == 0 and os.path.isfile(tmp_path / "sheet.png")
     write_bin(str(tmp_path / "v.bin"), [encode(face_array(i), "PNG") for i in range(4)], [True, False])
     stats = datatools.inspect(str(tmp_path / "v.bin"), str(tmp_path / "v.png"))
     assert (stats["records"], stats["pairs"], stats["same_pairs"]) == (4, 2, 1)

@@ -1,6 +1,9 @@
 """Small backbones for tiny inputs (scikit-learn's 8x8 digits, synthetic data, the distributed equality tests).
 
-``cnn``: conv3x3-BN-ReLU blocks (the first at stride 1, the others at stride 2), global average pooling, a linear layer.
+``cnn``: conv3x3-BN-ReLU blocks (the first at stride 1, the others at stride 2), global average pooling, a linear layer,
+and optionally a BatchNorm of the embedding ("BN-neck", Luo et al., "Bag of Tricks and A Strong Baseline for Deep
+Person Re-identification", CVPRW 2019; the BN after the embedding of insightface's IResNet): it centres and scales
+every embedding dimension, which helps cosine-margin heads on small data. Off by default.
 ``mlp``: flatten, then ``Linear - [BN] - activation - [dropout]`` per hidden size, then a linear layer. By default it
 has no BatchNorm and no dropout, so its output depends only on its weights and its input (what the tests that compare
 a one-process run with a many-process run need).
@@ -39,6 +42,7 @@ class SmallCNN(ImageBackbone):
         batch_norm: bool = True,
         input_field: str = "image",
         pretrained: str = None,
+        embedding_bn: bool = False,
     ):
         super().__init__()
         channels = _positive_ints(channels, "channels")
@@ -54,13 +58,16 @@ class SmallCNN(ImageBackbone):
             previous = width
         self.body = nn.Sequential(*layers)
         self.fc = nn.Linear(previous, self.feature_size)
+        # BN-neck: y = (e - mean) / sqrt(var + eps) * gamma + beta per embedding dimension
+        self.neck = nn.BatchNorm1D(self.feature_size) if embedding_bn else None
         if pretrained:
             load_pretrained(self, pretrained, key="pretrained")
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; pooling = mean over H and W."""
         x = self.body(inputs[self.input_field])
-        return self.fc(paddle.mean(x, axis=[2, 3]))
+        embedding = self.fc(paddle.mean(x, axis=[2, 3]))
+        return embedding if self.neck is None else self.neck(embedding)
 
 
 @register_backbone("mlp")

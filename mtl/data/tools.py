@@ -17,7 +17,8 @@ from mtl.errors import DataError
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.recordio_reader import image_rows, read_property, resolve_paths
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+# every format both decoders (Pillow, OpenCV) read; images are stored as they are, so packing is lossless
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".pgm", ".ppm", ".pbm", ".pnm", ".tif", ".tiff")
 
 
 # ----------------------------------------------------------------------------------------------- pack
@@ -87,7 +88,8 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
     else:
         raise DataError(f"pack source '{source}' is neither an image folder nor a label list")
     if not items:
-        raise DataError(f"pack source '{source}' holds no image")
+        raise DataError(f"pack source '{source}' holds no image (looked for {', '.join(IMAGE_EXTENSIONS)} files in "
+                        f"its identity sub-folders)")
     order = sorted(range(len(items)), key=lambda i: items[i][1])  # stable: group by class, keep source order
     items = [items[i] for i in order]
     prefix = _output_prefix(out_prefix)
@@ -243,12 +245,24 @@ def _run_pack(args) -> int:
     return 0
 
 
+def default_sheet_path(path: str) -> str:
+    """Where ``inspect`` writes its contact sheet by default: next to the data, never in the current directory.
+
+    A RecordIO folder gets ``FOLDER/samples.png``; a file (``.rec`` prefix, label list, ``.bin``) gets
+    ``<file without extension>_samples.png`` beside it.
+    """
+    path = os.path.normpath(str(path))
+    if os.path.isdir(path):
+        return os.path.join(path, "samples.png")
+    return os.path.splitext(path)[0] + "_samples.png"
+
+
 def _run_inspect(args) -> int:
     from tabulate import tabulate
 
     out_png = args.out_png
     if out_png is None:
-        out_png = os.path.basename(os.path.normpath(os.path.splitext(args.path)[0])) + "_samples.png"
+        out_png = default_sheet_path(args.path)
     stats = inspect(args.path, out_png or None, samples=args.samples, seed=args.seed, root=args.root)
     print(tabulate([(k, v) for k, v in stats.items() if k != "path"], headers=["", args.path]))
     return 0
@@ -268,7 +282,8 @@ def add_cli(subparsers):
     p.set_defaults(func=_run_pack)
     q = sub.add_parser("inspect", help="records, classes, images per class, image size, PNG contact sheet")
     q.add_argument("path", help="RecordIO folder/prefix, label list or .bin verification set")
-    q.add_argument("--out-png", default=None, help="contact sheet file (default: <name>_samples.png here; '' = none)")
+    q.add_argument("--sheet", "--out-png", dest="out_png", default=None,
+                   help="contact sheet file (default: next to the data, e.g. FOLDER/samples.png; '' = none)")
     q.add_argument("--samples", type=int, default=36, help="images on the contact sheet")
     q.add_argument("--seed", type=int, default=0, help="which images are sampled")
     q.add_argument("--root", default=None, help="image root of a label list")

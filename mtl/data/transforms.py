@@ -5,6 +5,11 @@ Two decoders give the same pixels for JPEG and PNG (both sit on libjpeg-turbo / 
 Pillow (always available). ``decoder: auto`` picks OpenCV when it imports. Resizing, when an image is not
 ``image_size`` square, is always Pillow's bilinear filter so that both decoders agree. The flip decision is a pure
 function of (seed, epoch, index): a sample looks the same whichever DataLoader worker, process or world size makes it.
+
+Optional training augmentation (:class:`Augment`, every part off by default, never applied to evaluation splits):
+a random zoom / rotation / shift as one affine warp of the resized image, brightness and contrast, and random
+erasing (Zhong et al., "Random Erasing Data Augmentation", AAAI 2020). Its draws come from
+``default_rng([seed, epoch, index])``, like the flip coin a pure function of (seed, epoch, index).
 """
 from io import BytesIO
 
@@ -130,17 +135,133 @@ def flip_coin(seed: int, epoch: int, index: int) -> bool:
     return bool(h >> 63)
 
 
-class FaceTransform:
-    """Bytes -> float32 [3, S, S]: decode, resize to ``image_size`` if needed, flip (when ``flip``), normalise."""
+class Augment:
+    """Random training augmentation of a uint8 RGB face image, drawn from (seed, epoch, index).
 
-    def __init__(self, image_size: int = 112, flip: bool = False, seed: int = 0, decoder: str = "auto"):
+    ``crop_scale``: smallest kept area fraction of a random zoom (1 = none): the image is magnified by
+    ``1 / sqrt(a)``, ``a ~ U[crop_scale, 1]``, around a random centre that keeps the view inside the image
+    (a random resized crop at fixed aspect ratio); ``rotate``: largest rotation in degrees; ``translate``: largest
+    shift as a fraction of the side; all three are one bilinear affine warp of the already resized image (so that
+    nothing is downsampled without antialiasing). ``brightness`` / ``contrast``: ``x <- x * b`` and
+    ``x <- (x - mean) * c + mean`` with ``b, c ~ U[1 - v, 1 + v]``. ``erase``: probability of filling one random
+    rectangle (area fraction ~ U[erase_area], aspect ratio ~ log-U[0.3, 3.3]) with grey (0 after normalisation).
+    """
+
+    KEYS = ("crop_scale", "rotate", "translate", "brightness", "contrast", "erase", "erase_area")
+
+    def __init__(self, crop_scale=1.0, rotate=0.0, translate=0.0, brightness=0.0, contrast=0.0, erase=0.0,
+                 erase_area=(0.02, 0.2)):
+        self.crop_scale = _number_in("crop_scale", crop_scale, 0.05, 1.0)
+        self.rotate = _number_in("rotate", rotate, 0.0, 180.0)
+        self.translate = _number_in("translate", translate, 0.0, 0.5)
+        self.brightness = _number_in("brightness", brightness, 0.0, 1.0)
+        self.contrast = _number_in("contrast", contrast, 0.0, 1.0)
+        self.erase = _number_in("erase", erase, 0.0, 1.0)
+        if not (isinstance(erase_area, (list, tuple)) and len(erase_area) == 2):
+            raise ValueError(f"erase_area must be a pair [min, max] of area fractions, got {erase_area!r}")
+        low, high = (_number_in("erase_area", v, 0.0, 1.0) for v in erase_area)
+        if not 0.0 < low <= high:
+            raise ValueError(f"erase_area must satisfy 0 < min <= max <= 1, got {erase_area!r}")
+        self.erase_area = (low, high)
+
+    @classmethod
+    def from_config(cls, cfg):
+        """An :class:`Augment` from a reader's ``augment`` mapping, or None when it is empty / None / false."""
+        if not cfg:
+            return None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"augment must be a mapping of {', '.join(cls.KEYS)}, got {cfg!r}")
+        unknown = sorted(set(cfg) - set(cls.KEYS))
+        if unknown:
+            raise ValueError(f"augment has unknown key(s) {unknown}; known: {', '.join(cls.KEYS)}")
+        return cls(**cfg)
+
+    @property
+    def geometric(self) -> bool:
+        """True when a zoom, rotation or shift is configured."""
+        return self.crop_scale < 1.0 or self.rotate > 0.0 or self.translate > 0.0
+
+    def warp(self, pixels: np.ndarray, rng) -> np.ndarray:
+        """Zoom, rotate and shift ``pixels`` [S, S, 3] about their centre in one bilinear affine warp."""
+        size = pixels.shape[0]
+        zoom = 1.0 / np.sqrt(rng.uniform(self.crop_scale, 1.0))
+        angle = np.deg2rad(rng.uniform(-self.rotate, self.rotate))
+        room = 0.5 * size * (1.0 - 1.0 / zoom)  # how far the zoomed view can move and stay inside
+        shift = rng.uniform(-1.0, 1.0, size=2) * (room + self.translate * size)
+        # output pixel p maps to input q = c + R(angle) (p - c) / zoom + shift (c: the image centre)
+        cos, sin = np.cos(angle) / zoom, np.sin(angle) / zoom
+        c = size / 2.0  # Pillow samples pixel centres at (x + 0.5, y + 0.5): the image centre is size / 2
+        a, b, d, e = cos, -sin, sin, cos
+        coeffs = (a, b, c - a * c - b * c + shift[0], d, e, c - d * c - e * c + shift[1])
+        image = Image.fromarray(pixels).transform((size, size), Image.AFFINE, coeffs, Image.BILINEAR,
+                                                  fillcolor=(0, 0, 0))
+        return np.asarray(image, dtype=np.uint8)
+
+    def photometric(self, chw: np.ndarray, rng) -> np.ndarray:
+        """Brightness and contrast on normalised pixels (in place), kept in [-1, 1]."""
+        if self.brightness > 0.0:
+            factor = rng.uniform(1.0 - self.brightness, 1.0 + self.brightness)
+            chw += 1.0
+            chw *= np.float32(factor)  # x * b on the [0, 255] scale is (y + 1) * b - 1 on the [-1, 1] scale
+            chw -= 1.0
+        if self.contrast > 0.0:
+            factor = rng.uniform(1.0 - self.contrast, 1.0 + self.contrast)
+            mean = np.float32(chw.mean())
+            chw -= mean
+            chw *= np.float32(factor)
+            chw += mean
+        np.clip(chw, -1.0, 1.0, out=chw)
+        return chw
+
+    def erase_rectangle(self, chw: np.ndarray, rng) -> np.ndarray:
+        """With probability ``erase``, set one random rectangle of ``chw`` [3, S, S] to 0 (grey), in place."""
+        if self.erase <= 0.0 or rng.uniform() >= self.erase:
+            return chw
+        size = chw.shape[1]
+        area = rng.uniform(*self.erase_area) * size * size
+        aspect = np.exp(rng.uniform(np.log(0.3), np.log(3.3)))
+        height = int(min(size, max(1, round(np.sqrt(area * aspect)))))
+        width = int(min(size, max(1, round(np.sqrt(area / aspect)))))
+        top = int(rng.integers(0, size - height + 1))
+        left = int(rng.integers(0, size - width + 1))
+        chw[:, top:top + height, left:left + width] = 0.0
+        return chw
+
+    def __call__(self, pixels: np.ndarray, mirror: bool, seed: int, epoch: int, index: int) -> np.ndarray:
+        """uint8 [S, S, 3] -> augmented float32 [3, S, S] (mirrored when ``mirror``)."""
+        rng = np.random.default_rng([int(seed) & _MASK64, int(epoch) & _MASK64, int(index) & _MASK64])
+        if self.geometric:
+            pixels = self.warp(pixels, rng)
+        return self.erase_rectangle(self.photometric(normalize(pixels, mirror), rng), rng)
+
+
+def _number_in(name, value, low, high) -> float:
+    """``value`` as a float in [low, high], or a ValueError naming the option."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not low <= number <= high:
+        raise ValueError(f"augment.{name} must be a number in [{low:g}, {high:g}], got {value!r}")
+    return number
+
+
+class FaceTransform:
+    """Bytes -> float32 [3, S, S]: decode, resize to ``image_size`` if needed, flip (when ``flip``), normalise,
+    and the random :class:`Augment` when one is given (training only)."""
+
+    def __init__(self, image_size: int = 112, flip: bool = False, seed: int = 0, decoder: str = "auto",
+                 augment: Augment = None):
         self.image_size = int(image_size)
         self.flip = bool(flip)
         self.seed = int(seed)
         self.decoder = resolve_decoder(decoder)
+        self.augment = augment
 
     def __call__(self, data, index: int = 0, epoch: int = 0) -> np.ndarray:
         mirror = self.flip and flip_coin(self.seed, epoch, index)
+        if self.augment is not None:
+            return self.augment(load_pixels(data, self.image_size, self.decoder), mirror, self.seed, epoch, index)
         if self.decoder == "opencv":
             bgr = _decode_bgr(data)
             if bgr.shape[:2] == (self.image_size, self.image_size):

@@ -10,7 +10,7 @@ import paddle
 
 from mtl.data.steps import check_labels, iterate_eval
 from mtl.job import eval_reader
-from mtl.parallel import distributed
+from mtl.parallel import collective, distributed
 
 
 @paddle.no_grad()
@@ -86,6 +86,11 @@ class Evaluator:
         reader = self.reader(task)
         feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
+        if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them
+            from mtl.evaluation.open_set import open_set_verification
+
+            return open_set_verification(collective.to_numpy(feats), rest[head.label_field],
+                                         reader.max_positive_pairs, seed=0)
         if head.class_count() is not None and rest[head.label_field].dtype.kind in "iu":
             check_labels(task.name, rest, head.label_field, head.class_count(), split="evaluation")
         labels = paddle.to_tensor(rest[head.label_field])

@@ -8,10 +8,14 @@ file) and the problems found at start-up (bad magic, label outside ``[0, num_cla
    them (``on_bad_sample: skip``) -- all in the main process, so these counts are exact;
 3. takes a deterministic, stratified hold-out: within each class (in file order) sample ``r`` goes to eval when
    ``floor((r + 1) * f) > floor(r * f)``, i.e. ``floor(n * f)`` evenly spread images per class, no RNG involved;
-4. decodes on demand. An image that fails to decode raises (``error``) or is replaced by the next good sample
-   (``skip``). Such run-time skips happen in DataLoader workers; they are recorded in a shared-memory byte per
-   sample (created before the workers start, inherited by fork or passed at spawn), so ``bad_samples`` in the main
-   process counts every distinct sample skipped so far by any worker.
+   or, with ``holdout_classes``, an open-set split: whole identities are held out (a list of labels, a count or a
+   fraction drawn from the seed), training sees only the others (relabelled 0..K-1 in label order) and the eval
+   split holds only the held-out identities (relabelled 0..H-1, ``open_set`` True: scored by verification);
+4. decodes on demand (with the optional training augmentation of :class:`mtl.data.transforms.Augment`). An image
+   that fails to decode raises (``error``) or is replaced by the next good sample (``skip``). Such run-time skips
+   happen in DataLoader workers; they are recorded in a shared-memory byte per sample (created before the workers
+   start, inherited by fork or passed at spawn), so ``bad_samples`` in the main process counts every distinct
+   sample skipped so far by any worker.
 """
 import multiprocessing
 from multiprocessing import context as mp_context
@@ -20,7 +24,7 @@ from typing import Dict
 import numpy as np
 
 from mtl.contracts import Field
-from mtl.data.transforms import DecodeError, FaceTransform
+from mtl.data.transforms import Augment, DecodeError, FaceTransform
 from mtl.errors import ConfigError, DataError
 from mtl.readers.base import Reader
 
@@ -64,6 +68,35 @@ def holdout_mask(labels: np.ndarray, eval_fraction: float) -> np.ndarray:
     return mask
 
 
+def choose_holdout(classes: np.ndarray, spec, seed: int) -> np.ndarray:
+    """The held-out labels among the sorted present ``classes``: ``spec`` is a list of labels, a count (int >= 1) or a
+    fraction in (0, 1) (``round(f * C)`` classes, at least 1); counts and fractions are drawn without replacement
+    from ``default_rng(seed)``. Raises ValueError with a sentence when the spec does not fit."""
+    classes = np.asarray(classes, dtype=np.int64)
+    if isinstance(spec, (list, tuple)):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in spec) or not spec:
+            raise ValueError(f"holdout_classes as a list must hold integer labels, got {spec!r}")
+        chosen = np.unique(np.asarray(spec, dtype=np.int64))
+        missing = np.setdiff1d(chosen, classes)
+        if len(missing):
+            raise ValueError(f"holdout_classes names label(s) {missing[:5].tolist()} that the data does not hold")
+    elif isinstance(spec, bool) or not isinstance(spec, (int, float)):
+        raise ValueError(f"holdout_classes must be a list of labels, a count or a fraction in (0, 1), got {spec!r}")
+    else:
+        if isinstance(spec, float) and 0.0 < spec < 1.0:
+            count = max(1, int(round(spec * len(classes))))
+        elif float(spec) == int(spec) and spec >= 1:
+            count = int(spec)
+        else:
+            raise ValueError(f"holdout_classes must be a count >= 1 or a fraction in (0, 1), got {spec!r}")
+        if count > len(classes):
+            raise ValueError(f"holdout_classes {spec!r} asks for {count} of only {len(classes)} classes")
+        chosen = np.sort(np.random.default_rng(int(seed)).choice(classes, size=count, replace=False))
+    if len(chosen) >= len(classes):
+        raise ValueError(f"holdout_classes holds out all {len(classes)} classes: nothing is left to train on")
+    return chosen
+
+
 class FaceImageReader(Reader):
     """Base of readers that yield ``image`` float32 [3, S, S] and ``label`` int64 from encoded face images.
 
@@ -77,7 +110,7 @@ class FaceImageReader(Reader):
     source = "<reader>"
 
     def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
-                       decoder="auto"):
+                       decoder="auto", augment=None, holdout_classes=None, max_positive_pairs=3000):
         if split not in ("train", "eval"):
             raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", self.source, "split")
         try:
@@ -86,10 +119,13 @@ class FaceImageReader(Reader):
             eval_fraction = -1.0
         if not 0.0 <= eval_fraction < 1.0:
             raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}", self.source, "eval_fraction")
-        if split == "eval" and eval_fraction == 0.0:
+        if holdout_classes is not None and eval_fraction > 0.0:
+            raise ConfigError("holdout_classes and eval_fraction cannot be combined: with held-out identities the "
+                              "eval split is those identities", self.source, "holdout_classes")
+        if split == "eval" and eval_fraction == 0.0 and holdout_classes is None:
             raise ConfigError(
-                "split 'eval' needs a held-out part: set eval_fraction (e.g. 0.05) or evaluate on a verification "
-                "set (.bin) instead",
+                "split 'eval' needs a held-out part: set eval_fraction (e.g. 0.05) or holdout_classes, or evaluate "
+                "on a verification set (.bin) instead",
                 self.source,
                 "eval_fraction",
             )
@@ -107,10 +143,29 @@ class FaceImageReader(Reader):
         self.epoch = 0
         self.image_field = image_field
         self.label_field = label_field
+        self._check_open_set_options(augment, holdout_classes, max_positive_pairs)
         try:
-            self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder)
+            self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder, self._augment)
         except ValueError as exc:
             raise ConfigError(str(exc), self.source, "decoder") from None
+        self._flip_configured = self.flip
+
+    def _check_open_set_options(self, augment, holdout_classes, max_positive_pairs):
+        """Store ``holdout_classes`` and ``max_positive_pairs`` and build the training augmentation (not for eval)."""
+        self.holdout_classes = holdout_classes
+        if isinstance(max_positive_pairs, bool) or not isinstance(max_positive_pairs, int) or max_positive_pairs < 1:
+            raise ConfigError(f"max_positive_pairs must be an integer >= 1, got {max_positive_pairs!r}", self.source,
+                              "max_positive_pairs")
+        self.max_positive_pairs = max_positive_pairs
+        try:
+            self._augment = Augment.from_config(augment) if self.split == "train" else None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc), self.source, "augment") from None
+
+    def set_augmentation(self, enabled: bool):
+        """Switch the training flip and augmentation on (as configured) or off (plain decoded images)."""
+        self.transform.flip = bool(enabled) and self._flip_configured
+        self.transform.augment = self._augment if enabled else None
 
     def _finish(self, candidates, labels, problems: Dict[int, str], num_classes=None, stated_classes=None):
         """Check labels, apply ``on_bad_sample`` to start-up problems, take the split.
@@ -147,7 +202,9 @@ class FaceImageReader(Reader):
         self.startup_bad_samples = len(problems)
         self.bad_sample_messages = [problems[k] for k in sorted(problems)[:20]]
         candidates, labels = candidates[keep], labels[keep].astype(np.int64)
-        if self.eval_fraction > 0:
+        if self.holdout_classes is not None:
+            candidates, labels = self._split_identities(candidates, labels)
+        elif self.eval_fraction > 0:
             held = holdout_mask(labels, self.eval_fraction)
             chosen = held if self.split == "eval" else ~held
             if not chosen.any():
@@ -160,6 +217,23 @@ class FaceImageReader(Reader):
         self._candidates = candidates
         self._labels = labels
         self._skips = SkipLog(len(candidates))
+
+    def _split_identities(self, candidates, labels):
+        """Open-set split: keep the training identities (train) or the held-out ones (eval), relabelled densely.
+
+        ``class_labels`` maps the new labels back to the data's labels (``class_labels[new] = old``).
+        """
+        try:
+            held = choose_holdout(np.unique(labels), self.holdout_classes, self.seed)
+        except ValueError as exc:
+            raise ConfigError(str(exc), self.source, "holdout_classes") from None
+        is_held = np.isin(labels, held)
+        chosen = is_held if self.split == "eval" else ~is_held
+        self.open_set = self.split == "eval"
+        self.held_out_labels = held
+        self.class_labels = np.unique(labels[chosen])
+        self.num_classes = len(self.class_labels)
+        return candidates[chosen], np.searchsorted(self.class_labels, labels[chosen]).astype(np.int64)
 
     # -------------------------------------------------------------------------------- Reader interface
     def fields(self):

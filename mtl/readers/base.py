@@ -27,6 +27,10 @@ class Reader:
     num_outputs = None
     epoch_aware = False
     counts_skipped = False
+    # True for a split of identities the heads never trained on (face readers' ``holdout_classes``): its labels are
+    # not head classes, and it is scored by verification on pairs of its identities (``mtl.evaluation.open_set``)
+    open_set = False
+    max_positive_pairs = 3000  # open-set splits: cap on the positive pairs (as many negatives are drawn)
 
     def sizes(self) -> dict:
         """The sizes a head may take from this reader: ``num_classes``, ``num_labels``, ``num_outputs``."""
@@ -45,6 +49,9 @@ class Reader:
 
     def __getitem__(self, index: int) -> Dict[str, np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def set_augmentation(self, enabled: bool):
+        """Turn random training augmentation (flips, crops, ...) on or off; readers without any ignore this."""
 
     def labels(self):
         """All labels of the split, in sample order (default: read every sample)."""

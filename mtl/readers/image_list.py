@@ -46,16 +46,17 @@ class ImageListReader(FaceImageReader):
 
     ``root`` defaults to the list file's folder. ``check_files`` stats every image at start-up so that a missing
     file is reported (or skipped) before training; turn it off for huge lists on slow file systems. Other
-    parameters (``split``, ``eval_fraction``, ``flip``, ``on_bad_sample``, ``decoder``, ...) as for the ``recordio``
-    reader; ``num_classes`` defaults to max label + 1.
+    parameters (``split``, ``eval_fraction``, ``flip``, ``on_bad_sample``, ``decoder``, ``augment``,
+    ``holdout_classes``, ...) as for the ``recordio`` reader; ``num_classes`` defaults to max label + 1.
     """
 
     def __init__(self, list, root=None, split="train", eval_fraction=0.0, num_classes=None, image_size=112,  # noqa: A002
                  flip=None, on_bad_sample="error", seed=0, check_files=True, image_field="image",
-                 label_field="label", decoder="auto"):
+                 label_field="label", decoder="auto",
+                 augment=None, holdout_classes=None, max_positive_pairs=3000):
         self.source = f"image_list '{list}'"
         self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
-                            decoder)
+                            decoder, augment, holdout_classes, max_positive_pairs)
         self.list_path = str(list)
         self.root = str(root) if root is not None else (os.path.dirname(self.list_path) or ".")
         if not os.path.isdir(self.root):

@@ -77,14 +77,18 @@ class RecordIOFaceReader(FaceImageReader):
     checked at start-up (vectorised, no image decoded); images are decoded, resized to ``image_size`` if needed,
     flipped at random for training (``flip``) and scaled to [-1, 1]. ``split: eval`` needs ``eval_fraction`` > 0
     (a stratified hold-out, see :mod:`mtl.readers._face`). ``on_bad_sample``: ``error`` or ``skip``. ``decoder``:
-    ``auto`` (OpenCV when installed, else Pillow), ``opencv`` or ``pillow``.
+    ``auto`` (OpenCV when installed, else Pillow), ``opencv`` or ``pillow``. ``augment``: training augmentation
+    (:class:`mtl.data.transforms.Augment` keys; off for evaluation). ``holdout_classes``: hold out whole identities
+    (labels, a count or a fraction; the eval split is then open-set, scored by verification on at most
+    ``max_positive_pairs`` positive pairs and as many negatives).
     """
 
     def __init__(self, path, split="train", eval_fraction=0.0, num_classes=None, image_size=112, flip=None,
-                 on_bad_sample="error", seed=0, image_field="image", label_field="label", decoder="auto"):
+                 on_bad_sample="error", seed=0, image_field="image", label_field="label", decoder="auto",
+                 augment=None, holdout_classes=None, max_positive_pairs=3000):
         self.source = f"recordio '{path}'"
         self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
-                            decoder)
+                            decoder, augment, holdout_classes, max_positive_pairs)
         rec_path, idx_path, property_path = resolve_paths(str(path))
         for needed in (rec_path, idx_path):
             if not os.path.isfile(needed):
