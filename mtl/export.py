@@ -63,7 +63,7 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     cfg = _load_job_cfg(run_dir)
     backbone, backbone_cfg, ckpt, use_avg = load_run_backbone(run_dir, checkpoint_path, averaged)
     field = backbone.input_fields()[0]
-    model = _embedding_model(backbone, field.name)
+    model = field_adapter(backbone, field.name, to_dict=True)
     spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
                                    name=field.name)
     os.makedirs(os.path.join(out_dir, "heads"), exist_ok=True)
@@ -115,21 +115,25 @@ def export_onnx(out_dir, opset=13):
     return path
 
 
-def _embedding_model(backbone, field):
-    """A Layer whose forward takes one tensor (the backbone's input field) and returns features, for jit.save."""
+def field_adapter(model, field, to_dict):
+    """A Layer between the backbone interface (a dict of fields) and a single-tensor model.
+
+    ``to_dict``: ``forward(x) = model({field: x})`` (a backbone made exportable by ``jit.save``); otherwise
+    ``forward(inputs) = model(inputs[field])`` (an exported model used where a backbone is expected).
+    """
     import paddle
 
-    class EmbeddingModel(paddle.nn.Layer):
-        """The backbone behind a single-tensor input."""
+    class FieldAdapter(paddle.nn.Layer):
+        """Converts the input between one tensor and ``{field: tensor}``."""
 
         def __init__(self):
             super().__init__()
-            self.backbone = backbone
+            self.inner = model
 
         def forward(self, x):
-            return self.backbone({field: x})
+            return self.inner({field: x}) if to_dict else self.inner(x[field])
 
-    return EmbeddingModel()
+    return FieldAdapter()
 
 
 def read_inputs(paths, shape):

@@ -70,15 +70,8 @@ class IResNet(ImageBackbone):
 
     depths = (2, 2, 2, 2)
 
-    def __init__(
-        self,
-        embedding_size: int = 512,
-        dropout: float = 0.0,
-        input_size: int = 112,
-        in_channels: int = 3,
-        input_field: str = "image",
-        pretrained: str = None,
-    ):
+    def __init__(self, embedding_size: int = 512, dropout: float = 0.0, input_size: int = 112, in_channels: int = 3,
+                 input_field: str = "image", pretrained: str = None):
         super().__init__()
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
         if not 0.0 <= float(dropout) < 1.0:
@@ -119,29 +112,14 @@ class IResNet(ImageBackbone):
         return self.features(self.fc(self.dropout(x)))
 
 
-@register_backbone("iresnet18")
-class IResNet18(IResNet):
-    """IResNet-18 (blocks per stage 2, 2, 2, 2)."""
-
-    depths = DEPTHS["iresnet18"]
-
-
-@register_backbone("iresnet34")
-class IResNet34(IResNet):
-    """IResNet-34 (blocks per stage 3, 4, 6, 3)."""
-
-    depths = DEPTHS["iresnet34"]
+def _variant(name: str, doc: str):
+    """Register the IResNet of ``DEPTHS[name]`` blocks per stage as backbone ``name``."""
+    return register_backbone(name)(type(f"IResNet{name[len('iresnet'):]}", (IResNet,),
+                                        {"depths": DEPTHS[name], "__doc__": doc, "__module__": __name__}))
 
 
-@register_backbone("iresnet50")
-class IResNet50(IResNet):
-    """IResNet-50 (blocks per stage 3, 4, 14, 3); 43.6M parameters at 112x112 and 512-d."""
-
-    depths = DEPTHS["iresnet50"]
-
-
-@register_backbone("iresnet100")
-class IResNet100(IResNet):
-    """IResNet-100 (blocks per stage 3, 13, 30, 3); 65.16M parameters at 112x112 and 512-d."""
-
-    depths = DEPTHS["iresnet100"]
+IResNet18 = _variant("iresnet18", "IResNet-18 (blocks per stage 2, 2, 2, 2).")
+IResNet34 = _variant("iresnet34", "IResNet-34 (blocks per stage 3, 4, 6, 3).")
+IResNet50 = _variant("iresnet50", "IResNet-50 (blocks per stage 3, 4, 14, 3); 43.6M parameters at 112x112 and 512-d.")
+IResNet100 = _variant("iresnet100", "IResNet-100 (blocks per stage 3, 13, 30, 3); 65.16M parameters at 112x112 and "
+                                    "512-d.")

@@ -81,6 +81,21 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
     are (every image must then have the same size) unless ``resize`` re-encodes them as ``resize`` x ``resize`` JPEGs.
     Returns a summary dict (paths, records, classes, image size).
     """
+    items, num_classes = _pack_items(source, root)
+    prefix = _output_prefix(out_prefix)
+    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
+    rec_path, idx_path = prefix + ".rec", prefix + ".idx"
+    with RecordIOWriter(rec_path, idx_path) as writer:
+        size = _write_records(writer, items, num_classes, resize, quality)
+    property_path = os.path.join(os.path.dirname(prefix) or ".", "property")
+    with open(property_path, "w") as f:
+        f.write(f"{num_classes},{size[1]},{size[0]}\n")
+    return {"rec": rec_path, "idx": idx_path, "property": property_path, "records": len(items),
+            "classes": num_classes, "image_size": f"{size[1]}x{size[0]}"}
+
+
+def _pack_items(source, root):
+    """``([(image path, label)] grouped by class in source order, class count)`` of a folder or a label list."""
     if os.path.isdir(source):
         items, num_classes = _folder_items(source)
     elif os.path.isfile(source):
@@ -91,37 +106,32 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
         raise DataError(f"pack source '{source}' holds no image (looked for {', '.join(IMAGE_EXTENSIONS)} files in "
                         f"its identity sub-folders)")
     order = sorted(range(len(items)), key=lambda i: items[i][1])  # stable: group by class, keep source order
-    items = [items[i] for i in order]
-    prefix = _output_prefix(out_prefix)
-    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
-    rec_path, idx_path = prefix + ".rec", prefix + ".idx"
+    return [items[i] for i in order], num_classes
+
+
+def _write_records(writer, items, num_classes, resize, quality):
+    """Header record, one record per image, one identity record per class (InsightFace's layout); image size."""
     n = len(items)
     first_identity = n + 1
-    ranges = np.zeros((num_classes, 2), dtype=np.int64)
     size = None
-    with RecordIOWriter(rec_path, idx_path) as writer:
-        writer.write(pack_record([first_identity, first_identity + num_classes], b"", id=0), key=0)
-        for key, (path, label) in enumerate(items, start=1):
-            data, image_size = _encoded(path, resize, quality)
-            if size is None:
-                size, size_path = image_size, path
-            elif image_size != size:
-                raise DataError(
-                    f"image '{path}' is {image_size[0]}x{image_size[1]} but '{size_path}' is {size[0]}x{size[1]}; "
-                    f"pass resize (--resize N) to store images of one size"
-                )
-            writer.write(pack_record(float(label), data, id=key), key=key)
-        labels = np.array([label for _, label in items], dtype=np.int64)
-        starts = np.searchsorted(labels, np.arange(num_classes), side="left") + 1
-        ends = np.searchsorted(labels, np.arange(num_classes), side="right") + 1
-        ranges[:, 0], ranges[:, 1] = starts, ends
-        for c in range(num_classes):
-            writer.write(pack_record(ranges[c].astype(np.float32), b"", id=first_identity + c), key=first_identity + c)
-    property_path = os.path.join(os.path.dirname(prefix) or ".", "property")
-    with open(property_path, "w") as f:
-        f.write(f"{num_classes},{size[1]},{size[0]}\n")
-    return {"rec": rec_path, "idx": idx_path, "property": property_path, "records": n, "classes": num_classes,
-            "image_size": f"{size[1]}x{size[0]}"}
+    writer.write(pack_record([first_identity, first_identity + num_classes], b"", id=0), key=0)
+    for key, (path, label) in enumerate(items, start=1):
+        data, image_size = _encoded(path, resize, quality)
+        if size is None:
+            size, size_path = image_size, path
+        elif image_size != size:
+            raise DataError(
+                f"image '{path}' is {image_size[0]}x{image_size[1]} but '{size_path}' is {size[0]}x{size[1]}; "
+                f"pass resize (--resize N) to store images of one size"
+            )
+        writer.write(pack_record(float(label), data, id=key), key=key)
+    labels = np.array([label for _, label in items], dtype=np.int64)
+    ranges = np.zeros((num_classes, 2), dtype=np.int64)
+    ranges[:, 0] = np.searchsorted(labels, np.arange(num_classes), side="left") + 1
+    ranges[:, 1] = np.searchsorted(labels, np.arange(num_classes), side="right") + 1
+    for c in range(num_classes):
+        writer.write(pack_record(ranges[c].astype(np.float32), b"", id=first_identity + c), key=first_identity + c)
+    return size
 
 
 # ----------------------------------------------------------------------------------------------- inspect
@@ -184,18 +194,7 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
     """
     path = str(path)
     if path.endswith(".bin"):
-        from mtl.evaluation.sets import read_bin
-
-        vset = read_bin(path, image_size=_first_bin_size(path))
-        pick = np.unique(np.linspace(0, len(vset) - 1, min(samples, len(vset))).astype(int))
-        stats = {"path": path, "format": "verification .bin", "records": len(vset), "pairs": vset.num_pairs,
-                 "same_pairs": int(vset.issame.sum()),
-                 "image_size": f"{vset.pixels.shape[1]}x{vset.pixels.shape[2]}"}
-        if out_png:
-            titles = [f"pair {i // 2} {'same' if vset.issame[i // 2] else 'diff'}" for i in pick]
-            _contact_sheet([vset.pixels[i] for i in pick], titles, out_png, os.path.basename(path))
-            stats["contact_sheet"] = out_png
-        return stats
+        return _inspect_bin(path, out_png, samples)
     is_list = os.path.isfile(path) and not path.endswith((".rec", ".idx"))
     labels, positions, load, stated, info = _list_source(path, root) if is_list else _recordio_source(path)
     counts = np.bincount(labels) if len(labels) else np.zeros(0, np.int64)
@@ -221,6 +220,21 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
     if out_png and images:
         _contact_sheet(images, titles, out_png, f"{os.path.basename(os.path.normpath(path))}: "
                                                 f"{stats['records']} images, {stats['classes']} classes")
+        stats["contact_sheet"] = out_png
+    return stats
+
+
+def _inspect_bin(path, out_png, samples):
+    """Statistics (and the contact sheet) of a verification ``.bin`` set."""
+    from mtl.evaluation.sets import read_bin
+
+    vset = read_bin(path, image_size=_first_bin_size(path))
+    pick = np.unique(np.linspace(0, len(vset) - 1, min(samples, len(vset))).astype(int))
+    stats = {"path": path, "format": "verification .bin", "records": len(vset), "pairs": vset.num_pairs,
+             "same_pairs": int(vset.issame.sum()), "image_size": f"{vset.pixels.shape[1]}x{vset.pixels.shape[2]}"}
+    if out_png:
+        titles = [f"pair {i // 2} {'same' if vset.issame[i // 2] else 'diff'}" for i in pick]
+        _contact_sheet([vset.pixels[i] for i in pick], titles, out_png, os.path.basename(path))
         stats["contact_sheet"] = out_png
     return stats
 

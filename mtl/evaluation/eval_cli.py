@@ -13,26 +13,9 @@ import os
 from mtl.errors import ConfigError
 
 
-def _dict_input_model(model, field):
-    """An exported model (one tensor in) behind the backbone interface (a dict of fields in)."""
-    import paddle
-
-    class DictInput(paddle.nn.Layer):
-        """``forward({field: x}) = model(x)``."""
-
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, inputs):
-            return self.model(inputs[field])
-
-    return DictInput()
-
-
 def load_model(path, weights="auto"):
     """(backbone-like layer, input field, input shape, step, description) of a run folder or an export folder."""
-    from mtl.export import load_run_backbone
+    from mtl.export import field_adapter, load_run_backbone
 
     if os.path.isfile(os.path.join(path, "export.json")):
         import paddle
@@ -42,7 +25,7 @@ def load_model(path, weights="auto"):
                               "exported with (see its export.json)")
         with open(os.path.join(path, "export.json")) as f:
             meta = json.load(f)
-        model = _dict_input_model(paddle.jit.load(os.path.join(path, "backbone")), meta["input_field"])
+        model = field_adapter(paddle.jit.load(os.path.join(path, "backbone")), meta["input_field"], to_dict=False)
         kind = "averaged" if meta.get("averaged") else "live"
         return model, meta["input_field"], meta["input_shape"], meta["step"], f"export ({kind} weights)"
     if os.path.isfile(os.path.join(path, "job.json")):

@@ -183,8 +183,24 @@ class FaceImageReader(Reader):
             self.num_classes = int(stated_classes)
         else:
             self.num_classes = int(labels[finite].max()) + 1 if finite.any() else 0
+        problems = self._label_problems(candidates, labels, dict(problems))
+        if problems and self.on_bad_sample == "error":
+            raise DataError(problems[min(problems)] + " (set on_bad_sample: skip to skip such samples)")
+        keep = np.ones(len(candidates), dtype=bool)
+        keep[list(problems)] = False
+        self.startup_bad_samples = len(problems)
+        self.bad_sample_messages = [problems[k] for k in sorted(problems)[:20]]
+        candidates, labels = self._take_split(candidates[keep], labels[keep].astype(np.int64))
+        if len(candidates) == 0:
+            raise DataError(f"{self.source}: no usable sample")
+        self._candidates = candidates
+        self._labels = labels
+        self._skips = SkipLog(len(candidates))
+
+    def _label_problems(self, candidates, labels, problems):
+        """``problems`` plus a message for every label that is missing, not an integer or outside [0, C)."""
+        finite = np.isfinite(labels)
         bad_label = finite & ((labels != np.floor(labels)) | (labels < 0) | (labels >= self.num_classes))
-        problems = dict(problems)
         for pos in np.flatnonzero(bad_label):
             value = labels[pos]
             shown = str(int(value)) if value == np.floor(value) else repr(float(value))
@@ -195,28 +211,21 @@ class FaceImageReader(Reader):
             )
         for pos in np.flatnonzero(~finite):
             problems.setdefault(int(pos), f"{self._describe(int(candidates[pos]))}: no readable label")
-        if problems and self.on_bad_sample == "error":
-            raise DataError(problems[min(problems)] + " (set on_bad_sample: skip to skip such samples)")
-        keep = np.ones(len(candidates), dtype=bool)
-        keep[list(problems)] = False
-        self.startup_bad_samples = len(problems)
-        self.bad_sample_messages = [problems[k] for k in sorted(problems)[:20]]
-        candidates, labels = candidates[keep], labels[keep].astype(np.int64)
+        return problems
+
+    def _take_split(self, candidates, labels):
+        """This reader's split: held-out identities (open set) or held-out images (``eval_fraction``)."""
         if self.holdout_classes is not None:
-            candidates, labels = self._split_identities(candidates, labels)
-        elif self.eval_fraction > 0:
+            return self._split_identities(candidates, labels)
+        if self.eval_fraction > 0:
             held = holdout_mask(labels, self.eval_fraction)
             chosen = held if self.split == "eval" else ~held
             if not chosen.any():
                 raise ConfigError(
                     f"eval_fraction {self.eval_fraction} leaves no {self.split} sample (each class holds "
                     f"floor(n * eval_fraction) of its n images out)", self.source, "eval_fraction")
-            candidates, labels = candidates[chosen], labels[chosen]
-        if len(candidates) == 0:
-            raise DataError(f"{self.source}: no usable sample")
-        self._candidates = candidates
-        self._labels = labels
-        self._skips = SkipLog(len(candidates))
+            return candidates[chosen], labels[chosen]
+        return candidates, labels
 
     def _split_identities(self, candidates, labels):
         """Open-set split: keep the training identities (train) or the held-out ones (eval), relabelled densely.

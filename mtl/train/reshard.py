@@ -17,17 +17,18 @@ import os
 import re
 
 import numpy as np
-import paddle
 
 from mtl.errors import ConfigError
-from mtl.parallel.distributed import shard_range
+
+# Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
+# before the console is configured (mtl.runtime.configure_console).
 
 _SHARD_FILE = re.compile(r"^(?P<task>.+)\.shard(?P<rank>\d+)of(?P<world>\d+)(?P<suffix>(\.averaged)?\.pdparams)$")
 _SCALAR_ACCUMULATORS = ("pow_acc",)
 
 
 def _numpy(value):
-    return value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
 
 
 def sharded_tasks(path):
@@ -57,6 +58,8 @@ def merge_rows(parts):
 
 def split_rows(full, world, rank):
     """Rank ``rank``'s block of a full ``[C, ...]`` array under the balanced split over ``world`` ranks."""
+    from mtl.parallel.distributed import shard_range
+
     start, count = shard_range(full.shape[0], world, rank)
     return full[start:start + count]
 
@@ -83,6 +86,8 @@ def _reshard_mapping(per_rank, tasks, world, rank, drop_empty=False):
 
 
 def _load_all(path, pattern, saved_world):
+    import paddle
+
     files = [os.path.join(path, pattern.format(rank=k)) for k in range(saved_world)]
     if not all(os.path.isfile(f) for f in files):
         return None
@@ -91,6 +96,7 @@ def _load_all(path, pattern, saved_world):
 
 def head_state(path, task, saved_world, world, rank, averaged=False):
     """A sharded head's state for ``rank`` of ``world`` from the shards of ``saved_world`` ranks."""
+
     suffix = ".averaged.pdparams" if averaged else ".pdparams"
     parts = _load_all(path, os.path.join("heads", f"{task}.shard{{rank}}of{saved_world}{suffix}"), saved_world)
     if parts is None:
@@ -101,6 +107,8 @@ def head_state(path, task, saved_world, world, rank, averaged=False):
 def rank_state(path, saved_world, world, rank):
     """``{"optimizer", "averager", "rng"}`` of ``rank`` of ``world`` from a checkpoint of ``saved_world`` ranks
     (``averager`` / ``rng`` None when the checkpoint has none for this rank)."""
+    import paddle
+
     tasks = set(sharded_tasks(path))
     if saved_world == world:
         def own(name):
@@ -123,6 +131,8 @@ def reshard(path, world, out):
     """Write the checkpoint ``path`` again for ``world`` processes into the new folder ``out`` (1 merges)."""
     import json
     import shutil
+
+    import paddle
 
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)
@@ -157,6 +167,8 @@ def _per_rank(name):
 def describe(path):
     """Rows (what, detail) saying what a checkpoint holds: step, process count, heads, optimizer, averager."""
     import json
+
+    import paddle
 
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)

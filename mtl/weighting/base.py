@@ -100,6 +100,11 @@ class Weighting:
             raise ValueError(f"weighting '{self.name}': the loss of task '{task}' is not finite ({losses[bad][0]})")
         return losses, present
 
+    def _combine_inputs(self, gram, losses, present):
+        """``(losses, present, gram, index of the present tasks)``, validated, for a gradient combination."""
+        losses, present = self._inputs(losses, present)
+        return losses, present, self._gram(gram, present), np.flatnonzero(present)
+
     def _gram(self, gram, present):
         """Validate the [T, T] Gram matrix; rows and columns of absent tasks are set to 0."""
         gram = np.array(gram, dtype=np.float64)

@@ -76,10 +76,8 @@ class CAGrad(GradientWeighting):
 
     def combine(self, gram, losses, present, step):
         """alpha of the CAGrad direction over the present tasks (0 for absent tasks)."""
-        _, present = self._inputs(losses, present)
-        gram = self._gram(gram, present)
+        losses, present, gram, index = self._combine_inputs(gram, losses, present)
         alpha = np.zeros(self.num_tasks)
-        index = np.flatnonzero(present)
         if index.size == 0:
             return alpha
         sub = gram[np.ix_(index, index)]
@@ -135,10 +133,8 @@ class MGDA(GradientWeighting):
 
     def combine(self, gram, losses, present, step):
         """alpha_t = lambda_t / n_t from the Frank-Wolfe min-norm weights lambda (0 for absent tasks)."""
-        losses, present = self._inputs(losses, present)
-        gram = self._gram(gram, present)
+        losses, present, gram, index = self._combine_inputs(gram, losses, present)
         alpha = np.zeros(self.num_tasks)
-        index = np.flatnonzero(present)
         if index.size == 0:
             return alpha
         n = self._normalizers(gram, losses)[index]
