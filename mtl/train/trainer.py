@@ -13,8 +13,6 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass
-from typing import Dict, Optional
 
 import paddle
 
@@ -28,27 +26,13 @@ from mtl.train import checkpoint, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.guard import NonFiniteGuard
+from mtl.train.loop import AveragedWeights, Loop, StepRecord
 from mtl.train.optim import JointOptimizer
 from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
 
 log = logging.getLogger("mtl")
-
-
-@dataclass
-class StepRecord:
-    """What one training step leaves for the log: its number (1-based), learning rate, gradient norm, losses."""
-
-    step: int
-    lr: float
-    grad_norm: Optional[float]
-    losses: Dict[str, paddle.Tensor]
-    metrics: Dict[str, Dict[str, paddle.Tensor]]
-    weights: Dict[str, Dict[str, float]]  # {"weight": {task: w_t}} (+ "alpha" for gradient-based strategies)
-    nonfinite: bool = False  # the step's update was not applied (on_nonfinite)
-    overflow: bool = False  # fp16: skipped as a loss-scale overflow
-    loss_scale: Optional[float] = None
 
 
 class Trainer:
@@ -193,7 +177,7 @@ class Trainer:
         end = self.steps if until is None else min(self.steps, int(until))
         loader = make_loader(self._dataset(end), self.cfg["data"]["num_workers"])
         self.job.model.train()
-        loop = _Loop(self._progress())
+        loop = Loop(self._progress())
         started, step = time.time(), self.start_step
         with StopRequest() as stop:
             for batch in loader:
@@ -316,7 +300,7 @@ class Trainer:
         """Context: the averaged weights (with BatchNorm statistics agreed by every rank), or nothing to change."""
         if self.averager is None:
             return contextlib.nullcontext()
-        return _AveragedWeights(self.averager, self.strategy)
+        return AveragedWeights(self.averager, self.strategy)
 
     def _evaluate(self, step):
         self.strategy.average_statistics()
@@ -353,48 +337,3 @@ class Trainer:
                "resumed_from": self.resumed_from, "nonfinite_steps_skipped": self.guard.skipped}
         return write_summary(self.job, self.metrics.records, live, averaged, run, self.output_dir,
                              self.console if self.is_main else None, self.cfg["log"]["plot"])
-
-
-class _AveragedWeights:
-    """Swap in the averaged weights, then average BatchNorm statistics over ranks (averaged ones are per rank too)."""
-
-    def __init__(self, averager, strategy):
-        self.context = averager.apply()
-        self.strategy = strategy
-
-    def __enter__(self):
-        self.context.__enter__()
-        self.strategy.average_statistics()
-        return self
-
-    def __exit__(self, *exc):
-        return self.context.__exit__(*exc)
-
-
-class _Loop:
-    """State of one run of the loop: pending step records, tasks whose first batch was checked, throughput."""
-
-    def __init__(self, progress):
-        self.pending, self.seen, self.window, self.progress = [], set(), _Window(), progress
-
-    def close(self):
-        """Close the progress bar (once)."""
-        if self.progress is not None:
-            self.progress.close()
-            self.progress = None
-
-
-class _Window:
-    """Samples seen since the last flush, for the ``samples_per_s`` of the log records."""
-
-    def __init__(self):
-        self.start, self.samples = time.time(), 0
-
-    def add(self, samples: int):
-        self.samples += samples
-
-    def rate(self) -> float:
-        """Samples per second since the last call, and restart the window."""
-        rate = self.samples / max(time.time() - self.start, 1e-9)
-        self.start, self.samples = time.time(), 0
-        return rate

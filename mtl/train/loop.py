@@ -1,0 +1,66 @@
+"""Small state objects of the training loop: a step's record, the loop's pending records and throughput."""
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import paddle
+
+
+@dataclass
+class StepRecord:
+    """What one training step leaves for the log: its number (1-based), learning rate, gradient norm, losses."""
+
+    step: int
+    lr: float
+    grad_norm: Optional[float]
+    losses: Dict[str, paddle.Tensor]
+    metrics: Dict[str, Dict[str, paddle.Tensor]]
+    weights: Dict[str, Dict[str, float]]  # {"weight": {task: w_t}} (+ "alpha" for gradient-based strategies)
+    nonfinite: bool = False  # the step's update was not applied (on_nonfinite)
+    overflow: bool = False  # fp16: skipped as a loss-scale overflow
+    loss_scale: Optional[float] = None
+
+
+class AveragedWeights:
+    """Swap in the averaged weights, then average BatchNorm statistics over ranks (averaged ones are per rank too)."""
+
+    def __init__(self, averager, strategy):
+        self.context = averager.apply()
+        self.strategy = strategy
+
+    def __enter__(self):
+        self.context.__enter__()
+        self.strategy.average_statistics()
+        return self
+
+    def __exit__(self, *exc):
+        return self.context.__exit__(*exc)
+
+
+class Loop:
+    """State of one run of the loop: pending step records, tasks whose first batch was checked, throughput."""
+
+    def __init__(self, progress):
+        self.pending, self.seen, self.window, self.progress = [], set(), Window(), progress
+
+    def close(self):
+        """Close the progress bar (once)."""
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+
+
+class Window:
+    """Samples seen since the last flush, for the ``samples_per_s`` of the log records."""
+
+    def __init__(self):
+        self.start, self.samples = time.time(), 0
+
+    def add(self, samples: int):
+        self.samples += samples
+
+    def rate(self) -> float:
+        """Samples per second since the last call, and restart the window."""
+        rate = self.samples / max(time.time() - self.start, 1e-9)
+        self.start, self.samples = time.time(), 0
+        return rate
