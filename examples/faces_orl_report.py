@@ -40,7 +40,7 @@ def task_readers(cfg, split):
 
 def pixel_baselines(cfg):
     """Open-set verification of raw and mean-centred pixels on the recipe's pairs: ``{name: accuracy}``."""
-    from mtl.evaluation.open_set import open_set_verification
+    from mtl.evaluation.pairs import open_set_verification
 
     eval_reader = next(iter(task_readers(cfg, "eval").values()))
     probe = np.stack([eval_reader[i]["image"].ravel() for i in range(len(eval_reader))]).astype(np.float64)

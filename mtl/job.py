@@ -152,7 +152,7 @@ def _checked_eval_reader(task: Task, context):
         if task.head.label_field == "label":  # class labels: Reader.labels() reads them without decoding images
             labels = np.asarray(reader.labels())[:limit]
             if reader.open_set:  # held-out identities: not head classes, scored by verification pairs
-                from mtl.evaluation.open_set import open_set_pairs
+                from mtl.evaluation.pairs import open_set_pairs
 
                 open_set_pairs(labels, reader.max_positive_pairs)
             else:

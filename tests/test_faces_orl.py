@@ -17,7 +17,7 @@ from mtl.data import tools as datatools
 from mtl.data.recordio import RecordIOReader, unpack
 from mtl.data.transforms import Augment, normalize, to_pixels
 from mtl.errors import ConfigError
-from mtl.evaluation.open_set import open_set_pairs, open_set_verification
+from mtl.evaluation.pairs import open_set_pairs, open_set_verification
 from mtl.readers.image_list import ImageListReader
 from mtl.readers.recordio_reader import image_rows
 

@@ -87,7 +87,7 @@ class Evaluator:
         feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
         if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them
-            from mtl.evaluation.open_set import open_set_verification
+            from mtl.evaluation.pairs import open_set_verification
 
             return open_set_verification(collective.to_numpy(feats), rest[head.label_field],
                                          reader.max_positive_pairs, seed=0)

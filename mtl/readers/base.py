@@ -28,7 +28,7 @@ class Reader:
     epoch_aware = False
     counts_skipped = False
     # True for a split of identities the heads never trained on (face readers' ``holdout_classes``): its labels are
-    # not head classes, and it is scored by verification on pairs of its identities (``mtl.evaluation.open_set``)
+    # not head classes, and it is scored by verification on pairs of its identities (``mtl.evaluation.pairs``)
     open_set = False
     max_positive_pairs = 3000  # open-set splits: cap on the positive pairs (as many negatives are drawn)
 
