@@ -27,6 +27,7 @@ class Reader:
     num_outputs = None
     epoch_aware = False
     counts_skipped = False
+    registered_name = ""  # set by the registration decorator; error messages name the reader by it
 
     def sizes(self) -> dict:
         """The sizes a head may take from this reader: ``num_classes``, ``num_labels``, ``num_outputs``."""
