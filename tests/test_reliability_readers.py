@@ -92,4 +92,5 @@ def test_two_processes_stop_together_with_one_line_each(tmp_path, reader, worker
         lines = [line for line in text.splitlines() if line.startswith(f"error (rank {rank}):")]
         assert len(lines) == 1 and expected_line(reader) in lines[0] and WHAT[reader] in lines[0], text
         assert " met: " in lines[0] and "Traceback" not in text, text
-    assert "TIMEOUT" not in output.split("\n===== ")[0], output  # no rank was left waiting in a collective until gloo gave up
+    # no rank was left waiting in a collective until gloo gave up
+    assert "TIMEOUT" not in output.split("\n===== ")[0], output
