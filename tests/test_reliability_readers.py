@@ -91,6 +91,7 @@ def test_two_processes_stop_together_with_one_line_each(tmp_path, reader, worker
     for rank, text in enumerate(workerlogs):  # every rank says it, in one line, without a traceback
         lines = [line for line in text.splitlines() if line.startswith(f"error (rank {rank}):")]
         assert len(lines) == 1 and expected_line(reader) in lines[0] and WHAT[reader] in lines[0], text
-        assert " met: " in lines[0] and "Traceback" not in text, text
+        # no Python traceback; rank that exits last may show Paddle's C++ dump of the launcher's SIGTERM
+        assert " met: " in lines[0] and "\nTraceback (most recent call last)" not in text, text
     # no rank was left waiting in a collective until gloo gave up
     assert "TIMEOUT" not in output.split("\n===== ")[0], output
