@@ -63,22 +63,32 @@ def _stop(proc):
     return output
 
 
-def run_distributed(script_path, nproc=2, args=(), timeout=120, env=None):
-    """Launch ``script_path`` on ``nproc`` CPU processes; return (returncode, launcher output + per-rank logs).
-
-    On timeout the launcher and every worker it started are killed, and the returncode is -9.
-    """
-    log_dir = tempfile.mkdtemp(prefix="mtl_launch_")
+def launcher_env(env=None):
+    """The environment of a launch on CPU: one intra-op thread, this repository importable, ``env`` on top."""
     run_env = dict(os.environ)
     run_env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, run_env.get(
         "PYTHONPATH")]))})
     if not paddle.is_compiled_with_cuda():
         run_env.pop("CUDA_VISIBLE_DEVICES", None)
     run_env.update(env or {})
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+    return run_env
+
+
+def start_launcher(script_path, nproc, args, log_dir, env=None, launch_args=()):
+    """Start (without waiting) ``python -m paddle.distributed.launch [launch_args] --nproc_per_node nproc``."""
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", *launch_args, "--nproc_per_node", str(nproc),
            "--log_dir", log_dir, script_path, *[str(a) for a in args]]
-    proc = subprocess.Popen(cmd, env=run_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    return subprocess.Popen(cmd, env=launcher_env(env), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
+
+
+def run_distributed(script_path, nproc=2, args=(), timeout=120, env=None):
+    """Launch ``script_path`` on ``nproc`` CPU processes; return (returncode, launcher output + per-rank logs).
+
+    On timeout the launcher and every worker it started are killed, and the returncode is -9.
+    """
+    log_dir = tempfile.mkdtemp(prefix="mtl_launch_")
+    proc = start_launcher(script_path, nproc, args, log_dir, env)
     try:
         output, _ = proc.communicate(timeout=timeout)
         code = proc.returncode

@@ -12,7 +12,11 @@ import zlib
 import numpy as np
 import paddle
 
+from mtl.data.loader import ERROR_KEY, error_item, error_text, format_fault, make_loader, raise_error_text
 from mtl.errors import ConfigError, DataError, MtlError
+
+__all__ = ["ERROR_KEY", "StepDataset", "SampleOrder", "check_divisible", "check_labels", "collate", "error_item",
+           "error_text", "make_loader", "raise_error_text", "rank_slice", "task_seed"]
 
 
 def task_seed(seed: int, task_name: str) -> int:
@@ -103,6 +107,7 @@ class StepDataset(paddle.io.Dataset):
         self.end_step = int(end_step)
         self.world = int(world)
         self.rank = int(rank)
+        self.fields = {name: [f.name for f in r.fields()] for name, r in readers.items()}
 
     def __len__(self):
         return max(0, self.end_step - self.start_step)
@@ -113,13 +118,19 @@ class StepDataset(paddle.io.Dataset):
                 for task, n in self.schedule.plan(step).items()}
 
     def __getitem__(self, i):
-        """The step's batch; a user error (bad record, label out of range) comes back as an error item instead of
-        an exception, because Paddle's DataLoader turns worker exceptions into an unreadable SystemError."""
+        """The step's batch; any fault (a user error, or an exception in a reader) comes back as an error item
+        instead of an exception: raised in a DataLoader worker it would become an unreadable SystemError, and every
+        rank must learn of it in the same step (see :mod:`mtl.data.loader`)."""
         step = self.start_step + int(i)
         try:
             return self._batch(step)
+        except ReaderFault as fault:
+            return error_item(fault, fault.details)
         except MtlError as exc:
             return error_item(exc)
+        except Exception as exc:  # a bug outside any reader: still one line, traceback in the rank's log
+            return error_item(DataError(f"building the batch of step {step + 1} failed: {type(exc).__name__}: "
+                                        f"{exc}"), format_fault(exc))
 
     def _batch(self, step):
         batch = {}
@@ -127,16 +138,44 @@ class StepDataset(paddle.io.Dataset):
             start = self.schedule.consumed(task, step)
             part = rank_slice(n, self.world, self.rank)
             idx = self.orders[task].indices(start, n)[part]
-            reader = self.readers[task]
-            if reader.epoch_aware:  # epoch-aware readers take (index, epoch): random flips per epoch
-                epochs = self.orders[task].epochs(start, n)[part]
-                samples = [reader[(int(j), int(e))] for j, e in zip(idx, epochs)]
+            if self.readers[task].epoch_aware:  # epoch-aware readers take (index, epoch): random flips per epoch
+                keys = [(int(j), int(e)) for j, e in zip(idx, self.orders[task].epochs(start, n)[part])]
             else:
-                samples = [reader[int(j)] for j in idx]
-            batch[task] = collate(samples)
+                keys = [int(j) for j in idx]
+            batch[task] = collate([self._sample(task, key, step) for key in keys])
             if task in self.label_ranges:
                 check_labels(task, batch[task], *self.label_ranges[task], indices=idx, step=step)
         return batch
+
+    def _sample(self, task, key, step):
+        """``reader[key]`` with every declared field; a fault names the task, the reader and the sample."""
+        reader = self.readers[task]
+        index = key[0] if isinstance(key, tuple) else key
+        where = f"task '{task}': reader '{reader.registered_name or type(reader).__name__}', sample {index} " \
+                f"(step {step + 1})"
+        try:
+            sample = reader[key]
+        except MtlError as exc:
+            raise ReaderFault(f"{where}: {exc}") from exc
+        except Exception as exc:
+            raise ReaderFault(f"{where}: the reader raised {type(exc).__name__}: {exc}",
+                              details=format_fault(exc)) from exc
+        if not isinstance(sample, dict):
+            raise ReaderFault(f"{where}: the reader returned {type(sample).__name__}, expected a dict of arrays "
+                              f"with the fields {self.fields[task]}")
+        missing = [name for name in self.fields[task] if name not in sample]
+        if missing:
+            raise ReaderFault(f"{where}: the sample lacks the declared field(s) {missing} (it has "
+                              f"{sorted(sample)}); every sample must carry every field of the reader's fields()")
+        return sample
+
+
+class ReaderFault(DataError):
+    """A reader failed on one sample: the one-line message, the original traceback (``details``) for the log."""
+
+    def __init__(self, message, details=None):
+        super().__init__(message)
+        self.details = details
 
 
 def check_labels(task, batch, field, num_classes, indices=None, step=None, split="training"):
@@ -150,39 +189,6 @@ def check_labels(task, batch, field, num_classes, indices=None, step=None, split
         when = f" (step {step})" if step is not None else ""
         raise DataError(f"task '{task}': {where}{when} has {field} {labels[j]}, outside [0, {num_classes}) of its "
                         f"head; fix the data or the head's num_classes")
-
-
-def error_item(exc):
-    """A DataLoader item that carries a user error from a worker to the main process."""
-    text = f"{type(exc).__name__}\n{exc}".encode()
-    return {ERROR_KEY: {"message": np.frombuffer(text, dtype=np.uint8).copy()}}
-
-
-def error_text(batch):
-    """The ``"Kind\\nmessage"`` an item from :func:`error_item` carries, or None for a normal batch."""
-    if ERROR_KEY not in batch:
-        return None
-    raw = batch[ERROR_KEY]["message"]
-    raw = raw.numpy() if hasattr(raw, "numpy") else np.asarray(raw)
-    return bytes(raw.astype(np.uint8)).decode()
-
-
-def raise_error_text(text):
-    """Raise the user error described by :func:`error_text` (the same class: DataError, ConfigError, ...)."""
-    kind, message = text.split("\n", 1)
-    from mtl import errors
-
-    cls = getattr(errors, kind, errors.DataError)
-    raise (cls if isinstance(cls, type) and issubclass(cls, errors.MtlError) else errors.DataError)(message)
-
-
-ERROR_KEY = "__mtl_error__"
-
-
-def make_loader(dataset: StepDataset, num_workers: int):
-    """A DataLoader that yields one step per item, in order, with ``num_workers`` worker processes."""
-    return paddle.io.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(num_workers),
-                                use_shared_memory=False)
 
 
 def iterate_eval(reader, batch_size: int, max_samples=None):

@@ -101,14 +101,16 @@ def agree(message, stop: bool, limit: int = 4096):
 
 @paddle.no_grad()
 def all_reduce_flat(tensors, divisor=None):
-    """SUM all-reduce of several tensors in one fused float32 buffer, written back in place (``/ divisor`` if given).
+    """SUM all-reduce of several tensors in one fused buffer, written back in place (``/ divisor`` if given).
 
-    No-op at world 1 or for an empty list. One collective whatever the number of tensors.
+    The buffer is float32, or float64 when any tensor is float64 (a float64 run keeps its precision in the
+    gradient sync). No-op at world 1 or for an empty list. One collective whatever the number of tensors.
     """
     tensors = list(tensors)
     if not is_distributed() or not tensors:
         return
-    flat = paddle.concat([t.reshape([-1]).astype("float32") for t in tensors])
+    dtype = "float64" if any(t.dtype == paddle.float64 for t in tensors) else "float32"
+    flat = paddle.concat([t.reshape([-1]).astype(dtype) for t in tensors])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     if divisor is not None:
         flat = flat / divisor

@@ -31,6 +31,7 @@ class Reader:
     # not head classes, and it is scored by verification on pairs of its identities (``mtl.evaluation.pairs``)
     open_set = False
     max_positive_pairs = 3000  # open-set splits: cap on the positive pairs (as many negatives are drawn)
+    registered_name = ""  # set by the registration decorator; error messages name the reader by it
 
     def sizes(self) -> dict:
         """The sizes a head may take from this reader: ``num_classes``, ``num_labels``, ``num_outputs``."""

@@ -5,20 +5,27 @@ shard ``heads/<task>.shard<k>of<W>.pdparams``, ``optimizer.rank<k>.pdopt`` (opti
 Partial FC row velocities included), ``averager.rank<k>.pdparams``, ``rng.rank<k>.pdparams`` (random state),
 ``state.json`` (step, world size, schedule); with averaging on, also the averaged weights themselves
 (``backbone.averaged.pdparams``, ``heads/<task>...averaged.pdparams``) for export.
-Every rank writes into ``.step_N.tmp``; after a barrier rank 0 renames it to ``step_N`` (a rename is atomic), so a
-crash mid-save never leaves a half checkpoint; old ones beyond ``keep`` are removed.
+Every rank writes into ``.step_N.tmp`` and fsyncs its files; after a barrier rank 0 writes ``state.json`` with the
+SHA-256 and size of every file (:mod:`mtl.train.integrity`), fsyncs the folders and renames it to ``step_N`` (a rename
+is atomic), so a crash mid-save never leaves a half checkpoint; old ones beyond ``keep`` are removed. ``--resume``
+verifies: a damaged newest checkpoint (truncated or altered file) is reported in one line and the newest one that
+verifies is used.
 """
 import json
+import logging
 import os
 import re
 import shutil
+import sys
 
 import numpy as np
 import paddle
 
 from mtl.errors import ConfigError
 from mtl.parallel import distributed
-from mtl.train import reshard
+from mtl.train import integrity, reshard
+
+log = logging.getLogger("mtl")
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -41,10 +48,38 @@ def list_checkpoints(output_dir):
     return sorted(found)
 
 
-def latest_checkpoint(output_dir):
-    """Path of the newest complete checkpoint, or None."""
+def report_damaged(message):
+    """Say in one line (rank 0's stderr, every rank's log) that a checkpoint is damaged and which one is used."""
+    log.warning(message)
+    if distributed.rank() == 0:
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def newest_verified(output_dir, report=report_damaged):
+    """Path of the newest checkpoint whose files match their checksums, or None; each damaged newer one is reported.
+
+    Only the caller's own process reads the files (see :func:`latest_checkpoint` for the collective form).
+    """
     found = list_checkpoints(output_dir)
-    return found[-1][1] if found else None
+    for i in range(len(found) - 1, -1, -1):
+        path = found[i][1]
+        problem = integrity.verify(path)
+        if not problem:
+            return path
+        older = next((p for _, p in reversed(found[:i]) if not integrity.verify(p)), None)
+        report(f"checkpoint '{path}' is damaged ({problem}); " +
+               (f"using '{older}' instead" if older else "no older checkpoint verifies"))
+        return older
+    return None
+
+
+def latest_checkpoint(output_dir, report=report_damaged):
+    """Path of the newest complete checkpoint that verifies, or None (every rank must call it under a launcher).
+
+    Rank 0 reads and verifies the files and every rank gets its answer, so that all ranks load the same step.
+    """
+    path = newest_verified(output_dir, report) if distributed.rank() == 0 else None
+    return distributed.first_error(path)  # the lowest rank's non-empty text: rank 0's choice, sent to every rank
 
 
 def _head_file(task, head, rank, world):
@@ -53,14 +88,20 @@ def _head_file(task, head, rank, world):
     return os.path.join("heads", f"{task}.pdparams")
 
 
+def _save(obj, path):
+    """``paddle.save`` and fsync: the file is on the disk before the checkpoint is published."""
+    paddle.save(obj, path)
+    integrity.fsync_file(path)
+
+
 def _write_weights(tmp, model, rank, world, suffix=".pdparams"):
     """Backbone (rank 0), replicated heads (rank 0) and this rank's head shards into ``tmp``."""
     if rank == 0:
-        paddle.save(model.backbone.state_dict(), os.path.join(tmp, "backbone" + suffix))
+        _save(model.backbone.state_dict(), os.path.join(tmp, "backbone" + suffix))
     for task, head in model.heads.items():
         if head.sharded or rank == 0:
             path = os.path.join(tmp, _head_file(task, head, rank, world))
-            paddle.save(head.state_dict(), path.replace(".pdparams", suffix))
+            _save(head.state_dict(), path.replace(".pdparams", suffix))
 
 
 def _missing_shards(tmp, model, world, step):
@@ -77,11 +118,12 @@ def _missing_shards(tmp, model, world, step):
 
 
 def _publish(output_dir, tmp, final, state, keep):
-    """Rank 0: write ``state.json``, rename the folder into place (atomic), drop checkpoints beyond ``keep``."""
-    with open(os.path.join(tmp, "state.json"), "w") as f:
-        json.dump(state, f, indent=1)
+    """Rank 0: write ``state.json`` with every file's checksum, fsync, rename the folder into place (atomic, then
+    fsync of the parent so that the rename is durable), drop checkpoints beyond ``keep``."""
+    integrity.write_state(tmp, state)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
+    integrity.fsync_dir(os.path.dirname(final))
     for _, old in [c for c in list_checkpoints(output_dir) if c[0] <= state["step"]][:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -106,11 +148,11 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sy
             if sync is not None:
                 sync()
             _write_weights(tmp, model, rank, world, ".averaged.pdparams")
-    paddle.save(optimizer.state_dict(), os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
+    _save(optimizer.state_dict(), os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
     if averager is not None:
-        paddle.save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
+        _save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
     # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
-    paddle.save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
+    _save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
     distributed.barrier()
     problem = _missing_shards(tmp, model, world, step) if rank == 0 else None
     problem = distributed.first_error(problem)  # every rank stops together, none waits at the next barrier
@@ -123,15 +165,36 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sy
     return final
 
 
-def load(path, model, optimizer, schedule, averager=None):
-    """Restore a checkpoint into the model, optimizer and averager; return its state dict (with ``step``)."""
-    with open(os.path.join(path, "state.json")) as f:
-        state = json.load(f)
-    rank, world = distributed.rank(), distributed.world_size()
+def _check_compatible(path, state, schedule):
+    """Refuse a checkpoint of another schedule (one line saying what to do); another process count is fine."""
     if state["schedule"] != _jsonable(schedule.state_dict()):
         raise ConfigError(f"checkpoint '{path}' was written with another schedule ({state['schedule']}); resume "
                           f"with the same schedule, tasks and seed")
-    saved_world = int(state["world_size"])  # another process count: shards re-split (mtl.train.reshard)
+
+
+def _files_read(model, rank, world, saved_world, averager):
+    """Relative paths of the files rank ``rank`` of ``world`` loads from a checkpoint of ``saved_world`` ranks (the
+    ones it verifies first): its own per-rank files, or every rank's when the shards are re-split."""
+    ranks = [rank] if saved_world == world else list(range(saved_world))
+    files = ["backbone.pdparams", f"rng.rank{rank}.pdparams"] + [f"optimizer.rank{k}.pdopt" for k in ranks]
+    files += [_head_file(task, head, k, saved_world).replace(os.sep, "/") for task, head in model.heads.items()
+              for k in (ranks if head.sharded else [0])]
+    return files + ([f"averager.rank{k}.pdparams" for k in ranks] if averager is not None else [])
+
+
+def load(path, model, optimizer, schedule, averager=None):
+    """Restore a checkpoint into the model, optimizer and averager; return its state dict (with ``step``).
+
+    The files this rank reads are verified against the checksums of ``state.json`` first. A checkpoint of another
+    process count is re-split by class range (``mtl.train.reshard``).
+    """
+    state, problem = integrity.read_state(path)
+    rank, world = distributed.rank(), distributed.world_size()
+    saved_world = int(state["world_size"]) if state else world
+    problem = problem or integrity.verify(path, _files_read(model, rank, world, saved_world, averager))
+    if problem:
+        raise ConfigError(f"checkpoint '{path}' is damaged: {problem}; remove it to resume from an older one")
+    _check_compatible(path, state, schedule)
     model.backbone.set_state_dict(paddle.load(os.path.join(path, "backbone.pdparams")))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))

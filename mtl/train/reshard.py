@@ -153,9 +153,12 @@ def reshard(path, world, out):
                 name = {"optimizer": "optimizer.rank{}.pdopt", "averager": "averager.rank{}.pdparams",
                         "rng": "rng.rank{}.pdparams"}[kind].format(rank)
                 paddle.save(value, os.path.join(out, name))
+    from mtl.train import integrity
+
     state["world_size"] = world
-    with open(os.path.join(out, "state.json"), "w") as f:
-        json.dump(state, f, indent=1)
+    state.pop("files", None)
+    os.remove(os.path.join(out, integrity.STATE_FILE))  # written again with the new files' checksums
+    integrity.write_state(out, state)
     return out
 
 

@@ -1,0 +1,41 @@
+"""Train a job in float64 (``paddle.set_default_dtype("float64")`` before anything is built): the float64 equivalence
+test of BatchNorm with sync BN. Usage: ``float64_job.py CONFIG [--set key=value ...]`` (under the launcher or not)."""
+import os
+import sys
+
+import paddle
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from mtl.cli import add_train_args, run  # noqa: E402
+
+
+def train_float64(args):
+    """Build and train the job with float64 parameters; float32 batch arrays are widened to float64."""
+    from mtl.cli import prepare_job
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    class Float64Trainer(Trainer):
+        """Widens the batches; no final evaluation (evaluation splits are read as float32)."""
+
+        def finish(self, seconds, step=None):
+            return {}
+
+        def _to_tensors(self, batch):
+            wide = paddle.get_default_dtype()
+            tensors = super()._to_tensors(batch)
+            return {t: {k: v.astype(wide) if v.dtype == paddle.float32 else v for k, v in sub.items()}
+                    for t, sub in tensors.items()}
+
+    cfg = prepare_job(args)
+    paddle.set_default_dtype(os.environ.get("MTL_TEST_DTYPE", "float64"))
+    Float64Trainer(build_job(cfg)).run(until=args.until)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_train_args(parser)
+    run(train_float64, parser.parse_args())
