@@ -95,8 +95,10 @@ def train(args):
 
     cfg = prepare_job(args)
     summary = Trainer(build_job(cfg), resume=args.resume, overwrite=args.overwrite).run(until=args.until)
-    if summary["steps"] < cfg["schedule"]["steps"] and os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
-        print(until_notice(cfg, summary["steps"]), flush=True)
+    if summary["steps"] < cfg["schedule"]["steps"]:
+        notice = until_notice(cfg, summary["steps"])  # every rank: finding the checkpoint is collective
+        if os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
+            print(notice, flush=True)
     return summary
 
 
