@@ -8,6 +8,7 @@ import argparse
 import os
 import shlex
 import sys
+import time
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "configs",
                               "demo.yaml")
@@ -188,6 +189,25 @@ def run(func, args):
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except RuntimeError as exc:
+        if not _lost_peer(exc):
+            raise
+        # another process failed first: say so, and leave the launcher time to report that process's own error
+        rank = os.environ.get("PADDLE_TRAINER_ID", "?")
+        print(f"error (rank {rank}): lost contact with another process in a collective ({str(exc).splitlines()[0]}); "
+              "that process probably failed first: its error is in its log", file=sys.stderr, flush=True)
+        time.sleep(LOST_PEER_DELAY)
+        sys.exit(1)
+
+
+LOST_PEER_DELAY = 5.0  # seconds
+
+
+def _lost_peer(exc) -> bool:
+    """True for the error a collective raises on a rank whose peer process is gone (gloo's transport)."""
+    text = str(exc)
+    return os.environ.get("PADDLE_TRAINERS_NUM", "1") != "1" and "gloo" in text and any(
+        word in text for word in ("TIMEOUT", "Connection closed", "Connection reset", "Broken pipe"))
 
 
 def main(argv=None):
