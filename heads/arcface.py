@@ -2,8 +2,8 @@
 
 One step, as named pieces:
 1. gather: features and labels of every rank (``mtl.parallel.collective.all_gather_rows``);
-2. sample (Partial FC, ``sample_ratio < 1``): this rank keeps every positive class of the gathered batch it owns
-   and fills with random negatives up to ``ceil(sample_ratio * C_k)`` classes;
+2. sample (Partial FC, ``sample_ratio < 1``): every positive class of the gathered batch plus random negatives, up
+   to ``ceil(sample_ratio * C)`` classes drawn over all C classes from (seed, step); each rank keeps its own range;
 3. cosine: ``cos = normalize(x) W^T * (1 / ||W_row||)`` on the kept rows of the shard (cheaper to differentiate
    than normalising W, see DESIGN.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
@@ -22,7 +22,7 @@ import paddle.nn.functional as F
 from mtl.evaluation.pairs import verification_pairs
 from mtl.heads.base import HeadOutput
 from mtl.heads.margin import check_margin, margin_transform
-from mtl.heads.sharded import ShardedClassHead
+from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.parallel import collective, distributed
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
@@ -51,7 +51,7 @@ class ArcFaceHead(ShardedClassHead):
         self.fused = self._resolve_fused(fused)
         self._margin = margin_transform(*self.margin)
         self.row_sparse = self.sample_ratio < 1.0  # the optimizer updates only the sampled rows
-        self.sample_step = 0  # Partial FC draws from (seed, sample_step, rank)
+        self.sample_step = 0  # Partial FC draws from (seed, sample_step), over all classes
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
         self._sampled = None  # Partial FC in training: the RowGradient of the last forward
 
@@ -83,32 +83,28 @@ class ArcFaceHead(ShardedClassHead):
         return self.cosine(F.normalize(features, axis=1), self.weight)
 
     def sample_classes(self, labels):
-        """Partial FC: ``(weight rows, global class ids [K], local target [N])`` for the gathered ``labels``.
+        """Partial FC: ``(weight rows, global class ids [K_k], local target [N])`` for the gathered ``labels``.
 
-        Without sampling K = C_k. With sampling: every positive class this rank owns, plus random negatives up to
-        ``ceil(sample_ratio * C_k)``; the kept rows come from ``paddle.gather`` so only they get gradient.
-        The count is read on the host only when positives could outnumber the sample (``N > ceil(r * C_k)``).
+        Without sampling K_k = C_k. With sampling, the sample is drawn over all C classes from (seed, step)
+        (:func:`mtl.heads.sharded.sample_classes_globally`: every positive of the gathered batch, negatives up to
+        ``ceil(sample_ratio * C)`` in all) and this rank keeps those in its range, so the run does not depend on the
+        process count. The labels are read on the host (N ids) to find the positives; the kept rows come from
+        ``paddle.gather`` so only they get gradient.
         """
         target = collective.local_targets(labels, self.shard_start, self.shard_size)
-        count = min(self.shard_size, math.ceil(self.sample_ratio * self.shard_size))
-        if count >= self.shard_size:
+        count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
+        if count >= self.num_classes:
             return self.weight, self.class_ids, target
-        owned = target >= 0
-        slot = paddle.where(owned, target, paddle.full_like(target, self.shard_size))  # extra slot: other ranks
-        flags = paddle.scatter(paddle.zeros([self.shard_size + 1]), slot, paddle.ones(slot.shape), overwrite=True)
-        positive = flags[:self.shard_size] > 0
-        if count < labels.shape[0]:
-            count = max(count, int(positive.astype("int64").sum()))
-        rng = np.random.default_rng([self.seed, self.sample_step, self.rank])
-        scores = paddle.to_tensor(rng.random(self.shard_size, dtype=np.float32))
-        scores = paddle.where(positive, paddle.full_like(scores, 2.0), scores)  # positives outrank every negative
-        index = paddle.sort(paddle.topk(scores, count)[1])
+        sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
+        local = shard_of_sample(sampled, self.shard_start, self.shard_size)
+        index = paddle.to_tensor(local, dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
-        target = paddle.where(owned, column, paddle.full_like(column, -1))
-        return paddle.gather(self.weight, index), index + self.shard_start, target
+        target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
+        rows = paddle.gather(self.weight, index) if len(local) else paddle.zeros([0, self.feature_size])
+        return rows, index + self.shard_start, target
 
     def set_step(self, step: int):
-        """Partial FC draws its negatives from (seed, step, rank): take the runner's global step."""
+        """Partial FC draws its sample from (seed, step): take the runner's global step."""
         self.sample_step = int(step)
 
     def forward(self, features, labels) -> HeadOutput:

@@ -40,6 +40,53 @@ def initial_class_rows(num_classes: int, dim: int, seed: int, start: int, count:
     return rows * np.float32(std)
 
 
+def sample_classes_globally(positives, num_classes: int, count: int, seed: int, step: int) -> np.ndarray:
+    """Partial FC's class sample of one step: sorted global ids, every positive plus random negatives, ``count`` in all.
+
+    Drawn over all ``num_classes`` classes from ``default_rng([seed, step])`` alone, so the set does not depend on
+    the process count: each rank keeps the ids of its own range (:func:`shard_of_sample`). ``count`` is raised to
+    the number of distinct ``positives`` if they outnumber it. The m = count - P negatives are the first m distinct
+    non-positive values of a stream of uniform integers in ``[0, C)`` (a uniformly random m-subset of the C - P
+    negatives), drawn in batches sized to the expected acceptance rate: memory and work are O(count), never O(C).
+    When m exceeds half the negatives, the C - P - m excluded ones are drawn that way instead (then count >= C / 2,
+    so the final O(C) mask is O(count)).
+    """
+    positives = np.unique(np.asarray(positives, dtype=np.int64))
+    count = max(int(count), len(positives))
+    pool = num_classes - len(positives)  # negatives to choose from
+    wanted = min(count - len(positives), pool)
+    rng = np.random.default_rng([int(seed), int(step)])
+    if wanted <= pool // 2:
+        negatives = _distinct_negatives(rng, num_classes, positives, wanted)
+    else:
+        keep = np.ones(num_classes, dtype=bool)
+        keep[positives] = False
+        keep[_distinct_negatives(rng, num_classes, positives, pool - wanted)] = False
+        negatives = np.flatnonzero(keep)
+    return np.sort(np.concatenate([positives, negatives]))
+
+
+def _distinct_negatives(rng, num_classes: int, positives: np.ndarray, wanted: int) -> np.ndarray:
+    """The first ``wanted`` distinct values of ``rng.integers(0, num_classes)`` draws that are not ``positives``."""
+    taken = np.zeros(0, dtype=np.int64)
+    while len(taken) < wanted:
+        free = num_classes - len(positives) - len(taken)
+        batch = int((wanted - len(taken)) * num_classes / free * 1.1) + 16  # expected draws for the rest, +10 %
+        stream = np.concatenate([taken, rng.integers(0, num_classes, size=batch, dtype=np.int64)])
+        first = np.sort(np.unique(stream, return_index=True)[1])  # first occurrences, in draw order
+        stream = stream[first]
+        if len(positives):
+            stream = stream[~np.isin(stream, positives, assume_unique=True)]
+        taken = stream[:wanted]
+    return taken
+
+
+def shard_of_sample(sampled: np.ndarray, shard_start: int, shard_size: int) -> np.ndarray:
+    """Local row ids (sorted) of the sampled global ids that fall in the shard ``[shard_start, +shard_size)``."""
+    low, high = np.searchsorted(sampled, [shard_start, shard_start + shard_size])
+    return sampled[low:high] - shard_start
+
+
 def positive_int(value, name: str) -> int:
     """``value`` as an int >= 1, or a ValueError naming the parameter."""
     if value is None or isinstance(value, bool) or int(value) != value or int(value) < 1:
