@@ -55,6 +55,14 @@ class ArcFaceHead(ShardedClassHead):
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
         self._sampled = None  # Partial FC in training: the RowGradient of the last forward
 
+    @classmethod
+    def scored_rows(cls, options, shard_size, num_classes, global_rows):
+        """Partial FC: ``ceil(r * C_k)`` rows expected in a shard, plus one per row of the batch (positives)."""
+        ratio = float(options.get("sample_ratio", 1.0))
+        if ratio >= 1.0:
+            return shard_size
+        return min(shard_size, math.ceil(ratio * shard_size) + int(global_rows))
+
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()
         if choice not in ("auto", "true", "false"):
