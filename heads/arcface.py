@@ -8,8 +8,9 @@ One step, as named pieces:
    than normalising W, see DESIGN.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
    (``mtl.heads.margin``), then everything is multiplied by ``scale``;
-5. loss: softmax cross-entropy across shards (``mtl.parallel.collective``; steps 4 and 5 run in one autograd function
-   that keeps a single ``[N, K]`` buffer).
+5. loss: softmax cross-entropy across shards. Steps 3-5 run in one autograd function over blocks of class rows
+   (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
+   ``[K, D]`` but the sampled rows' gradient.
 The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
 fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
 """
@@ -21,13 +22,14 @@ import paddle.nn.functional as F
 
 from mtl.evaluation.pairs import verification_pairs
 from mtl.heads.base import HeadOutput
+from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, chunked_margin_softmax
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.parallel import collective, distributed
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
 
-_NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does
+_NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does (evaluation and the fused path)
 
 
 @register_head("arcface")
@@ -56,12 +58,17 @@ class ArcFaceHead(ShardedClassHead):
         self._sampled = None  # Partial FC in training: the RowGradient of the last forward
 
     @classmethod
-    def scored_rows(cls, options, shard_size, num_classes, global_rows):
-        """Partial FC: ``ceil(r * C_k)`` rows expected in a shard, plus one per row of the batch (positives)."""
+    def step_bytes(cls, options, shard, global_rows, dim, item):
+        """Full softmax: the dense gradient and the kept ``[C_k, N]`` logits (their gradient in place); Partial FC:
+        the ``[K_k, D]`` rows' gradient, K_k = ``ceil(r * C_k)`` expected plus one per batch row (positives).
+        Both: the chunk buffers of ``mtl.heads.chunked_softmax`` (about four ``[CHUNK_ROWS, max(N, D)]`` blocks)."""
         ratio = float(options.get("sample_ratio", 1.0))
-        if ratio >= 1.0:
-            return shard_size
-        return min(shard_size, math.ceil(ratio * shard_size) + int(global_rows))
+        scored = shard if ratio >= 1.0 else min(shard, math.ceil(ratio * shard) + int(global_rows))
+        chunks = 4 * min(scored, CHUNK_ROWS) * max(global_rows, dim) * item
+        if scored < shard:
+            return {"sampled rows' gradient": scored * dim * item, "chunk buffers": chunks}
+        return {"gradient": shard * dim * item, "logits and their gradient": global_rows * shard * item,
+                "chunk buffers": chunks}
 
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()
@@ -91,25 +98,23 @@ class ArcFaceHead(ShardedClassHead):
         return self.cosine(F.normalize(features, axis=1), self.weight)
 
     def sample_classes(self, labels):
-        """Partial FC: ``(weight rows, global class ids [K_k], local target [N])`` for the gathered ``labels``.
+        """The class rows this rank scores for the gathered ``labels``: ``(ClassRows, global ids [K_k], target [N])``
+        with ``target`` = the label's column among the rows, or -1 (another rank's class).
 
         Without sampling K_k = C_k. With sampling, the sample is drawn over all C classes from (seed, step)
         (:func:`mtl.heads.sharded.sample_classes_globally`: every positive of the gathered batch, negatives up to
         ``ceil(sample_ratio * C)`` in all) and this rank keeps those in its range, so the run does not depend on the
-        process count. The labels are read on the host (N ids) to find the positives; the kept rows come from
-        ``paddle.gather`` so only they get gradient.
+        process count. The labels are read on the host (N ids) to find the positives.
         """
         target = collective.local_targets(labels, self.shard_start, self.shard_size)
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         if count >= self.num_classes:
-            return self.weight, self.class_ids, target
+            return ClassRows(self.weight), self.class_ids, target
         sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
-        local = shard_of_sample(sampled, self.shard_start, self.shard_size)
-        index = paddle.to_tensor(local, dtype="int64")
+        index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
-        rows = paddle.gather(self.weight, index) if len(local) else paddle.zeros([0, self.feature_size])
-        return rows, index + self.shard_start, target
+        return ClassRows(self.weight, index), index + self.shard_start, target
 
     def set_step(self, step: int):
         """Partial FC draws its sample from (seed, step): take the runner's global step."""
@@ -118,26 +123,33 @@ class ArcFaceHead(ShardedClassHead):
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
         x, y = self.gather_batch(features, labels)
-        weight, class_ids, target = self.sample_classes(y)
-        self._sampled = None
-        if self.training and self.sample_ratio < 1.0:
+        rows, class_ids, target = self.sample_classes(y)
+        if self.training and rows.index is not None:
             self.sample_step += 1
-            if weight is not self.weight:  # score a detached copy: its gradient is [K, D] (mtl.train.sparse)
-                weight = weight.detach()
-                weight.stop_gradient = False
-                self._sampled = RowGradient(self.weight, class_ids - self.shard_start, weight)
         self.last_sampled_classes = class_ids
-        cos = self.cosine(F.normalize(x, axis=1), weight)
+        x_hat = F.normalize(x, axis=1)
         if self.fused:
             m1, m2, m3 = self.margin
+            cos = self.cosine(x_hat, self.weight)
             group = None if distributed.is_distributed() else False
             loss = F.margin_cross_entropy(cos, y, margin1=m1, margin2=m2, margin3=m3, scale=self.scale,
                                           group=group, reduction="mean")
+            predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         else:
-            loss = collective.sharded_softmax_cross_entropy_local(cos, target, self.scale, self._margin)
-        predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
+            loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None)
+            predicted = collective.sharded_top1(rows.best_score, self._column_ids(rows.best_column, class_ids))
+        # Partial FC in training: the optimizer updates the sampled rows from rows.grad (mtl.train.sparse)
+        self._sampled = RowGradient(self.weight, rows.index, rows) if self.training and rows.index is not None \
+            else None
         accuracy = (predicted == y).astype("float32").mean()
         return HeadOutput(loss=loss, metrics={"accuracy": accuracy})
+
+    @staticmethod
+    def _column_ids(columns, class_ids):
+        """Global class ids of columns of the scored rows (-1 where a rank scored none)."""
+        if class_ids.shape[0] == 0:
+            return paddle.full_like(columns, -1)
+        return paddle.gather(class_ids, paddle.clip(columns, min=0))
 
     def check_eval_labels(self, labels):
         """Verification needs pairs: at least two classes in the split and one class with two samples."""

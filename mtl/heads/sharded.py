@@ -124,15 +124,15 @@ class ShardedClassHead(Head):
         self.register_buffer("class_ids", ids, persistable=False)
 
     @classmethod
-    def scored_rows(cls, options: dict, shard_size: int, num_classes: int, global_rows: int) -> int:
-        """Class rows of the shard scored per training step (all of them here; Partial FC heads fewer)."""
-        return shard_size
+    def step_bytes(cls, options: dict, shard: int, global_rows: int, dim: int, item: int) -> dict:
+        """Memory of one training step: the dense ``[C_k, D]`` gradient, the ``[N, C_k]`` logits and the softmax
+        buffer that becomes their gradient (``mtl.parallel.collective.sharded_softmax_cross_entropy_local``)."""
+        return {"gradient": shard * dim * item, "logits and their gradient": 2 * global_rows * shard * item}
 
     @classmethod
     def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots):
-        """Per process: the ``[C_k, D]`` weight and its optimizer state; per step either its dense gradient or (K_k
-        scored rows < C_k) the scored rows' copy and gradient ``2 K_k D``; the ``[N, K_k]`` logits and the softmax
-        buffer that becomes their gradient. ``{}`` when the options lack a size (the constructor will say so)."""
+        """Per process: the ``[C_k, D]`` weight, its optimizer state and :meth:`step_bytes`; ``{}`` when the options
+        lack a size (the constructor will say so)."""
         try:
             classes = positive_int(options.get("num_classes"), "num_classes")
             dim = positive_int(options.get("feature_size"), "feature_size")
@@ -140,13 +140,8 @@ class ShardedClassHead(Head):
             return {}
         item = np.dtype(paddle.get_default_dtype()).itemsize
         shard = distributed.shard_range(classes, world_size, rank)[1]
-        scored = cls.scored_rows(options, shard, classes, global_rows)
         plan = {"weight": shard * dim * item, "optimizer state": optimizer_slots * shard * dim * item}
-        if scored < shard:
-            plan["sampled rows and their gradient"] = 2 * scored * dim * item
-        else:
-            plan["gradient"] = shard * dim * item
-        plan["logits and their gradient"] = 2 * global_rows * scored * item
+        plan.update(cls.step_bytes(options, shard, global_rows, dim, item))
         return plan
 
     @paddle.no_grad()
