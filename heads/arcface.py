@@ -59,16 +59,14 @@ class ArcFaceHead(ShardedClassHead):
 
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
-        """Full softmax: the dense gradient and the kept ``[C_k, N]`` logits (their gradient in place); Partial FC:
-        the ``[K_k, D]`` rows' gradient, K_k = ``ceil(r * C_k)`` expected plus one per batch row (positives).
-        Both: the chunk buffers of ``mtl.heads.chunked_softmax`` (about four ``[CHUNK_ROWS, max(N, D)]`` blocks)."""
+        """One ``[K_k, max(N, D)]`` buffer (exp values, then the gradient: ``mtl.heads.chunked_softmax``) and its
+        chunk buffers (about four ``[CHUNK_ROWS, max(N, D)]`` blocks). K_k = C_k, or with Partial FC
+        ``ceil(r * C_k)`` expected plus one per batch row (positives)."""
         ratio = float(options.get("sample_ratio", 1.0))
         scored = shard if ratio >= 1.0 else min(shard, math.ceil(ratio * shard) + int(global_rows))
-        chunks = 4 * min(scored, CHUNK_ROWS) * max(global_rows, dim) * item
-        if scored < shard:
-            return {"sampled rows' gradient": scored * dim * item, "chunk buffers": chunks}
-        return {"gradient": shard * dim * item, "logits and their gradient": global_rows * shard * item,
-                "chunk buffers": chunks}
+        width = max(global_rows, dim)
+        what = "exp values, then the gradient" if scored == shard else "sampled rows: exp values, then gradient"
+        return {what: scored * width * item, "chunk buffers": 4 * min(scored, CHUNK_ROWS) * width * item}
 
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()

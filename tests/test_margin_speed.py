@@ -58,3 +58,20 @@ def test_float32_chunks_agree_with_the_float64_reference_at_scale(monkeypatch):
     assert abs(float(out.loss) - loss) <= 1e-5 * abs(loss)
     assert_close(dx, ref_dx, 1e-4, "feature gradient")
     assert_close(dw, ref_dw, 1e-4, "centre gradient")
+
+
+@pytest.mark.parametrize("sample_ratio", [1.0, 0.5])
+@pytest.mark.parametrize("rows,dim", [(3, 10), (10, 3), (4, 4)])  # D > N: chunks run backwards in the buffer
+def test_shared_buffer_for_exp_values_and_gradient_rows_in_either_shape(monkeypatch, float64, sample_ratio,  # noqa: F811
+                                                                        rows, dim):
+    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 2)
+    rng = np.random.RandomState(7)
+    x, y = rng.randn(rows, dim), rng.randint(0, 11, size=rows)
+    head = ArcFaceHead(num_classes=11, feature_size=dim, sample_ratio=sample_ratio, scale=8.0, seed=3)
+    w = head.weight.numpy().copy()
+    out, dx, dw = run_head(head, x, y)
+    sampled = head.last_sampled_classes.numpy()
+    loss, ref_dx, ref_dw, _ = np_margin_head(x, w[sampled], np.searchsorted(sampled, y), (1.0, 0.5, 0.0), 8.0)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw[sampled], ref_dw, 1e-10, "scored centre gradient")

@@ -25,7 +25,7 @@ def test_head_plan_is_the_hand_computation_and_the_built_head():
     options = {"num_classes": 1000, "feature_size": 16, "sample_ratio": 0.1}
     plan = ArcFaceHead.planned_bytes(options, global_rows=4, world_size=1, rank=0, optimizer_slots=1)
     assert plan == {"weight": 1000 * 16 * 4, "optimizer state": 1000 * 16 * 4,
-                    "sampled rows' gradient": 104 * 16 * 4, "chunk buffers": 4 * 104 * 16 * 4}
+                    "sampled rows: exp values, then gradient": 104 * 16 * 4, "chunk buffers": 4 * 104 * 16 * 4}
     head = ArcFaceHead(**options)
     assert head.weight.numel() * head.weight.element_size() == plan["weight"]
     features = paddle.randn([4, 16])
@@ -37,10 +37,10 @@ def test_head_plan_is_the_hand_computation_and_the_built_head():
     velocity = optimizer.velocity(head.weight)
     assert velocity.numel() * velocity.element_size() == plan["optimizer state"]
     grad = head.row_gradients()[0].rows.grad
-    assert grad.numel() * grad.element_size() <= plan["sampled rows' gradient"]  # 100 rows of <= 104
+    assert grad.numel() * grad.element_size() <= plan["sampled rows: exp values, then gradient"]  # 100 of <= 104
     full = ArcFaceHead.planned_bytes({"num_classes": 7, "feature_size": 16}, 4, 2, 1, 0)
-    assert full == {"weight": 3 * 16 * 4, "optimizer state": 0, "gradient": 3 * 16 * 4,
-                    "logits and their gradient": 4 * 3 * 4, "chunk buffers": 4 * 3 * 16 * 4}  # rank 1 of 2: 3 of 7
+    assert full == {"weight": 3 * 16 * 4, "optimizer state": 0, "exp values, then the gradient": 3 * 16 * 4,
+                    "chunk buffers": 4 * 3 * 16 * 4}  # rank 1 of 2 holds 3 of 7 classes; max(N, D) = D = 16
 
 
 def test_job_plan_counts_backbone_heads_and_the_averagers_copies():

@@ -20,9 +20,12 @@ added per row) and ``G'_jn = G_jn inv_j``:
     dx_hat = G'^T W;    dW_j = M_j - inv_j^2 (w_j . M_j) w_j   with M = G' x_hat,
     since d cos_jn / d w_j = inv_j x_hat_n - inv_j^2 cos_jn w_j and sum_n G_jn cos_jn = w_j . M_j.
 
-Full softmax (the whole shard, a dense gradient) keeps the ``[C_k, N]`` logits and runs the two backward products
-on the whole block; Partial FC (sampled rows, a row gradient) recomputes each chunk's logits in the backward instead
-of keeping ``[K, N]`` of them, and writes each chunk's row gradient into one ``[K, D]`` buffer.
+One buffer of ``K * max(N, D)`` floats serves both passes: the forward stores each chunk's ``exp(z - m_chunk)``
+(``m_chunk`` = the running maximum after that chunk, so the backward needs no second exp:
+``exp(z - m) = exp(z - m_chunk) exp(m_chunk - m)``), and the backward overwrites it chunk by chunk with the rows'
+gradient ``[K, D]``, in an order that never overwrites values not yet read. Nothing else of size ``[K, N]`` or
+``[K, D]`` is allocated: the full softmax returns that gradient as ``weight.grad``, Partial FC leaves it in
+``rows.grad`` for the optimizer's row-sparse update.
 """
 import paddle
 from paddle.autograd import PyLayer
@@ -67,15 +70,17 @@ def _inverse_norm(rows):
     return paddle.rsqrt(paddle.clip((rows * rows).sum(axis=1), min=_NORM_FLOOR_SQUARED))
 
 
-def _chunk_logits(rows, x_hat, scale, in_chunk, position):
-    """``(z [c, N] = scale * cos with target entries at -inf, inv [c], largest cosine logit, its row)``."""
+def _chunk_logits(rows, x_hat, scale, in_chunk, position, z=None):
+    """``(z [c, N] = scale * cos with target entries at -inf, inv [c], largest masked logit, its row)``.
+
+    ``z``: the products ``rows x_hat^T`` already computed (a view of the kept logits), scaled in place."""
     inv = _inverse_norm(rows)
-    z = paddle.matmul(rows, x_hat, transpose_y=True)
+    if z is None:
+        z = paddle.matmul(rows, x_hat, transpose_y=True)
     z.multiply_((inv * scale).unsqueeze(1))
-    best, where_best = z.max(axis=0), z.argmax(axis=0)
     current = paddle.take_along_axis(z, position, axis=0)
     z.put_along_axis_(position, paddle.where(in_chunk, paddle.full_like(current, float("-inf")), current), axis=0)
-    return z, inv, best, where_best
+    return z, inv, z.max(axis=0), z.argmax(axis=0)
 
 
 def _target_terms(rows: ClassRows, x_hat, target, scale, transform):
@@ -102,102 +107,91 @@ class _ChunkedMarginSoftmax(PyLayer):
 
     @staticmethod
     def forward(ctx, x_hat, weight, rows, target, scale, transform):
-        n = x_hat.shape[0]
+        n, dim = x_hat.shape
         owned, column, z_t, slope, w_t, inv_t, cos_t = _target_terms(rows, x_hat, target, scale, transform)
-        keep = weight is not None  # full softmax: keep the logits [C_k, N] for the backward products
-        logits = paddle.empty([rows.count, n], dtype=x_hat.dtype) if keep else None
-        inverse = paddle.empty([rows.count], dtype=x_hat.dtype) if keep else None
+        work = paddle.empty([rows.count * max(n, dim)], dtype=x_hat.dtype)  # exp(z - m_chunk), then dW
+        inverse = paddle.empty([rows.count], dtype=x_hat.dtype)
         running = paddle.full([n], _LOW, x_hat.dtype)
         total = paddle.zeros([n], x_hat.dtype)
         best = paddle.full([n], float("-inf"), x_hat.dtype)
         best_column = paddle.full([n], -1, "int64")
+        maxima = []
         for begin, end in rows.chunks():
-            in_chunk = paddle.logical_and(owned, paddle.logical_and(column >= begin, column < end)).unsqueeze(0)
-            position = paddle.clip(column - begin, 0, end - begin - 1).unsqueeze(0)
-            z, inv, chunk_best, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
-            better = chunk_best > best
-            best = paddle.where(better, chunk_best, best)
+            in_chunk, position = _chunk_targets(owned, column, begin, end)
+            z, inv, chunk_max, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
+            better = chunk_max > best
+            best = paddle.where(better, chunk_max, best)
             best_column = paddle.where(better, chunk_arg + begin, best_column)
-            grown = paddle.maximum(running, z.max(axis=0))
-            total = total * paddle.exp(running - grown) + paddle.exp(z - grown).sum(axis=0)
+            grown = paddle.maximum(running, chunk_max)
+            z.subtract_(grown.unsqueeze(0)).exp_()
+            total = total * paddle.exp(running - grown) + z.sum(axis=0)
             running = grown
-            if keep:
-                logits[begin:end] = z
-                inverse[begin:end] = inv
-        local_max = paddle.maximum(running, z_t)
-        row_max = distributed.all_reduce_max(local_max)
+            work[begin * n:end * n] = z.reshape([-1])
+            inverse[begin:end] = inv
+            maxima.append(grown)
+        if rows.count:  # the target's own (margin-free) cosine competes for the top-1 prediction
+            plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
+            best_column = paddle.where(plain > best, column, best_column)
+            best = paddle.maximum(plain, best)
+        row_max = distributed.all_reduce_max(paddle.maximum(running, z_t))
         total = total * paddle.exp(running - row_max)
         target_shifted = paddle.where(owned, z_t - row_max, paddle.zeros_like(z_t))
         both = distributed.all_reduce_sum(paddle.stack([total + paddle.exp(z_t - row_max), target_shifted]))
         exp_sum, target_shifted = both[0], both[1]
         rows.best_score, rows.best_column = best, best_column
-        ctx.rows, ctx.scale, ctx.keep, ctx.logits, ctx.inverse = rows, scale, keep, logits, inverse
+        ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
         ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
-        ctx.save_for_backward(x_hat, row_max, exp_sum, z_t)
+        ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)
         return (paddle.log(exp_sum) - target_shifted).mean()
 
     @staticmethod
     def backward(ctx, grad):
-        x_hat, row_max, exp_sum, z_t = ctx.saved_tensor()
-        rows, scale, n = ctx.rows, ctx.scale, x_hat.shape[0]
+        if ctx.work is None:
+            raise RuntimeError("the chunked margin softmax reuses its buffer: its graph can be run backward once")
+        x_hat, row_max, exp_sum, z_t, inverse = ctx.saved_tensor()
+        rows, scale, work, (n, dim) = ctx.rows, ctx.scale, ctx.work, x_hat.shape
         owned, column, slope, w_t, inv_t, cos_t = ctx.target
+        ctx.work = None
         coefficient = (grad * (scale / n)) / exp_sum  # dL/dcos_jn = coefficient_n * exp(z_jn - m_n)
-        if ctx.keep:
-            dx, dw = _dense_backward(ctx.logits, ctx.inverse, rows.weight, x_hat, row_max, coefficient)
-            ctx.logits = None
-        else:
-            dx, dw = _recomputed_backward(rows, x_hat, scale, owned, column, row_max, coefficient)
-            rows.grad = dw
-        if rows.count:  # the target terms: g_t = dL/dcos_t = coefficient * exp(z_t - m) * psi' - scale / N * psi'
-            p_t = paddle.where(owned, coefficient * paddle.exp(z_t - row_max) - grad * (scale / n),
-                               paddle.zeros_like(z_t)) * slope
-            g = (p_t * inv_t).unsqueeze(1)
-            dx = dx + g * w_t
-            paddle.index_add_(dw, column, 0, g * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t))
-        return (dx, dw, None) if ctx.keep else (dx, None)  # None: the integer target
+        # the target terms: g_t = dL/dcos_t = (coefficient exp(z_t - m) - scale / N) psi'(cos_t), on the owner
+        g_t = paddle.where(owned, coefficient * paddle.exp(z_t - row_max) - grad * (scale / n),
+                           paddle.zeros_like(z_t)) * slope
+        dx = paddle.zeros_like(x_hat)
+        if rows.count:
+            dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
+            target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
+        chunks = list(enumerate(rows.chunks()))
+        # chunk c's gradient rows go to work[b D, e D), where its exp values were (work[b N, e N)): in reverse
+        # order when D > N, forward when D <= N, nothing is overwritten before it is read
+        for index, (begin, end) in reversed(chunks) if dim > n else chunks:
+            g = work[begin * n:end * n].reshape([end - begin, n])
+            g.multiply_((coefficient * paddle.exp(ctx.maxima[index] - row_max)).unsqueeze(0))
+            g.multiply_(inverse[begin:end].unsqueeze(1))  # G'_jn = G_jn inv_j
+            block = rows.block(begin, end)
+            dx.add_(paddle.matmul(g, block, transpose_x=True))
+            part = paddle.matmul(g, x_hat)
+            _correct_(part, block, inverse[begin:end])
+            in_chunk, position = _chunk_targets(owned, column, begin, end)
+            chosen = paddle.where(in_chunk.reshape([-1, 1]), target_rows, paddle.zeros_like(target_rows))
+            paddle.index_add_(part, position.reshape([-1]), 0, chosen)
+            work[begin * dim:end * dim] = part.reshape([-1])
+        dw = work[:rows.count * dim].reshape([rows.count, dim]) if rows.count else paddle.zeros([0, dim], x_hat.dtype)
+        ctx.maxima = None
+        if ctx.dense:
+            return dx, dw, None  # None: the integer target
+        rows.grad = dw
+        return dx, None
 
 
-def _scale_to_gradient_(z, row_max, coefficient, inv):
-    """``z [c, N]`` -> ``G'_jn = coefficient_n exp(z_jn - m_n) inv_j`` in place."""
-    z.subtract_(row_max.unsqueeze(0)).exp_()
-    z.multiply_(coefficient.unsqueeze(0)).multiply_(inv.unsqueeze(1))
-    return z
+def _chunk_targets(owned, column, begin: int, end: int):
+    """``(in_chunk [1, N], position [1, N])``: whether row n's target column is in ``[begin, end)``, and where."""
+    in_chunk = paddle.logical_and(owned, paddle.logical_and(column >= begin, column < end)).unsqueeze(0)
+    return in_chunk, paddle.clip(column - begin, 0, end - begin - 1).unsqueeze(0)
 
 
 def _correct_(dw, rows, inv):
     """``dW_j = M_j - inv_j^2 (w_j . M_j) w_j`` in place on ``dw`` (= M) for the block ``rows``."""
     dw.subtract_(((dw * rows).sum(axis=1) * inv * inv).unsqueeze(1) * rows)
-
-
-def _dense_backward(logits, inverse, weight, x_hat, row_max, coefficient):
-    """Full softmax: G' from the kept logits chunk by chunk, then the two products on the whole shard."""
-    for begin in range(0, logits.shape[0], CHUNK_ROWS):
-        end = min(begin + CHUNK_ROWS, logits.shape[0])
-        _scale_to_gradient_(logits[begin:end], row_max, coefficient, inverse[begin:end])
-    dx = paddle.matmul(logits, weight, transpose_x=True)
-    dw = paddle.matmul(logits, x_hat)
-    del logits
-    for begin in range(0, dw.shape[0], CHUNK_ROWS):
-        end = min(begin + CHUNK_ROWS, dw.shape[0])
-        _correct_(dw[begin:end], weight[begin:end], inverse[begin:end])
-    return dx, dw
-
-
-def _recomputed_backward(rows: ClassRows, x_hat, scale, owned, column, row_max, coefficient):
-    """Partial FC: each chunk's logits again, its G', its share of dx and its rows of the ``[K, D]`` gradient."""
-    dx = paddle.zeros_like(x_hat)
-    dw = paddle.empty([rows.count, x_hat.shape[1]], dtype=x_hat.dtype)
-    for begin, end in rows.chunks():
-        in_chunk = paddle.logical_and(owned, paddle.logical_and(column >= begin, column < end)).unsqueeze(0)
-        position = paddle.clip(column - begin, 0, end - begin - 1).unsqueeze(0)
-        block = rows.block(begin, end)
-        z, inv, _, _ = _chunk_logits(block, x_hat, scale, in_chunk, position)
-        g = _scale_to_gradient_(z, row_max, coefficient, inv)
-        dx.add_(paddle.matmul(g, block, transpose_x=True))
-        part = paddle.matmul(g, x_hat)
-        _correct_(part, block, inv)
-        dw[begin:end] = part
-    return dx, dw
 
 
 def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transform=None, dense: bool = True):
