@@ -120,6 +120,7 @@ class ArcFaceHead(ShardedClassHead):
 
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
+        self._sampled = None  # the last step's row gradient: released before this step allocates its own
         x, y = self.gather_batch(features, labels)
         rows, class_ids, target = self.sample_classes(y)
         if self.training and rows.index is not None:

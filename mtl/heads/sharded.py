@@ -15,7 +15,7 @@ from mtl.parallel import collective, distributed
 
 INIT_BLOCK = 4096
 INIT_STD = 0.01
-INIT_WRITE_ROWS = 16 * INIT_BLOCK  # rows drawn and written at a time while building a shard
+INIT_WRITE_ROWS = INIT_BLOCK  # rows drawn and written at a time while building a shard (transients of ~2 MB)
 EVAL_CHUNK_ELEMENTS = 1 << 24  # scores per evaluation chunk and rank (64 MiB in float32)
 
 
@@ -120,8 +120,11 @@ class ShardedClassHead(Head):
         )
         self._write_initial_rows()
         self.weight.is_distributed = True
-        ids = paddle.arange(self.shard_start, self.shard_start + self.shard_size, dtype="int64")
-        self.register_buffer("class_ids", ids, persistable=False)
+
+    @property
+    def class_ids(self) -> paddle.Tensor:
+        """Global ids ``[C_k]`` of this shard's classes (made when asked: 8 bytes per class not kept at 20M)."""
+        return paddle.arange(self.shard_start, self.shard_start + self.shard_size, dtype="int64")
 
     @classmethod
     def step_bytes(cls, options: dict, shard: int, global_rows: int, dim: int, item: int) -> dict:

@@ -27,7 +27,7 @@ class RowGradient:
     rows: paddle.Tensor
 
 
-UPDATE_CHUNK_ROWS = 1 << 16  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]
+UPDATE_CHUNK_ROWS = 1 << 13  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]
 
 
 @paddle.no_grad()
