@@ -111,24 +111,7 @@ class _ChunkedMarginSoftmax(PyLayer):
         owned, column, z_t, slope, w_t, inv_t, cos_t = _target_terms(rows, x_hat, target, scale, transform)
         work = paddle.empty([rows.count * max(n, dim)], dtype=x_hat.dtype)  # exp(z - m_chunk), then dW
         inverse = paddle.empty([rows.count], dtype=x_hat.dtype)
-        running = paddle.full([n], _LOW, x_hat.dtype)
-        total = paddle.zeros([n], x_hat.dtype)
-        best = paddle.full([n], float("-inf"), x_hat.dtype)
-        best_column = paddle.full([n], -1, "int64")
-        maxima = []
-        for begin, end in rows.chunks():
-            in_chunk, position = _chunk_targets(owned, column, begin, end)
-            z, inv, chunk_max, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
-            better = chunk_max > best
-            best = paddle.where(better, chunk_max, best)
-            best_column = paddle.where(better, chunk_arg + begin, best_column)
-            grown = paddle.maximum(running, chunk_max)
-            z.subtract_(grown.unsqueeze(0)).exp_()
-            total = total * paddle.exp(running - grown) + z.sum(axis=0)
-            running = grown
-            work[begin * n:end * n] = z.reshape([-1])
-            inverse[begin:end] = inv
-            maxima.append(grown)
+        running, total, best, best_column, maxima = _online_pass(rows, x_hat, scale, owned, column, work, inverse)
         if rows.count:  # the target's own (margin-free) cosine competes for the top-1 prediction
             plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
             best_column = paddle.where(plain > best, column, best_column)
@@ -157,30 +140,64 @@ class _ChunkedMarginSoftmax(PyLayer):
         g_t = paddle.where(owned, coefficient * paddle.exp(z_t - row_max) - grad * (scale / n),
                            paddle.zeros_like(z_t)) * slope
         dx = paddle.zeros_like(x_hat)
+        target_rows = None
         if rows.count:
             dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
             target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
-        chunks = list(enumerate(rows.chunks()))
-        # chunk c's gradient rows go to work[b D, e D), where its exp values were (work[b N, e N)): in reverse
-        # order when D > N, forward when D <= N, nothing is overwritten before it is read
-        for index, (begin, end) in reversed(chunks) if dim > n else chunks:
-            g = work[begin * n:end * n].reshape([end - begin, n])
-            g.multiply_((coefficient * paddle.exp(ctx.maxima[index] - row_max)).unsqueeze(0))
-            g.multiply_(inverse[begin:end].unsqueeze(1))  # G'_jn = G_jn inv_j
-            block = rows.block(begin, end)
-            dx.add_(paddle.matmul(g, block, transpose_x=True))
-            part = paddle.matmul(g, x_hat)
-            _correct_(part, block, inverse[begin:end])
-            in_chunk, position = _chunk_targets(owned, column, begin, end)
-            chosen = paddle.where(in_chunk.reshape([-1, 1]), target_rows, paddle.zeros_like(target_rows))
-            paddle.index_add_(part, position.reshape([-1]), 0, chosen)
-            work[begin * dim:end * dim] = part.reshape([-1])
+        _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, (owned, column, target_rows), dx)
         dw = work[:rows.count * dim].reshape([rows.count, dim]) if rows.count else paddle.zeros([0, dim], x_hat.dtype)
         ctx.maxima = None
         if ctx.dense:
             return dx, dw, None  # None: the integer target
         rows.grad = dw
         return dx, None
+
+
+def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
+    """The forward over the chunks: each chunk's ``exp(z - m_chunk)`` into ``work``, its inverse norms into
+    ``inverse``; returns the running maximum m and exp-sum S (online softmax), the best masked logit and its column
+    (top-1), and ``m_chunk`` of every chunk."""
+    n = x_hat.shape[0]
+    running = paddle.full([n], _LOW, x_hat.dtype)
+    total = paddle.zeros([n], x_hat.dtype)
+    best = paddle.full([n], float("-inf"), x_hat.dtype)
+    best_column = paddle.full([n], -1, "int64")
+    maxima = []
+    for begin, end in rows.chunks():
+        in_chunk, position = _chunk_targets(owned, column, begin, end)
+        z, inv, chunk_max, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
+        better = chunk_max > best
+        best = paddle.where(better, chunk_max, best)
+        best_column = paddle.where(better, chunk_arg + begin, best_column)
+        grown = paddle.maximum(running, chunk_max)
+        z.subtract_(grown.unsqueeze(0)).exp_()
+        total = total * paddle.exp(running - grown) + z.sum(axis=0)  # S rescaled to the new maximum
+        running = grown
+        work[begin * n:end * n] = z.reshape([-1])
+        inverse[begin:end] = inv
+        maxima.append(grown)
+    return running, total, best, best_column, maxima
+
+
+def _gradient_pass(rows: ClassRows, x_hat, work, inverse, maxima, coefficient, row_max, targets, dx):
+    """The backward over the chunks: ``G'`` from the stored exp values, ``dx += G'^T W`` (in place) and each
+    chunk's gradient rows (target terms added) written over ``work``."""
+    (n, dim), (owned, column, target_rows) = x_hat.shape, targets
+    chunks = list(enumerate(rows.chunks()))
+    # chunk c's gradient rows go to work[b D, e D), where its exp values were (work[b N, e N)): in reverse
+    # order when D > N, forward when D <= N, nothing is overwritten before it is read
+    for index, (begin, end) in reversed(chunks) if dim > n else chunks:
+        g = work[begin * n:end * n].reshape([end - begin, n])
+        g.multiply_((coefficient * paddle.exp(maxima[index] - row_max)).unsqueeze(0))
+        g.multiply_(inverse[begin:end].unsqueeze(1))  # G'_jn = G_jn inv_j
+        block = rows.block(begin, end)
+        dx.add_(paddle.matmul(g, block, transpose_x=True))
+        part = paddle.matmul(g, x_hat)
+        _correct_(part, block, inverse[begin:end])
+        in_chunk, position = _chunk_targets(owned, column, begin, end)
+        chosen = paddle.where(in_chunk.reshape([-1, 1]), target_rows, paddle.zeros_like(target_rows))
+        paddle.index_add_(part, position.reshape([-1]), 0, chosen)
+        work[begin * dim:end * dim] = part.reshape([-1])
 
 
 def _chunk_targets(owned, column, begin: int, end: int):
