@@ -14,6 +14,12 @@ alternate and the order flips every round) because the machine is shared and its
 memory that matters on the CPU build; on GPU read ``gpu_peak_bytes`` in the workers' JSON instead.
 
     .venv/bin/python bench/bench_margin_head.py [--quick] [--rounds N]
+    .venv/bin/python bench/bench_margin_head.py --memory-classes 20000000 [--sample-ratio 0.1] [--steps 3]
+
+``--memory-classes C`` runs only the large-class case (issue 14.5): one process, Partial FC, ``--steps`` steps;
+it prints the step time, the head's peak resident memory (peak RSS over the steps - RSS before the head), bytes per
+class, and the memory plan of the same head (``mtl.train.memory_plan``) with measured / planned. When the plan does
+not fit the host RAM available it says so and does not run (as ``mtl train`` would refuse the job).
 """
 import argparse
 import json
@@ -142,11 +148,40 @@ def report(results, classes):
     return scaling, partial, build
 
 
+def memory_run(classes: int, ratio: float, steps: int, log=print):
+    """One process at ``classes`` classes: step time, peak head memory, bytes per class, against the plan."""
+    from heads.arcface import ArcFaceHead
+    from mtl.train.memory_plan import available_bytes, gib
+
+    plan = ArcFaceHead.planned_bytes({"num_classes": classes, "feature_size": 128, "sample_ratio": ratio}, 128, 1, 0,
+                                     optimizer_slots=1)
+    planned, available = sum(plan.values()), available_bytes()
+    log(f"C={classes:,} sample_ratio={ratio}: plan {gib(planned)} ({planned / classes:.0f} B/class; "
+        + ", ".join(f"{k} {gib(v)}" for k, v in plan.items()) + f"), available {gib(available)}")
+    if planned > available:
+        log("the plan does not fit the host RAM available: not run (mtl train would refuse this job)")
+        return None
+    (rank,) = run_worker(1, ["--classes", classes, "--sample-ratio", ratio, "--warmup", 0, "--steps", steps],
+                         timeout=3600)
+    measured = (rank["peak_kib"] - rank["baseline_kib"]) * 1024
+    build = (rank["build_peak_kib"] - rank["baseline_kib"]) * 1024
+    log(f"steps {', '.join(f'{t:.2f}' for t in rank['times'])} s (build {rank['build_s']:.1f} s, build peak "
+        f"{gib(build)}); head peak {gib(measured)} = {measured / classes:.0f} B/class "
+        f"({measured / classes / 1000:.3f} KB); measured / planned {measured / planned:.3f}")
+    return {"times": rank["times"], "measured": measured, "planned": planned}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="C in {10k, 100k} and fewer steps")
     parser.add_argument("--rounds", type=int, help="interleaved repetitions of the sweep (default 2; 1 with --quick)")
+    parser.add_argument("--memory-classes", type=int, help="only the large-class memory run at this many classes")
+    parser.add_argument("--sample-ratio", type=float, default=0.1, help="with --memory-classes (default 0.1)")
+    parser.add_argument("--steps", type=int, default=3, help="with --memory-classes (default 3)")
     args = parser.parse_args(argv)
+    if args.memory_classes:
+        memory_run(args.memory_classes, args.sample_ratio, args.steps)
+        return
     began = time.perf_counter()
     schedule = QUICK_SCHEDULE if args.quick else SCHEDULE
     rounds = args.rounds or (1 if args.quick else 2)

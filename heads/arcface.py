@@ -2,14 +2,15 @@
 
 One step, as named pieces:
 1. gather: features and labels of every rank (``mtl.parallel.collective.all_gather_rows``);
-2. sample (Partial FC, ``sample_ratio < 1``): this rank keeps every positive class of the gathered batch it owns
-   and fills with random negatives up to ``ceil(sample_ratio * C_k)`` classes;
+2. sample (Partial FC, ``sample_ratio < 1``): every positive class of the gathered batch plus random negatives, up
+   to ``ceil(sample_ratio * C)`` classes drawn over all C classes from (seed, step); each rank keeps its own range;
 3. cosine: ``cos = normalize(x) W^T * (1 / ||W_row||)`` on the kept rows of the shard (cheaper to differentiate
    than normalising W, see DESIGN.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
    (``mtl.heads.margin``), then everything is multiplied by ``scale``;
-5. loss: softmax cross-entropy across shards (``mtl.parallel.collective``; steps 4 and 5 run in one autograd function
-   that keeps a single ``[N, K]`` buffer).
+5. loss: softmax cross-entropy across shards. Steps 3-5 run in one autograd function over blocks of class rows
+   (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
+   ``[K, D]`` but the sampled rows' gradient.
 The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
 fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
 """
@@ -21,13 +22,14 @@ import paddle.nn.functional as F
 
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
+from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, chunked_margin_softmax
 from mtl.heads.margin import check_margin, margin_transform
-from mtl.heads.sharded import ShardedClassHead
+from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.parallel import collective, distributed
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
 
-_NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does
+_NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does (evaluation and the fused path)
 
 
 @register_head("arcface")
@@ -51,9 +53,20 @@ class ArcFaceHead(ShardedClassHead):
         self.fused = self._resolve_fused(fused)
         self._margin = margin_transform(*self.margin)
         self.row_sparse = self.sample_ratio < 1.0  # the optimizer updates only the sampled rows
-        self.sample_step = 0  # Partial FC draws from (seed, sample_step, rank)
+        self.sample_step = 0  # Partial FC draws from (seed, sample_step), over all classes
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
         self._sampled = None  # Partial FC in training: the RowGradient of the last forward
+
+    @classmethod
+    def step_bytes(cls, options, shard, global_rows, dim, item):
+        """One ``[K_k, max(N, D)]`` buffer (exp values, then the gradient: ``mtl.heads.chunked_softmax``) and its
+        chunk buffers (about four ``[CHUNK_ROWS, max(N, D)]`` blocks). K_k = C_k, or with Partial FC
+        ``ceil(r * C_k)`` expected plus one per batch row (positives)."""
+        ratio = float(options.get("sample_ratio", 1.0))
+        scored = shard if ratio >= 1.0 else min(shard, math.ceil(ratio * shard) + int(global_rows))
+        width = max(global_rows, dim)
+        what = "exp values, then the gradient" if scored == shard else "sampled rows: exp values, then gradient"
+        return {what: scored * width * item, "chunk buffers": 4 * min(scored, CHUNK_ROWS) * width * item}
 
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()
@@ -83,57 +96,59 @@ class ArcFaceHead(ShardedClassHead):
         return self.cosine(F.normalize(features, axis=1), self.weight)
 
     def sample_classes(self, labels):
-        """Partial FC: ``(weight rows, global class ids [K], local target [N])`` for the gathered ``labels``.
+        """The class rows this rank scores for the gathered ``labels``: ``(ClassRows, global ids [K_k], target [N])``
+        with ``target`` = the label's column among the rows, or -1 (another rank's class).
 
-        Without sampling K = C_k. With sampling: every positive class this rank owns, plus random negatives up to
-        ``ceil(sample_ratio * C_k)``; the kept rows come from ``paddle.gather`` so only they get gradient.
-        The count is read on the host only when positives could outnumber the sample (``N > ceil(r * C_k)``).
+        Without sampling K_k = C_k. With sampling, the sample is drawn over all C classes from (seed, step)
+        (:func:`mtl.heads.sharded.sample_classes_globally`: every positive of the gathered batch, negatives up to
+        ``ceil(sample_ratio * C)`` in all) and this rank keeps those in its range, so the run does not depend on the
+        process count. The labels are read on the host (N ids) to find the positives.
         """
         target = collective.local_targets(labels, self.shard_start, self.shard_size)
-        count = min(self.shard_size, math.ceil(self.sample_ratio * self.shard_size))
-        if count >= self.shard_size:
-            return self.weight, self.class_ids, target
-        owned = target >= 0
-        slot = paddle.where(owned, target, paddle.full_like(target, self.shard_size))  # extra slot: other ranks
-        flags = paddle.scatter(paddle.zeros([self.shard_size + 1]), slot, paddle.ones(slot.shape), overwrite=True)
-        positive = flags[:self.shard_size] > 0
-        if count < labels.shape[0]:
-            count = max(count, int(positive.astype("int64").sum()))
-        rng = np.random.default_rng([self.seed, self.sample_step, self.rank])
-        scores = paddle.to_tensor(rng.random(self.shard_size, dtype=np.float32))
-        scores = paddle.where(positive, paddle.full_like(scores, 2.0), scores)  # positives outrank every negative
-        index = paddle.sort(paddle.topk(scores, count)[1])
+        count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
+        if count >= self.num_classes:
+            return ClassRows(self.weight), self.class_ids, target
+        sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
+        index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
-        target = paddle.where(owned, column, paddle.full_like(column, -1))
-        return paddle.gather(self.weight, index), index + self.shard_start, target
+        target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
+        return ClassRows(self.weight, index), index + self.shard_start, target
 
     def set_step(self, step: int):
-        """Partial FC draws its negatives from (seed, step, rank): take the runner's global step."""
+        """Partial FC draws its sample from (seed, step): take the runner's global step."""
         self.sample_step = int(step)
 
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
+        self._sampled = None  # the last step's row gradient: released before this step allocates its own
         x, y = self.gather_batch(features, labels)
-        weight, class_ids, target = self.sample_classes(y)
-        self._sampled = None
-        if self.training and self.sample_ratio < 1.0:
+        rows, class_ids, target = self.sample_classes(y)
+        if self.training and rows.index is not None:
             self.sample_step += 1
-            if weight is not self.weight:  # score a detached copy: its gradient is [K, D] (mtl.train.sparse)
-                weight = weight.detach()
-                weight.stop_gradient = False
-                self._sampled = RowGradient(self.weight, class_ids - self.shard_start, weight)
         self.last_sampled_classes = class_ids
-        cos = self.cosine(F.normalize(x, axis=1), weight)
+        x_hat = F.normalize(x, axis=1)
         if self.fused:
             m1, m2, m3 = self.margin
+            cos = self.cosine(x_hat, self.weight)
             group = None if distributed.is_distributed() else False
             loss = F.margin_cross_entropy(cos, y, margin1=m1, margin2=m2, margin3=m3, scale=self.scale,
                                           group=group, reduction="mean")
+            predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         else:
-            loss = collective.sharded_softmax_cross_entropy_local(cos, target, self.scale, self._margin)
-        predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
+            loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None)
+            predicted = collective.sharded_top1(rows.best_score, self._column_ids(rows.best_column, class_ids))
+        # Partial FC in training: the optimizer updates the sampled rows from rows.grad (mtl.train.sparse)
+        self._sampled = RowGradient(self.weight, rows.index, rows) if self.training and rows.index is not None \
+            else None
         accuracy = (predicted == y).astype("float32").mean()
         return HeadOutput(loss=loss, metrics={"accuracy": accuracy})
+
+    @staticmethod
+    def _column_ids(columns, class_ids):
+        """Global class ids of columns of the scored rows (-1 where a rank scored none)."""
+        if class_ids.shape[0] == 0:
+            return paddle.full_like(columns, -1)
+        return paddle.gather(class_ids, paddle.clip(columns, min=0))
 
     def check_eval_labels(self, labels):
         """Verification needs pairs: at least two classes in the split and one class with two samples."""

@@ -15,6 +15,7 @@ from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError
 from mtl.parallel import distributed, sync_bn
+from mtl.train.memory_plan import check_job_memory
 from mtl.train.model import JointModel
 from mtl.train.sparse import check_sparse_optimizer
 
@@ -122,6 +123,8 @@ def build_job(cfg: dict) -> Job:
     paddle.seed(cfg["seed"])
     backbone = _build_backbone(cfg)
     ctx = reader_context(backbone)
+    # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
+    check_job_memory(cfg, backbone, lambda tcfg: build_reader(tcfg, None, ctx).sizes())
     tasks = [_build_task(cfg, tcfg, backbone, ctx) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])

@@ -16,6 +16,12 @@ class Backbone(paddle.nn.Layer):
 
     feature_size: int = 0
 
+    def planned_bytes(self, optimizer_slots: int) -> dict:
+        """Bytes of the parameters, their gradients and ``optimizer_slots`` optimizer copies (activations, which
+        depend on the batch, are not counted), for the memory plan (``mtl.train.memory_plan``)."""
+        weights = sum(int(p.numel()) * p.element_size() for p in self.parameters())
+        return {"parameters": weights, "gradients": weights, "optimizer state": optimizer_slots * weights}
+
     def input_fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -23,6 +23,8 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
   config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
 * ``set_step(step)``: the global step of the next training forward, given by the joint model.
+* ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots)`` (class method): the memory the head
+  will hold in one process, by part, computed from its options before it is built (``mtl.train.memory_plan``).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -84,6 +86,14 @@ class Head(paddle.nn.Layer):
 
         Called when the job is built, so that a split the head cannot evaluate fails before training. Default: fine.
         """
+
+    @classmethod
+    def planned_bytes(cls, options: dict, global_rows: int, world_size: int, rank: int,
+                      optimizer_slots: int) -> Dict[str, int]:
+        """Bytes this head will hold in process ``rank`` of ``world_size``, by part (``{"weight": n, ...}``), from its
+        constructor ``options`` alone, before it is built; ``global_rows`` = rows of its sub-batch over all ranks,
+        ``optimizer_slots`` = float copies the optimizer keeps per parameter. Default: {} (a small head)."""
+        return {}
 
     def row_gradients(self) -> List:
         """Row-sparse gradients of the last training forward (:class:`mtl.train.sparse.RowGradient`), which the

@@ -172,6 +172,18 @@ def sharded_topk(logits: paddle.Tensor, class_ids: paddle.Tensor, k: int) -> pad
         return paddle.take_along_axis(ids, best, axis=1).astype("int64")
 
 
+def sharded_top1(scores: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """Global class id ``[N]`` of the best score over every shard, from each rank's best ``scores [N]`` and their
+    global ``ids [N]`` (one all-gather of (score, id) pairs in float64; ties go to the lower rank)."""
+    if not distributed.is_distributed():
+        return ids
+    parts = []
+    dist.all_gather(parts, paddle.stack([scores.astype("float64"), ids.astype("float64")]))
+    stacked = paddle.stack(parts)  # [W, 2, N]
+    best = paddle.argmax(stacked[:, 0], axis=0, keepdim=True)
+    return paddle.take_along_axis(stacked[:, 1], best, axis=0)[0].astype("int64")
+
+
 def to_numpy(x) -> np.ndarray:
     """A numpy array from a paddle tensor or anything array-like."""
     return x.numpy() if isinstance(x, paddle.Tensor) else np.asarray(x)

@@ -27,19 +27,26 @@ class RowGradient:
     rows: paddle.Tensor
 
 
+UPDATE_CHUNK_ROWS = 1 << 13  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]
+
+
 @paddle.no_grad()
 def row_sparse_momentum_(weight, velocity, index, grad, lr, momentum=0.9, weight_decay=0.0):
-    """Update rows ``index`` of ``weight`` (and of ``velocity``, if given) in place from their gradient ``grad``."""
-    if index.shape[0] == 0:
-        return
-    rows = paddle.gather(weight, index)
-    step = grad.astype(rows.dtype)
-    if weight_decay:
-        step = step + weight_decay * rows
-    if velocity is not None and momentum:
-        step = momentum * paddle.gather(velocity, index) + step
-        paddle.scatter_(velocity, index, step, overwrite=True)
-    paddle.scatter_(weight, index, rows - lr * step, overwrite=True)
+    """Update rows ``index`` of ``weight`` (and of ``velocity``, if given) in place from their gradient ``grad``.
+
+    Works through ``UPDATE_CHUNK_ROWS`` rows at a time (gather, update, scatter back), so that at 20M classes with
+    Partial FC the update allocates a bounded buffer instead of several copies of the sampled rows.
+    """
+    for begin in range(0, index.shape[0], UPDATE_CHUNK_ROWS):
+        ids = index[begin:begin + UPDATE_CHUNK_ROWS]
+        rows = paddle.gather(weight, ids)
+        step = grad[begin:begin + UPDATE_CHUNK_ROWS].astype(rows.dtype)
+        if weight_decay:
+            step = step + weight_decay * rows
+        if velocity is not None and momentum:
+            step = paddle.gather(velocity, ids).scale_(momentum).add_(step)
+            paddle.scatter_(velocity, ids, step, overwrite=True)
+        paddle.scatter_(weight, ids, rows.subtract_(step.scale(lr)), overwrite=True)
 
 
 def check_sparse_optimizer(cfg, what, source=None):

@@ -117,6 +117,7 @@ class Averager:
     """
 
     kind = None  # "window" or "ema": written into the state so the other kind refuses it
+    peak_copies = 1  # float copies of every tracked tensor at most (sums + the restore copy), for the memory plan
 
     def __init__(self, parameters, offload=None, average_batchnorm=False, buffers=None):
         self._store = make_store(offload)

@@ -38,6 +38,8 @@ class EMA(Averager):
     ``decay`` must be in [0, 1).
     """
 
+    peak_copies = 2  # the shadow and the restore copy (mtl.train.memory_plan)
+
     kind = "ema"
 
     def __init__(self, parameters, decay=0.999, warmup=True, bias_correction=True, offload=None,

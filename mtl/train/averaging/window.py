@@ -42,6 +42,8 @@ class ModelAverage(Averager):
     too; by default they keep their live value. See ``Averager`` for what is tracked and ``apply()``.
     """
 
+    peak_copies = 4  # sum_1, sum_2, sum_3 and the restore copy (mtl.train.memory_plan)
+
     kind = "window"
 
     def __init__(self, parameters, average_window_rate, min_average_window=10000, max_average_window=10000,

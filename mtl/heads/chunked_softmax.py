@@ -1,0 +1,222 @@
+"""Cosine logits, angular margin and softmax cross-entropy across shards in one pass over class chunks.
+
+The same function as ``cos = x_hat W^T / ||W_row||`` followed by
+:func:`mtl.parallel.collective.sharded_softmax_cross_entropy_local` with a margin, computed over ``CHUNK_ROWS`` class
+rows at a time so that the per-class work (row norms, scaling, max, exp, softmax, gradient) runs on a block that stays
+in cache instead of on whole ``[N, C_k]`` tensors (issue 14.1), and so that Partial FC allocates nothing of size
+``[K, D]`` but the rows' gradient (issue 14.2). Logits are kept transposed (``[K, N]``: a chunk is a contiguous row
+block). Per chunk c with rows ``W_c`` and ``inv_j = 1 / max(||w_j||, 1e-12)``:
+
+    z_c = scale * (W_c x_hat^T) * inv_c             (the target entries are masked to -inf here; the target logit
+                                                      ``scale * psi(cos_t)`` is computed once per row, see below)
+    m, S: online softmax statistics (running max m_n, S_n = sum_j exp(z_jn - m_n), rescaled when m_n grows),
+          then all-reduce MAX of m and SUM of (S, target term) over the shards (Milakov & Gimelshein 2018,
+          "Online normalizer calculation for softmax").
+    loss = mean_n [ log S_n - (z_target,n - m_n) ]
+
+Backward, ``G_jn = dL/dcos_jn = (scale / N) softmax_jn`` (zero at the target, whose ``(p_t - 1) psi'(cos_t)`` term is
+added per row) and ``G'_jn = G_jn inv_j``:
+
+    dx_hat = G'^T W;    dW_j = M_j - inv_j^2 (w_j . M_j) w_j   with M = G' x_hat,
+    since d cos_jn / d w_j = inv_j x_hat_n - inv_j^2 cos_jn w_j and sum_n G_jn cos_jn = w_j . M_j.
+
+One buffer of ``K * max(N, D)`` floats serves both passes: the forward stores each chunk's ``exp(z - m_chunk)``
+(``m_chunk`` = the running maximum after that chunk, so the backward needs no second exp:
+``exp(z - m) = exp(z - m_chunk) exp(m_chunk - m)``), and the backward overwrites it chunk by chunk with the rows'
+gradient ``[K, D]``, in an order that never overwrites values not yet read. Nothing else of size ``[K, N]`` or
+``[K, D]`` is allocated: the full softmax returns that gradient as ``weight.grad``, Partial FC leaves it in
+``rows.grad`` for the optimizer's row-sparse update.
+"""
+import paddle
+from paddle.autograd import PyLayer
+
+from mtl.parallel import distributed
+
+CHUNK_ROWS = 8192  # class rows per block: [8192, 128] float32 = 4 MiB
+_NORM_FLOOR_SQUARED = 1e-24  # ||w|| floored at 1e-12, as F.normalize does
+_LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
+
+
+class ClassRows:
+    """The class rows one step scores: the whole ``weight [C_k, D]`` (``index`` None) or the local ids ``index``.
+
+    After the forward, ``best_score`` / ``best_column`` hold each row's largest cosine logit over these rows and its
+    column (for the top-1 accuracy) and ``grad`` the rows' gradient ``[K, D]`` (sampled rows only).
+    """
+
+    def __init__(self, weight, index=None):
+        self.weight, self.index = weight, index
+        self.count = weight.shape[0] if index is None else index.shape[0]
+        self.best_score = self.best_column = self.grad = None
+
+    def block(self, begin, end):
+        """Rows ``[begin, end)`` of the scored set: a view of the weight, or gathered (a copy)."""
+        if self.index is None:
+            return self.weight[begin:end]
+        return paddle.gather(self.weight, self.index[begin:end])
+
+    def rows(self, columns):
+        """The rows at ``columns`` of the scored set (gathered)."""
+        ids = columns if self.index is None else paddle.gather(self.index, columns)
+        return paddle.gather(self.weight, ids)
+
+    def chunks(self):
+        """``(begin, end)`` of every block of ``CHUNK_ROWS`` rows."""
+        return [(b, min(b + CHUNK_ROWS, self.count)) for b in range(0, self.count, CHUNK_ROWS)]
+
+
+def _inverse_norm(rows):
+    """``1 / max(||w_j||, 1e-12)`` of every row."""
+    return paddle.rsqrt(paddle.clip((rows * rows).sum(axis=1), min=_NORM_FLOOR_SQUARED))
+
+
+def _chunk_logits(rows, x_hat, scale, in_chunk, position, z=None):
+    """``(z [c, N] = scale * cos with target entries at -inf, inv [c], largest masked logit, its row)``.
+
+    ``z``: the products ``rows x_hat^T`` already computed (a view of the kept logits), scaled in place."""
+    inv = _inverse_norm(rows)
+    if z is None:
+        z = paddle.matmul(rows, x_hat, transpose_y=True)
+    z.multiply_((inv * scale).unsqueeze(1))
+    current = paddle.take_along_axis(z, position, axis=0)
+    z.put_along_axis_(position, paddle.where(in_chunk, paddle.full_like(current, float("-inf")), current), axis=0)
+    return z, inv, z.max(axis=0), z.argmax(axis=0)
+
+
+def _target_terms(rows: ClassRows, x_hat, target, scale, transform):
+    """Per row: owner flag, column, ``z_t = scale * psi(cos_t)`` (``_LOW`` off the owner), ``psi'``, target row,
+    its inverse norm and cosine; ``cos_t = inv_t w_t . x_hat_n`` on the rank owning the label."""
+    n = x_hat.shape[0]
+    owned = target >= 0
+    if rows.count == 0:
+        return owned, target, paddle.full([n], _LOW, x_hat.dtype), paddle.ones([n], x_hat.dtype), None, None, None
+    column = paddle.clip(target, 0, rows.count - 1)
+    w_t = rows.rows(column)
+    inv_t = _inverse_norm(w_t)
+    cos_t = (w_t * x_hat).sum(axis=1) * inv_t
+    value, slope = (cos_t, paddle.ones_like(cos_t)) if transform is None else transform(cos_t)
+    z_t = paddle.where(owned, value * scale, paddle.full_like(value, _LOW))
+    return owned, column, z_t, slope, w_t, inv_t, cos_t
+
+
+class _ChunkedMarginSoftmax(PyLayer):
+    """Mean margin softmax cross-entropy of ``x_hat [N, D]`` over class rows split across ranks (module docstring).
+
+    ``weight`` is the dense weight when it gets a dense gradient (full softmax), else None (the row gradient goes
+    to ``rows.grad``)."""
+
+    @staticmethod
+    def forward(ctx, x_hat, weight, rows, target, scale, transform):
+        n, dim = x_hat.shape
+        owned, column, z_t, slope, w_t, inv_t, cos_t = _target_terms(rows, x_hat, target, scale, transform)
+        work = paddle.empty([rows.count * max(n, dim)], dtype=x_hat.dtype)  # exp(z - m_chunk), then dW
+        inverse = paddle.empty([rows.count], dtype=x_hat.dtype)
+        running, total, best, best_column, maxima = _online_pass(rows, x_hat, scale, owned, column, work, inverse)
+        if rows.count:  # the target's own (margin-free) cosine competes for the top-1 prediction
+            plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
+            best_column = paddle.where(plain > best, column, best_column)
+            best = paddle.maximum(plain, best)
+        row_max = distributed.all_reduce_max(paddle.maximum(running, z_t))
+        total = total * paddle.exp(running - row_max)
+        target_shifted = paddle.where(owned, z_t - row_max, paddle.zeros_like(z_t))
+        both = distributed.all_reduce_sum(paddle.stack([total + paddle.exp(z_t - row_max), target_shifted]))
+        exp_sum, target_shifted = both[0], both[1]
+        rows.best_score, rows.best_column = best, best_column
+        ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
+        ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
+        ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)
+        return (paddle.log(exp_sum) - target_shifted).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.work is None:
+            raise RuntimeError("the chunked margin softmax reuses its buffer: its graph can be run backward once")
+        x_hat, row_max, exp_sum, z_t, inverse = ctx.saved_tensor()
+        rows, scale, work, (n, dim) = ctx.rows, ctx.scale, ctx.work, x_hat.shape
+        owned, column, slope, w_t, inv_t, cos_t = ctx.target
+        ctx.work = None
+        coefficient = (grad * (scale / n)) / exp_sum  # dL/dcos_jn = coefficient_n * exp(z_jn - m_n)
+        # the target terms: g_t = dL/dcos_t = (coefficient exp(z_t - m) - scale / N) psi'(cos_t), on the owner
+        g_t = paddle.where(owned, coefficient * paddle.exp(z_t - row_max) - grad * (scale / n),
+                           paddle.zeros_like(z_t)) * slope
+        dx = paddle.zeros_like(x_hat)
+        target_rows = None
+        if rows.count:
+            dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
+            target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
+        _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, (owned, column, target_rows), dx)
+        dw = work[:rows.count * dim].reshape([rows.count, dim]) if rows.count else paddle.zeros([0, dim], x_hat.dtype)
+        ctx.maxima = None
+        if ctx.dense:
+            return dx, dw, None  # None: the integer target
+        rows.grad = dw
+        return dx, None
+
+
+def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
+    """The forward over the chunks: each chunk's ``exp(z - m_chunk)`` into ``work``, its inverse norms into
+    ``inverse``; returns the running maximum m and exp-sum S (online softmax), the best masked logit and its column
+    (top-1), and ``m_chunk`` of every chunk."""
+    n = x_hat.shape[0]
+    running = paddle.full([n], _LOW, x_hat.dtype)
+    total = paddle.zeros([n], x_hat.dtype)
+    best = paddle.full([n], float("-inf"), x_hat.dtype)
+    best_column = paddle.full([n], -1, "int64")
+    maxima = []
+    for begin, end in rows.chunks():
+        in_chunk, position = _chunk_targets(owned, column, begin, end)
+        z, inv, chunk_max, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
+        better = chunk_max > best
+        best = paddle.where(better, chunk_max, best)
+        best_column = paddle.where(better, chunk_arg + begin, best_column)
+        grown = paddle.maximum(running, chunk_max)
+        z.subtract_(grown.unsqueeze(0)).exp_()
+        total = total * paddle.exp(running - grown) + z.sum(axis=0)  # S rescaled to the new maximum
+        running = grown
+        work[begin * n:end * n] = z.reshape([-1])
+        inverse[begin:end] = inv
+        maxima.append(grown)
+    return running, total, best, best_column, maxima
+
+
+def _gradient_pass(rows: ClassRows, x_hat, work, inverse, maxima, coefficient, row_max, targets, dx):
+    """The backward over the chunks: ``G'`` from the stored exp values, ``dx += G'^T W`` (in place) and each
+    chunk's gradient rows (target terms added) written over ``work``."""
+    (n, dim), (owned, column, target_rows) = x_hat.shape, targets
+    chunks = list(enumerate(rows.chunks()))
+    # chunk c's gradient rows go to work[b D, e D), where its exp values were (work[b N, e N)): in reverse
+    # order when D > N, forward when D <= N, nothing is overwritten before it is read
+    for index, (begin, end) in reversed(chunks) if dim > n else chunks:
+        g = work[begin * n:end * n].reshape([end - begin, n])
+        g.multiply_((coefficient * paddle.exp(maxima[index] - row_max)).unsqueeze(0))
+        g.multiply_(inverse[begin:end].unsqueeze(1))  # G'_jn = G_jn inv_j
+        block = rows.block(begin, end)
+        dx.add_(paddle.matmul(g, block, transpose_x=True))
+        part = paddle.matmul(g, x_hat)
+        _correct_(part, block, inverse[begin:end])
+        in_chunk, position = _chunk_targets(owned, column, begin, end)
+        chosen = paddle.where(in_chunk.reshape([-1, 1]), target_rows, paddle.zeros_like(target_rows))
+        paddle.index_add_(part, position.reshape([-1]), 0, chosen)
+        work[begin * dim:end * dim] = part.reshape([-1])
+
+
+def _chunk_targets(owned, column, begin: int, end: int):
+    """``(in_chunk [1, N], position [1, N])``: whether row n's target column is in ``[begin, end)``, and where."""
+    in_chunk = paddle.logical_and(owned, paddle.logical_and(column >= begin, column < end)).unsqueeze(0)
+    return in_chunk, paddle.clip(column - begin, 0, end - begin - 1).unsqueeze(0)
+
+
+def _correct_(dw, rows, inv):
+    """``dW_j = M_j - inv_j^2 (w_j . M_j) w_j`` in place on ``dw`` (= M) for the block ``rows``."""
+    dw.subtract_(((dw * rows).sum(axis=1) * inv * inv).unsqueeze(1) * rows)
+
+
+def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transform=None, dense: bool = True):
+    """Mean cross-entropy (equal on every rank) of ``x_hat`` (normalised features of the gathered batch) over the
+    class ``rows`` of every shard; ``target [N]`` = column of the label in ``rows`` or -1 (another rank's).
+
+    ``dense``: the weight gets its gradient through autograd (``weight.grad``); otherwise the rows' gradient
+    ``[K, D]`` is left in ``rows.grad`` by the backward. ``transform(cos_t) -> (value, slope)`` is the margin.
+    """
+    weight = rows.weight if dense else None
+    return _ChunkedMarginSoftmax.apply(x_hat, weight, rows, target.astype("int64"), float(scale), transform)

@@ -1,0 +1,121 @@
+"""The memory plan of a job, per process, made before the heads allocate anything (issue 14.3).
+
+Every head declares what it will hold from its options alone (``Head.planned_bytes``: weight, optimizer state,
+sampled rows, logits and their gradient per step), the backbone counts its parameters, gradients and optimizer state
+(``Backbone.planned_bytes``) and the averager its copies of every tracked tensor (``Averager.peak_copies``). Rank 0
+prints the plan of the process with the largest shard (rank 0: the balanced split gives it the most classes) next to
+the memory one process may use: host RAM (``MemAvailable`` shared by this machine's processes) on CPU, the device's
+memory on GPU. A plan that does not fit stops the job before it allocates, with one line naming the largest head
+and the figures (a ``ConfigError``: exit status 2), instead of the system killing it minutes later.
+Not counted: activations of the backbone (they depend on the batch and the network) and the Paddle runtime itself.
+"""
+from dataclasses import dataclass
+from typing import Dict, List
+
+import paddle
+
+from mtl.errors import ConfigError
+from mtl.parallel import distributed
+
+OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adamw": 2}  # float copies per parameter: velocity / two moments
+
+
+@dataclass
+class PlanEntry:
+    """What one part of the job (the backbone, a task's head, the averager) will hold in one process, by part."""
+
+    name: str
+    key: str
+    parts: Dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+
+def gib(count: int) -> str:
+    """Bytes as GiB with two decimals (``'1.50 GiB'``), or MiB below 1 GiB (``'12.3 MiB'``)."""
+    return f"{count / 2 ** 30:.2f} GiB" if count >= 2 ** 30 else f"{count / 2 ** 20:.1f} MiB"
+
+
+def head_options(tcfg: dict, backbone, seed: int, reader_sizes) -> dict:
+    """The keyword arguments the head of task ``tcfg`` will be built with (``num_classes`` from the reader if
+    the config does not give it: ``reader_sizes()`` is only called then)."""
+    from mtl import registry
+
+    options = {k: v for k, v in tcfg["head"].items() if k != "type"}
+    options.update(feature_size=backbone.feature_size, seed=seed)
+    head_cls = registry.get("head", tcfg["head"]["type"]).cls
+    missing = {param: size for param, size in head_cls.reader_sizes.items() if param not in options}
+    if missing:
+        sizes = reader_sizes()
+        options.update({param: sizes[size] for param, size in missing.items() if sizes.get(size) is not None})
+    return options
+
+
+def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) -> List[PlanEntry]:
+    """The plan of process ``rank``: backbone, every head, averager. ``reader_sizes(tcfg)`` -> the reader's sizes."""
+    from mtl import registry
+    from mtl.data.steps import task_seed
+    from mtl.train.averaging.config import KINDS, averaging_options
+
+    slots = OPTIMIZER_SLOTS.get(cfg["optimizer"]["type"], 2)
+    rows = int(cfg["schedule"]["batch_size"])  # a task's sub-batch is at most the global batch
+    entries = [PlanEntry("backbone", "backbone", backbone.planned_bytes(slots))]
+    for tcfg in cfg["tasks"]:
+        options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]), lambda t=tcfg: reader_sizes(t))
+        head_cls = registry.get("head", tcfg["head"]["type"]).cls
+        parts = head_cls.planned_bytes(options, rows, world_size, rank, slots)
+        key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
+        entries.append(PlanEntry(f"task '{tcfg['name']}' head '{tcfg['head']['type']}'", key, parts))
+    kind, _ = averaging_options(cfg.get("averaging"), cfg["source"])
+    if kind != "none":
+        tracked = entries[0].parts["parameters"] + sum(e.parts.get("weight", 0) for e in entries[1:])
+        copies = KINDS[kind][0].peak_copies
+        entries.append(PlanEntry(f"averager '{kind}'", "averaging", {f"{copies} copies": copies * tracked}))
+    return entries
+
+
+def available_bytes() -> int:
+    """Memory one process may use: the device's on GPU, else ``MemAvailable`` / processes on this machine."""
+    if paddle.get_device().startswith("gpu"):
+        return int(paddle.device.cuda.get_device_properties().total_memory)
+    from mtl.runtime import local_process_count
+
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 // local_process_count()
+    return 1 << 62  # no /proc: nothing to check against
+
+
+def format_plan(entries: List[PlanEntry], available: int, world_size: int) -> str:
+    """The plan as text: one line per entry with its parts, the total and the memory available."""
+    where = "device memory" if paddle.get_device().startswith("gpu") else "host RAM"
+    lines = [f"memory plan per process ({world_size} process(es), largest shard):"]
+    for entry in entries:
+        parts = ", ".join(f"{part} {gib(n)}" for part, n in entry.parts.items() if n)
+        lines.append(f"  {entry.name}: {gib(entry.total)}" + (f" ({parts})" if parts else ""))
+    total = sum(e.total for e in entries)
+    lines.append(f"  total {gib(total)} of {gib(available)} {where} available to this process")
+    return "\n".join(lines)
+
+
+def check_job_memory(cfg: dict, backbone, reader_sizes):
+    """Print the plan on rank 0 and raise a one-line ``ConfigError`` when it does not fit, on every rank alike."""
+    world = distributed.world_size()
+    entries = plan_job(cfg, backbone, reader_sizes, world)
+    available = available_bytes()
+    if distributed.is_distributed():  # the smallest figure of all ranks, so that every rank decides the same
+        available = -int(distributed.all_reduce_max(paddle.to_tensor([-float(available)], dtype="float64"))[0])
+    if distributed.rank() == 0:
+        print(format_plan(entries, available, world), flush=True)
+    total = sum(e.total for e in entries)
+    if total <= available:
+        return entries
+    largest = max(entries[1:] or entries, key=lambda e: e.total)
+    parts = ", ".join(f"{part} {gib(n)}" for part, n in largest.parts.items() if n)
+    raise ConfigError(f"{largest.name} needs {gib(largest.total)} per process ({parts}); the job needs {gib(total)}, "
+                      f"more than the {gib(available)} available to each of {world} process(es); set a smaller "
+                      f"sample_ratio (--set {largest.key}.sample_ratio=...) or run more processes",
+                      cfg["source"], largest.key)

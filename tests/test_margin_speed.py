@@ -1,0 +1,77 @@
+"""The chunked margin softmax (issue 14.1/14.2) over many class chunks against the independent numpy reference of
+tests/test_margin_heads.py: full softmax and Partial FC, targets in different chunks, duplicated targets, a chunk
+holding only a target, the sphere fallback; and float32 over many chunks against the float64 reference."""
+import numpy as np
+import pytest
+from test_margin_heads import MARGINS, assert_close, float64, np_margin_head, run_head  # noqa: F401
+
+from heads.arcface import ArcFaceHead
+from mtl.heads import chunked_softmax
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 5, 64])
+@pytest.mark.parametrize("name", ["arcface", "sphere_fallback"])
+def test_full_softmax_over_chunks_matches_numpy(monkeypatch, float64, chunk, name):  # noqa: F811
+    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", chunk)
+    rng = np.random.RandomState(4)
+    x = rng.randn(9, 6)
+    y = np.array([0, 12, 12, 5, 6, 3, 10, 0, 1])  # classes in several chunks, duplicates, chunk ends
+    if name == "sphere_fallback":
+        x[:3] = -x[:3]
+    head = ArcFaceHead(num_classes=13, feature_size=6, margin=list(MARGINS[name]), scale=16.0, seed=2)
+    w = head.weight.numpy().copy()
+    out, dx, dw = run_head(head, x, y)
+    loss, ref_dx, ref_dw, cos = np_margin_head(x, w, y, MARGINS[name], 16.0)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw, ref_dw, 1e-10, "centre gradient")
+    assert float(out.metrics["accuracy"]) == np.mean(cos.argmax(axis=1) == y)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7])
+def test_partial_fc_over_chunks_matches_numpy_on_the_sample(monkeypatch, float64, chunk):  # noqa: F811
+    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", chunk)
+    rng = np.random.RandomState(5)
+    x, y = rng.randn(6, 5), np.array([3, 3, 17, 40, 0, 22])
+    head = ArcFaceHead(num_classes=41, feature_size=5, sample_ratio=0.3, scale=16.0, seed=8)
+    w = head.weight.numpy().copy()
+    out, dx, dw = run_head(head, x, y)
+    sampled = head.last_sampled_classes.numpy()
+    assert len(sampled) == 13 and set(y) <= set(sampled.tolist())
+    loss, ref_dx, ref_dw, _ = np_margin_head(x, w[sampled], np.searchsorted(sampled, y), (1.0, 0.5, 0.0), 16.0)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw[sampled], ref_dw, 1e-10, "sampled centre gradient")
+    assert np.all(dw[np.setdiff1d(np.arange(41), sampled)] == 0.0)
+    assert head.weight.grad is None  # the sampled rows' gradient goes to the optimizer as a row gradient
+
+
+def test_float32_chunks_agree_with_the_float64_reference_at_scale(monkeypatch):
+    """2000 classes in chunks of 256, scale 64, float32: the loss to 1e-5 and gradients to 1e-4 (relative)."""
+    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 256)
+    rng = np.random.RandomState(6)
+    x, y = rng.randn(32, 16), rng.randint(0, 2000, size=32)
+    head = ArcFaceHead(num_classes=2000, feature_size=16, seed=1)
+    w = head.weight.numpy().astype(np.float64)
+    out, dx, dw = run_head(head, x, y)
+    loss, ref_dx, ref_dw, _ = np_margin_head(x, w, y, (1.0, 0.5, 0.0), 64.0)
+    assert abs(float(out.loss) - loss) <= 1e-5 * abs(loss)
+    assert_close(dx, ref_dx, 1e-4, "feature gradient")
+    assert_close(dw, ref_dw, 1e-4, "centre gradient")
+
+
+@pytest.mark.parametrize("sample_ratio", [1.0, 0.5])
+@pytest.mark.parametrize("rows,dim", [(3, 10), (10, 3), (4, 4)])  # D > N: chunks run backwards in the buffer
+def test_shared_buffer_for_exp_values_and_gradient_rows_in_either_shape(monkeypatch, float64, sample_ratio,  # noqa: F811
+                                                                        rows, dim):
+    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 2)
+    rng = np.random.RandomState(7)
+    x, y = rng.randn(rows, dim), rng.randint(0, 11, size=rows)
+    head = ArcFaceHead(num_classes=11, feature_size=dim, sample_ratio=sample_ratio, scale=8.0, seed=3)
+    w = head.weight.numpy().copy()
+    out, dx, dw = run_head(head, x, y)
+    sampled = head.last_sampled_classes.numpy()
+    loss, ref_dx, ref_dw, _ = np_margin_head(x, w[sampled], np.searchsorted(sampled, y), (1.0, 0.5, 0.0), 8.0)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw[sampled], ref_dw, 1e-10, "scored centre gradient")

@@ -1,0 +1,97 @@
+"""The memory plan (issue 14.3) against hand computations and built heads, the refusal of a job that cannot fit, and
+the bounded-buffer pieces of issue 14.2 (block-wise weight build, chunked row-sparse update) against references."""
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+from heads.arcface import ArcFaceHead
+from mtl import registry
+from mtl.config.loading import load_job
+from mtl.heads import sharded
+from mtl.train import memory_plan, sparse
+from mtl.train.sparse import RowSparseOptimizer
+from tests.dist_util import ROOT
+
+JOB = os.path.join(ROOT, "tests", "dist_scripts", "partial_fc_job.yaml")
+
+
+def test_head_plan_is_the_hand_computation_and_the_built_head():
+    """C = 1000, D = 16, r = 0.1, 4 rows, momentum: K = ceil(0.1 * 1000) + 4 rows, float32; chunk buffers 4 K D."""
+    options = {"num_classes": 1000, "feature_size": 16, "sample_ratio": 0.1}
+    plan = ArcFaceHead.planned_bytes(options, global_rows=4, world_size=1, rank=0, optimizer_slots=1)
+    assert plan == {"weight": 1000 * 16 * 4, "optimizer state": 1000 * 16 * 4,
+                    "sampled rows: exp values, then gradient": 104 * 16 * 4, "chunk buffers": 4 * 104 * 16 * 4}
+    head = ArcFaceHead(**options)
+    assert head.weight.numel() * head.weight.element_size() == plan["weight"]
+    features = paddle.randn([4, 16])
+    features.stop_gradient = False
+    out = head(features, paddle.to_tensor([1, 5, 5, 999]))
+    out.loss.backward()
+    optimizer = RowSparseOptimizer({"type": "momentum", "momentum": 0.9, "weight_decay": 0.0})
+    optimizer.step(head.row_gradients(), 0.1)
+    velocity = optimizer.velocity(head.weight)
+    assert velocity.numel() * velocity.element_size() == plan["optimizer state"]
+    grad = head.row_gradients()[0].rows.grad
+    assert grad.numel() * grad.element_size() <= plan["sampled rows: exp values, then gradient"]  # 100 of <= 104
+    full = ArcFaceHead.planned_bytes({"num_classes": 7, "feature_size": 16}, 4, 2, 1, 0)
+    assert full == {"weight": 3 * 16 * 4, "optimizer state": 0, "exp values, then the gradient": 3 * 16 * 4,
+                    "chunk buffers": 4 * 3 * 16 * 4}  # rank 1 of 2 holds 3 of 7 classes; max(N, D) = D = 16
+
+
+def test_job_plan_counts_backbone_heads_and_the_averagers_copies():
+    cfg = load_job(JOB, ["averaging.type=window", "averaging.average_window_rate=0.1"])
+    registry.load_builtin()
+    backbone = registry.build("backbone", dict(cfg["backbone"]))
+    entries = memory_plan.plan_job(cfg, backbone, lambda t: {"num_classes": t["reader"]["num_classes"]}, 1)
+    names = [e.name for e in entries]
+    assert names == ["backbone", "task 'arc11' head 'arcface'", "task 'cos3' head 'cosface'", "averager 'window'"]
+    params = sum(int(p.numel()) * 4 for p in backbone.parameters())
+    assert entries[0].parts == {"parameters": params, "gradients": params, "optimizer state": params}
+    assert entries[1].parts["weight"] == 11 * 16 * 4 and entries[2].parts["weight"] == 3 * 16 * 4
+    assert entries[3].parts == {"4 copies": 4 * (params + 11 * 16 * 4 + 3 * 16 * 4)}
+
+
+def test_a_job_that_cannot_fit_stops_before_allocating_with_one_line():
+    """10^9 classes x 16 floats (60 GiB weight): exit 2, one error line naming the head and figures, small peak."""
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "mtl_memory_plan_refusal")
+    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "train", JOB, "--set", f"output_dir={out}",
+                           "--set", "tasks.0.head.num_classes=1000000000"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "tasks.0.head: task 'arc11' head 'arcface' needs 137.09 GiB per process (weight 59.60 GiB" in errors[0]
+    assert "sample_ratio" in errors[0]
+    assert "memory plan per process" in proc.stdout
+    assert peak_kib < 4 * 2 ** 20, f"peak {peak_kib} KiB: something large was allocated"
+
+
+def test_weight_built_by_blocks_equals_the_reference_initialisation(monkeypatch):
+    monkeypatch.setattr(sharded, "INIT_WRITE_ROWS", 5)
+    head = ArcFaceHead(num_classes=23, feature_size=3, seed=4)
+    assert np.array_equal(head.weight.numpy(), sharded.initial_class_rows(23, 3, 4, 0, 23))
+
+
+@pytest.mark.parametrize("momentum,weight_decay", [(0.9, 0.01), (0.0, 0.0)])
+def test_chunked_row_update_equals_numpy(monkeypatch, momentum, weight_decay):
+    """Momentum with L2 decay on rows [7, 2, 9, 4, 0] in chunks of 2: g' = g + wd w, v = mu v + g', w -= lr v."""
+    monkeypatch.setattr(sparse, "UPDATE_CHUNK_ROWS", 2)
+    rng = np.random.default_rng(0)
+    w, v, g = rng.standard_normal((10, 3)), rng.standard_normal((10, 3)), rng.standard_normal((5, 3))
+    index = np.array([7, 2, 9, 4, 0])
+    weight, velocity = paddle.to_tensor(w), paddle.to_tensor(v)
+    sparse.row_sparse_momentum_(weight, velocity, paddle.to_tensor(index), paddle.to_tensor(g), 0.5, momentum,
+                                weight_decay)
+    step = g + weight_decay * w[index]
+    if momentum:
+        v[index] = momentum * v[index] + step
+        step = v[index]
+    w[index] -= 0.5 * step
+    np.testing.assert_allclose(weight.numpy(), w, rtol=1e-12)
+    np.testing.assert_allclose(velocity.numpy(), v, rtol=1e-12)
