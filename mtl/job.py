@@ -93,10 +93,9 @@ def _build_backbone(cfg):
     return backbone
 
 
-def _build_task(cfg, tcfg, backbone, ctx) -> Task:
-    """One task: its reader, its head (seeded from the job seed and the task name), contracts checked."""
+def _build_task(cfg, tcfg, backbone, ctx, reader) -> Task:
+    """One task: its (built) reader, its head (seeded from the job seed and the task name), contracts checked."""
     name, source = tcfg["name"], tcfg["source"]
-    reader = build_reader(tcfg, None, ctx)
     head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
     paddle.seed(task_seed(cfg["seed"], name))
     head_ctx = {"feature_size": backbone.feature_size, "seed": task_seed(cfg["seed"], name)}
@@ -124,8 +123,9 @@ def build_job(cfg: dict) -> Job:
     backbone = _build_backbone(cfg)
     ctx = reader_context(backbone)
     # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
-    check_job_memory(cfg, backbone, lambda tcfg: build_reader(tcfg, None, ctx).sizes())
-    tasks = [_build_task(cfg, tcfg, backbone, ctx) for tcfg in cfg["tasks"]]
+    readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
+    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes())
+    tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]]) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)

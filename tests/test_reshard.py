@@ -20,10 +20,11 @@ JOB = os.path.join(ROOT, "tests", "dist_scripts", "equivalence_job.yaml")
 TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
 SHARDED = ("arc7", "arc1", "cos5", "soft3")
 COMMON = ["checkpoint.every=5", "checkpoint.keep=5"]
+PARTIAL_FC = ["tasks.0.head.sample_ratio=0.5"]  # arc7: Partial FC, its class sample drawn from (seed, step)
 
 
-def train(out, world, *args):
-    args = [JOB, "--set", f"output_dir={out}", *COMMON, *args]
+def train(out, world, *args, overrides=()):
+    args = [JOB, *args, "--set", f"output_dir={out}", *COMMON, *overrides]
     if world == 1:
         proc = subprocess.run([sys.executable, TRAIN, *args], capture_output=True, text=True, cwd=ROOT,
                               env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
@@ -46,27 +47,39 @@ def mtl(*args):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("reshard") / "full")
-    train(out, 1)
-    return out
+def full_runs(tmp_path_factory):
+    """Uninterrupted 1-process runs, by whether arc7 uses Partial FC (trained on first use)."""
+    root, runs = tmp_path_factory.mktemp("reshard"), {}
+
+    def get(partial_fc=False):
+        if partial_fc not in runs:
+            runs[partial_fc] = str(root / f"full_pfc{int(partial_fc)}")
+            train(runs[partial_fc], 1, overrides=PARTIAL_FC if partial_fc else [])
+        return runs[partial_fc]
+    return get
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(full_runs):
+    return full_runs(False)
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("first,second", [(2, 1), (1, 2)])
-def test_resume_at_another_process_count(uninterrupted, tmp_path, first, second):
+@pytest.mark.parametrize("first,second,partial_fc", [(2, 1, False), (1, 2, False), (2, 1, True), (1, 2, True)])
+def test_resume_at_another_process_count(full_runs, tmp_path, first, second, partial_fc):
+    extra = PARTIAL_FC if partial_fc else []
     out = str(tmp_path / "cut")
-    train(out, first, "--until", "10")
+    train(out, first, "--until", "10", overrides=extra)
     ckpt = os.path.join(out, "checkpoints", "step_10")
     switch = {t: merged_head_state(ckpt, t) for t in SHARDED}
-    train(out, second, "--resume")
-    a, b = losses(uninterrupted), losses(out)
+    train(out, second, "--resume", overrides=extra)
+    a, b = losses(full_runs(partial_fc)), losses(out)
     assert [r["step"] for r in b] == list(range(1, 21))
     keys = [k for k in a[0] if k.startswith("loss/")]
     worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-6) for ra, rb in zip(a, b) for k in keys if k in rb)
     assert worst <= 1e-4, worst
     if first == 2:  # loading the 2-process checkpoint in this (1-process) test gives exactly the merged shards
-        job = build_job(load_job(JOB, [f"output_dir={tmp_path / 'probe'}"]))
+        job = build_job(load_job(JOB, [f"output_dir={tmp_path / 'probe'}", *extra]))
         optimizer = JointOptimizer(job.cfg["optimizer"], job.model, job.cfg["schedule"]["steps"])
         checkpoint.load(ckpt, job.model, optimizer, job.schedule)
         for task in SHARDED:
@@ -76,9 +89,13 @@ def test_resume_at_another_process_count(uninterrupted, tmp_path, first, second)
 
 def test_reshard_round_trip_is_exact(uninterrupted, tmp_path):
     ckpt = os.path.join(uninterrupted, "checkpoints", "step_20")
-    three, back = str(tmp_path / "three"), str(tmp_path / "back")
-    mtl("checkpoint", "reshard", ckpt, "--world", "3", three)
+    two, three = str(tmp_path / "two"), str(tmp_path / "three")
+    two_again, back = str(tmp_path / "two_again"), str(tmp_path / "back")
+    mtl("checkpoint", "reshard", ckpt, "--world", "2", two)
+    mtl("checkpoint", "reshard", two, "--world", "3", three)
+    mtl("checkpoint", "reshard", three, "--world", "2", two_again)
     mtl("checkpoint", "reshard", three, "--world", "1", back)
+    _assert_same_folders(two, two_again)  # 2 -> 3 -> 2
     expected = [f"{t}.shard{k}of3{s}" for t in SHARDED for k in range(3) for s in (".pdparams", ".averaged.pdparams")]
     assert sorted(os.listdir(os.path.join(three, "heads"))) == sorted(expected + ["reg.averaged.pdparams",
                                                                                  "reg.pdparams"])
@@ -87,19 +104,26 @@ def test_reshard_round_trip_is_exact(uninterrupted, tmp_path):
                  for k in range(3)]
         total = merged_head_state(ckpt, task)["weight"].shape[0]
         assert sizes == [total // 3 + (k < total % 3) for k in range(3)]
-    for name in os.listdir(ckpt):
-        if name.startswith("rng."):  # generator states: the same bytes
-            with open(os.path.join(ckpt, name), "rb") as f, open(os.path.join(back, name), "rb") as g:
-                assert f.read() == g.read(), name
-        elif name.endswith((".pdopt", ".pdparams")):
-            original, again = paddle.load(os.path.join(ckpt, name)), paddle.load(os.path.join(back, name))
-            _assert_same(original, again, name)
-    for name in os.listdir(os.path.join(ckpt, "heads")):
-        _assert_same(paddle.load(os.path.join(ckpt, "heads", name)), paddle.load(os.path.join(back, "heads", name)),
-                     name)
+    _assert_same_folders(ckpt, back)  # 1 -> 2 -> 3 -> 1
     info = mtl("checkpoint", "info", three)
     assert "written by  3 process(es)" in info or "3 process(es)" in info
     assert "head arc7" in info and "[7, 16]" in info
+
+
+def _assert_same_folders(first, second):
+    """Every weight, optimizer, averager and random-state file of two checkpoints holds the same values."""
+    names = sorted(n for n in os.listdir(first) if n.endswith((".pdopt", ".pdparams")))
+    assert names == sorted(n for n in os.listdir(second) if n.endswith((".pdopt", ".pdparams")))
+    assert sorted(os.listdir(os.path.join(first, "heads"))) == sorted(os.listdir(os.path.join(second, "heads")))
+    for name in names:
+        if name.startswith("rng."):  # generator states: the same bytes
+            with open(os.path.join(first, name), "rb") as f, open(os.path.join(second, name), "rb") as g:
+                assert f.read() == g.read(), name
+        else:
+            _assert_same(paddle.load(os.path.join(first, name)), paddle.load(os.path.join(second, name)), name)
+    for name in os.listdir(os.path.join(first, "heads")):
+        _assert_same(paddle.load(os.path.join(first, "heads", name)),
+                     paddle.load(os.path.join(second, "heads", name)), name)
 
 
 def _assert_same(a, b, where):

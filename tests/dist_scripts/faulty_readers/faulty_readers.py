@@ -6,13 +6,17 @@ from mtl.readers.synthetic import SyntheticReader
 from mtl.registry import register_reader
 
 
-@register_reader("raising_synthetic")
-class RaisingReader(SyntheticReader):
-    """Synthetic samples, except that sample ``bad_index`` raises ValueError (a bug in a user's reader)."""
+class _OneBadSample(SyntheticReader):
+    """Synthetic samples with one bad sample, ``bad_index``."""
 
     def __init__(self, bad_index=5, **kwargs):
         super().__init__(**kwargs)
         self.bad_index = int(bad_index)
+
+
+@register_reader("raising_synthetic")
+class RaisingReader(_OneBadSample):
+    """Synthetic samples, except that sample ``bad_index`` raises ValueError (a bug in a user's reader)."""
 
     def __getitem__(self, index):
         if index == self.bad_index:
@@ -21,12 +25,8 @@ class RaisingReader(SyntheticReader):
 
 
 @register_reader("fieldless_synthetic")
-class FieldlessReader(SyntheticReader):
+class FieldlessReader(_OneBadSample):
     """Synthetic samples whose sample ``bad_index`` lacks the declared ``label`` field."""
-
-    def __init__(self, bad_index=5, **kwargs):
-        super().__init__(**kwargs)
-        self.bad_index = int(bad_index)
 
     def __getitem__(self, index):
         sample = super().__getitem__(index)
@@ -36,12 +36,8 @@ class FieldlessReader(SyntheticReader):
 
 
 @register_reader("self_killing_synthetic")
-class SelfKillingReader(SyntheticReader):
+class SelfKillingReader(_OneBadSample):
     """Synthetic samples; reading sample ``bad_index`` SIGKILLs the reading process, as the OOM killer would."""
-
-    def __init__(self, bad_index=5, **kwargs):
-        super().__init__(**kwargs)
-        self.bad_index = int(bad_index)
 
     def __getitem__(self, index):
         if index == self.bad_index:
