@@ -27,15 +27,16 @@ class TaskBalancer:
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
-    def backward(self, outputs, step: int, scale: float = 1.0) -> Dict[str, Dict[str, float]]:
+    def backward(self, outputs, losses: Dict[str, float], step: int, scale: float = 1.0) -> Dict[str, Dict[str, float]]:
         """Backward of the last forward with this step's weights; gradients summed over ranks where replicated.
 
-        ``scale`` (fp16 loss scaling) multiplies every loss; the caller divides the gradients by it afterwards.
+        ``losses``: the global loss of every task present (host floats). ``scale`` (fp16 loss scaling) multiplies
+        every loss; the caller divides the gradients by it afterwards.
         Returns ``{"weight": {task: w_t}, "alpha": {task: alpha_t}}`` (alpha only for gradient-based strategies)
         for the log.
         """
         present = np.array([t in outputs for t in self.tasks])
-        losses = np.array([float(outputs[t].global_loss) if t in outputs else np.nan for t in self.tasks])
+        losses = np.array([losses[t] if t in outputs else np.nan for t in self.tasks])
         weights = self.weighting.weights(losses, present, step)
         logged = {"weight": {t: float(w) for t, w, p in zip(self.tasks, weights, present) if p}}
         if not self.weighting.needs_gradients:

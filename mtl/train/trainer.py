@@ -123,19 +123,20 @@ class Trainer:
         """
         step = self.start_step if step is None else step
         total, outputs = self.job.model(batch, step=step)
-        self.last_bad = NonFiniteGuard.bad_losses({t: float(o.global_loss) for t, o in outputs.items()})
+        losses = {t: float(o.global_loss) for t, o in outputs.items()}  # global: equal on every rank
+        self.last_bad = NonFiniteGuard.bad_losses(losses)
         self.last_overflow = False
         if self.last_bad:  # global losses: every rank skips the backward (and its collectives) alike
             self.last_grad_norm, self.last_weights = None, {"weight": {}}
         else:
-            self._backward_and_update(outputs, step)
+            self._backward_and_update(outputs, losses, step)
         return total, outputs
 
-    def _backward_and_update(self, outputs, step):
+    def _backward_and_update(self, outputs, losses, step):
         """The weighted backward, loss-scale and clip the gradients, and apply them (or skip a bad step)."""
         scale = self.scaler.scale if self.scaler is not None else 1.0
         weighting = self.balancer.state_dict()
-        self.last_weights = self.balancer.backward(outputs, step, scale)
+        self.last_weights = self.balancer.backward(outputs, losses, step, scale)
         rows = self.job.model.row_gradients()
         if scale != 1.0:
             self.strategy.unscale_gradients(1.0 / scale, rows)
