@@ -139,3 +139,16 @@ def test_readme_config_reference_is_generated_from_the_schema():
     from mtl.config.reference import readme_reference, reference
 
     assert readme_reference() == reference().strip(), "run: python -m mtl.config.reference --write"
+
+
+@pytest.mark.parametrize("weighting,mode,words", [
+    ("{type: dwa, temperature: -1}", "joint", "'temperature' must be a number > 0.0"),
+    ("{type: pcgrad}", "sample", "cannot run with schedule.mode: sample"),
+    ("{type: pcgrd}", "joint", "did you mean 'pcgrad'"),
+])
+def test_weighting_errors_at_load_time(weighting, mode, words):
+    """A bad weighting is one line naming the key, before anything is built."""
+    with pytest.raises(ConfigError) as info:
+        load_job(os.path.join(ROOT, "examples", "configs", "demo.yaml"),
+                 [f"weighting={weighting}", f"schedule.mode={mode}"])
+    assert "weighting" in str(info.value) and words in str(info.value)

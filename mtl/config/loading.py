@@ -416,6 +416,9 @@ def _check_components(job, tasks, source):
         _check_component("reader", t["reader"], t["source"], prefix + "reader")
         _check_component("head", t["head"], t["source"], prefix + "head")
     entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
+    # built once here (plain numpy, cheap) so that a bad hyper-parameter value fails at load time too
+    registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
+                   loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
     if job["schedule"]["mode"] == "sample" and not entry.cls.sample_mode:
         raise ConfigError(f"weighting '{entry.name}' needs every task in every step and cannot run with "
                           f"schedule.mode: sample (one task per step); use schedule.mode: joint, or a weighting that "
