@@ -9,6 +9,7 @@ the training people 1-20, or, transductively, of the evaluated people themselves
 prints precision and recall. Usage:
 
     python examples/faces_orl_report.py [--seeds 0 1 2] [--steps N] [--out runs/faces_orl_report] [--json FILE]
+        [--set KEY=VALUE ...]
 """
 import argparse
 import json
@@ -59,9 +60,9 @@ def pixel_baselines(cfg):
     }
 
 
-def train(out_dir, seed, steps, tasks=None, batch_size=None):
+def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=()):
     """Train the recipe (or a single-task job derived from it) in a fresh process; return its summary."""
-    sets = [f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
+    sets = [*overrides, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
     if steps:
         sets.append(f"schedule.steps={steps}")
     if tasks:
@@ -106,20 +107,23 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     parser.add_argument("--out", default=os.path.join("runs", "faces_orl_report"))
     parser.add_argument("--json", default=None, help="write the figures as JSON")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides applied to every run (joint and single), as train_joint's --set")
     args = parser.parse_args(argv)
-    cfg = load_cfg()
+    cfg = load_cfg(args.set)
     per_task = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
     rows = {name: [value] * len(args.seeds) for name, value in pixel_baselines(cfg).items()}
     overlap_rows = []
     for seed in args.seeds:
         print(f"seed {seed}: joint", flush=True)
         joint_dir = os.path.join(args.out, f"joint_seed{seed}")
-        rows.setdefault("joint (both datasets)", []).append(verification_of(train(joint_dir, seed, args.steps)))
+        joint = train(joint_dir, seed, args.steps, overrides=args.set)
+        rows.setdefault("joint (both datasets)", []).append(verification_of(joint))
         overlap_rows.append(overlap_scores(joint_dir, cfg, DEFAULT_THRESHOLD))
         for task in cfg["tasks"]:
             print(f"seed {seed}: {task['name']} alone", flush=True)
             run = train(os.path.join(args.out, f"{task['name']}_seed{seed}"), seed, args.steps,
-                        [os.path.relpath(task["source"], os.path.dirname(CONFIG))], per_task)
+                        [os.path.relpath(task["source"], os.path.dirname(CONFIG))], per_task, args.set)
             rows.setdefault(f"{task['name']} alone", []).append(verification_of(run))
     single = np.mean([np.mean(v) for k, v in rows.items() if k.endswith(" alone")])
     table = [(name, f"{np.mean(v):.4f}", f"{np.std(v):.4f}", " ".join(f"{x:.4f}" for x in v))

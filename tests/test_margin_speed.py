@@ -1,5 +1,5 @@
 """The chunked margin softmax (issue 14.1/14.2) over many class chunks against the independent numpy reference of
-tests/test_margin_heads.py: full softmax and Partial FC, targets in different chunks, duplicated targets, a chunk
+tests/test_margin_heads.py, with the passes in numpy (host) and in Paddle ops (device): full softmax and Partial FC, targets in different chunks, duplicated targets, a chunk
 holding only a target, the sphere fallback; and float32 over many chunks against the float64 reference."""
 import numpy as np
 import pytest
@@ -7,6 +7,14 @@ from test_margin_heads import MARGINS, assert_close, float64, np_margin_head, ru
 
 from heads.arcface import ArcFaceHead
 from mtl.heads import chunked_softmax
+
+
+@pytest.fixture(params=["host", "device"], autouse=True)
+def passes(request, monkeypatch):
+    """Every test runs the chunk passes both in numpy on the host (the CPU default) and in Paddle ops (the device
+    path, which runs on CPU too)."""
+    monkeypatch.setattr(chunked_softmax, "HOST_PASSES", request.param == "host")
+    return request.param
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 5, 64])

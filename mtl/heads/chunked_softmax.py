@@ -30,8 +30,10 @@ gradient ``[K, D]``, in an order that never overwrites values not yet read. Noth
 import paddle
 from paddle.autograd import PyLayer
 
+from mtl.heads import host_chunks
 from mtl.parallel import distributed
 
+HOST_PASSES = True  # CPU tensors: the chunk passes in numpy (mtl.heads.host_chunks); False: Paddle ops everywhere
 CHUNK_ROWS = 8192  # class rows per block: [8192, 128] float32 = 4 MiB
 _NORM_FLOOR_SQUARED = 1e-24  # ||w|| floored at 1e-12, as F.normalize does
 _LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
@@ -106,12 +108,16 @@ class _ChunkedMarginSoftmax(PyLayer):
     to ``rows.grad``)."""
 
     @staticmethod
-    def forward(ctx, x_hat, weight, rows, target, scale, transform):
+    def forward(ctx, x_hat, weight, rows, target, scale, transform, host):
         n, dim = x_hat.shape
         owned, column, z_t, slope, w_t, inv_t, cos_t = _target_terms(rows, x_hat, target, scale, transform)
         work = paddle.empty([rows.count * max(n, dim)], dtype=x_hat.dtype)  # exp(z - m_chunk), then dW
         inverse = paddle.empty([rows.count], dtype=x_hat.dtype)
-        running, total, best, best_column, maxima = _online_pass(rows, x_hat, scale, owned, column, work, inverse)
+        if host:
+            running, total, best, best_column, maxima = host_chunks.online_pass(
+                rows, x_hat, scale, owned, column, work, inverse, rows.chunks(), CHUNK_ROWS)
+        else:
+            running, total, best, best_column, maxima = _online_pass(rows, x_hat, scale, owned, column, work, inverse)
         if rows.count:  # the target's own (margin-free) cosine competes for the top-1 prediction
             plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
             best_column = paddle.where(plain > best, column, best_column)
@@ -123,6 +129,7 @@ class _ChunkedMarginSoftmax(PyLayer):
         exp_sum, target_shifted = both[0], both[1]
         rows.best_score, rows.best_column = best, best_column
         ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
+        ctx.host = host
         ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
         ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)
         return (paddle.log(exp_sum) - target_shifted).mean()
@@ -144,7 +151,12 @@ class _ChunkedMarginSoftmax(PyLayer):
         if rows.count:
             dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
             target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
-        _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, (owned, column, target_rows), dx)
+        targets = (owned, column, target_rows)
+        if ctx.host:
+            host_chunks.gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx,
+                                      rows.chunks(), CHUNK_ROWS)
+        else:
+            _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
         dw = work[:rows.count * dim].reshape([rows.count, dim]) if rows.count else paddle.zeros([0, dim], x_hat.dtype)
         ctx.maxima = None
         if ctx.dense:
@@ -211,12 +223,18 @@ def _correct_(dw, rows, inv):
     dw.subtract_(((dw * rows).sum(axis=1) * inv * inv).unsqueeze(1) * rows)
 
 
-def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transform=None, dense: bool = True):
+def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transform=None, dense: bool = True,
+                           host=None):
     """Mean cross-entropy (equal on every rank) of ``x_hat`` (normalised features of the gathered batch) over the
     class ``rows`` of every shard; ``target [N]`` = column of the label in ``rows`` or -1 (another rank's).
 
     ``dense``: the weight gets its gradient through autograd (``weight.grad``); otherwise the rows' gradient
     ``[K, D]`` is left in ``rows.grad`` by the backward. ``transform(cos_t) -> (value, slope)`` is the margin.
+    ``host``: run the chunk passes in numpy on the tensors' memory (:mod:`mtl.heads.host_chunks`) or in Paddle ops;
+    None chooses numpy for CPU tensors (float32/float64) and Paddle ops on a device.
     """
     weight = rows.weight if dense else None
-    return _ChunkedMarginSoftmax.apply(x_hat, weight, rows, target.astype("int64"), float(scale), transform)
+    if host is None:
+        host = HOST_PASSES and x_hat.place.is_cpu_place() and x_hat.dtype in (paddle.float32, paddle.float64) and rows.count > 0
+    return _ChunkedMarginSoftmax.apply(x_hat, weight, rows, target.astype("int64"), float(scale), transform,
+                                       bool(host))

@@ -1,0 +1,117 @@
+"""The two passes of :mod:`mtl.heads.chunked_softmax` on the host (CPU tensors), in numpy on the tensors' own memory.
+
+Paddle's CPU build runs broadcast element-wise products and reductions over the class axis 5-15 times slower than
+numpy on the same ``[8192, 128]`` block (``bench/bench_margin_head.py``; issue 14.1), and every op allocates its
+result. Here each chunk is computed in place on numpy views of the Paddle buffers (``np.from_dlpack`` shares the
+memory, no copy): the products are written straight into the work buffer (``matmul(..., out=)``), the row norms are
+one ``einsum``, the broadcast scalings are in place, and the top-1 column is searched only where a chunk improves
+the best logit. Paddle keeps the exponential (its CPU ``exp`` is faster than numpy's float32 one here). The math,
+the buffer layout and the chunk order are those of the device passes (the module docstring of
+:mod:`mtl.heads.chunked_softmax`); a test runs both on CPU and compares them.
+"""
+import numpy as np
+import paddle
+
+_NORM_FLOOR_SQUARED = np.float32(1e-24)
+_LOW = np.float32(-1e30)
+
+
+def host_view(tensor: paddle.Tensor) -> np.ndarray:
+    """A numpy array sharing the memory of a dense CPU tensor (writes go to the tensor)."""
+    return np.from_dlpack(tensor.detach())
+
+
+class HostRows:
+    """numpy access to a :class:`mtl.heads.chunked_softmax.ClassRows`: blocks of the weight, views or gathered into
+    one reused ``[CHUNK_ROWS, D]`` buffer (Partial FC), and two scratch blocks of the same size."""
+
+    def __init__(self, rows, chunk_rows: int):
+        self.weight = host_view(rows.weight)
+        self.index = None if rows.index is None else rows.index.numpy()
+        width = min(chunk_rows, rows.count)
+        dim = self.weight.shape[1]
+        self.gathered = None if self.index is None else np.empty((width, dim), self.weight.dtype)
+        self.scratch = np.empty((2, width, dim), self.weight.dtype)
+
+    def block(self, begin: int, end: int) -> np.ndarray:
+        """Rows ``[begin, end)`` of the scored set (valid until the next call)."""
+        if self.index is None:
+            return self.weight[begin:end]
+        out = self.gathered[:end - begin]
+        np.take(self.weight, self.index[begin:end], axis=0, out=out)
+        return out
+
+
+def inverse_norm(block: np.ndarray) -> np.ndarray:
+    """``1 / max(||w_j||, 1e-12)`` of every row."""
+    return 1.0 / np.sqrt(np.maximum(np.einsum("ij,ij->i", block, block), _NORM_FLOOR_SQUARED))
+
+
+def _in_chunk(owned, column, begin: int, end: int):
+    """Batch rows whose target column lies in ``[begin, end)`` and that column relative to ``begin``."""
+    hits = np.flatnonzero(owned & (column >= begin) & (column < end))
+    return hits, column[hits] - begin
+
+
+def online_pass(rows, x_hat, scale, owned, column, work, inverse, chunks, chunk_rows):
+    """Host version of ``_online_pass``: same arguments and results (the chunk maxima as numpy arrays)."""
+    x, n = host_view(x_hat), x_hat.shape[0]
+    host, buffer, inverses = HostRows(rows, chunk_rows), host_view(work), host_view(inverse)
+    owned, column = owned.numpy(), column.numpy()
+    running = np.full(n, _LOW, x.dtype)
+    total = np.zeros(n, x.dtype)
+    best = np.full(n, -np.inf, x.dtype)
+    best_column = np.full(n, -1, np.int64)
+    maxima = []
+    for begin, end in chunks:
+        block = host.block(begin, end)
+        inv = inverse_norm(block)
+        inverses[begin:end] = inv
+        z = buffer[begin * n:end * n].reshape(end - begin, n)
+        np.matmul(block, x.T, out=z)
+        z *= (inv * x.dtype.type(scale))[:, None]
+        hits, position = _in_chunk(owned, column, begin, end)
+        z[position, hits] = -np.inf  # the target logit enters once, with its margin (z_t)
+        chunk_max = z.max(axis=0)
+        better = np.flatnonzero(chunk_max > best)
+        if better.size:  # top-1: the first largest masked logit, searched only where this chunk beats the best
+            best_column[better] = z[:, better].argmax(axis=0) + begin
+            best[better] = chunk_max[better]
+        grown = np.maximum(running, chunk_max)
+        z -= grown
+        work[begin * n:end * n].exp_()
+        total = total * np.exp(running - grown) + z.sum(axis=0)  # S rescaled to the new maximum
+        running = grown
+        maxima.append(grown)
+    return (paddle.to_tensor(running), paddle.to_tensor(total), paddle.to_tensor(best),
+            paddle.to_tensor(best_column), maxima)
+
+
+def gradient_pass(rows, x_hat, work, inverse, maxima, coefficient, row_max, targets, dx, chunks, chunk_rows):
+    """Host version of ``_gradient_pass``: ``dx`` is accumulated in place, the rows' gradient written over ``work``."""
+    (n, dim), (owned, column, target_rows) = x_hat.shape, targets
+    x, host, buffer, inverses = host_view(x_hat), HostRows(rows, chunk_rows), host_view(work), host_view(inverse)
+    owned, column = owned.numpy(), column.numpy()
+    target_rows = None if target_rows is None else target_rows.numpy()
+    coefficient, row_max = coefficient.numpy(), row_max.numpy()
+    dx_host = np.zeros((n, dim), x.dtype)
+    order = list(enumerate(chunks))
+    # chunk c's gradient rows go to buffer[b D, e D), where its exp values were (buffer[b N, e N)): in reverse
+    # order when D > N, forward when D <= N, nothing is overwritten before it is read
+    for index, (begin, end) in reversed(order) if dim > n else order:
+        count = end - begin
+        g = buffer[begin * n:end * n].reshape(count, n)
+        g *= (coefficient * np.exp(maxima[index] - row_max))[None, :]
+        inv = inverses[begin:end]
+        g *= inv[:, None]  # G'_jn = G_jn inv_j
+        block = host.block(begin, end)
+        dx_host += g.T @ block
+        products, correction = host.scratch[0, :count], host.scratch[1, :count]
+        np.matmul(g, x, out=products)  # M = G' x_hat
+        np.multiply(block, (np.einsum("ij,ij->i", products, block) * inv * inv)[:, None], out=correction)
+        part = buffer[begin * dim:end * dim].reshape(count, dim)  # g's memory (read above) or already-used memory
+        np.subtract(products, correction, out=part)  # dW_j = M_j - inv_j^2 (w_j . M_j) w_j
+        hits, position = _in_chunk(owned, column, begin, end)
+        if hits.size:
+            np.add.at(part, position, target_rows[hits])
+    dx.add_(paddle.to_tensor(dx_host))
