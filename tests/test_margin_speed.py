@@ -1,6 +1,7 @@
 """The chunked margin softmax (issue 14.1/14.2) over many class chunks against the independent numpy reference of
-tests/test_margin_heads.py, with the passes in numpy (host) and in Paddle ops (device): full softmax and Partial FC, targets in different chunks, duplicated targets, a chunk
-holding only a target, the sphere fallback; and float32 over many chunks against the float64 reference."""
+tests/test_margin_heads.py, with the passes in numpy (host) and in Paddle ops (device): full softmax and Partial FC,
+targets in different chunks, duplicated targets, a chunk holding only a target, the sphere fallback; and float32
+over many chunks against the float64 reference."""
 import numpy as np
 import pytest
 from test_margin_heads import MARGINS, assert_close, float64, np_margin_head, run_head  # noqa: F401

@@ -235,6 +235,7 @@ def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transfo
     """
     weight = rows.weight if dense else None
     if host is None:
-        host = HOST_PASSES and x_hat.place.is_cpu_place() and x_hat.dtype in (paddle.float32, paddle.float64) and rows.count > 0
+        on_host = x_hat.place.is_cpu_place() and x_hat.dtype in (paddle.float32, paddle.float64)
+        host = HOST_PASSES and on_host and rows.count > 0
     return _ChunkedMarginSoftmax.apply(x_hat, weight, rows, target.astype("int64"), float(scale), transform,
                                        bool(host))
