@@ -117,14 +117,16 @@ def _build_task(cfg, tcfg, backbone, ctx, reader) -> Task:
     return task
 
 
-def build_job(cfg: dict) -> Job:
-    """Build backbone, readers, heads, model and schedule; check contracts; return a :class:`Job`."""
+def build_job(cfg: dict, announce_plan: bool = True) -> Job:
+    """Build backbone, readers, heads, model and schedule; check contracts; return a :class:`Job`.
+
+    ``announce_plan``: print the memory plan (training); tools that rebuild a finished run's job pass False."""
     paddle.seed(cfg["seed"])
     backbone = _build_backbone(cfg)
     ctx = reader_context(backbone)
     # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
-    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes())
+    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan)
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]]) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])

@@ -71,7 +71,7 @@ def load_run(run_dir: str):
     if ckpt is None:
         raise ConfigError(f"'{run_dir}' has no complete checkpoint (the run did not finish a save)")
     registry.load_all(cfg.get("plugin_folders", []))
-    job = build_job(cfg)
+    job = build_job(cfg, announce_plan=False)
     averaged = os.path.isfile(os.path.join(ckpt, "backbone.averaged.pdparams"))
     weights = "backbone.averaged.pdparams" if averaged else "backbone.pdparams"
     job.backbone.set_state_dict(paddle.load(os.path.join(ckpt, weights)))

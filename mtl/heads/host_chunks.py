@@ -27,7 +27,7 @@ class HostRows:
 
     def __init__(self, rows, chunk_rows: int):
         self.weight = host_view(rows.weight)
-        self.index = None if rows.index is None else rows.index.numpy()
+        self.index = None if rows.index is None else host_view(rows.index)
         width = min(chunk_rows, rows.count)
         dim = self.weight.shape[1]
         self.gathered = None if self.index is None else np.empty((width, dim), self.weight.dtype)

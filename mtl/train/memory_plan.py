@@ -101,14 +101,15 @@ def format_plan(entries: List[PlanEntry], available: int, world_size: int) -> st
     return "\n".join(lines)
 
 
-def check_job_memory(cfg: dict, backbone, reader_sizes):
-    """Print the plan on rank 0 and raise a one-line ``ConfigError`` when it does not fit, on every rank alike."""
+def check_job_memory(cfg: dict, backbone, reader_sizes, announce: bool = True):
+    """Print the plan on rank 0 (if ``announce``) and raise a one-line ``ConfigError`` when it does not fit, on
+    every rank alike."""
     world = distributed.world_size()
     entries = plan_job(cfg, backbone, reader_sizes, world)
     available = available_bytes()
     if distributed.is_distributed():  # the smallest figure of all ranks, so that every rank decides the same
         available = -int(distributed.all_reduce_max(paddle.to_tensor([-float(available)], dtype="float64"))[0])
-    if distributed.rank() == 0:
+    if announce and distributed.rank() == 0:
         print(format_plan(entries, available, world), flush=True)
     total = sum(e.total for e in entries)
     if total <= available:
