@@ -78,10 +78,13 @@ def test_weight_built_by_blocks_equals_the_reference_initialisation(monkeypatch)
     assert np.array_equal(head.weight.numpy(), sharded.initial_class_rows(23, 3, 4, 0, 23))
 
 
+@pytest.mark.parametrize("host", [True, False])
 @pytest.mark.parametrize("momentum,weight_decay", [(0.9, 0.01), (0.0, 0.0)])
-def test_chunked_row_update_equals_numpy(monkeypatch, momentum, weight_decay):
-    """Momentum with L2 decay on rows [7, 2, 9, 4, 0] in chunks of 2: g' = g + wd w, v = mu v + g', w -= lr v."""
+def test_chunked_row_update_equals_numpy(monkeypatch, momentum, weight_decay, host):
+    """Momentum with L2 decay on rows [7, 2, 9, 4, 0] in chunks of 2: g' = g + wd w, v = mu v + g', w -= lr v; in
+    numpy on the host and in Paddle ops (the device path)."""
     monkeypatch.setattr(sparse, "UPDATE_CHUNK_ROWS", 2)
+    monkeypatch.setattr(sparse, "HOST_UPDATE", host)
     rng = np.random.default_rng(0)
     w, v, g = rng.standard_normal((10, 3)), rng.standard_normal((10, 3)), rng.standard_normal((5, 3))
     index = np.array([7, 2, 9, 4, 0])

@@ -51,10 +51,14 @@ def test_only_sampled_rows_and_their_momentum_change(tmp_path):
         w, v = new_w.astype(np.float64), new_v.astype(np.float64)
 
 
-def test_sparse_update_equals_paddle_momentum_on_the_sampled_rows():
-    """Independent reference: Paddle's own Momentum on a parameter holding just the sampled rows."""
+@pytest.mark.parametrize("host", [True, False])
+def test_sparse_update_equals_paddle_momentum_on_the_sampled_rows(monkeypatch, host):
+    """Independent reference: Paddle's own Momentum on a parameter holding just the sampled rows (our update in
+    numpy on the host and in Paddle ops)."""
+    from mtl.train import sparse
     from mtl.train.sparse import row_sparse_momentum_
 
+    monkeypatch.setattr(sparse, "HOST_UPDATE", host)
     rng = np.random.RandomState(0)
     full = paddle.to_tensor(rng.randn(10, 4).astype("float32"))
     velocity = paddle.zeros_like(full)

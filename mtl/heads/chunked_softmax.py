@@ -113,9 +113,10 @@ class _ChunkedMarginSoftmax(PyLayer):
         owned, column, z_t, slope, w_t, inv_t, cos_t = _target_terms(rows, x_hat, target, scale, transform)
         work = paddle.empty([rows.count * max(n, dim)], dtype=x_hat.dtype)  # exp(z - m_chunk), then dW
         inverse = paddle.empty([rows.count], dtype=x_hat.dtype)
+        ctx.host = host_chunks.HostRows(rows, CHUNK_ROWS) if host else None
         if host:
             running, total, best, best_column, maxima = host_chunks.online_pass(
-                rows, x_hat, scale, owned, column, work, inverse, rows.chunks(), CHUNK_ROWS)
+                ctx.host, x_hat, scale, owned, column, work, inverse)
         else:
             running, total, best, best_column, maxima = _online_pass(rows, x_hat, scale, owned, column, work, inverse)
         if rows.count:  # the target's own (margin-free) cosine competes for the top-1 prediction
@@ -129,7 +130,6 @@ class _ChunkedMarginSoftmax(PyLayer):
         exp_sum, target_shifted = both[0], both[1]
         rows.best_score, rows.best_column = best, best_column
         ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
-        ctx.host = host
         ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
         ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)
         return (paddle.log(exp_sum) - target_shifted).mean()
@@ -152,9 +152,9 @@ class _ChunkedMarginSoftmax(PyLayer):
             dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
             target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
         targets = (owned, column, target_rows)
-        if ctx.host:
-            host_chunks.gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx,
-                                      rows.chunks(), CHUNK_ROWS)
+        if ctx.host is not None:
+            host_chunks.gradient_pass(ctx.host, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
+            ctx.host = None
         else:
             _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
         dw = work[:rows.count * dim].reshape([rows.count, dim]) if rows.count else paddle.zeros([0, dim], x_hat.dtype)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import paddle
 
 from mtl.errors import ConfigError
+from mtl.host import host_view, on_host
 
 SPARSE_OPTIMIZERS = ("sgd", "momentum")
 
@@ -27,6 +28,7 @@ class RowGradient:
     rows: paddle.Tensor
 
 
+HOST_UPDATE = True  # CPU tensors: the update in numpy on their memory; False: Paddle ops everywhere
 UPDATE_CHUNK_ROWS = 1 << 13  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]
 
 
@@ -35,8 +37,12 @@ def row_sparse_momentum_(weight, velocity, index, grad, lr, momentum=0.9, weight
     """Update rows ``index`` of ``weight`` (and of ``velocity``, if given) in place from their gradient ``grad``.
 
     Works through ``UPDATE_CHUNK_ROWS`` rows at a time (gather, update, scatter back), so that at 20M classes with
-    Partial FC the update allocates a bounded buffer instead of several copies of the sampled rows.
+    Partial FC the update allocates a bounded buffer instead of several copies of the sampled rows. CPU tensors are
+    updated by the same float operations in numpy on their memory (Paddle's CPU gather/scatter are slower).
     """
+    if HOST_UPDATE and on_host(weight):
+        _row_sparse_momentum_host(weight, velocity, index, grad, lr, momentum, weight_decay)
+        return
     for begin in range(0, index.shape[0], UPDATE_CHUNK_ROWS):
         ids = index[begin:begin + UPDATE_CHUNK_ROWS]
         rows = paddle.gather(weight, ids)
@@ -47,6 +53,24 @@ def row_sparse_momentum_(weight, velocity, index, grad, lr, momentum=0.9, weight
             step = paddle.gather(velocity, ids).scale_(momentum).add_(step)
             paddle.scatter_(velocity, ids, step, overwrite=True)
         paddle.scatter_(weight, ids, rows.subtract_(step.scale(lr)), overwrite=True)
+
+
+def _row_sparse_momentum_host(weight, velocity, index, grad, lr, momentum, weight_decay):
+    """:func:`row_sparse_momentum_` in numpy on the tensors' memory, chunk by chunk, with the same float steps."""
+    w, ids_all, g = host_view(weight), host_view(index), host_view(grad)
+    v = host_view(velocity) if velocity is not None and momentum else None
+    lr, momentum, weight_decay = (w.dtype.type(a) for a in (lr, momentum, weight_decay))
+    for begin in range(0, ids_all.shape[0], UPDATE_CHUNK_ROWS):
+        ids = ids_all[begin:begin + UPDATE_CHUNK_ROWS]
+        rows = w[ids]
+        step = g[begin:begin + UPDATE_CHUNK_ROWS].astype(w.dtype)
+        if weight_decay:
+            step = step + weight_decay * rows
+        if v is not None:
+            step = v[ids] * momentum + step
+            v[ids] = step
+        rows -= step * lr
+        w[ids] = rows
 
 
 def check_sparse_optimizer(cfg, what, source=None):
