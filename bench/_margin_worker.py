@@ -12,6 +12,8 @@ read on the host inside the timed region. Memory (KiB, host RSS):
 The head's own cost is ``peak - baseline``. Prints one line ``MARGIN_BENCH {json}``.
 
 With Partial FC (``--sample-ratio`` < 1) the step includes the head's own row-sparse update of the sampled rows.
+``--device-passes``: run the head's chunk passes and the row-sparse update in Paddle ops even on CPU (the GPU path;
+``bench/bench_host_passes.py`` compares the two).
 """
 import argparse
 import json
@@ -61,10 +63,13 @@ def run(args):
     import paddle
 
     from mtl import registry
+    from mtl.heads import chunked_softmax
     from mtl.parallel import distributed
+    from mtl.train import sparse as sparse_update
     from mtl.runtime import init_distributed, select_device
     from mtl.train.sparse import RowSparseOptimizer
 
+    chunked_softmax.HOST_PASSES = sparse_update.HOST_UPDATE = not args.device_passes
     device = select_device("auto")
     rank, world = init_distributed()
     if args.batch % world:
@@ -121,6 +126,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=128, help="global batch rows")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device-passes", action="store_true", help="Paddle ops for the chunk passes on CPU too")
     args = parser.parse_args(argv)
     print(MARKER + json.dumps(run(args)), flush=True)
 
