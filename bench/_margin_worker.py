@@ -65,8 +65,8 @@ def run(args):
     from mtl import registry
     from mtl.heads import chunked_softmax
     from mtl.parallel import distributed
-    from mtl.train import sparse as sparse_update
     from mtl.runtime import init_distributed, select_device
+    from mtl.train import sparse as sparse_update
     from mtl.train.sparse import RowSparseOptimizer
 
     chunked_softmax.HOST_PASSES = sparse_update.HOST_UPDATE = not args.device_passes
