@@ -10,7 +10,8 @@ One step, as named pieces:
    (``mtl.heads.margin``), then everything is multiplied by ``scale``;
 5. loss: softmax cross-entropy across shards. Steps 3-5 run in one autograd function over blocks of class rows
    (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
-   ``[K, D]`` but the sampled rows' gradient.
+   ``[K, D]`` but the sampled rows' gradient. On CPU tensors the chunk passes run in numpy on the tensors' own
+   memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower there).
 The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
 fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
 """

@@ -26,6 +26,10 @@ One buffer of ``K * max(N, D)`` floats serves both passes: the forward stores ea
 gradient ``[K, D]``, in an order that never overwrites values not yet read. Nothing else of size ``[K, N]`` or
 ``[K, D]`` is allocated: the full softmax returns that gradient as ``weight.grad``, Partial FC leaves it in
 ``rows.grad`` for the optimizer's row-sparse update.
+
+The passes exist twice, with the same math, buffer layout and chunk order: in Paddle ops (``_online_pass``,
+``_gradient_pass``: GPU, and CPU when ``HOST_PASSES`` is off) and in numpy on the CPU tensors' memory
+(:mod:`mtl.heads.host_chunks`, the CPU default). The tests run both against the numpy reference.
 """
 import paddle
 from paddle.autograd import PyLayer
