@@ -24,11 +24,11 @@ CONFIG = os.path.join(ROOT, "examples", "configs", "faces_orl.yaml")
 sys.path.insert(0, ROOT)
 
 
-def load_cfg(overrides=()):
+def load_cfg(overrides=(), config=CONFIG):
     """The validated recipe config (with ``--set`` style overrides)."""
     from mtl.config.loading import load_job
 
-    return load_job(CONFIG, list(overrides))
+    return load_job(config, list(overrides))
 
 
 def task_readers(cfg, split):
@@ -60,7 +60,7 @@ def pixel_baselines(cfg):
     }
 
 
-def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=()):
+def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=(), config=CONFIG):
     """Train the recipe (or a single-task job derived from it) in a fresh process; return its summary."""
     sets = [*overrides, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
     if steps:
@@ -68,7 +68,7 @@ def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=()):
     if tasks:
         sets += [f"tasks=[{', '.join(tasks)}]", f"schedule.batch_size={batch_size}"]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), CONFIG, "--overwrite", "--set", *sets]
+    cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.exit(f"training failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
@@ -107,23 +107,25 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     parser.add_argument("--out", default=os.path.join("runs", "faces_orl_report"))
     parser.add_argument("--json", default=None, help="write the figures as JSON")
+    parser.add_argument("--config", default=CONFIG, help="a variant of the recipe (default: faces_orl.yaml)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides applied to every run (joint and single), as train_joint's --set")
     args = parser.parse_args(argv)
-    cfg = load_cfg(args.set)
+    cfg = load_cfg(args.set, args.config)
     per_task = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
     rows = {name: [value] * len(args.seeds) for name, value in pixel_baselines(cfg).items()}
     overlap_rows = []
     for seed in args.seeds:
         print(f"seed {seed}: joint", flush=True)
         joint_dir = os.path.join(args.out, f"joint_seed{seed}")
-        joint = train(joint_dir, seed, args.steps, overrides=args.set)
+        joint = train(joint_dir, seed, args.steps, overrides=args.set, config=args.config)
         rows.setdefault("joint (both datasets)", []).append(verification_of(joint))
         overlap_rows.append(overlap_scores(joint_dir, cfg, DEFAULT_THRESHOLD))
         for task in cfg["tasks"]:
             print(f"seed {seed}: {task['name']} alone", flush=True)
             run = train(os.path.join(args.out, f"{task['name']}_seed{seed}"), seed, args.steps,
-                        [os.path.relpath(task["source"], os.path.dirname(CONFIG))], per_task, args.set)
+                        [os.path.relpath(task["source"], os.path.dirname(args.config))], per_task, args.set,
+                        args.config)
             rows.setdefault(f"{task['name']} alone", []).append(verification_of(run))
     single = np.mean([np.mean(v) for k, v in rows.items() if k.endswith(" alone")])
     table = [(name, f"{np.mean(v):.4f}", f"{np.std(v):.4f}", " ".join(f"{x:.4f}" for x in v))
