@@ -126,8 +126,9 @@ def gradient_pass(host: HostRows, x_hat, work, inverse, maxima, coefficient, row
     dx_host, dx_part = np.zeros((n, dim), x.dtype), np.empty((n, dim), x.dtype)
     order = list(enumerate(host.chunks))
     # chunk c's gradient rows go to buffer[b D, e D), where its exp values were (buffer[b N, e N)): in reverse
-    # order when D > N, forward when D <= N, nothing is overwritten before it is read
-    for index, (begin, end) in reversed(order) if dim > n else order:
+    # order when D > N, forward when D < N, nothing is overwritten before it is read; D = N allows either, and
+    # reverse starts with the block the forward gathered last (Partial FC: one gather less)
+    for index, (begin, end) in reversed(order) if dim >= n else order:
         count = end - begin
         g = buffer[begin * n:end * n].reshape(count, n)
         g *= (coefficient * np.exp(maxima[index] - row_max))[None, :]
