@@ -9,5 +9,7 @@ def host_view(tensor) -> np.ndarray:
 
 
 def on_host(tensor) -> bool:
-    """Whether numpy can work on ``tensor``'s memory: a CPU tensor of float32/float64 or an integer type."""
-    return tensor.place.is_cpu_place()
+    """Whether numpy can work on ``tensor``'s memory: a float32/float64 tensor on the CPU (numpy has no bfloat16)."""
+    import paddle
+
+    return tensor.place.is_cpu_place() and tensor.dtype in (paddle.float32, paddle.float64)

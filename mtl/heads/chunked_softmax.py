@@ -35,6 +35,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from mtl.heads import host_chunks
+from mtl.host import on_host
 from mtl.parallel import distributed
 
 HOST_PASSES = True  # CPU tensors: the chunk passes in numpy (mtl.heads.host_chunks); False: Paddle ops everywhere
@@ -239,7 +240,6 @@ def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transfo
     """
     weight = rows.weight if dense else None
     if host is None:
-        on_host = x_hat.place.is_cpu_place() and x_hat.dtype in (paddle.float32, paddle.float64)
-        host = HOST_PASSES and on_host and rows.count > 0
+        host = HOST_PASSES and on_host(x_hat) and on_host(rows.weight) and rows.count > 0
     return _ChunkedMarginSoftmax.apply(x_hat, weight, rows, target.astype("int64"), float(scale), transform,
                                        bool(host))
