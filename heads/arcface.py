@@ -23,7 +23,7 @@ import paddle.nn.functional as F
 
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
-from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, chunked_margin_softmax
+from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, Workspace, chunked_margin_softmax
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.parallel import collective, distributed
@@ -57,6 +57,7 @@ class ArcFaceHead(ShardedClassHead):
         self.sample_step = 0  # Partial FC draws from (seed, sample_step), over all classes
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
         self._sampled = None  # Partial FC in training: the RowGradient of the last forward
+        self._workspace = Workspace()  # Partial FC: the step's work buffer, reused from step to step
 
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
@@ -113,7 +114,7 @@ class ArcFaceHead(ShardedClassHead):
         index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
-        return ClassRows(self.weight, index), index + self.shard_start, target
+        return ClassRows(self.weight, index, self._workspace), index + self.shard_start, target
 
     def set_step(self, step: int):
         """Partial FC draws its sample from (seed, step): take the runner's global step."""

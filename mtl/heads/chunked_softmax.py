@@ -44,6 +44,26 @@ _NORM_FLOOR_SQUARED = 1e-24  # ||w|| floored at 1e-12, as F.normalize does
 _LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
 
 
+class Workspace:
+    """A flat buffer one head reuses at every step (Partial FC): the step's exp values and then the sampled rows'
+    gradient live in it. A new ``[K, max(N, D)]`` buffer per step is not always put back where the last one was
+    freed (at 5M classes, resident memory grew by a second buffer after a few steps); reused, the plan's one buffer
+    holds. It grows (with 2 % headroom: K varies a little per rank and step) and never shrinks. The rows' gradient
+    of a step is valid until the head's next forward, which is when the optimizer has used it."""
+
+    HEADROOM = 1.02
+
+    def __init__(self):
+        self.flat = None
+
+    def take(self, size: int, dtype):
+        """A view of the first ``size`` elements (reallocated when too small or of another dtype)."""
+        if self.flat is None or self.flat.shape[0] < size or self.flat.dtype != dtype:
+            self.flat = None  # the old buffer goes before the new one is made
+            self.flat = paddle.empty([int(size * self.HEADROOM) + 1], dtype=dtype)
+        return self.flat[:size]
+
+
 class ClassRows:
     """The class rows one step scores: the whole ``weight [C_k, D]`` (``index`` None) or the local ids ``index``.
 
@@ -51,10 +71,16 @@ class ClassRows:
     column (for the top-1 accuracy) and ``grad`` the rows' gradient ``[K, D]`` (sampled rows only).
     """
 
-    def __init__(self, weight, index=None):
-        self.weight, self.index = weight, index
+    def __init__(self, weight, index=None, workspace=None):
+        self.weight, self.index, self.workspace = weight, index, workspace
         self.count = weight.shape[0] if index is None else index.shape[0]
         self.best_score = self.best_column = self.grad = None
+
+    def buffer(self, size: int, dtype):
+        """The step's flat work buffer of ``size`` elements: from the head's :class:`Workspace`, or new."""
+        if self.workspace is None:
+            return paddle.empty([size], dtype=dtype)
+        return self.workspace.take(size, dtype)
 
     def block(self, begin, end):
         """Rows ``[begin, end)`` of the scored set: a view of the weight, or gathered (a copy)."""
@@ -116,7 +142,7 @@ class _ChunkedMarginSoftmax(PyLayer):
     def forward(ctx, x_hat, weight, rows, target, scale, transform, host):
         n, dim = x_hat.shape
         owned, column, z_t, slope, w_t, inv_t, cos_t = _target_terms(rows, x_hat, target, scale, transform)
-        work = paddle.empty([rows.count * max(n, dim)], dtype=x_hat.dtype)  # exp(z - m_chunk), then dW
+        work = rows.buffer(rows.count * max(n, dim), x_hat.dtype)  # exp(z - m_chunk), then dW
         inverse = paddle.empty([rows.count], dtype=x_hat.dtype)
         ctx.host = host_chunks.HostRows(rows, CHUNK_ROWS) if host else None
         if host:
@@ -146,7 +172,9 @@ class _ChunkedMarginSoftmax(PyLayer):
         x_hat, row_max, exp_sum, z_t, inverse = ctx.saved_tensor()
         rows, scale, work, (n, dim) = ctx.rows, ctx.scale, ctx.work, x_hat.shape
         owned, column, slope, w_t, inv_t, cos_t = ctx.target
-        ctx.work = None
+        # the graph (and this ctx) outlives the step while the caller holds the loss: drop what points at the
+        # buffer, so that the next step's buffer does not coexist with this one (rows.grad is owned by the head)
+        ctx.work = ctx.rows = ctx.target = None
         coefficient = (grad * (scale / n)) / exp_sum  # dL/dcos_jn = coefficient_n * exp(z_jn - m_n)
         # the target terms: g_t = dL/dcos_t = (coefficient exp(z_t - m) - scale / N) psi'(cos_t), on the owner
         g_t = paddle.where(owned, coefficient * paddle.exp(z_t - row_max) - grad * (scale / n),
