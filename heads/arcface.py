@@ -63,12 +63,16 @@ class ArcFaceHead(ShardedClassHead):
     def step_bytes(cls, options, shard, global_rows, dim, item):
         """One ``[K_k, max(N, D)]`` buffer (exp values, then the gradient: ``mtl.heads.chunked_softmax``) and its
         chunk buffers (about four ``[CHUNK_ROWS, max(N, D)]`` blocks). K_k = C_k, or with Partial FC
-        ``ceil(r * C_k)`` expected plus one per batch row (positives)."""
+        ``ceil(r * C_k)`` expected plus one per batch row (positives), in the head's reused :class:`Workspace`
+        (with its headroom)."""
         ratio = float(options.get("sample_ratio", 1.0))
         scored = shard if ratio >= 1.0 else min(shard, math.ceil(ratio * shard) + int(global_rows))
         width = max(global_rows, dim)
-        what = "exp values, then the gradient" if scored == shard else "sampled rows: exp values, then gradient"
-        return {what: scored * width * item, "chunk buffers": 4 * min(scored, CHUNK_ROWS) * width * item}
+        chunks = 4 * min(scored, CHUNK_ROWS) * width * item
+        if scored == shard:
+            return {"exp values, then the gradient": scored * width * item, "chunk buffers": chunks}
+        return {"sampled rows: exp values, then gradient": int(scored * Workspace.HEADROOM) * width * item,
+                "chunk buffers": chunks}
 
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()
