@@ -71,7 +71,7 @@ class ArcFaceHead(ShardedClassHead):
         chunks = 4 * min(scored, CHUNK_ROWS) * width * item
         if scored == shard:
             return {"exp values, then the gradient": scored * width * item, "chunk buffers": chunks}
-        return {"sampled rows: exp values, then gradient": int(scored * Workspace.HEADROOM) * width * item,
+        return {"sampled rows: exp values, then gradient": Workspace.capacity(scored * width) * item,
                 "chunk buffers": chunks}
 
     def _resolve_fused(self, fused) -> bool:

@@ -22,11 +22,11 @@ JOB = os.path.join(ROOT, "tests", "dist_scripts", "partial_fc_job.yaml")
 
 def test_head_plan_is_the_hand_computation_and_the_built_head():
     """C = 1000, D = 16, r = 0.1, 4 rows, momentum: K = ceil(0.1 * 1000) + 4 rows, float32, in the reused work
-    buffer with 2 % headroom (int(104 * 1.02) = 106 rows); chunk buffers 4 K D."""
+    buffer with 2 % headroom (int(104 * 16 * 1.02) + 1 = 1698 floats); chunk buffers 4 K D."""
     options = {"num_classes": 1000, "feature_size": 16, "sample_ratio": 0.1}
     plan = ArcFaceHead.planned_bytes(options, global_rows=4, world_size=1, rank=0, optimizer_slots=1)
     assert plan == {"weight": 1000 * 16 * 4, "optimizer state": 1000 * 16 * 4,
-                    "sampled rows: exp values, then gradient": 106 * 16 * 4, "chunk buffers": 4 * 104 * 16 * 4}
+                    "sampled rows: exp values, then gradient": 1698 * 4, "chunk buffers": 4 * 104 * 16 * 4}
     head = ArcFaceHead(**options)
     assert head.weight.numel() * head.weight.element_size() == plan["weight"]
     features = paddle.randn([4, 16])

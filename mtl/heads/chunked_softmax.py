@@ -55,12 +55,19 @@ class Workspace:
 
     def __init__(self):
         self.flat = None
+        self.generation = 0  # counts the steps that took the buffer: a backward checks its step still owns it
+
+    @classmethod
+    def capacity(cls, size: int) -> int:
+        """Elements allocated when a step needs ``size`` (the memory plan uses the same figure)."""
+        return int(size * cls.HEADROOM) + 1
 
     def take(self, size: int, dtype):
         """A view of the first ``size`` elements (reallocated when too small or of another dtype)."""
         if self.flat is None or self.flat.shape[0] < size or self.flat.dtype != dtype:
             self.flat = None  # the old buffer goes before the new one is made
-            self.flat = paddle.empty([int(size * self.HEADROOM) + 1], dtype=dtype)
+            self.flat = paddle.empty([self.capacity(size)], dtype=dtype)
+        self.generation += 1
         return self.flat[:size]
 
 
@@ -75,12 +82,21 @@ class ClassRows:
         self.weight, self.index, self.workspace = weight, index, workspace
         self.count = weight.shape[0] if index is None else index.shape[0]
         self.best_score = self.best_column = self.grad = None
+        self.generation = 0
 
     def buffer(self, size: int, dtype):
         """The step's flat work buffer of ``size`` elements: from the head's :class:`Workspace`, or new."""
         if self.workspace is None:
             return paddle.empty([size], dtype=dtype)
-        return self.workspace.take(size, dtype)
+        flat = self.workspace.take(size, dtype)
+        self.generation = self.workspace.generation
+        return flat
+
+    def check_buffer(self):
+        """Raise if a later forward of the same head has taken the shared buffer (its values are gone)."""
+        if self.workspace is not None and self.workspace.generation != self.generation:
+            raise RuntimeError("the head ran forward again before this step's backward: Partial FC reuses one "
+                               "work buffer per head, so run backward (and the update) before the next forward")
 
     def block(self, begin, end):
         """Rows ``[begin, end)`` of the scored set: a view of the weight, or gathered (a copy)."""
@@ -171,6 +187,7 @@ class _ChunkedMarginSoftmax(PyLayer):
             raise RuntimeError("the chunked margin softmax reuses its buffer: its graph can be run backward once")
         x_hat, row_max, exp_sum, z_t, inverse = ctx.saved_tensor()
         rows, scale, work, (n, dim) = ctx.rows, ctx.scale, ctx.work, x_hat.shape
+        rows.check_buffer()
         owned, column, slope, w_t, inv_t, cos_t = ctx.target
         # the graph (and this ctx) outlives the step while the caller holds the loss: drop what points at the
         # buffer, so that the next step's buffer does not coexist with this one (rows.grad is owned by the head)

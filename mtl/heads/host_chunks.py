@@ -5,9 +5,10 @@ numpy on the same ``[8192, 128]`` block (``bench/bench_margin_head.py``; issue 1
 result. Here each chunk is computed in place on numpy views of the Paddle buffers (``np.from_dlpack`` shares the
 memory, no copy): the products are written straight into the work buffer (``matmul(..., out=)``), the row norms are
 one ``einsum``, the broadcast scalings are in place, and the top-1 column is searched only where a chunk improves
-the best logit. Paddle keeps the exponential (its CPU ``exp`` is faster than numpy's float32 one here). The math,
-the buffer layout and the chunk order are those of the device passes (the module docstring of
-:mod:`mtl.heads.chunked_softmax`); a test runs both on CPU and compares them.
+the best logit. Paddle keeps the exponential (its CPU ``exp`` is faster than numpy's float32 one here), run on a
+zero-copy tensor of the numpy block. The math, the buffer layout and the chunk order are those of the device passes
+(the module docstring of :mod:`mtl.heads.chunked_softmax`); tests run both on CPU against the numpy reference and
+against each other (tests/test_margin_speed.py).
 """
 import numpy as np
 import paddle
@@ -108,12 +109,13 @@ def online_pass(host: HostRows, x_hat, scale, owned, column, work, inverse):
             best[better] = chunk_max[better]
         grown = np.maximum(running, chunk_max)
         z -= grown
-        work[begin * n:end * n].exp_()
+        paddle.utils.dlpack.from_dlpack(z).exp_()  # Paddle's exp, in place on z's memory (no slice of ``work``)
         total = total * np.exp(running - grown) + z.sum(axis=0)  # S rescaled to the new maximum
         running = grown
         maxima.append(grown)
-    return (paddle.to_tensor(running), paddle.to_tensor(total), paddle.to_tensor(best),
-            paddle.to_tensor(best_column), maxima)
+    place = x_hat.place
+    return (paddle.to_tensor(running, place=place), paddle.to_tensor(total, place=place),
+            paddle.to_tensor(best, place=place), paddle.to_tensor(best_column, place=place), maxima)
 
 
 def gradient_pass(host: HostRows, x_hat, work, inverse, maxima, coefficient, row_max, targets, dx):
@@ -144,4 +146,4 @@ def gradient_pass(host: HostRows, x_hat, work, inverse, maxima, coefficient, row
         hits, position = _in_chunk(owned, column, begin, end)
         if hits.size:
             np.add.at(part, position, target_rows[hits])
-    dx.add_(paddle.to_tensor(dx_host))
+    dx.add_(paddle.to_tensor(dx_host, place=x_hat.place))
