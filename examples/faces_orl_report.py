@@ -9,7 +9,7 @@ the training people 1-20, or, transductively, of the evaluated people themselves
 prints precision and recall. Usage:
 
     python examples/faces_orl_report.py [--seeds 0 1 2] [--steps N] [--out runs/faces_orl_report] [--json FILE]
-        [--set KEY=VALUE ...]
+        [--set KEY=VALUE ...] [--task-set KEY=VALUE ...] [--config VARIANT.yaml]
 """
 import argparse
 import json
@@ -60,13 +60,16 @@ def pixel_baselines(cfg):
     }
 
 
-def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=(), config=CONFIG):
-    """Train the recipe (or a single-task job derived from it) in a fresh process; return its summary."""
+def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=(), config=CONFIG, task_sets=()):
+    """Train the recipe (or a single-task job derived from it) in a fresh process; return its summary.
+
+    ``task_sets``: ``KEY=VALUE`` overrides of every task of the run (``head.scale=24`` -> ``tasks.N.head.scale``)."""
     sets = [*overrides, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
     if steps:
         sets.append(f"schedule.steps={steps}")
     if tasks:
         sets += [f"tasks=[{', '.join(tasks)}]", f"schedule.batch_size={batch_size}"]
+    sets += task_overrides(task_sets, len(tasks) if tasks else len(load_cfg(overrides, config)["tasks"]))
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -74,6 +77,11 @@ def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=(), confi
         sys.exit(f"training failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
     with open(os.path.join(out_dir, "summary.json")) as f:
         return json.load(f)
+
+
+def task_overrides(task_sets, count):
+    """``tasks.N.KEY=VALUE`` for every task N < count and every ``KEY=VALUE`` of ``task_sets``."""
+    return [f"tasks.{n}.{item}" for n in range(count) for item in task_sets]
 
 
 def verification_of(summary):
@@ -96,11 +104,28 @@ def overlap_scores(run_dir, cfg, threshold):
             "precision": correct / len(found) if found else 0.0, "recall": correct / truth if truth else 0.0}
 
 
+def run_seed(args, cfg, seed, rows):
+    """Train the joint run and each dataset alone for ``seed``, add their figures to ``rows``; return the joint
+    run's overlap scores."""
+    from mtl.evaluation.overlap import DEFAULT_THRESHOLD
+
+    print(f"seed {seed}: joint", flush=True)
+    joint_dir = os.path.join(args.out, f"joint_seed{seed}")
+    joint = train(joint_dir, seed, args.steps, overrides=args.set, config=args.config, task_sets=args.task_set)
+    rows.setdefault("joint (both datasets)", []).append(verification_of(joint))
+    per_task = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
+    for task in cfg["tasks"]:
+        print(f"seed {seed}: {task['name']} alone", flush=True)
+        run = train(os.path.join(args.out, f"{task['name']}_seed{seed}"), seed, args.steps,
+                    [os.path.relpath(task["source"], os.path.dirname(args.config))], per_task, args.set,
+                    args.config, args.task_set)
+        rows.setdefault(f"{task['name']} alone", []).append(verification_of(run))
+    return overlap_scores(joint_dir, cfg, DEFAULT_THRESHOLD)
+
+
 def main(argv=None):
     """Run the report and print the table (and write ``--json``)."""
     from tabulate import tabulate
-
-    from mtl.evaluation.overlap import DEFAULT_THRESHOLD
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -110,23 +135,14 @@ def main(argv=None):
     parser.add_argument("--config", default=CONFIG, help="a variant of the recipe (default: faces_orl.yaml)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides applied to every run (joint and single), as train_joint's --set")
+    parser.add_argument("--task-set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="overrides of every task of every run, relative to the task (head.scale=24, "
+                             "reader.augment.erase=0.5)")
     args = parser.parse_args(argv)
-    cfg = load_cfg(args.set, args.config)
-    per_task = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
+    cfg = load_cfg(args.set + task_overrides(args.task_set, len(load_cfg(args.set, args.config)["tasks"])),
+                   args.config)
     rows = {name: [value] * len(args.seeds) for name, value in pixel_baselines(cfg).items()}
-    overlap_rows = []
-    for seed in args.seeds:
-        print(f"seed {seed}: joint", flush=True)
-        joint_dir = os.path.join(args.out, f"joint_seed{seed}")
-        joint = train(joint_dir, seed, args.steps, overrides=args.set, config=args.config)
-        rows.setdefault("joint (both datasets)", []).append(verification_of(joint))
-        overlap_rows.append(overlap_scores(joint_dir, cfg, DEFAULT_THRESHOLD))
-        for task in cfg["tasks"]:
-            print(f"seed {seed}: {task['name']} alone", flush=True)
-            run = train(os.path.join(args.out, f"{task['name']}_seed{seed}"), seed, args.steps,
-                        [os.path.relpath(task["source"], os.path.dirname(args.config))], per_task, args.set,
-                        args.config)
-            rows.setdefault(f"{task['name']} alone", []).append(verification_of(run))
+    overlap_rows = [run_seed(args, cfg, seed, rows) for seed in args.seeds]
     single = np.mean([np.mean(v) for k, v in rows.items() if k.endswith(" alone")])
     table = [(name, f"{np.mean(v):.4f}", f"{np.std(v):.4f}", " ".join(f"{x:.4f}" for x in v))
              for name, v in rows.items()]

@@ -174,12 +174,12 @@ def test_shortened_orl_recipe_runs_and_evaluates_unseen_people(tmp_path):
 
 @pytest.mark.slow
 def test_report_script_trains_joint_and_single_runs_on_the_same_pairs(tmp_path):
-    """`make demo-faces`'s script, shortened: baselines, joint and each dataset alone in one table and JSON, with an
-    override (--set) reaching every run."""
+    """`make demo-faces`'s script, shortened: baselines, joint and each dataset alone in one table and JSON, with
+    overrides (--set, and --task-set for every task) reaching every run."""
     out = tmp_path / "report"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "faces_orl_report.py"), "--seeds", "0",
                            "--steps", "4", "--out", str(out), "--json", str(tmp_path / "r.json"),
-                           "--set", "averaging.min_average_window=2"],
+                           "--set", "averaging.min_average_window=2", "--task-set", "head.scale=12"],
                           capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT),
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -193,4 +193,5 @@ def test_report_script_trains_joint_and_single_runs_on_the_same_pairs(tmp_path):
     for run in ("joint_seed0", "orl_a_seed0", "orl_b_seed0"):
         job = json.load(open(out / run / "job.json"))
         assert job["averaging"]["min_average_window"] == 2 and job["schedule"]["steps"] == 4
+        assert [t["head"]["scale"] for t in job["tasks"]] == ([12, 12] if run.startswith("joint") else [12])
     assert "joint - mean of single datasets" in proc.stdout
