@@ -10,6 +10,7 @@ only, :class:`RowSparseOptimizer` applies the update Paddle's ``Momentum`` (L2 `
 """
 from dataclasses import dataclass
 
+import numpy as np
 import paddle
 
 from mtl.errors import ConfigError
@@ -62,14 +63,17 @@ def _row_sparse_momentum_host(weight, velocity, index, grad, lr, momentum, weigh
     lr, momentum, weight_decay = (w.dtype.type(a) for a in (lr, momentum, weight_decay))
     for begin in range(0, ids_all.shape[0], UPDATE_CHUNK_ROWS):
         ids = ids_all[begin:begin + UPDATE_CHUNK_ROWS]
-        rows = w[ids]
+        rows = np.take(w, ids, axis=0)
         step = g[begin:begin + UPDATE_CHUNK_ROWS].astype(w.dtype)
         if weight_decay:
-            step = step + weight_decay * rows
+            step += weight_decay * rows
         if v is not None:
-            step = v[ids] * momentum + step
-            v[ids] = step
-        rows -= step * lr
+            velocity_rows = np.take(v, ids, axis=0)
+            velocity_rows *= momentum
+            velocity_rows += step
+            v[ids] = step = velocity_rows
+        step *= lr  # a copy or the taken velocity rows, already stored
+        rows -= step
         w[ids] = rows
 
 
