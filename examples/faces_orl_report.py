@@ -63,13 +63,13 @@ def pixel_baselines(cfg):
 def train(out_dir, seed, steps, tasks=None, batch_size=None, overrides=(), config=CONFIG, task_sets=()):
     """Train the recipe (or a single-task job derived from it) in a fresh process; return its summary.
 
-    ``task_sets``: ``KEY=VALUE`` overrides of every task of the run (``head.scale=24`` -> ``tasks.N.head.scale``)."""
+    ``task_sets``: ``tasks.N.KEY=VALUE`` overrides of the run's own tasks (:func:`task_overrides`), applied last."""
     sets = [*overrides, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
     if steps:
         sets.append(f"schedule.steps={steps}")
     if tasks:
         sets += [f"tasks=[{', '.join(tasks)}]", f"schedule.batch_size={batch_size}"]
-    sets += task_overrides(task_sets, len(tasks) if tasks else len(load_cfg(overrides, config)["tasks"]))
+    sets += list(task_sets)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -111,14 +111,15 @@ def run_seed(args, cfg, seed, rows):
 
     print(f"seed {seed}: joint", flush=True)
     joint_dir = os.path.join(args.out, f"joint_seed{seed}")
-    joint = train(joint_dir, seed, args.steps, overrides=args.set, config=args.config, task_sets=args.task_set)
+    joint = train(joint_dir, seed, args.steps, overrides=args.set, config=args.config,
+                  task_sets=task_overrides(args.task_set, len(cfg["tasks"])))
     rows.setdefault("joint (both datasets)", []).append(verification_of(joint))
     per_task = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
     for task in cfg["tasks"]:
         print(f"seed {seed}: {task['name']} alone", flush=True)
         run = train(os.path.join(args.out, f"{task['name']}_seed{seed}"), seed, args.steps,
                     [os.path.relpath(task["source"], os.path.dirname(args.config))], per_task, args.set,
-                    args.config, args.task_set)
+                    args.config, task_overrides(args.task_set, 1))
         rows.setdefault(f"{task['name']} alone", []).append(verification_of(run))
     return overlap_scores(joint_dir, cfg, DEFAULT_THRESHOLD)
 
@@ -161,4 +162,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from mtl.errors import MtlError
+
+    try:
+        main()
+    except MtlError as exc:  # a bad --set / --task-set / --config: one line, before any training
+        sys.exit(f"error: {exc}")

@@ -195,3 +195,13 @@ def test_report_script_trains_joint_and_single_runs_on_the_same_pairs(tmp_path):
         assert job["averaging"]["min_average_window"] == 2 and job["schedule"]["steps"] == 4
         assert [t["head"]["scale"] for t in job["tasks"]] == ([12, 12] if run.startswith("joint") else [12])
     assert "joint - mean of single datasets" in proc.stdout
+
+
+def test_report_script_refuses_a_bad_task_override_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "faces_orl_report.py"), "--seeds", "0",
+                           "--out", str(tmp_path / "r"), "--task-set", "head.scal=3"], capture_output=True, text=True,
+                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "head.scal" in errors[0] and "did you mean 'scale'" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()  # refused before any training

@@ -1,14 +1,14 @@
 """The two passes of :mod:`mtl.heads.chunked_softmax` on the host (CPU tensors), in numpy on the tensors' own memory.
 
 Paddle's CPU build runs broadcast element-wise products and reductions over the class axis 5-15 times slower than
-numpy on the same ``[8192, 128]`` block (``bench/bench_margin_head.py``; issue 14.1), and every op allocates its
-result. Here each chunk is computed in place on numpy views of the Paddle buffers (``np.from_dlpack`` shares the
-memory, no copy): the products are written straight into the work buffer (``matmul(..., out=)``), the row norms are
-one ``einsum``, the broadcast scalings are in place, and the top-1 column is searched only where a chunk improves
-the best logit. Paddle keeps the exponential (its CPU ``exp`` is faster than numpy's float32 one here), run on a
-zero-copy tensor of the numpy block. The math, the buffer layout and the chunk order are those of the device passes
-(the module docstring of :mod:`mtl.heads.chunked_softmax`); tests run both on CPU against the numpy reference and
-against each other (tests/test_margin_speed.py).
+numpy on the same ``[8192, 128]`` block (``docs/paddle-notes.md``, ``bench/bench_host_passes.py``), and every op
+allocates its result. Here each chunk is computed in place on numpy views of the Paddle buffers (``np.from_dlpack``
+shares the memory, no copy): the products are written straight into the work buffer (``matmul(..., out=)``), the row
+norms are one ``einsum``, the broadcast scalings are in place, and the top-1 column is searched only where a chunk
+improves the best logit. Paddle keeps the exponential (its CPU ``exp`` is faster than numpy's float32 one here), run
+on a zero-copy tensor of the numpy block. The math, the buffer layout and the chunk order are those of the device
+passes (the module docstring of :mod:`mtl.heads.chunked_softmax`); tests run both on CPU against the numpy reference
+and against each other (tests/test_margin_speed.py).
 """
 import numpy as np
 import paddle
@@ -41,7 +41,7 @@ def prepare_blas():
 class HostRows:
     """numpy access to a :class:`mtl.heads.chunked_softmax.ClassRows` for one forward and its backward: blocks of
     the weight, views or gathered into one reused ``[CHUNK_ROWS, D]`` buffer (Partial FC; the block gathered last
-    is kept for the backward, which with one chunk, or D > N, starts with it), and two scratch blocks."""
+    is kept for the backward, which with one chunk, or D >= N, starts with it), and two scratch blocks."""
 
     def __init__(self, rows, chunk_rows: int):
         prepare_blas()
