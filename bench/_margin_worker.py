@@ -86,6 +86,7 @@ def run(args):
     start = time.perf_counter()
     head = registry.build("head", {"type": "arcface", "num_classes": args.classes,
                                    "sample_ratio": args.sample_ratio}, feature_size=args.dim)
+    head.equal_rows = True  # as in the joint model: every rank passes the same rows (no exchange of row counts)
     optimizer = paddle.optimizer.Momentum(0.1, momentum=0.9, parameters=head.parameters())
     build_s = time.perf_counter() - start
     build_peak = peak_kib()

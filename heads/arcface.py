@@ -1,14 +1,15 @@
 """Model-parallel ArcFace-family margin head (ArcFace, CosFace, combined margins) with Partial FC sampling.
 
 One step, as named pieces:
-1. gather: features and labels of every rank (``mtl.parallel.collective.all_gather_rows``);
+1. gather: features and labels of every rank, in one all-gather (``mtl.parallel.collective.gather_batch``);
 2. sample (Partial FC, ``sample_ratio < 1``): every positive class of the gathered batch plus random negatives, up
    to ``ceil(sample_ratio * C)`` classes drawn over all C classes from (seed, step); each rank keeps its own range;
 3. cosine: ``cos = normalize(x) W^T * (1 / ||W_row||)`` on the kept rows of the shard (cheaper to differentiate
    than normalising W, see DESIGN.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
    (``mtl.heads.margin``), then everything is multiplied by ``scale``;
-5. loss: softmax cross-entropy across shards. Steps 3-5 run in one autograd function over blocks of class rows
+5. loss: softmax cross-entropy across shards, with the top-1 prediction settled in the same two all-reduces (MAX
+   and SUM; ``mtl.parallel.collective.top1_votes``). Steps 3-5 run in one autograd function over blocks of class rows
    (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
    ``[K, D]`` but the sampled rows' gradient. On CPU tensors the chunk passes run in numpy on the tensors' own
    memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower there).
@@ -113,12 +114,13 @@ class ArcFaceHead(ShardedClassHead):
         target = collective.local_targets(labels, self.shard_start, self.shard_size)
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         if count >= self.num_classes:
-            return ClassRows(self.weight), self.class_ids, target
+            return ClassRows(self.weight, first_id=self.shard_start), self.class_ids, target
         sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
         index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
-        return ClassRows(self.weight, index, self._workspace), index + self.shard_start, target
+        rows = ClassRows(self.weight, index, self._workspace, first_id=self.shard_start)
+        return rows, index + self.shard_start, target
 
     def set_step(self, step: int):
         """Partial FC draws its sample from (seed, step): take the runner's global step."""
@@ -142,19 +144,12 @@ class ArcFaceHead(ShardedClassHead):
             predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         else:
             loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None)
-            predicted = collective.sharded_top1(rows.best_score, self._column_ids(rows.best_column, class_ids))
+            predicted = rows.predicted
         # Partial FC in training: the optimizer updates the sampled rows from rows.grad (mtl.train.sparse)
         self._sampled = RowGradient(self.weight, rows.index, rows) if self.training and rows.index is not None \
             else None
         accuracy = (predicted == y).astype("float32").mean()
         return HeadOutput(loss=loss, metrics={"accuracy": accuracy})
-
-    @staticmethod
-    def _column_ids(columns, class_ids):
-        """Global class ids of columns of the scored rows (-1 where a rank scored none)."""
-        if class_ids.shape[0] == 0:
-            return paddle.full_like(columns, -1)
-        return paddle.gather(class_ids, paddle.clip(columns, min=0))
 
     def check_eval_labels(self, labels):
         """Verification needs pairs: at least two classes in the split and one class with two samples."""

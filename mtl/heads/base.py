@@ -23,6 +23,9 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
   config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
 * ``set_step(step)``: the global step of the next training forward, given by the joint model.
+* ``equal_rows`` (set by the joint model): every rank passes the same number of rows to each forward, so a head that
+  gathers rows need not exchange row counts first (the runner's batches guarantee it:
+  ``mtl.data.steps.check_divisible``). False for a head used on its own.
 * ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots)`` (class method): the memory the head
   will hold in one process, by part, computed from its options before it is built (``mtl.train.memory_plan``).
 """
@@ -65,6 +68,7 @@ class Head(paddle.nn.Layer):
         super().__init__()
         self.feature_size = int(feature_size)
         self.label_field = label_field
+        self.equal_rows = False
 
     def fields(self):
         """Batch fields this head needs (default: one int64 class label per sample)."""

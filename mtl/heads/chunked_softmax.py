@@ -36,7 +36,7 @@ from paddle.autograd import PyLayer
 
 from mtl.heads import host_chunks
 from mtl.host import on_host
-from mtl.parallel import distributed
+from mtl.parallel import collective, distributed
 
 HOST_PASSES = True  # CPU tensors: the chunk passes in numpy (mtl.heads.host_chunks); False: Paddle ops everywhere
 CHUNK_ROWS = 8192  # class rows per block: [8192, 128] float32 = 4 MiB
@@ -72,16 +72,17 @@ class Workspace:
 
 
 class ClassRows:
-    """The class rows one step scores: the whole ``weight [C_k, D]`` (``index`` None) or the local ids ``index``.
+    """The class rows one step scores: the whole ``weight [C_k, D]`` (``index`` None) or the local ids ``index``;
+    the global id of weight row r is ``first_id + r``.
 
-    After the forward, ``best_score`` / ``best_column`` hold each row's largest cosine logit over these rows and its
-    column (for the top-1 accuracy) and ``grad`` the rows' gradient ``[K, D]`` (sampled rows only).
+    After the forward, ``predicted`` holds each row's global top-1 class over every shard (the largest cosine logit,
+    for the accuracy) and ``grad`` the rows' gradient ``[K, D]`` (sampled rows only).
     """
 
-    def __init__(self, weight, index=None, workspace=None):
-        self.weight, self.index, self.workspace = weight, index, workspace
+    def __init__(self, weight, index=None, workspace=None, first_id: int = 0):
+        self.weight, self.index, self.workspace, self.first_id = weight, index, workspace, int(first_id)
         self.count = weight.shape[0] if index is None else index.shape[0]
-        self.best_score = self.best_column = self.grad = None
+        self.predicted = self.grad = None
         self.generation = 0
 
     def buffer(self, size: int, dtype):
@@ -108,6 +109,14 @@ class ClassRows:
         """The rows at ``columns`` of the scored set (gathered)."""
         ids = columns if self.index is None else paddle.gather(self.index, columns)
         return paddle.gather(self.weight, ids)
+
+    def global_ids(self, columns):
+        """Global class ids of ``columns`` of the scored set (-1 stays -1)."""
+        if self.count == 0:
+            return paddle.full_like(columns, -1)
+        local = paddle.clip(columns, min=0)
+        local = local if self.index is None else paddle.gather(self.index, local)
+        return paddle.where(columns >= 0, local + self.first_id, paddle.full_like(columns, -1))
 
     def chunks(self):
         """``(begin, end)`` of every block of ``CHUNK_ROWS`` rows."""
@@ -170,12 +179,17 @@ class _ChunkedMarginSoftmax(PyLayer):
             plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
             best_column = paddle.where(plain > best, column, best_column)
             best = paddle.maximum(plain, best)
-        row_max = distributed.all_reduce_max(paddle.maximum(running, z_t))
+        # one MAX for the row maxima and the best scores, one SUM for the exp-sums, the target terms and the top-1
+        peaks = distributed.all_reduce_max(paddle.stack([paddle.maximum(running, z_t), best]))
+        row_max, ids = peaks[0], rows.global_ids(best_column)
         total = total * paddle.exp(running - row_max)
         target_shifted = paddle.where(owned, z_t - row_max, paddle.zeros_like(z_t))
-        both = distributed.all_reduce_sum(paddle.stack([total + paddle.exp(z_t - row_max), target_shifted]))
+        sums = [paddle.stack([total + paddle.exp(z_t - row_max), target_shifted])]
+        if distributed.is_distributed():
+            sums.append(collective.top1_votes(best, peaks[1], ids))
+        both = distributed.all_reduce_sum(paddle.concat(sums, axis=0))
         exp_sum, target_shifted = both[0], both[1]
-        rows.best_score, rows.best_column = best, best_column
+        rows.predicted = collective.top1_from_votes(both[2:], best, ids) if len(sums) > 1 else ids
         ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
         ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
         ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)

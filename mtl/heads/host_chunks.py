@@ -60,7 +60,7 @@ class HostRows:
             return self.weight[begin:end]
         out = self.gathered[:end - begin]
         if self.held != (begin, end):
-            np.take(self.weight, self.index[begin:end], axis=0, out=out)
+            np.take(self.weight, self.index[begin:end], axis=0, out=out, mode="clip")  # "raise" buffers ``out``
             self.held = (begin, end)
         return out
 
@@ -74,6 +74,16 @@ def _in_chunk(owned, column, begin: int, end: int):
     """Batch rows whose target column lies in ``[begin, end)`` and that column relative to ``begin``."""
     hits = np.flatnonzero(owned & (column >= begin) & (column < end))
     return hits, column[hits] - begin
+
+
+def _first_peak_rows(z: np.ndarray, peak: np.ndarray) -> np.ndarray:
+    """``z.argmax(axis=0)`` given ``peak = z.max(axis=0)`` (no NaN): the first row holding each column's peak.
+    numpy's argmax along axis 0 of a ``[8192, 128]`` block takes 3.3 ms, finding the equal entries 0.9 ms."""
+    rows, columns = np.divmod(np.flatnonzero(z == peak), z.shape[1])  # row-major: a column's first hit comes first
+    found, first = np.unique(columns, return_index=True)
+    out = np.full(z.shape[1], -1, np.int64)
+    out[found] = rows[first]
+    return out
 
 
 def _add_transposed_product(out, g, block, scratch):
@@ -104,9 +114,11 @@ def online_pass(host: HostRows, x_hat, scale, owned, column, work, inverse):
         z[position, hits] = -np.inf  # the target logit enters once, with its margin (z_t)
         chunk_max = z.max(axis=0)
         better = np.flatnonzero(chunk_max > best)
-        if better.size:  # top-1: the first largest masked logit, searched only where this chunk beats the best
+        if better.size == n:  # top-1: the first largest masked logit, searched only where this chunk beats the best
+            best_column[:] = _first_peak_rows(z, chunk_max) + begin
+        elif better.size:
             best_column[better] = z[:, better].argmax(axis=0) + begin
-            best[better] = chunk_max[better]
+        best[better] = chunk_max[better]
         grown = np.maximum(running, chunk_max)
         z -= grown
         paddle.utils.dlpack.from_dlpack(z).exp_()  # Paddle's exp, in place on z's memory (no slice of ``work``)

@@ -5,7 +5,7 @@ the class weight, a parameter of shape ``[C_k, D]`` (one row per class, so that 
 ``is_distributed``. Initial rows are drawn per block of ``INIT_BLOCK`` classes from a generator seeded by
 ``(seed, block)``: the concatenated shards equal the world-1 initialisation for any world size, and each rank
 draws only the blocks its range touches. Every head gathers the rows of all ranks itself
-(``mtl.parallel.collective.all_gather_rows``) and scores them against its own shard.
+(``mtl.parallel.collective.gather_batch``) and scores them against its own shard.
 """
 import numpy as np
 import paddle
@@ -160,13 +160,11 @@ class ShardedClassHead(Head):
         return self.num_classes
 
     def gather_batch(self, features, labels):
-        """Rows and int64 labels of every rank, in rank order (features differentiable)."""
+        """Rows and int64 labels of every rank, in rank order (features differentiable; one all-gather, and no
+        exchange of row counts when :attr:`equal_rows`)."""
         if not isinstance(labels, paddle.Tensor):
             labels = paddle.to_tensor(np.asarray(labels))
-        counts = collective.row_counts(features.shape[0])
-        x = collective.all_gather_rows(features, counts)
-        y = collective.all_gather_rows(labels.reshape([-1]).astype("int64"), counts)
-        return x, y
+        return collective.gather_batch(features, labels, self.equal_rows)
 
     def shard_logits(self, features: paddle.Tensor) -> paddle.Tensor:  # pragma: no cover - abstract
         """Scores ``[N, C_k]`` of this shard's classes for ``features [N, D]`` (used by evaluation)."""

@@ -34,24 +34,51 @@ def _gather_padded(x: paddle.Tensor, counts):
     return paddle.concat([p[:c] for p, c in zip(parts, counts)], axis=0)
 
 
+ID_BASE = 4096  # ids travel in float columns as (hi, lo) = (floor(id / 4096), id mod 4096): both exact in float32
+ID_LIMIT = 1 << 35  # |id| below this keeps hi exact in float32 (2**24)
+
+
+def pack_ids(ids: paddle.Tensor, dtype) -> paddle.Tensor:
+    """Integer ids ``[n]`` as two exact float columns ``[n, 2]`` of ``dtype`` (see :func:`unpack_ids`)."""
+    ids = ids.astype("int64").reshape([-1])
+    if ids.shape[0] and int(paddle.abs(ids).max()) >= ID_LIMIT:
+        raise ValueError(f"class ids must be below {ID_LIMIT} in absolute value to travel with the features")
+    hi = paddle.floor_divide(ids, paddle.full_like(ids, ID_BASE))
+    return paddle.stack([hi, ids - hi * ID_BASE], axis=1).astype(dtype)
+
+
+def unpack_ids(columns: paddle.Tensor) -> paddle.Tensor:
+    """int64 ids ``[n]`` from the ``[n, 2]`` float columns of :func:`pack_ids`."""
+    columns = columns.astype("int64")
+    return columns[:, 0] * ID_BASE + columns[:, 1]
+
+
 class _AllGatherRows(PyLayer):
-    """Forward: rows of every rank concatenated in rank order. Backward: all-reduce SUM, keep this rank's rows.
+    """Forward: rows of every rank concatenated in rank order (and the labels, travelling in the same all-gather as
+    two extra float columns). Backward: all-reduce SUM, keep this rank's rows.
 
     Each rank's gradient of the gathered rows holds only its own shard's contribution to the (global) loss, so
     the sum over ranks is the full gradient of the gathered rows; this rank then keeps the slice of its own rows.
     """
 
     @staticmethod
-    def forward(ctx, x, counts, rank):
+    def forward(ctx, x, counts, rank, labels=None):
         ctx.begin = sum(counts[:rank])
         ctx.end = ctx.begin + counts[rank]
-        return _gather_padded(x, counts)
+        if labels is None:
+            return _gather_padded(x, counts)
+        both = _gather_padded(paddle.concat([x, pack_ids(labels, x.dtype)], axis=1), counts)
+        dim = x.shape[1]
+        gathered_labels = unpack_ids(both[:, dim:])
+        ctx.mark_non_differentiable(gathered_labels)
+        return both[:, :dim], gathered_labels
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, labels_grad=None):
         total = grad.clone()
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
-        return total[ctx.begin:ctx.end]
+        own = total[ctx.begin:ctx.end]
+        return own if labels_grad is None else (own, None)
 
 
 def all_gather_rows(x: paddle.Tensor, counts=None) -> paddle.Tensor:
@@ -66,6 +93,21 @@ def all_gather_rows(x: paddle.Tensor, counts=None) -> paddle.Tensor:
     if x.stop_gradient:
         return _gather_padded(x, counts)
     return _AllGatherRows.apply(x, counts, distributed.rank())
+
+
+def gather_batch(features: paddle.Tensor, labels: paddle.Tensor, equal_rows: bool = False):
+    """Features (differentiable) and int64 labels of every rank in rank order, in one all-gather: the labels travel
+    as two exact float columns of the features (:func:`pack_ids`). ``equal_rows``: the caller guarantees every rank
+    passes as many rows (the runner's batches do, :func:`mtl.data.steps.check_divisible`), which saves the
+    all-gather of the row counts. The identity at world 1.
+    """
+    labels = labels.reshape([-1]).astype("int64")
+    if not distributed.is_distributed():
+        return features, labels
+    counts = [features.shape[0]] * distributed.world_size() if equal_rows else row_counts(features.shape[0])
+    if features.dtype not in (paddle.float32, paddle.float64):  # ids are exact in float32/float64 columns only
+        return all_gather_rows(features, counts), all_gather_rows(labels, counts)
+    return _AllGatherRows.apply(features, counts, distributed.rank(), labels)
 
 
 def local_targets(labels: paddle.Tensor, shard_start: int, shard_size: int) -> paddle.Tensor:
@@ -182,6 +224,25 @@ def sharded_top1(scores: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
     stacked = paddle.stack(parts)  # [W, 2, N]
     best = paddle.argmax(stacked[:, 0], axis=0, keepdim=True)
     return paddle.take_along_axis(stacked[:, 1], best, axis=0)[0].astype("int64")
+
+
+def top1_votes(best: paddle.Tensor, global_best: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """This rank's rows of the SUM all-reduce that settles the global top-1 without an all-gather of its own:
+    ``[3, N]`` = (hi, lo, 1) of its best id (:func:`pack_ids`) where its best score equals ``global_best`` (the
+    scores' all-reduce MAX, folded into the softmax's), else zeros. Summed over ranks, a row with one voter holds
+    that rank's id exactly; see :func:`top1_from_votes`."""
+    mine = (best == global_best).astype(best.dtype)
+    return paddle.concat([pack_ids(ids, best.dtype).T * mine, mine.unsqueeze(0)], axis=0)
+
+
+def top1_from_votes(votes: paddle.Tensor, best: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """Global top-1 ids ``[N]`` from the summed :func:`top1_votes`: the one voter's id. Where ranks tie on the best
+    score, the lowest rank's, as :func:`sharded_top1` decides (one all-gather, taken by every rank alike since the
+    sums are equal everywhere; exact ties across shards are rare); -1 where no rank voted (a NaN score)."""
+    count = votes[2]
+    tied = distributed.is_distributed() and bool((count > 1).any())
+    predicted = sharded_top1(best, ids) if tied else unpack_ids(votes[:2].T)
+    return paddle.where(count > 0, predicted, paddle.full_like(ids, -1))
 
 
 def to_numpy(x) -> np.ndarray:

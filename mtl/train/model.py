@@ -27,6 +27,8 @@ class JointModel(paddle.nn.Layer):
         super().__init__()
         self.backbone = backbone
         self.heads = paddle.nn.LayerDict(heads)
+        for head in heads.values():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
+            head.equal_rows = True
         self.loss_weights = dict(loss_weights)
         self._input_names = [f.name for f in backbone.input_fields()]
         self._pending, self._present, self._groups, self._feature_grads = [], [], [], {}

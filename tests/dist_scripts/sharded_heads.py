@@ -24,6 +24,9 @@ CASES = {
     "softmax5": ({"type": "softmax", "num_classes": 5, "topk": 3, "seed": 3}, "half"),
     "arcface7_uneven": ({"type": "arcface", "num_classes": 7, "scale": 16.0, "seed": 1}, "uneven"),
     "partial_fc9": ({"type": "arcface", "num_classes": 9, "scale": 16.0, "sample_ratio": 0.5}, "half"),
+    # as the joint model runs them: no exchange of row counts (Head.equal_rows)
+    "arcface7_equal_rows": ({"type": "arcface", "num_classes": 7, "scale": 16.0, "seed": 1}, "half"),
+    "softmax5_equal_rows": ({"type": "softmax", "num_classes": 5, "topk": 3, "seed": 3}, "half"),
 }
 
 
@@ -46,6 +49,7 @@ def run_case(name, registry, paddle, rank):
     """Forward and backward of one case on this rank's rows; return arrays keyed ``name/what``."""
     cfg, split = CASES[name]
     head = registry.build("head", cfg, feature_size=FEATURE_SIZE)
+    head.equal_rows = name.endswith("_equal_rows")
     features, labels, evaluation = global_batch(cfg["num_classes"])
     begin, end = split_rows(split, rank)
     out = {"weight_init": head.weight.numpy().copy(), "param_count": np.array(sum(p.size for p in head.parameters()))}

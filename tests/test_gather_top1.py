@@ -1,0 +1,69 @@
+"""The one-collective batch gather and the top-1 settled inside the softmax's all-reduces (issue 14: fewer
+collectives per step), against numpy: ids travel exactly as float columns, two ranks gather what one process holds,
+and the vote gives the global argmax with ties to the lower rank, as ``sharded_top1`` decides."""
+import importlib.util
+import os
+
+import numpy as np
+import paddle
+import pytest
+from dist_util import assert_success, run_distributed
+
+from mtl.parallel import collective
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "dist_scripts", "gather_top1.py")
+spec = importlib.util.spec_from_file_location("gather_top1_script", SCRIPT)
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_ids_round_trip_exactly_through_float_columns(dtype):
+    ids = np.array([0, 1, -1, 4095, 4096, -4096, -4097, 2 ** 24 + 1, 20_000_123, 2 ** 35 - 1, -(2 ** 35 - 1)])
+    columns = collective.pack_ids(paddle.to_tensor(ids), dtype)
+    assert columns.dtype == getattr(paddle, dtype) and columns.shape == [len(ids), 2]
+    assert np.all(np.abs(columns.numpy()) < 2 ** 24)  # every column value is an exact float32 integer
+    assert np.array_equal(collective.unpack_ids(columns).numpy(), ids)
+
+
+def test_ids_beyond_the_limit_are_refused():
+    with pytest.raises(ValueError, match="below 34359738368"):
+        collective.pack_ids(paddle.to_tensor([2 ** 35]), "float32")
+
+
+def test_votes_at_world_one_give_the_local_best():
+    best, ids = paddle.to_tensor([0.5, np.nan], dtype="float32"), paddle.to_tensor([4, 9])
+    votes = collective.top1_votes(best, best, ids)
+    assert np.array_equal(collective.top1_from_votes(votes, best, ids).numpy(), [4, -1])
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("gather_top1")
+    code, output = run_distributed(SCRIPT, nproc=2, args=[str(out_dir)], timeout=120)
+    assert_success(code, output)
+    return [dict(np.load(os.path.join(out_dir, f"rank{k}.npz"))) for k in range(2)]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("split", ["equal", "uneven"])
+def test_two_ranks_gather_features_and_labels_in_one_collective(ranks, split):
+    bounds = script.SPLITS[split]
+    for k, got in enumerate(ranks):
+        assert np.array_equal(got[f"{split}/features"], script.FEATURES)
+        assert np.array_equal(got[f"{split}/labels"], script.LABELS) and got[f"{split}/labels"].dtype == np.int64
+        assert bool(got[f"{split}/labels_stop_gradient"])
+        # both ranks differentiate sum(X * WEIGHTS): each rank's rows get the sum over ranks, 2 * WEIGHTS
+        np.testing.assert_array_equal(got[f"{split}/grad"], 2 * script.WEIGHTS[bounds[k]:bounds[k + 1]])
+
+
+@pytest.mark.distributed
+def test_two_ranks_top1_votes_match_the_argmax_over_ranks(ranks):
+    scores, ids = np.stack(script.BEST), np.stack(script.IDS)
+    expected = ids[np.argmax(scores, axis=0), np.arange(scores.shape[1])]  # first maximum: the lower rank on ties
+    expected[np.isnan(scores).all(axis=0)] = -1
+    assert expected[0] == 10  # the tie of row 0 goes to rank 0
+    for got in ranks:
+        assert np.array_equal(got["top1"], expected)  # with a tie: the all-gather fallback
+        assert np.array_equal(got["top1_no_tie"], expected[1:3])  # without: the votes alone
