@@ -93,3 +93,27 @@ def test_clipping_sees_the_sampled_rows(tmp_path):
     g_clipped = job.model.heads["pfc"].weight_gradient()
     g_full = ref.model.heads["pfc"].weight_gradient()
     np.testing.assert_allclose(g_clipped, g_full * (1e-3 / norm), rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.0, 0.01), (0.8, 0.0), (0.8, 0.01)])
+def test_host_update_takes_the_same_float_steps_as_the_device_update(monkeypatch, momentum, weight_decay):
+    """Bit for bit: the numpy update on the host and the Paddle-op update, and the gradient is left as it was."""
+    from mtl.train import sparse
+    from mtl.train.sparse import row_sparse_momentum_
+
+    rng = np.random.RandomState(1)
+    start, grads = rng.randn(12, 5).astype("float32"), [rng.randn(4, 5).astype("float32") for _ in range(3)]
+    index = paddle.to_tensor(np.array([0, 3, 8, 11]))
+    results = []
+    for host in (True, False):
+        monkeypatch.setattr(sparse, "HOST_UPDATE", host)
+        weight = paddle.to_tensor(start.copy())
+        velocity = paddle.zeros_like(weight) if momentum else None
+        for g in grads:
+            grad = paddle.to_tensor(g.copy())
+            row_sparse_momentum_(weight, velocity, index, grad, 0.1, momentum, weight_decay)
+            np.testing.assert_array_equal(grad.numpy(), g)
+        results.append((weight.numpy(), None if velocity is None else velocity.numpy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    if momentum:
+        np.testing.assert_array_equal(results[0][1], results[1][1])

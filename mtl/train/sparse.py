@@ -64,16 +64,19 @@ def _row_sparse_momentum_host(weight, velocity, index, grad, lr, momentum, weigh
     for begin in range(0, ids_all.shape[0], UPDATE_CHUNK_ROWS):
         ids = ids_all[begin:begin + UPDATE_CHUNK_ROWS]
         rows = np.take(w, ids, axis=0)
-        step = g[begin:begin + UPDATE_CHUNK_ROWS].astype(w.dtype)
+        step = np.asarray(g[begin:begin + UPDATE_CHUNK_ROWS], dtype=w.dtype)  # no copy: read, never written
         if weight_decay:
-            step += weight_decay * rows
+            step = rows * weight_decay
+            step += g[begin:begin + UPDATE_CHUNK_ROWS]  # = grad + weight_decay * rows (IEEE addition commutes)
         if v is not None:
             velocity_rows = np.take(v, ids, axis=0)
             velocity_rows *= momentum
             velocity_rows += step
-            v[ids] = step = velocity_rows
-        step *= lr  # a copy or the taken velocity rows, already stored
-        rows -= step
+            v[ids] = velocity_rows
+            velocity_rows *= lr  # the taken copy, already stored
+            rows -= velocity_rows
+        else:
+            rows -= step * lr
         w[ids] = rows
 
 
