@@ -67,3 +67,11 @@ def test_two_ranks_top1_votes_match_the_argmax_over_ranks(ranks):
     for got in ranks:
         assert np.array_equal(got["top1"], expected)  # with a tie: the all-gather fallback
         assert np.array_equal(got["top1_no_tie"], expected[1:3])  # without: the votes alone
+
+
+@pytest.mark.distributed
+def test_unequal_rows_under_equal_rows_fail_with_a_sentence(tmp_path):
+    code, output = run_distributed(SCRIPT, nproc=2, args=[str(tmp_path), "--mismatch"], timeout=120)
+    assert code != 0, output[-3000:]
+    assert "told that every rank passes as many (equal_rows)" in output
+    assert "without noticing" not in output

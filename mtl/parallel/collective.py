@@ -62,14 +62,21 @@ class _AllGatherRows(PyLayer):
     """
 
     @staticmethod
-    def forward(ctx, x, counts, rank, labels=None):
+    def forward(ctx, x, counts, rank, labels=None, check_rows=False):
         ctx.begin = sum(counts[:rank])
         ctx.end = ctx.begin + counts[rank]
         if labels is None:
             return _gather_padded(x, counts)
-        both = _gather_padded(paddle.concat([x, pack_ids(labels, x.dtype)], axis=1), counts)
+        parts = [x, pack_ids(labels, x.dtype)]
+        if check_rows:  # every row also carries its rank's row count, which must be the one assumed
+            parts.append(paddle.full([x.shape[0], 1], x.shape[0], dtype=x.dtype))
+        both = _gather_padded(paddle.concat(parts, axis=1), counts)
         dim = x.shape[1]
-        gathered_labels = unpack_ids(both[:, dim:])
+        if check_rows and not bool((both[:, dim + 2] == counts[rank]).all()):
+            raise RuntimeError(f"rank {rank} passed {counts[rank]} rows to a head told that every rank passes as "
+                               f"many (equal_rows), but another rank passed a different count; the gathered batch "
+                               f"would be garbage (gloo does not check shapes)")
+        gathered_labels = unpack_ids(both[:, dim:dim + 2])
         ctx.mark_non_differentiable(gathered_labels)
         return both[:, :dim], gathered_labels
 
@@ -99,7 +106,8 @@ def gather_batch(features: paddle.Tensor, labels: paddle.Tensor, equal_rows: boo
     """Features (differentiable) and int64 labels of every rank in rank order, in one all-gather: the labels travel
     as two exact float columns of the features (:func:`pack_ids`). ``equal_rows``: the caller guarantees every rank
     passes as many rows (the runner's batches do, :func:`mtl.data.steps.check_divisible`), which saves the
-    all-gather of the row counts. The identity at world 1.
+    all-gather of the row counts; each row then carries its rank's count in one more column, and a rank that finds
+    another count raises (gloo would hand back garbage for unequal shapes). The identity at world 1.
     """
     labels = labels.reshape([-1]).astype("int64")
     if not distributed.is_distributed():
@@ -107,7 +115,7 @@ def gather_batch(features: paddle.Tensor, labels: paddle.Tensor, equal_rows: boo
     counts = [features.shape[0]] * distributed.world_size() if equal_rows else row_counts(features.shape[0])
     if features.dtype not in (paddle.float32, paddle.float64):  # ids are exact in float32/float64 columns only
         return all_gather_rows(features, counts), all_gather_rows(labels, counts)
-    return _AllGatherRows.apply(features, counts, distributed.rank(), labels)
+    return _AllGatherRows.apply(features, counts, distributed.rank(), labels, equal_rows)
 
 
 def local_targets(labels: paddle.Tensor, shard_start: int, shard_size: int) -> paddle.Tensor:

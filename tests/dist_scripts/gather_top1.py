@@ -1,7 +1,8 @@
 """Two ranks: the batch gather (labels travelling as float columns of the features) and the top-1 settled by votes.
 
 Usage: ``python -m paddle.distributed.launch --nproc_per_node 2 gather_top1.py OUT_DIR``; writes
-``OUT_DIR/rank{k}.npz``, which ``tests/test_gather_top1.py`` checks against numpy.
+``OUT_DIR/rank{k}.npz``, which ``tests/test_gather_top1.py`` checks against numpy. With ``--mismatch`` the ranks pass
+3 and 5 rows while claiming equal rows, which must fail.
 """
 import os
 import sys
@@ -26,6 +27,11 @@ def main(out_dir):
 
     dist.init_parallel_env()
     rank = dist.get_rank()
+    if "--mismatch" in sys.argv:
+        rows = 3 if rank == 0 else 5
+        collective.gather_batch(paddle.ones([rows, 4]), paddle.arange(rows), equal_rows=True)
+        print(f"rank {rank} gathered unequal rows without noticing", flush=True)
+        return
     out = {}
     for name, bounds in SPLITS.items():
         begin, end = bounds[rank], bounds[rank + 1]
