@@ -70,8 +70,29 @@ def test_two_ranks_top1_votes_match_the_argmax_over_ranks(ranks):
 
 
 @pytest.mark.distributed
-def test_unequal_rows_under_equal_rows_fail_with_a_sentence(tmp_path):
+def test_unequal_rows_under_equal_rows_never_pass_silently(tmp_path):
+    """Over 2 ranks (3 and 5 rows) gloo itself aborts the rank with fewer rows; the other rank then reports our
+    sentence (when its data arrived first), gloo's connection error, or is stopped by the launcher, depending on the
+    race. Whichever: the run fails and no rank goes on with the batch (the guard alone is tested below)."""
     code, output = run_distributed(SCRIPT, nproc=2, args=[str(tmp_path), "--mismatch"], timeout=120)
     assert code != 0, output[-3000:]
-    assert "told that every rank passes as many (equal_rows)" in output
     assert "without noticing" not in output
+
+
+def test_a_gathered_row_count_other_than_assumed_raises_a_sentence(monkeypatch):
+    """The guard itself, deterministically: this rank (0 of 2, 2 rows) receives another rank's rows that say 3."""
+    from mtl.parallel import distributed
+
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "rank", lambda: 0)
+    other = paddle.concat([paddle.zeros([2, 3]), collective.pack_ids(paddle.to_tensor([5, 6]), "float32"),
+                           paddle.full([2, 1], 3.0)], axis=1)
+    monkeypatch.setattr(collective, "_gather_padded", lambda x, counts: paddle.concat([x, other], axis=0))
+    features = paddle.ones([2, 3])
+    features.stop_gradient = False
+    with pytest.raises(RuntimeError, match="rank 0 passed 2 rows to a head told that every rank passes as many"):
+        collective.gather_batch(features, paddle.to_tensor([1, 2]), equal_rows=True)
+    other[:, 5] = 2.0  # the count this rank assumed: the same gather goes through
+    gathered, labels = collective.gather_batch(features, paddle.to_tensor([1, 2]), equal_rows=True)
+    assert gathered.shape == [4, 3] and labels.numpy().tolist() == [1, 2, 5, 6]
