@@ -75,7 +75,7 @@ class _AllGatherRows(PyLayer):
         if check_rows and not bool((both[:, dim + 2] == counts[rank]).all()):
             raise RuntimeError(f"rank {rank} passed {counts[rank]} rows to a head told that every rank passes as "
                                f"many (equal_rows), but another rank passed a different count; the gathered batch "
-                               f"would be garbage (gloo does not check shapes)")
+                               f"would be garbage (gloo does not check shapes reliably)")
         gathered_labels = unpack_ids(both[:, dim:dim + 2])
         ctx.mark_non_differentiable(gathered_labels)
         return both[:, :dim], gathered_labels
@@ -107,7 +107,7 @@ def gather_batch(features: paddle.Tensor, labels: paddle.Tensor, equal_rows: boo
     as two exact float columns of the features (:func:`pack_ids`). ``equal_rows``: the caller guarantees every rank
     passes as many rows (the runner's batches do, :func:`mtl.data.steps.check_divisible`), which saves the
     all-gather of the row counts; each row then carries its rank's count in one more column, and a rank that finds
-    another count raises (gloo would hand back garbage for unequal shapes). The identity at world 1.
+    another count raises (for unequal shapes gloo hands back garbage or aborts a rank). The identity at world 1.
     """
     labels = labels.reshape([-1]).astype("int64")
     if not distributed.is_distributed():
