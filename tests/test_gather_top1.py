@@ -27,9 +27,11 @@ def test_ids_round_trip_exactly_through_float_columns(dtype):
     assert np.array_equal(collective.unpack_ids(columns).numpy(), ids)
 
 
-def test_ids_beyond_the_limit_are_refused():
-    with pytest.raises(ValueError, match="below 34359738368"):
-        collective.pack_ids(paddle.to_tensor([2 ** 35]), "float32")
+def test_ids_beyond_the_limit_are_refused_when_unpacked():
+    """Packing never raises (a rank raising before the all-gather would leave the others waiting)."""
+    columns = collective.pack_ids(paddle.to_tensor([3, 2 ** 35]), "float32")
+    with pytest.raises(ValueError, match="a class id of 34359738368 or more"):
+        collective.unpack_ids(columns)
 
 
 def test_votes_at_world_one_give_the_local_best():
@@ -67,6 +69,14 @@ def test_two_ranks_top1_votes_match_the_argmax_over_ranks(ranks):
     for got in ranks:
         assert np.array_equal(got["top1"], expected)  # with a tie: the all-gather fallback
         assert np.array_equal(got["top1_no_tie"], expected[1:3])  # without: the votes alone
+
+
+@pytest.mark.distributed
+def test_a_label_out_of_range_on_one_rank_is_refused_by_both(tmp_path):
+    code, output = run_distributed(SCRIPT, nproc=2, args=[str(tmp_path), "--huge"], timeout=120)
+    assert_success(code, output)
+    for rank in (0, 1):
+        assert f"rank {rank} refused: a class id of 34359738368 or more" in output
 
 
 @pytest.mark.distributed

@@ -95,14 +95,16 @@ def test_clipping_sees_the_sampled_rows(tmp_path):
     np.testing.assert_allclose(g_clipped, g_full * (1e-3 / norm), rtol=1e-4, atol=1e-9)
 
 
+@pytest.mark.parametrize("grad_dtype", ["float32", "float64"])
 @pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.0, 0.01), (0.8, 0.0), (0.8, 0.01)])
-def test_host_update_takes_the_same_float_steps_as_the_device_update(monkeypatch, momentum, weight_decay):
-    """Bit for bit: the numpy update on the host and the Paddle-op update, and the gradient is left as it was."""
+def test_host_update_takes_the_same_float_steps_as_the_device_update(monkeypatch, momentum, weight_decay, grad_dtype):
+    """Bit for bit: the numpy update on the host and the Paddle-op update (a float64 gradient is first rounded to the
+    weight's float32, as the device path does), and the gradient is left as it was."""
     from mtl.train import sparse
     from mtl.train.sparse import row_sparse_momentum_
 
     rng = np.random.RandomState(1)
-    start, grads = rng.randn(12, 5).astype("float32"), [rng.randn(4, 5).astype("float32") for _ in range(3)]
+    start, grads = rng.randn(12, 5).astype("float32"), [rng.randn(4, 5).astype(grad_dtype) for _ in range(3)]
     index = paddle.to_tensor(np.array([0, 3, 8, 11]))
     results = []
     for host in (True, False):

@@ -113,10 +113,12 @@ def test_two_ranks_partial_fc_equals_margin_loss_over_the_union_of_samples(ranks
         grad = ranks[k][f"{name}/weight_grad"]
         untouched = np.setdiff1d(np.arange(start, start + count), mine) - start
         assert np.all(grad[untouched] == 0.0)
-    loss, dx, dw, _ = np_margin_head(features.astype(np.float64), init[sampled], np.searchsorted(sampled, labels),
-                                     (1.0, 0.5, 0.0), cfg["scale"])
+    loss, dx, dw, cos = np_margin_head(features.astype(np.float64), init[sampled], np.searchsorted(sampled, labels),
+                                       (1.0, 0.5, 0.0), cfg["scale"])
+    accuracy = np.mean(sampled[cos.argmax(axis=1)] == labels)  # top-1 over the union of samples (votes of 2 ranks)
     for k in range(WORLD):
         close(name, f"loss rank {k}", ranks[k][f"{name}/loss"], loss)
+        assert float(ranks[k][f"{name}/metric_accuracy"]) == accuracy
     close(name, "feature grad", np.concatenate([r[f"{name}/feature_grad"] for r in ranks]), dx, rtol=1e-4, atol=1e-6)
     full_grad = np.concatenate([r[f"{name}/weight_grad"] for r in ranks])
     close(name, "weight grad", full_grad[sampled], dw, rtol=1e-4, atol=1e-6)

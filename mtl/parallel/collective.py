@@ -39,16 +39,21 @@ ID_LIMIT = 1 << 35  # |id| below this keeps hi exact in float32 (2**24)
 
 
 def pack_ids(ids: paddle.Tensor, dtype) -> paddle.Tensor:
-    """Integer ids ``[n]`` as two exact float columns ``[n, 2]`` of ``dtype`` (see :func:`unpack_ids`)."""
+    """Integer ids ``[n]`` as two exact float columns ``[n, 2]`` of ``dtype`` (see :func:`unpack_ids`). An id out of
+    range becomes NaN instead of raising here: a rank that raised before a collective would leave the others waiting,
+    while every rank unpacks the same gathered columns and raises alike."""
     ids = ids.astype("int64").reshape([-1])
-    if ids.shape[0] and int(paddle.abs(ids).max()) >= ID_LIMIT:
-        raise ValueError(f"class ids must be below {ID_LIMIT} in absolute value to travel with the features")
     hi = paddle.floor_divide(ids, paddle.full_like(ids, ID_BASE))
-    return paddle.stack([hi, ids - hi * ID_BASE], axis=1).astype(dtype)
+    columns = paddle.stack([hi, ids - hi * ID_BASE], axis=1).astype(dtype)
+    valid = (paddle.abs(ids) < ID_LIMIT).unsqueeze(1)
+    return paddle.where(valid, columns, paddle.full_like(columns, float("nan")))
 
 
 def unpack_ids(columns: paddle.Tensor) -> paddle.Tensor:
-    """int64 ids ``[n]`` from the ``[n, 2]`` float columns of :func:`pack_ids`."""
+    """int64 ids ``[n]`` from the ``[n, 2]`` float columns of :func:`pack_ids`; ValueError for an id out of range."""
+    if bool(paddle.isnan(columns).any()):
+        raise ValueError(f"a class id of {ID_LIMIT} or more in absolute value cannot travel with the features (the "
+                         f"labels of a head are class ids in [0, num_classes))")
     columns = columns.astype("int64")
     return columns[:, 0] * ID_BASE + columns[:, 1]
 
@@ -112,9 +117,10 @@ def gather_batch(features: paddle.Tensor, labels: paddle.Tensor, equal_rows: boo
     labels = labels.reshape([-1]).astype("int64")
     if not distributed.is_distributed():
         return features, labels
-    counts = [features.shape[0]] * distributed.world_size() if equal_rows else row_counts(features.shape[0])
     if features.dtype not in (paddle.float32, paddle.float64):  # ids are exact in float32/float64 columns only
+        counts = row_counts(features.shape[0])
         return all_gather_rows(features, counts), all_gather_rows(labels, counts)
+    counts = [features.shape[0]] * distributed.world_size() if equal_rows else row_counts(features.shape[0])
     return _AllGatherRows.apply(features, counts, distributed.rank(), labels, equal_rows)
 
 

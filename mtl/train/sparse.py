@@ -64,10 +64,11 @@ def _row_sparse_momentum_host(weight, velocity, index, grad, lr, momentum, weigh
     for begin in range(0, ids_all.shape[0], UPDATE_CHUNK_ROWS):
         ids = ids_all[begin:begin + UPDATE_CHUNK_ROWS]
         rows = np.take(w, ids, axis=0)
-        step = np.asarray(g[begin:begin + UPDATE_CHUNK_ROWS], dtype=w.dtype)  # no copy: read, never written
+        grad_rows = np.asarray(g[begin:begin + UPDATE_CHUNK_ROWS], dtype=w.dtype)  # a copy only to convert
+        step = grad_rows  # read, never written
         if weight_decay:
             step = rows * weight_decay
-            step += g[begin:begin + UPDATE_CHUNK_ROWS]  # = grad + weight_decay * rows (IEEE addition commutes)
+            step += grad_rows  # = grad + weight_decay * rows (IEEE addition commutes)
         if v is not None:
             velocity_rows = np.take(v, ids, axis=0)
             velocity_rows *= momentum

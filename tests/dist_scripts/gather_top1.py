@@ -2,7 +2,7 @@
 
 Usage: ``python -m paddle.distributed.launch --nproc_per_node 2 gather_top1.py OUT_DIR``; writes
 ``OUT_DIR/rank{k}.npz``, which ``tests/test_gather_top1.py`` checks against numpy. With ``--mismatch`` the ranks pass
-3 and 5 rows while claiming equal rows, which must fail.
+3 and 5 rows while claiming equal rows, which must fail; with ``--huge`` one rank passes a label out of range.
 """
 import os
 import sys
@@ -31,6 +31,13 @@ def main(out_dir):
         rows = 3 if rank == 0 else 5
         collective.gather_batch(paddle.ones([rows, 4]), paddle.arange(rows), equal_rows=True)
         print(f"rank {rank} gathered unequal rows without noticing", flush=True)
+        return
+    if "--huge" in sys.argv:  # rank 1 alone holds a label out of range: both ranks must refuse, neither may hang
+        labels = paddle.to_tensor([0, 2 ** 35 if rank else 1])
+        try:
+            collective.gather_batch(paddle.ones([2, 4]), labels, equal_rows=True)
+        except ValueError as exc:
+            print(f"rank {rank} refused: {exc}", flush=True)
         return
     out = {}
     for name, bounds in SPLITS.items():
