@@ -328,18 +328,22 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
     return task
 
 
-PATH_KEYS = ("path", "root", "list", "eval_path")
+PATH_KEYS = ("path", "root", "list", "eval_path", "target_list")
 
 
 def resolve_reader_paths(cfg, task_source):
-    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``) are taken relative to
-    the task file's folder when they exist there, else left as they are (relative to the working directory)."""
+    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``, and
+    those of the sources of a ``concat`` reader's ``readers``) are taken relative to the task file's folder when they
+    exist there, else left as they are (relative to the working directory)."""
     if not task_source or not os.path.isfile(str(task_source)):
         return cfg
     base = os.path.dirname(os.path.abspath(task_source))
     for key in PATH_KEYS:
         if isinstance(cfg.get(key), str):
             cfg[key] = resolve_path(cfg[key], base, suffixes=("", ".rec"))  # a RecordIO prefix names train.rec
+    if isinstance(cfg.get("readers"), list):
+        cfg["readers"] = [resolve_reader_paths(dict(r), task_source) if isinstance(r, dict) else r
+                          for r in cfg["readers"]]
     return cfg
 
 

@@ -227,12 +227,14 @@ class Augment:
         chw[:, top:top + height, left:left + width] = 0.0
         return chw
 
-    def __call__(self, pixels: np.ndarray, mirror: bool, seed: int, epoch: int, index: int) -> np.ndarray:
-        """uint8 [S, S, 3] -> augmented float32 [3, S, S] (mirrored when ``mirror``)."""
+    def __call__(self, pixels: np.ndarray, mirror: bool, seed: int, epoch: int, index: int, finish=None) -> np.ndarray:
+        """uint8 [S, S, 3] -> augmented float32 [3, S, S] (mirrored when ``mirror``); ``finish`` (the reader's
+        per-image standardisation) runs on the float image after brightness and contrast, before erasing."""
         rng = np.random.default_rng([int(seed) & _MASK64, int(epoch) & _MASK64, int(index) & _MASK64])
         if self.geometric:
             pixels = self.warp(pixels, rng)
-        return self.erase_rectangle(self.photometric(normalize(pixels, mirror), rng), rng)
+        chw = self.photometric(normalize(pixels, mirror), rng)
+        return self.erase_rectangle(chw if finish is None else finish(chw), rng)
 
 
 def _number_in(name, value, low, high) -> float:
@@ -247,21 +249,36 @@ def _number_in(name, value, low, high) -> float:
 
 
 class FaceTransform:
-    """Bytes -> float32 [3, S, S]: decode, resize to ``image_size`` if needed, flip (when ``flip``), normalise,
-    and the random :class:`Augment` when one is given (training only)."""
+    """Bytes -> float32 [3, S, S]: decode, the reader's :class:`mtl.data.preprocess.Preprocess` (crop, equalise),
+    resize to ``image_size`` if needed, flip (when ``flip``), normalise, standardise (when asked), and the random
+    :class:`Augment` when one is given (training only)."""
 
     def __init__(self, image_size: int = 112, flip: bool = False, seed: int = 0, decoder: str = "auto",
-                 augment: Augment = None):
+                 augment: Augment = None, preprocess=None):
         self.image_size = int(image_size)
         self.flip = bool(flip)
         self.seed = int(seed)
         self.decoder = resolve_decoder(decoder)
         self.augment = augment
+        self.preprocess = preprocess
+
+    def pixels(self, data) -> np.ndarray:
+        """Encoded bytes -> uint8 RGB [S, S, 3]: decoded, prepared (crop, equalisation) and resized."""
+        if self.preprocess is None:
+            return load_pixels(data, self.image_size, self.decoder)
+        if self.decoder == "pillow":
+            rgb = np.asarray(decode_rgb(data), dtype=np.uint8)
+        else:
+            rgb = np.ascontiguousarray(_decode_bgr(data)[:, :, ::-1])
+        return to_pixels(Image.fromarray(self.preprocess.prepare(rgb)), self.image_size)
 
     def __call__(self, data, index: int = 0, epoch: int = 0) -> np.ndarray:
         mirror = self.flip and flip_coin(self.seed, epoch, index)
+        finish = None if self.preprocess is None else self.preprocess.finish
         if self.augment is not None:
-            return self.augment(load_pixels(data, self.image_size, self.decoder), mirror, self.seed, epoch, index)
+            return self.augment(self.pixels(data), mirror, self.seed, epoch, index, finish)
+        if finish is not None:
+            return finish(normalize(self.pixels(data), mirror))
         if self.decoder == "opencv":
             bgr = _decode_bgr(data)
             if bgr.shape[:2] == (self.image_size, self.image_size):

@@ -11,7 +11,9 @@ file) and the problems found at start-up (bad magic, label outside ``[0, num_cla
    or, with ``holdout_classes``, an open-set split: whole identities are held out (a list of labels, a count or a
    fraction drawn from the seed), training sees only the others (relabelled 0..K-1 in label order) and the eval
    split holds only the held-out identities (relabelled 0..H-1, ``open_set`` True: scored by verification);
-4. decodes on demand (with the optional training augmentation of :class:`mtl.data.transforms.Augment`). An image
+4. decodes on demand, prepares every image of every split alike (``preprocess``: crop, histogram equalisation,
+   per-image standardisation, :mod:`mtl.data.preprocess`), with the optional training augmentation of
+   :class:`mtl.data.transforms.Augment`. An image
    that fails to decode raises (``error``) or is replaced by the next good sample (``skip``). Such run-time skips
    happen in DataLoader workers; they are recorded in a shared-memory byte per sample (created before the workers
    start, inherited by fork or passed at spawn), so ``bad_samples`` in the main process counts every distinct
@@ -24,6 +26,7 @@ from typing import Dict
 import numpy as np
 
 from mtl.contracts import Field
+from mtl.data.preprocess import Preprocess
 from mtl.data.transforms import Augment, DecodeError, FaceTransform
 from mtl.errors import ConfigError, DataError
 from mtl.readers.base import Reader
@@ -110,7 +113,7 @@ class FaceImageReader(Reader):
     source = "<reader>"
 
     def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
-                       decoder="auto", augment=None, holdout_classes=None, max_positive_pairs=3000):
+                       decoder="auto", augment=None, holdout_classes=None, max_positive_pairs=3000, preprocess=None):
         if split not in ("train", "eval"):
             raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", self.source, "split")
         try:
@@ -143,15 +146,21 @@ class FaceImageReader(Reader):
         self.epoch = 0
         self.image_field = image_field
         self.label_field = label_field
-        self._check_open_set_options(augment, holdout_classes, max_positive_pairs)
+        self._check_image_options(augment, holdout_classes, max_positive_pairs, preprocess)
         try:
-            self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder, self._augment)
+            self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder, self._augment,
+                                           self.preprocess)
         except ValueError as exc:
             raise ConfigError(str(exc), self.source, "decoder") from None
         self._flip_configured = self.flip
 
-    def _check_open_set_options(self, augment, holdout_classes, max_positive_pairs):
-        """Store ``holdout_classes`` and ``max_positive_pairs`` and build the training augmentation (not for eval)."""
+    def _check_image_options(self, augment, holdout_classes, max_positive_pairs, preprocess):
+        """Store ``holdout_classes`` and ``max_positive_pairs``, build the preprocessing (every split) and the
+        training augmentation (not for eval)."""
+        try:
+            self.preprocess = Preprocess.from_config(preprocess)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc), self.source, "preprocess") from None
         self.holdout_classes = holdout_classes
         if isinstance(max_positive_pairs, bool) or not isinstance(max_positive_pairs, int) or max_positive_pairs < 1:
             raise ConfigError(f"max_positive_pairs must be an integer >= 1, got {max_positive_pairs!r}", self.source,
@@ -249,7 +258,7 @@ class FaceImageReader(Reader):
         return [
             Field(self.image_field, (3, self.image_size, self.image_size), "float32"),
             Field(self.label_field, (), "int64"),
-        ]
+        ] + self._extra_fields()
 
     def __len__(self):
         return len(self._labels)
@@ -288,10 +297,20 @@ class FaceImageReader(Reader):
                     raise DataError(message + " (set on_bad_sample: skip to skip such samples)") from None
                 self._skips.mark(i)
                 continue
-            return {self.image_field: image, self.label_field: np.array(self._labels[i], dtype=np.int64)}
+            sample = {self.image_field: image, self.label_field: np.array(self._labels[i], dtype=np.int64)}
+            sample.update(self._extra_values(candidate))
+            return sample
         raise DataError(f"{self.source}: every sample failed to decode")
 
     # -------------------------------------------------------------------------------- subclass hooks
+    def _extra_fields(self):
+        """Fields a subclass adds to every sample (besides image and label); none by default."""
+        return []
+
+    def _extra_values(self, candidate: int) -> dict:
+        """The values of :meth:`_extra_fields` for ``candidate``."""
+        return {}
+
     def _load_bytes(self, candidate: int) -> bytes:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -3,7 +3,8 @@ import os
 
 import numpy as np
 
-from mtl.errors import DataError
+from mtl.contracts import Field
+from mtl.errors import ConfigError, DataError
 from mtl.readers._face import FaceImageReader
 from mtl.registry import register_reader
 
@@ -40,6 +41,43 @@ def parse_label_list(list_path: str):
     return entries, problems
 
 
+def read_target_table(path: str, columns, paths):
+    """``[len(paths), len(columns)]`` float64 targets of the images ``paths`` from a tab-separated table.
+
+    The table's first line names its columns (a leading ``#`` is ignored); its first column is the image path as
+    the label list writes it. ``columns`` are column names or 0-based numbers. Raises :class:`DataError` naming the
+    file and line (or the image) for a missing column, a path without a row or a value that is not a number."""
+    if not os.path.isfile(path):
+        raise DataError(f"target list '{path}' does not exist")
+    with open(path, encoding="utf-8") as f:
+        lines = [line.rstrip("\r\n") for line in f]
+    if not lines:
+        raise DataError(f"target list '{path}' is empty: expected a header line naming its columns")
+    header = [c.strip() for c in lines[0].lstrip("#").split("\t")]
+    index = []
+    for column in columns:
+        number = column if isinstance(column, int) and not isinstance(column, bool) else None
+        if number is None and column not in header:
+            raise DataError(f"target list '{path}' has no column {column!r}; its columns: {header}")
+        index.append(header.index(column) if number is None else number)
+    rows = {}
+    for lineno, line in enumerate(lines[1:], start=2):
+        if line.strip() and not line.lstrip().startswith("#"):
+            cells = line.split("\t")
+            rows[cells[0].strip()] = (lineno, cells)
+    out = np.empty((len(paths), len(index)), dtype=np.float64)
+    for n, image in enumerate(paths):
+        if image not in rows:
+            raise DataError(f"target list '{path}' has no row for image '{image}'")
+        lineno, cells = rows[image]
+        try:
+            out[n] = [float(cells[k]) for k in index]
+        except (IndexError, ValueError):
+            raise DataError(f"target list '{path}' line {lineno}: columns {list(columns)} must hold numbers, got "
+                            f"{cells}") from None
+    return out
+
+
 @register_reader("image_list")
 class ImageListReader(FaceImageReader):
     """Face images under ``root`` listed with their class labels in ``list`` (``relative/path<TAB>label`` lines).
@@ -47,16 +85,23 @@ class ImageListReader(FaceImageReader):
     ``root`` defaults to the list file's folder. ``check_files`` stats every image at start-up so that a missing
     file is reported (or skipped) before training; turn it off for huge lists on slow file systems. Other
     parameters (``split``, ``eval_fraction``, ``flip``, ``on_bad_sample``, ``decoder``, ``augment``,
-    ``holdout_classes``, ...) as for the ``recordio`` reader; ``num_classes`` defaults to max label + 1.
+    ``holdout_classes``, ``preprocess``, ...) as for the ``recordio`` reader; ``num_classes`` defaults to max
+    label + 1.
+
+    Per-image regression targets: ``target_list`` (a tab-separated table with a header line, first column the
+    image path as in the list) and ``target_columns`` (names or numbers) add a float32 vector ``target``
+    (``target_field``) of ``value * target_scale`` to every sample. The evaluation split of held-out people is then
+    scored on those targets (regression), not by verification.
     """
 
     def __init__(self, list, root=None, split="train", eval_fraction=0.0, num_classes=None, image_size=112,  # noqa: A002
                  flip=None, on_bad_sample="error", seed=0, check_files=True, image_field="image",
                  label_field="label", decoder="auto",
-                 augment=None, holdout_classes=None, max_positive_pairs=3000):
+                 augment=None, holdout_classes=None, max_positive_pairs=3000, preprocess=None,
+                 target_list=None, target_columns=None, target_scale=1.0, target_field="target"):
         self.source = f"image_list '{list}'"
         self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
-                            decoder, augment, holdout_classes, max_positive_pairs)
+                            decoder, augment, holdout_classes, max_positive_pairs, preprocess)
         self.list_path = str(list)
         self.root = str(root) if root is not None else (os.path.dirname(self.list_path) or ".")
         if not os.path.isdir(self.root):
@@ -71,7 +116,42 @@ class ImageListReader(FaceImageReader):
                 path = self._path(pos)
                 if pos not in problems and not os.path.isfile(path):
                     problems[pos] = f"{self._describe(pos)}: file '{path}' does not exist"
+        self._targets = self._read_targets(target_list, target_columns, target_scale, target_field)
         self._finish(np.arange(len(entries)), labels, problems, num_classes=num_classes)
+        if self._targets is not None:
+            self.open_set = False  # held-out people are scored on their targets
+            self.num_outputs = self._targets.shape[1]
+
+    def _read_targets(self, target_list, target_columns, target_scale, target_field):
+        """The ``[entries, k]`` float32 targets (scaled), or None without ``target_list``."""
+        if target_list is None:
+            if target_columns is not None:
+                raise ConfigError("target_columns needs target_list (the table that holds them)", self.source,
+                                  "target_columns")
+            return None
+        if not isinstance(target_columns, (list, tuple)) or not target_columns:
+            raise ConfigError(f"target_columns must be a non-empty list of column names or numbers, got "
+                              f"{target_columns!r}", self.source, "target_columns")
+        try:
+            scale = float(target_scale)
+        except (TypeError, ValueError):
+            scale = float("nan")
+        if isinstance(target_scale, bool) or not np.isfinite(scale) or scale == 0.0:
+            raise ConfigError(f"target_scale must be a non-zero number, got {target_scale!r}", self.source,
+                              "target_scale")
+        self.target_field = target_field
+        paths = [p.decode("utf-8") for p in self._paths]
+        return (read_target_table(str(target_list), list(target_columns), paths) * scale).astype(np.float32)
+
+    def _extra_fields(self):
+        if self._targets is None:
+            return []
+        return [Field(self.target_field, (self._targets.shape[1],), "float32")]
+
+    def _extra_values(self, candidate: int) -> dict:
+        if self._targets is None:
+            return {}
+        return {self.target_field: self._targets[candidate].copy()}
 
     def _relative(self, candidate: int) -> str:
         return self._paths[candidate].decode("utf-8")

@@ -85,10 +85,10 @@ class RecordIOFaceReader(FaceImageReader):
 
     def __init__(self, path, split="train", eval_fraction=0.0, num_classes=None, image_size=112, flip=None,
                  on_bad_sample="error", seed=0, image_field="image", label_field="label", decoder="auto",
-                 augment=None, holdout_classes=None, max_positive_pairs=3000):
+                 augment=None, holdout_classes=None, max_positive_pairs=3000, preprocess=None):
         self.source = f"recordio '{path}'"
         self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
-                            decoder, augment, holdout_classes, max_positive_pairs)
+                            decoder, augment, holdout_classes, max_positive_pairs, preprocess)
         rec_path, idx_path, property_path = resolve_paths(str(path))
         for needed in (rec_path, idx_path):
             if not os.path.isfile(needed):

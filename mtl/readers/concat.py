@@ -1,0 +1,97 @@
+"""Several readers as one dataset: the merged alternative to one head per dataset.
+
+``{type: concat, readers: [{type: image_list, ...}, {type: recordio, ...}, ...]}`` yields the samples of every
+source in turn (source 0's, then source 1's, ...). Class labels stay apart: source k's label ``y`` becomes
+``y + sum of the class counts of sources 0..k-1``, as if the datasets had been merged into one label list that
+assumes no person is in two of them (the de-duplicated case). Each source keeps its own options (its crop, its
+held-out people, its augmentation), so that merging changes nothing but the labels. An evaluation split is open-set
+(verification) when every source's is.
+"""
+import numpy as np
+
+from mtl import registry
+from mtl.errors import ConfigError
+from mtl.readers.base import Reader
+from mtl.registry import register_reader
+
+
+@register_reader("concat")
+class ConcatReader(Reader):
+    """The samples of several readers, one after another, with class labels offset per source."""
+
+    def __init__(self, readers, split="train", image_size=None, channels=None, shape=None, label_field="label"):
+        if not isinstance(readers, (list, tuple)) or not readers:
+            raise ConfigError(f"readers must be a non-empty list of reader configs, got {readers!r}", key="readers")
+        context = {k: v for k, v in (("image_size", image_size), ("channels", channels), ("shape", shape))
+                   if v is not None}
+        self.sources = []
+        for i, cfg in enumerate(readers):
+            cfg = registry.as_component(cfg)
+            cfg.setdefault("split", split)
+            if cfg["type"] == "concat":
+                raise ConfigError("a concat reader cannot hold another concat reader", key=f"readers.{i}.type")
+            self.sources.append(registry.build("reader", cfg, None, f"readers.{i}", **context))
+        self.label_field = label_field
+        self._check_sources()
+        counts = [int(s.num_classes) for s in self.sources]
+        self.offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.num_classes = int(sum(counts))
+        self.starts = np.concatenate([[0], np.cumsum([len(s) for s in self.sources])]).astype(np.int64)
+        self.open_set = all(s.open_set for s in self.sources)
+        self.max_positive_pairs = max(s.max_positive_pairs for s in self.sources)
+        self.epoch_aware = any(s.epoch_aware for s in self.sources)
+        self.counts_skipped = any(s.counts_skipped for s in self.sources)
+
+    def _check_sources(self):
+        """Every source yields the same fields (name, shape, dtype), with class labels and a known class count."""
+        first = self.sources[0].fields()
+        for i, source in enumerate(self.sources):
+            if source.fields() != first:
+                raise ConfigError(f"reader {i} ('{source.registered_name}') yields {source.fields()}, reader 0 "
+                                  f"yields {first}: merged readers must yield the same fields", key=f"readers.{i}")
+            if source.num_classes is None or self.label_field not in {f.name for f in first}:
+                raise ConfigError(f"reader {i} ('{source.registered_name}') has no class labels "
+                                  f"'{self.label_field}' with a known class count: only class labels can be merged",
+                                  key=f"readers.{i}")
+        self._fields = first
+
+    def fields(self):
+        """The sources' common fields."""
+        return list(self._fields)
+
+    def __len__(self):
+        return int(self.starts[-1])
+
+    def _locate(self, index: int):
+        """(source number, index inside it) of merged sample ``index``."""
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"concat reader: sample {index} out of range for {n} samples")
+        index %= n
+        k = int(np.searchsorted(self.starts, index, side="right") - 1)
+        return k, index - int(self.starts[k])
+
+    def __getitem__(self, item):
+        """Sample ``item`` (an int or, for epoch-aware sources, an ``(index, epoch)`` tuple), its label offset."""
+        index, epoch = item if isinstance(item, tuple) else (item, None)
+        k, inner = self._locate(int(index))
+        source = self.sources[k]
+        sample = source[(inner, epoch)] if source.epoch_aware and epoch is not None else source[inner]
+        sample = dict(sample)
+        sample[self.label_field] = np.asarray(sample[self.label_field] + self.offsets[k], dtype=np.int64)
+        return sample
+
+    def labels(self):
+        """Every source's labels (read without decoding), offset, in sample order."""
+        return np.concatenate([np.asarray(s.labels(), dtype=np.int64) + off
+                               for s, off in zip(self.sources, self.offsets)])
+
+    def set_augmentation(self, enabled: bool):
+        """Forwarded to every source."""
+        for source in self.sources:
+            source.set_augmentation(enabled)
+
+    @property
+    def bad_samples(self) -> int:
+        """Samples skipped by all sources."""
+        return sum(s.bad_samples for s in self.sources)
