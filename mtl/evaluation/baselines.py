@@ -9,8 +9,11 @@ they never saw, like the networks they are compared with.
   with ``W`` the leading principal directions of the training images that explain ``variance`` (default 95 %) of
   their variance.
 * **Fisherfaces** (Belhumeur, Hespanha and Kriegman, "Eigenfaces vs. Fisherfaces", IEEE PAMI 19(7), 1997):
-  ``W_fld^T W_pca^T (x - mu)``. ``W_pca`` keeps ``N - c`` principal directions of the N training images of c people
-  (so that the within-class scatter ``S_w`` is not singular), then ``W_fld`` holds the ``c - 1`` directions that
+  ``W_fld^T W_pca^T (x - mu)``. ``W_pca`` keeps at most ``N - c`` principal directions of the N training images of
+  c people (so that the within-class scatter ``S_w`` is not singular): all ``N - c`` as in the paper
+  (``variance=None``), or those that explain ``variance`` of the training variance. The paper's ``N - c`` fits
+  the training people's noise and verifies unseen people badly (0.53-0.70 on the six datasets' validation people,
+  against 0.73-0.92 at 95 %); then ``W_fld`` holds the ``c - 1`` directions that
   maximise ``|W^T S_b W| / |W^T S_w W|``: the generalised eigenvectors ``S_b w = lambda S_w w`` (scikit-learn's
   ``LinearDiscriminantAnalysis``, solver ``eigen``, which scales them so that ``W^T S_w W`` is a multiple of the
   identity). The PCA step centres by the training mean, so the embedding is centred too.
@@ -62,12 +65,17 @@ class PCABaseline:
 
 
 class FisherfacesBaseline:
-    """Fisherfaces: PCA to N - c dimensions, then Fisher's linear discriminant to c - 1 dimensions."""
+    """Fisherfaces: PCA to at most N - c dimensions, then Fisher's linear discriminant to c - 1 dimensions."""
 
     name = "fisherfaces"
 
+    def __init__(self, variance=0.95):
+        if variance is not None and not 0.0 < float(variance) < 1.0:
+            raise ValueError(f"variance must be None (N - c directions) or in (0, 1), got {variance!r}")
+        self.variance = variance
+
     def fit(self, images, labels):
-        """Fit PCA (N - c directions) and the discriminant directions on the training images of c people."""
+        """Fit PCA (at most N - c directions) and the discriminant directions on the training images of c people."""
         from sklearn.decomposition import PCA
         from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 
@@ -78,13 +86,20 @@ class FisherfacesBaseline:
                              f"images of {people} people")
         components = min(len(x) - people, x.shape[1])
         self.pca = PCA(n_components=components, svd_solver="full").fit(x)
-        self.lda = LinearDiscriminantAnalysis(solver="eigen").fit(self.pca.transform(x), labels)
+        self.kept = components
+        if self.variance is not None:  # the leading directions that explain ``variance``, at most N - c
+            cumulative = np.cumsum(self.pca.explained_variance_ratio_)
+            self.kept = min(int(np.searchsorted(cumulative, self.variance)) + 1, components)
+        self.lda = LinearDiscriminantAnalysis(solver="eigen").fit(self._project(x), labels)
         self.dimensions = people - 1
         return self
 
+    def _project(self, x):
+        return self.pca.transform(x)[:, :self.kept]
+
     def transform(self, images) -> np.ndarray:
         """``W_fld^T W_pca^T (x - mu)`` (the c - 1 discriminant coordinates)."""
-        return self.lda.transform(self.pca.transform(flatten(images)))[:, :self.dimensions]
+        return self.lda.transform(self._project(flatten(images)))[:, :self.dimensions]
 
 
 BASELINES = {"pixels": PixelBaseline, "pca": PCABaseline, "fisherfaces": FisherfacesBaseline}
