@@ -1,11 +1,18 @@
-"""Installs the ``mtl`` library, the built-in head plug-ins and the ``mtl`` console command."""
+"""Installs the ``mtl`` library, the built-in head plug-ins and the ``mtl`` console command.
+
+``heads/`` is a folder of plug-in files (loaded by path, like ``tasks/``), not a package: a wheel puts it under
+``share/mtl/heads`` (see ``mtl.registry.builtin_heads_folder``), so nothing called ``heads`` lands in site-packages.
+"""
+import glob
+
 from setuptools import find_packages, setup
 
 setup(
     name="mtl",
     version="0.1.0",
     description="Multi-task learning on one backbone with model-parallel margin heads, on PaddlePaddle",
-    packages=find_packages(include=["mtl", "mtl.*", "heads"]),
+    packages=find_packages(include=["mtl", "mtl.*"]),
+    data_files=[("share/mtl/heads", sorted(glob.glob("heads/*.py")))],
     python_requires=">=3.9",
     install_requires=[
         "paddlepaddle==3.3.1",

@@ -150,7 +150,9 @@ def report(results, classes):
 
 def memory_run(classes: int, ratio: float, steps: int, log=print):
     """One process at ``classes`` classes: step time, peak head memory, bytes per class, against the plan."""
-    from heads.arcface import ArcFaceHead
+    from mtl.registry import plugin_class
+
+    ArcFaceHead = plugin_class("head", "arcface")
     from mtl.train.memory_plan import available_bytes, gib
 
     plan = ArcFaceHead.planned_bytes({"num_classes": classes, "feature_size": 128, "sample_ratio": ratio}, 128, 1, 0,

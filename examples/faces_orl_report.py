@@ -92,7 +92,7 @@ def verification_of(summary):
 
 def overlap_scores(run_dir, cfg, threshold):
     """Precision and recall of ``mtl overlap``'s decision against the known shared people of the recipe."""
-    from mtl.evaluation import overlap
+    from mtl.commands import overlap
 
     readers = task_readers(cfg, "train")
     person = {name: r.class_labels for name, r in readers.items()}  # class id -> data label (person - 1)
@@ -107,7 +107,7 @@ def overlap_scores(run_dir, cfg, threshold):
 def run_seed(args, cfg, seed, rows):
     """Train the joint run and each dataset alone for ``seed``, add their figures to ``rows``; return the joint
     run's overlap scores."""
-    from mtl.evaluation.overlap import DEFAULT_THRESHOLD
+    from mtl.commands.overlap import DEFAULT_THRESHOLD
 
     print(f"seed {seed}: joint", flush=True)
     joint_dir = os.path.join(args.out, f"joint_seed{seed}")

@@ -57,7 +57,7 @@ class Recipe:
 
     def __init__(self, cfg):
         from mtl import registry
-        from mtl.evaluation.compare import sub_batches
+        from mtl.commands.compare import sub_batches
         from mtl.job import build_reader, reader_context
 
         self.cfg = cfg

@@ -53,7 +53,14 @@ class Job:
     reader_context: Dict = field(default_factory=dict)
 
     def task(self, name) -> Task:
+        """The task called ``name``."""
         return next(t for t in self.tasks if t.name == name)
+
+    def eval_reader(self, task: Task):
+        """The evaluation reader of a task (its reader config with the task's ``eval.reader`` overrides)."""
+        if task.eval_reader is not None:
+            return task.eval_reader
+        return build_reader(task.cfg, copy.deepcopy(task.cfg["eval"]["reader"]), self.reader_context)
 
 
 def reader_context(backbone) -> dict:
@@ -131,13 +138,6 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
-
-
-def eval_reader(job: Job, task: Task):
-    """The evaluation reader of a task (its reader config with the task's ``eval.reader`` overrides)."""
-    if task.eval_reader is not None:
-        return task.eval_reader
-    return build_reader(task.cfg, copy.deepcopy(task.cfg["eval"]["reader"]), job.reader_context)
 
 
 def _checked_eval_reader(task: Task, context):

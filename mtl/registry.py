@@ -109,15 +109,30 @@ def did_you_mean(word, choices) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def builtin_heads_folder() -> str:
+    """The folder of the built-in head plug-ins: ``heads/`` of the checkout, or where an installed wheel put it."""
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "heads")
+    return checkout if os.path.isdir(checkout) else os.path.join(sys.prefix, "share", "mtl", "heads")
+
+
 def load_builtin():
-    """Import the library's own readers, backbones and weighting strategies and every plug-in of ``heads``."""
+    """Import the library's own readers, backbones and weighting strategies, and load the head plug-in folder
+    ``heads/`` (by path, like ``tasks/``: it is a folder of plug-in files, not an installed package)."""
     import pkgutil
 
-    for package in ("mtl.readers", "mtl.backbones", "mtl.weighting", "heads"):
+    for package in ("mtl.readers", "mtl.backbones", "mtl.weighting"):
         pkg = importlib.import_module(package)
         for info in pkgutil.iter_modules(pkg.__path__):
             if not info.name.startswith("_"):
                 importlib.import_module(f"{package}.{info.name}")
+    load_folder(builtin_heads_folder())
+
+
+def plugin_class(kind: str, name: str) -> type:
+    """The class registered as ``name`` (built-ins loaded first): how a plug-in subclasses a built-in head,
+    e.g. ``RegressionHead = plugin_class("head", "regression")``."""
+    load_builtin()
+    return get(kind, name).cls
 
 
 def load_folder(folder: str, source: str = None, key: str = "plugins"):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mtl.evaluation.compare import delta_m, single_task_config, sub_batches
+from mtl.commands.compare import delta_m, single_task_config, sub_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "examples", "configs", "demo.yaml")

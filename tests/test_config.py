@@ -79,7 +79,8 @@ def test_python_task_file_registers_its_own_head(tmp_path):
     plug = tmp_path / "myplugins"
     plug.mkdir()
     (plug / "custom_task.py").write_text(
-        "from heads.regression import RegressionHead\n"
+        "from mtl.registry import plugin_class\n"
+        "RegressionHead = plugin_class('head', 'regression')\n"
         "from mtl.registry import register_head\n"
         "@register_head('my_regression')\n"
         "class MyRegression(RegressionHead):\n"

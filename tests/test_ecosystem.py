@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from mtl.cli import build_parser, continue_command, resolve_config
+from mtl.cli import build_parser
+from mtl.commands.train import continue_command, resolve_config
 from mtl.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,9 +10,9 @@ import paddle
 import pytest
 from test_export import train_run
 
+from mtl.commands.evaluate import evaluate
+from mtl.data.verification_sets import encode_png, write_bin
 from mtl.errors import ConfigError
-from mtl.evaluation.eval_cli import evaluate
-from mtl.evaluation.sets import encode_png, write_bin
 from mtl.export import export
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from PIL import Image
 
+from mtl.commands.data import pack
 from mtl.config.loading import load_job
-from mtl.data.tools import pack
+from mtl.data.verification_sets import encode_png, write_bin
 from mtl.evaluation.metrics import verification
-from mtl.evaluation.sets import encode_png, write_bin
 from mtl.export import embed, export
 from tests.dist_util import ROOT, run_distributed
 
@@ -89,7 +89,7 @@ def test_two_processes_two_recordio_datasets_eval_export(face_data, tmp_path):
     meta = export(str(tmp_path / "run"), str(tmp_path / "export"))
     assert meta["averaged"] and meta["heads"]["faces_a"]["weight"] == [6, 32]
     # re-embed the .bin pairs with the exported model: the protocol must give the summary's averaged accuracy
-    from mtl.evaluation.sets import load_verification_set
+    from mtl.data.verification_sets import load_verification_set
 
     vset = load_verification_set(str(face_data / "pairs.bin"), image_size=SIZE)
     np.save(tmp_path / "pairs.npy", vset.images())

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mtl.data import tools as datatools
+from mtl.commands import data as datatools
 from mtl.data.recordio import RecordIOReader, unpack
 from mtl.data.transforms import Augment, normalize, to_pixels
 from mtl.errors import ConfigError

@@ -9,14 +9,16 @@ import numpy as np
 import paddle
 import pytest
 
-from heads.arcface import ArcFaceHead, CosFaceHead
-from heads.softmax import SoftmaxHead
 from mtl import registry
 from mtl.errors import ConfigError
 from mtl.evaluation.pairs import verification_pairs
 from mtl.heads.margin import MIN_SIN_THETA, angular_margin
 from mtl.heads.sharded import INIT_BLOCK, initial_class_rows
 from mtl.parallel import distributed
+
+ArcFaceHead = registry.plugin_class("head", "arcface")
+CosFaceHead = registry.plugin_class("head", "cosface")
+SoftmaxHead = registry.plugin_class("head", "softmax")
 
 MARGINS = {
     "arcface": (1.0, 0.5, 0.0),

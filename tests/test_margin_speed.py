@@ -7,8 +7,10 @@ import paddle
 import pytest
 from test_margin_heads import MARGINS, assert_close, float64, np_margin_head, run_head  # noqa: F401
 
-from heads.arcface import ArcFaceHead
 from mtl.heads import chunked_softmax
+from mtl.registry import plugin_class
+
+ArcFaceHead = plugin_class("head", "arcface")
 
 
 @pytest.fixture(params=["host", "device"], autouse=True)

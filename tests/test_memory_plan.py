@@ -9,13 +9,14 @@ import numpy as np
 import paddle
 import pytest
 
-from heads.arcface import ArcFaceHead
 from mtl import registry
 from mtl.config.loading import load_job
 from mtl.heads import sharded
 from mtl.train import memory_plan, sparse
 from mtl.train.sparse import RowSparseOptimizer
 from tests.dist_util import ROOT
+
+ArcFaceHead = registry.plugin_class("head", "arcface")
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "partial_fc_job.yaml")
 

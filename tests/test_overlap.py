@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from mtl.cli import build_parser
+from mtl.commands.overlap import match_classes
 from mtl.config.loading import load_job
 from mtl.errors import ConfigError
-from mtl.evaluation.overlap import match_classes
 from mtl.job import build_job
 
 SHARED = {5: 0, 2: 1, 7: 2, 0: 3}  # class of A -> class of B

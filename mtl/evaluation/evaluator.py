@@ -9,7 +9,6 @@ import numpy as np
 import paddle
 
 from mtl.data.steps import check_labels, iterate_eval
-from mtl.job import eval_reader
 from mtl.parallel import collective, distributed
 
 
@@ -49,7 +48,7 @@ class Evaluator:
     def sets(self, task):
         """The task's verification sets, decoded at the backbone's input size (loaded on first use)."""
         if task.name not in self._sets:
-            from mtl.evaluation.sets import load_verification_set
+            from mtl.data.verification_sets import load_verification_set
 
             field = self.job.backbone.input_fields()[0]
             size = field.shape[-1] if field.shape and field.shape[-1] else 112
@@ -60,7 +59,7 @@ class Evaluator:
     def reader(self, task):
         """The task's evaluation reader (built on first use)."""
         if task.name not in self._readers:
-            self._readers[task.name] = eval_reader(self.job, task)
+            self._readers[task.name] = self.job.eval_reader(task)
         return self._readers[task.name]
 
     @paddle.no_grad()

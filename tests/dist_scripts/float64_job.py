@@ -7,12 +7,13 @@ import paddle
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from mtl.cli import add_train_args, run  # noqa: E402
+from mtl.cli import run  # noqa: E402
+from mtl.commands.train import add_train_args  # noqa: E402
 
 
 def train_float64(args):
     """Build and train the job with float64 parameters; float32 batch arrays are widened to float64."""
-    from mtl.cli import prepare_job
+    from mtl.commands.train import prepare_job
     from mtl.job import build_job
     from mtl.train.trainer import Trainer
 

@@ -1,7 +1,8 @@
 """A regression head that raises on rank 1 at its third step (for the failure test)."""
-from heads.regression import RegressionHead
 from mtl.parallel import distributed
-from mtl.registry import register_head
+from mtl.registry import plugin_class, register_head
+
+RegressionHead = plugin_class("head", "regression")
 
 
 @register_head("failing_regression")

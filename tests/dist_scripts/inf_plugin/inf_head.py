@@ -1,9 +1,10 @@
 """Test plug-in: a softmax head whose feature gradient becomes inf on one rank at one step (an fp16 overflow)."""
 from paddle.autograd import PyLayer
 
-from heads.softmax import SoftmaxHead
 from mtl.parallel import distributed
-from mtl.registry import register_head
+from mtl.registry import plugin_class, register_head
+
+SoftmaxHead = plugin_class("head", "softmax")
 
 
 class _InfGradient(PyLayer):

@@ -47,7 +47,7 @@ class VerificationSet:
             yield self.images(start, start + int(batch_size), flip)
 
 
-class _BinUnpickler(pickle.Unpickler):
+class BinUnpickler(pickle.Unpickler):
     """Only what a ``.bin`` set legitimately holds (bytes, lists, numpy arrays and scalars) may be unpickled."""
 
     _ALLOWED = {
@@ -72,7 +72,7 @@ def _decode_all(encoded, image_size: int, describe, decoder: str) -> np.ndarray:
     return pixels
 
 
-def _as_bytes(item):
+def as_bytes(item):
     if isinstance(item, np.ndarray):
         return item.tobytes()
     if isinstance(item, (bytes, bytearray, memoryview)):
@@ -86,7 +86,7 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
         raise DataError(f"verification set '{path}' does not exist")
     try:
         with open(path, "rb") as f:
-            content = _BinUnpickler(f, encoding="bytes").load()
+            content = BinUnpickler(f, encoding="bytes").load()
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a .bin set"
         raise DataError(f"verification set '{path}' is not a readable .bin pickle: {exc}") from None
     if not isinstance(content, (tuple, list)) or len(content) != 2:
@@ -99,7 +99,7 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
         raise DataError(f"verification set '{path}': issame holds values other than True/False")
     encoded = []
     for i, item in enumerate(images):
-        data = _as_bytes(item)
+        data = as_bytes(item)
         if data is None:
             raise DataError(f"verification set '{path}' image {i}: expected encoded bytes, got {type(item).__name__}")
         encoded.append(data)

@@ -226,7 +226,7 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
 
 def _inspect_bin(path, out_png, samples):
     """Statistics (and the contact sheet) of a verification ``.bin`` set."""
-    from mtl.evaluation.sets import read_bin
+    from mtl.data.verification_sets import read_bin
 
     vset = read_bin(path, image_size=_first_bin_size(path))
     pick = np.unique(np.linspace(0, len(vset) - 1, min(samples, len(vset))).astype(int))
@@ -241,12 +241,12 @@ def _inspect_bin(path, out_png, samples):
 
 def _first_bin_size(path: str) -> int:
     """Side of the first image of a ``.bin`` set (so that inspect shows the stored size, not a resized one)."""
-    from mtl.evaluation.sets import _as_bytes, _BinUnpickler
+    from mtl.data.verification_sets import BinUnpickler, as_bytes
 
     with open(path, "rb") as f:
-        images, _ = _BinUnpickler(f, encoding="bytes").load()
+        images, _ = BinUnpickler(f, encoding="bytes").load()
     try:
-        return decode_rgb(_as_bytes(images[0])).size[0] if len(images) else 112
+        return decode_rgb(as_bytes(images[0])).size[0] if len(images) else 112
     except DecodeError as exc:
         raise DataError(f"verification set '{path}' image 0: {exc}") from None
 

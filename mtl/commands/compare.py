@@ -197,7 +197,7 @@ def plot_comparison(runs: dict, path: str):
 
 
 def _baseline_command(args):
-    from mtl.cli import prepare_job
+    from mtl.commands.train import prepare_job
 
     run_baselines(prepare_job(args))
 
@@ -213,7 +213,7 @@ def _compare_command(args):
 
 def add_cli(sub):
     """``mtl baseline CONFIG [--set ...]`` and ``mtl compare RUN_DIR ... [--plot PNG]``."""
-    from mtl.cli import add_config_args
+    from mtl.commands.train import add_config_args
 
     p = sub.add_parser("baseline", help="single-task baselines of a joint job and the multi-task gain Δm")
     add_config_args(p)

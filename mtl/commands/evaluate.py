@@ -49,7 +49,7 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
     ``{set: {"accuracy", "std", "val_at_far", "threshold", "far", ...}}``."""
     from tabulate import tabulate
 
-    from mtl.evaluation.sets import load_verification_set
+    from mtl.data.verification_sets import load_verification_set
     from mtl.evaluation.verify import evaluate_sets
 
     model, field, shape, step, described = load_model(path, weights)

@@ -1,7 +1,7 @@
 """``mtl overlap RUN_DIR``: which identities of one task's classifier are likely the same people as another's.
 
 The problem of the motivating case: face datasets whose identities overlap, each with its own head. After training,
-every class-label head (arcface, cosface, softmax: :class:`heads.softmax.ShardedClassHead`) holds one centre per
+every class-label head (arcface, cosface, softmax: :class:`mtl.heads.sharded.ShardedClassHead`) holds one centre per
 class, in the shared embedding space. For each pair of tasks (A, B) the cosine similarity of every centre of A with
 every centre of B is computed (``S = A_hat B_hat^T``, rows L2-normalised); a pair (a, b) is *mutual nearest
 neighbours* when b = argmax_j S[a, j] and a = argmax_i S[i, b]. The decision: mutual nearest neighbours with
@@ -81,7 +81,7 @@ def load_run(run_dir: str):
 
 def class_centres(job, ckpt, averaged, embed=False, batch_size=256):
     """``{task: [C, D] centres}`` of every class-label head: head weights, or mean training embeddings (``embed``)."""
-    from heads.softmax import ShardedClassHead
+    from mtl.heads.sharded import ShardedClassHead
     from mtl.train import checkpoint
 
     centres = {}

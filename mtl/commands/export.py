@@ -1,0 +1,47 @@
+"""``mtl export RUN_DIR OUT_DIR`` and ``mtl embed EXPORT_DIR IMAGES... -o emb.npy`` (see :mod:`mtl.export`)."""
+import json
+import os
+
+import numpy as np
+
+from mtl.export import embed, export, export_onnx
+
+
+def _cmd_export(args):
+    averaged = {"auto": None, "averaged": True, "live": False}[args.weights]
+    meta = export(args.run_dir, args.out_dir, args.checkpoint, averaged)
+    if args.onnx:
+        meta["onnx"] = os.path.basename(export_onnx(args.out_dir, args.opset))
+        meta["onnx_opset"] = args.opset
+        with open(os.path.join(args.out_dir, "export.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+    print(f"exported step {meta['step']} ({'averaged' if meta['averaged'] else 'live'} weights) to {args.out_dir}: "
+          f"backbone (input {meta['input_field']} {meta['input_shape']}, {meta['feature_size']}-d), heads "
+          f"{', '.join(meta['heads'])}" + (f"; ONNX {meta['onnx']} (dynamic batch)" if args.onnx else ""))
+
+
+def _cmd_embed(args):
+    emb = embed(args.export_dir, args.inputs, args.batch_size, args.flip, args.normalize)
+    np.save(args.output, emb)
+    print(f"wrote {emb.shape[0]} embeddings of size {emb.shape[1]} to {args.output}")
+
+
+def add_cli(sub):
+    """Register ``mtl export`` and ``mtl embed``."""
+    p = sub.add_parser("export", help="export a run's backbone (inference model) and merged head weights")
+    p.add_argument("run_dir")
+    p.add_argument("out_dir")
+    p.add_argument("--checkpoint", help="a checkpoint folder (default: the run's latest)")
+    p.add_argument("--weights", choices=["auto", "averaged", "live"], default="auto",
+                   help="auto: averaged when the run averaged (default)")
+    p.add_argument("--onnx", action="store_true", help="also write backbone.onnx (dynamic batch) via paddle2onnx")
+    p.add_argument("--opset", type=int, default=13, help="ONNX opset of --onnx (default 13)")
+    p.set_defaults(func=_cmd_export)
+    p = sub.add_parser("embed", help="embed images or .npy arrays with an exported model")
+    p.add_argument("export_dir")
+    p.add_argument("inputs", nargs="+", help="image files or .npy arrays [N, C, H, W]")
+    p.add_argument("-o", "--output", required=True, help="where to write the embeddings (.npy)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--flip", action="store_true", help="add the embedding of the mirrored image (image inputs only)")
+    p.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    p.set_defaults(func=_cmd_embed)

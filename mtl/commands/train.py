@@ -1,0 +1,128 @@
+"""``mtl train CONFIG`` (and ``examples/train_joint.py``): load, validate and build a job, then train it."""
+import os
+import shlex
+import sys
+
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples",
+                              "configs", "demo.yaml")
+
+def _early_threads(config_path, overrides):
+    """Read ``threads`` and ``tune_malloc`` from the raw config before Paddle is imported, and apply them."""
+    from mtl.runtime import set_threads, tune_malloc
+
+    threads, tune = None, True
+    try:
+        import yaml
+
+        from mtl.config.loading import apply_overrides, split_task_overrides
+
+        raw = {}
+        if config_path and os.path.isfile(config_path):
+            with open(config_path) as f:
+                raw = yaml.safe_load(f) or {}
+        job_level, _ = split_task_overrides(overrides)  # tasks.N.* may name a task file: not needed here
+        raw = apply_overrides(raw if isinstance(raw, dict) else {}, job_level)
+        value = raw.get("threads")
+        threads = int(value) if isinstance(value, int) and value > 0 else None
+        tune = raw.get("tune_malloc", True) is not False
+    except Exception:  # the real validation happens in load_job, with a proper message
+        threads = None
+    set_threads(threads)
+    if tune:
+        tune_malloc()
+
+
+def add_config_args(parser):
+    """The job config and its overrides (``-c``/``-o`` are Paddle's spellings of the positional config and
+    ``--set``, as in PaddleClas and PaddleDetection)."""
+    parser.add_argument("config", nargs="?", default=None, help="job config (YAML; default: the digits demo)")
+    parser.add_argument("-c", "--config", dest="config_option", metavar="CONFIG",
+                        help="job config (YAML), the same as the positional CONFIG")
+    parser.add_argument("--set", "-o", dest="overrides", action="extend", nargs="+", default=[],
+                        metavar="KEY.PATH=VALUE", help="override config values (repeatable), e.g. "
+                        "--set schedule.steps=100 optimizer.lr=0.01 or -o schedule.steps=100 -o optimizer.lr=0.01")
+
+
+def add_train_args(parser):
+    """Arguments of ``mtl train`` / ``examples/train_joint.py``."""
+    add_config_args(parser)
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start over in an output_dir that holds checkpoints of an earlier run (they are removed)")
+    parser.add_argument("--until", type=int, metavar="STEP",
+                        help="stop after this step, as a pre-empted job would (the schedule keeps its length)")
+
+
+def resolve_config(args):
+    """The job config of ``args``: ``-c CONFIG`` or the positional one (not two different ones), else the demo."""
+    from mtl.errors import ConfigError
+
+    given = getattr(args, "config_option", None)
+    if given and args.config and os.path.abspath(given) != os.path.abspath(args.config):
+        raise ConfigError(f"two job configs were given, '{args.config}' and -c '{given}'; give one")
+    return given or args.config or DEFAULT_CONFIG
+
+
+def continue_command(argv):
+    """The command that continues a run stopped by ``--until``: the same arguments without ``--until STEP`` and
+    ``--overwrite``, with ``--resume``."""
+    rest, skip = [], False
+    for arg in argv[1:]:
+        if skip or arg == "--overwrite" or arg.startswith("--until="):
+            skip = False
+            continue
+        if arg == "--until":
+            skip = True
+            continue
+        rest.append(arg)
+    if "--resume" not in rest:
+        rest.append("--resume")
+    head = ["python", argv[0]] if argv[0].endswith(".py") else [os.path.basename(argv[0])]
+    return shlex.join(head + rest)
+
+
+def train(args):
+    """Load, validate and build the job, then train it; return the summary."""
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    cfg = prepare_job(args)
+    summary = Trainer(build_job(cfg), resume=args.resume, overwrite=args.overwrite).run(until=args.until)
+    if summary["steps"] < cfg["schedule"]["steps"]:
+        notice = until_notice(cfg, summary["steps"])  # every rank: finding the checkpoint is collective
+        if os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
+            print(notice, flush=True)
+    return summary
+
+
+def prepare_job(args):
+    """Threads before Paddle starts, then the validated config, the device and the process group; the config."""
+    args.config = resolve_config(args)
+    _early_threads(args.config, args.overrides)
+    from mtl.config.loading import load_job
+    from mtl.runtime import init_distributed, select_device
+    from mtl.train.scalars import check_available
+
+    cfg = load_job(args.config, args.overrides)
+    check_available(cfg)
+    select_device(cfg["device"], cfg["source"])
+    init_distributed()
+    return cfg
+
+
+def until_notice(cfg, step):
+    """The line a run stopped by ``--until`` ends with: where it stopped and the command that continues it."""
+    from mtl.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(cfg["output_dir"])
+    start = f"checkpoint {ckpt}" if ckpt else "step 0 (no checkpoint was saved yet; see checkpoint.every)"
+    launcher = " under the same launch command" if "PADDLE_TRAINERS_NUM" in os.environ else ""
+    return (f"stopped by --until after step {step} of {cfg['schedule']['steps']}. To continue from the latest "
+            f"{start}, run{launcher}: {continue_command(sys.argv)}")
+
+
+def add_cli(sub):
+    """Register ``mtl train``."""
+    p = sub.add_parser("train", help="train a job")
+    add_train_args(p)
+    p.set_defaults(func=train)
