@@ -1,11 +1,14 @@
 """Structural rules of the code base, checked by reading the source (ast): the reshaped core must stay reshaped.
 
 * Generic code never probes plug-ins: no ``getattr``/``hasattr`` whose object is a head, reader or backbone.
-* The trainer never talks to ``paddle.distributed`` and has no Partial FC code path.
+* The loop (every module of ``mtl/train``) never talks to ``paddle.distributed``: the parallel strategy does; the
+  trainer has no Partial FC code path.
 * No function in ``mtl/`` or ``heads/`` reaches 45 lines.
 """
 import ast
+import io
 import pathlib
+import tokenize
 
 import pytest
 
@@ -45,10 +48,53 @@ def test_probe_check_would_catch_a_probe(tmp_path):
     assert any(word in name for name in _names_in(call.args[0]) for word in PLUGIN_WORDS)
 
 
-def test_trainer_has_no_collectives_and_no_partial_fc_branch():
+# start-up checks that run before the strategy exists (the memory plan agrees on the smallest free memory)
+LOOP_EXCEPTIONS = {"memory_plan.py"}
+COLLECTIVE_WORDS = ("paddle.distributed", "all_reduce", "all_gather", "lowest_rank_text", "min_over_ranks",
+                    "distributed.barrier", "distributed.agree", "broadcast")
+
+
+def _code_only(text: str) -> str:
+    """The source without comments and string literals (docstrings may name ``paddle.distributed.launch``)."""
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    return "".join(t.string for t in tokens if t.type not in (tokenize.COMMENT, tokenize.STRING))
+
+
+def _loop_modules():
+    return [p for p in sorted((ROOT / "mtl" / "train").rglob("*.py")) if p.name not in LOOP_EXCEPTIONS]
+
+
+def test_the_loop_communicates_only_through_the_parallel_strategy():
+    """No module of mtl/train (the loop, checkpoints, the run folder, averaging, ...) issues a collective or imports
+    a process-group module: everything that involves other processes is the strategy's."""
+    found = []
+    for path in _loop_modules():
+        text = path.read_text()
+        code = _code_only(text)
+        found += [f"{path.relative_to(ROOT)}: {w}" for w in COLLECTIVE_WORDS if w in code]
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in ("mtl.parallel", "paddle") and \
+                    any(a.name == "distributed" for a in node.names):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports distributed")
+            if isinstance(node, ast.ImportFrom) and node.module in ("mtl.parallel.distributed",
+                                                                     "mtl.parallel.collective"):
+                names = [a.name for a in node.names if a.name != "shard_range"]  # the class split is arithmetic
+                if names:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {names}")
+    assert not found, f"collectives outside the parallel strategy: {found}"
+
+
+def test_loop_check_would_catch_a_collective(tmp_path):
+    """The rule above is not vacuous: a planted barrier is flagged by its words."""
+    planted = _code_only('"""paddle.distributed.launch"""\nfrom mtl.parallel import distributed\n'
+                         'distributed.barrier()\n')
+    assert [w for w in COLLECTIVE_WORDS if w in planted] == ["distributed.barrier"]
+
+
+def test_trainer_has_no_partial_fc_branch():
     text = (ROOT / "mtl" / "train" / "trainer.py").read_text()
-    for word in ("paddle.distributed", "import distributed", "sample_ratio", "partial", "Partial",
-                 "all_reduce", "all_gather"):
+    for word in ("sample_ratio", "partial", "Partial"):
         assert word not in text, f"mtl/train/trainer.py mentions {word!r}"
 
 

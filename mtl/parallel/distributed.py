@@ -65,14 +65,21 @@ def barrier():
         dist.barrier()
 
 
-def first_error(message, limit: int = 4096):
-    """Every rank learns whether any rank met a user error, and the message of the lowest such rank.
+def lowest_rank_text(text, limit: int = 4096):
+    """The text of the lowest rank that has one (None when no rank has), equal on every rank.
 
-    ``message``: this rank's error text or None. One tiny all-reduce per call; the messages are all-gathered only
-    when some rank has one. Without it a bad record in one rank's slice would stop that rank alone and leave the
-    others waiting in a collective until gloo's timeout, burying the real message.
+    One tiny all-reduce per call; the texts are all-gathered only when some rank has one. Used to agree on an error
+    (any rank's: without it a bad record in one rank's slice would stop that rank alone and leave the others waiting
+    in a collective until gloo's timeout) and to send rank 0's answer (a checkpoint path) to every rank.
     """
-    return agree(message, False, limit)[0]
+    return agree(text, False, limit)[0]
+
+
+def min_over_ranks(value: float) -> float:
+    """The smallest ``value`` of any rank (one all-reduce; ``value`` itself at world 1)."""
+    if not is_distributed():
+        return float(value)
+    return -float(all_reduce_max(paddle.to_tensor([-float(value)], dtype="float64"))[0])
 
 
 def agree(message, stop: bool, limit: int = 4096):

@@ -9,7 +9,9 @@ runs the loop and asks this object everything that involves other processes.
   SUM over ranks of the per-rank gradients (one fused all-reduce); sharded gradients stay where they are.
 * Clipping: ``||g||^2 = sum of the replicated squares (equal on every rank) + all-reduce SUM of the sharded squares``.
 * BatchNorm running statistics follow each rank's rows; before evaluating or saving they are averaged over ranks.
-* Agreement: a rank that must stop (a data error) tells every rank in one small all-reduce.
+* Agreement: a rank that must stop (a data error) tells every rank in one small all-reduce; checkpoints and the run
+  folder use the strategy's barrier, its agreement on errors and rank 0's decisions (``from_main``), so that the
+  loop communicates through this object only.
 """
 import math
 from typing import Optional
@@ -119,6 +121,19 @@ class ParallelStrategy:
         clipping); ``norm`` is :meth:`grad_norm`'s."""
         if max_norm:
             scale_to_norm(self.replicated + self.sharded + [r.rows for r in row_gradients], norm, max_norm)
+
+    def barrier(self):
+        """Wait until every rank gets here (checkpoint writing and clearing a run folder)."""
+        distributed.barrier()
+
+    def agree_on_error(self, text: Optional[str]) -> Optional[str]:
+        """The first error text any rank met (the lowest rank's), or None, equal on every rank: every rank then stops
+        together instead of leaving the others waiting in the next collective."""
+        return distributed.lowest_rank_text(text)
+
+    def from_main(self, text: Optional[str]) -> Optional[str]:
+        """Rank 0's ``text`` on every rank (the other ranks' values are ignored): one rank decides, all follow."""
+        return distributed.lowest_rank_text(text if self.is_main else None)
 
     def agree(self, text: Optional[str], stop: bool = False):
         """``(error, stop)`` agreed by every rank in one small all-reduce per step: the first error any rank met

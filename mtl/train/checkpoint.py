@@ -22,7 +22,6 @@ import numpy as np
 import paddle
 
 from mtl.errors import ConfigError
-from mtl.parallel import distributed
 from mtl.train import integrity, reshard
 
 log = logging.getLogger("mtl")
@@ -49,10 +48,10 @@ def list_checkpoints(output_dir):
 
 
 def report_damaged(message):
-    """Say in one line (rank 0's stderr, every rank's log) that a checkpoint is damaged and which one is used."""
+    """Say in one line (stderr and the log) that a checkpoint is damaged and which one is used. Under a strategy
+    only rank 0 reads the checkpoints (:func:`latest_checkpoint`), so only rank 0 says it."""
     log.warning(message)
-    if distributed.rank() == 0:
-        print(f"warning: {message}", file=sys.stderr, flush=True)
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def newest_verified(output_dir, report=report_damaged):
@@ -73,13 +72,16 @@ def newest_verified(output_dir, report=report_damaged):
     return None
 
 
-def latest_checkpoint(output_dir, report=report_damaged):
-    """Path of the newest complete checkpoint that verifies, or None (every rank must call it under a launcher).
+def latest_checkpoint(output_dir, report=report_damaged, strategy=None):
+    """Path of the newest complete checkpoint that verifies, or None.
 
-    Rank 0 reads and verifies the files and every rank gets its answer, so that all ranks load the same step.
+    With a ``strategy`` (:class:`mtl.parallel.strategy.ParallelStrategy`; every rank must call it) rank 0 reads and
+    verifies the files and every rank gets its answer, so that all ranks load the same step; without one (tools that
+    read a finished run) this process reads the files itself.
     """
-    path = newest_verified(output_dir, report) if distributed.rank() == 0 else None
-    return distributed.first_error(path)  # the lowest rank's non-empty text: rank 0's choice, sent to every rank
+    if strategy is None:
+        return newest_verified(output_dir, report)
+    return strategy.from_main(newest_verified(output_dir, report) if strategy.is_main else None)
 
 
 def _head_file(task, head, rank, world):
@@ -128,20 +130,20 @@ def _publish(output_dir, tmp, final, state, keep):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sync=None, extra=None):
-    """Save a checkpoint of ``step`` (collective: every rank must call it).
+def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, keep=3, sync=None, extra=None):
+    """Save a checkpoint of ``step`` (collective: every rank must call it; ``strategy`` holds the barriers).
 
     ``sync`` (collective, optional) runs after the averaged weights are applied and before they are written: the
     trainer averages BatchNorm statistics over ranks there. ``extra``: JSON-able state equal on every rank (the task
     weighting's), stored in ``state.json``.
     """
-    rank, world = distributed.rank(), distributed.world_size()
+    rank, world = strategy.rank, strategy.world
     root = checkpoint_root(output_dir)
     final, tmp = os.path.join(root, f"step_{step}"), os.path.join(root, f".step_{step}.tmp")
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(os.path.join(tmp, "heads"), exist_ok=True)
-    distributed.barrier()
+    strategy.barrier()
     _write_weights(tmp, model, rank, world)
     if averager is not None:  # the averaged weights themselves, for evaluation and export without re-deriving them
         with averager.apply():
@@ -153,15 +155,14 @@ def save(output_dir, step, model, optimizer, schedule, averager=None, keep=3, sy
         _save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
     # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
     _save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
-    distributed.barrier()
-    problem = _missing_shards(tmp, model, world, step) if rank == 0 else None
-    problem = distributed.first_error(problem)  # every rank stops together, none waits at the next barrier
+    strategy.barrier()
+    problem = strategy.agree_on_error(_missing_shards(tmp, model, world, step) if rank == 0 else None)
     if problem:
         raise ConfigError(problem)
     if rank == 0:
         state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict(), **(extra or {})}
         _publish(output_dir, tmp, final, state, keep)
-    distributed.barrier()
+    strategy.barrier()
     return final
 
 
@@ -182,14 +183,14 @@ def _files_read(model, rank, world, saved_world, averager):
     return files + ([f"averager.rank{k}.pdparams" for k in ranks] if averager is not None else [])
 
 
-def load(path, model, optimizer, schedule, averager=None):
+def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     """Restore a checkpoint into the model, optimizer and averager; return its state dict (with ``step``).
 
     The files this rank reads are verified against the checksums of ``state.json`` first. A checkpoint of another
-    process count is re-split by class range (``mtl.train.reshard``).
+    process count is re-split by class range (``mtl.train.reshard``). ``rank`` / ``world``: this process among
+    the job's (the parallel strategy's).
     """
     state, problem = integrity.read_state(path)
-    rank, world = distributed.rank(), distributed.world_size()
     saved_world = int(state["world_size"]) if state else world
     problem = problem or integrity.verify(path, _files_read(model, rank, world, saved_world, averager))
     if problem:

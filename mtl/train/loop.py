@@ -1,4 +1,5 @@
 """Small state objects of the training loop: a step's record, the loop's pending records and throughput."""
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Dict, Optional
@@ -22,10 +23,11 @@ class StepRecord:
 
 
 class AveragedWeights:
-    """Swap in the averaged weights, then average BatchNorm statistics over ranks (averaged ones are per rank too)."""
+    """Swap in the averaged weights (when there is an averager), then average BatchNorm statistics over ranks once
+    (the averaged statistics are per rank too)."""
 
     def __init__(self, averager, strategy):
-        self.context = averager.apply()
+        self.context = averager.apply() if averager is not None else contextlib.nullcontext()
         self.strategy = strategy
 
     def __enter__(self):

@@ -108,7 +108,7 @@ def check_job_memory(cfg: dict, backbone, reader_sizes, announce: bool = True):
     entries = plan_job(cfg, backbone, reader_sizes, world)
     available = available_bytes()
     if distributed.is_distributed():  # the smallest figure of all ranks, so that every rank decides the same
-        available = -int(distributed.all_reduce_max(paddle.to_tensor([-float(available)], dtype="float64"))[0])
+        available = int(distributed.min_over_ranks(available))
     if announce and distributed.rank() == 0:
         print(format_plan(entries, available, world), flush=True)
     total = sum(e.total for e in entries)

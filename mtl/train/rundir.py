@@ -9,7 +9,6 @@ import os
 import shutil
 
 from mtl.errors import ConfigError
-from mtl.parallel import distributed
 from mtl.train import checkpoint
 
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
@@ -38,8 +37,9 @@ def write_jsonl(path, records):
             f.write(json.dumps(r) + "\n")
 
 
-def refuse_or_clear(output_dir, resume, overwrite, source):
-    """Before a run that does not resume: refuse an output_dir with checkpoints unless ``overwrite`` (collective)."""
+def refuse_or_clear(output_dir, resume, overwrite, source, strategy):
+    """Before a run that does not resume: refuse an output_dir with checkpoints unless ``overwrite`` (collective:
+    ``strategy`` holds the barriers around rank 0's clearing)."""
     existing = checkpoint.list_checkpoints(output_dir)
     if not existing or resume:
         return
@@ -48,11 +48,11 @@ def refuse_or_clear(output_dir, resume, overwrite, source):
             f"output_dir '{output_dir}' already holds checkpoints of a run (latest step {existing[-1][0]}); pass "
             f"--resume to continue it, --overwrite to start over (its checkpoints and logs are removed), or choose "
             f"another output_dir", source, "output_dir")
-    distributed.barrier()
-    if distributed.rank() == 0:
+    strategy.barrier()
+    if strategy.is_main:
         shutil.rmtree(checkpoint.checkpoint_root(output_dir), ignore_errors=True)
         shutil.rmtree(os.path.join(output_dir, "logs"), ignore_errors=True)
-    distributed.barrier()
+    strategy.barrier()
 
 
 def start_fresh(output_dir):

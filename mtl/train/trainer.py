@@ -7,7 +7,6 @@ strategies, :mod:`mtl.train.balancing`), optional global-norm clipping, one opti
 one averager update. Everything that involves other processes
 goes through :class:`mtl.parallel.strategy.ParallelStrategy`; the loop itself never communicates.
 """
-import contextlib
 import json
 import logging
 import math
@@ -56,7 +55,7 @@ class Trainer:
         job.model.autocast = self.autocast
         self.autocast.prepare(job.model.backbone, self.optimizer.dense)
         self.last_grad_norm, self.last_weights, self.last_bad, self.last_overflow = None, {}, [], False
-        rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"])
+        rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"], self.strategy)
         setup_logging(self.output_dir, self.strategy.rank)
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
         kept = []
@@ -73,12 +72,13 @@ class Trainer:
 
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none."""
-        path = checkpoint.latest_checkpoint(self.output_dir)
+        path = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
         if path is None:
             self.console(f"--resume: no checkpoint under {checkpoint.checkpoint_root(self.output_dir)}; "
                          "starting from step 0")
             return 0, None
-        state = checkpoint.load(path, self.job.model, self.optimizer, self.job.schedule, self.averager)
+        state = checkpoint.load(path, self.job.model, self.optimizer, self.job.schedule, self.averager,
+                                    self.strategy.rank, self.strategy.world)
         if "weighting" in state:
             self.balancer.set_state_dict(state["weighting"])
         if "nonfinite" in state:
@@ -226,14 +226,14 @@ class Trainer:
             loop.close()
             if step > self.start_step and not self.should_save(step):
                 self._save(step)
-            saved = checkpoint.latest_checkpoint(self.output_dir)
+            saved = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
             raise Preempted(f"stopped after step {step} on request ({stop.signal_name or 'another rank'}); "
                             f"checkpoint {saved}; continue with --resume")
 
     def _on_bad_step(self, step, loop):
         """A non-finite step: write its record (strict JSON), then stop or count it as ``on_nonfinite`` says."""
         self._flush(loop)
-        self.guard.bad_step(step, self.last_bad, checkpoint.latest_checkpoint(self.output_dir))
+        self.guard.bad_step(step, self.last_bad, checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy))
         log.warning("step %d skipped: %s not finite", step, ", ".join(self.last_bad))
 
     def _dataset(self, end):
@@ -298,13 +298,11 @@ class Trainer:
         return extra
 
     def _averaged(self):
-        """Context: the averaged weights (with BatchNorm statistics agreed by every rank), or nothing to change."""
-        if self.averager is None:
-            return contextlib.nullcontext()
+        """Context: the averaged weights when the run averages, else the live ones; either way with BatchNorm
+        statistics agreed by every rank (averaged once)."""
         return AveragedWeights(self.averager, self.strategy)
 
     def _evaluate(self, step):
-        self.strategy.average_statistics()
         with self._averaged():
             results = self.evaluator.evaluate()
         record = {"step": step, "eval": results, "averaged": self.averager is not None}
@@ -317,7 +315,8 @@ class Trainer:
 
     def _save(self, step):
         self.strategy.average_statistics()
-        checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.averager,
+        checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.strategy,
+                        self.averager,
                         keep=self.cfg["checkpoint"]["keep"], sync=self.strategy.average_statistics,
                         extra=self._extra_state())
 
