@@ -62,14 +62,12 @@ def run(args):
     import numpy as np
     import paddle
 
-    from mtl import registry
-    from mtl.heads import chunked_softmax
+    from mtl import arrays, registry
     from mtl.parallel import distributed
     from mtl.runtime import init_distributed, select_device
-    from mtl.train import sparse as sparse_update
     from mtl.train.sparse import RowSparseOptimizer
 
-    chunked_softmax.HOST_PASSES = sparse_update.HOST_UPDATE = not args.device_passes
+    arrays.HOST_PATHS = not args.device_passes
     device = select_device("auto")
     rank, world = init_distributed()
     if args.batch % world:

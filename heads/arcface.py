@@ -22,16 +22,15 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from mtl.arrays import to_numpy, unit_rows
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
-from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, Workspace, chunked_margin_softmax
+from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, Workspace, chunked_margin_softmax, inverse_norm
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.parallel import collective, distributed
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
-
-_NORM_FLOOR_SQUARED = 1e-24  # ||W_row|| floored at 1e-12, as F.normalize does (evaluation and the fused path)
 
 
 @register_head("arcface")
@@ -95,8 +94,7 @@ class ArcFaceHead(ShardedClassHead):
 
     def cosine(self, normalized_features, weight):
         """``cos = x_hat W^T * (1 / ||W_row||)``: ``[N, K]`` for ``weight [K, D]``."""
-        inverse_norm = paddle.rsqrt(paddle.clip((weight * weight).sum(axis=1), min=_NORM_FLOOR_SQUARED))
-        return paddle.matmul(normalized_features, weight, transpose_y=True) * inverse_norm
+        return paddle.matmul(normalized_features, weight, transpose_y=True) * inverse_norm(weight)
 
     def shard_logits(self, features):
         """Cosine of ``features`` with every class centre of this shard (no margin)."""
@@ -174,10 +172,10 @@ class ArcFaceHead(ShardedClassHead):
 
     def evaluate(self, features, labels):
         """1:1 verification on pairs drawn from the split's labels, and classification accuracy over all shards."""
-        feats = collective.to_numpy(features).astype(np.float32)
-        labels = collective.to_numpy(labels).reshape(-1).astype(np.int64)
+        feats = to_numpy(features).astype(np.float32)
+        labels = to_numpy(labels).reshape(-1).astype(np.int64)
         predicted = self.predict_topk(feats, 1)[:, 0]
-        embeddings = feats / np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
+        embeddings = unit_rows(feats)
         metrics = score_pairs(embeddings, *verification_pairs(labels))
         metrics["accuracy"] = float(np.mean(predicted == labels))
         return metrics

@@ -3,6 +3,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from mtl.arrays import to_numpy
 from mtl.contracts import Field
 from mtl.evaluation.metrics import multilabel_scores
 from mtl.heads.base import Head, HeadOutput, label_tensor
@@ -79,5 +80,5 @@ class MultiLabelHead(Head):
             x = features if isinstance(features, paddle.Tensor) else paddle.to_tensor(np.asarray(features))
             scores = F.sigmoid(self.linear(paddle.cast(x, self.linear.weight.dtype))).numpy()
         targets = label_tensor(labels, self.label_field)
-        targets = targets.numpy() if isinstance(targets, paddle.Tensor) else np.asarray(targets)
+        targets = to_numpy(targets)
         return multilabel_scores(scores, targets.reshape(scores.shape), threshold=self.threshold)

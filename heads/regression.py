@@ -2,6 +2,7 @@
 import numpy as np
 import paddle
 
+from mtl.arrays import to_numpy
 from mtl.contracts import Field
 from mtl.evaluation.metrics import regression_scores
 from mtl.heads.base import Head, HeadOutput, label_tensor
@@ -81,5 +82,5 @@ class RegressionHead(Head):
             x = features if isinstance(features, paddle.Tensor) else paddle.to_tensor(np.asarray(features))
             pred = self.linear(paddle.cast(x, self.linear.weight.dtype)).numpy()
         target = label_tensor(labels, self.label_field)
-        target = target.numpy() if isinstance(target, paddle.Tensor) else np.asarray(target)
+        target = to_numpy(target)
         return regression_scores(pred, target)

@@ -2,6 +2,7 @@
 import numpy as np
 import paddle
 
+from mtl.arrays import to_numpy
 from mtl.heads.base import HeadOutput
 from mtl.heads.sharded import ShardedClassHead, positive_int
 from mtl.parallel import collective
@@ -36,7 +37,7 @@ class SoftmaxHead(ShardedClassHead):
 
     def evaluate(self, features, labels):
         """Accuracy and top-k accuracy on the evaluation split (same rows on every rank)."""
-        labels = collective.to_numpy(labels).reshape(-1).astype(np.int64)
+        labels = to_numpy(labels).reshape(-1).astype(np.int64)
         ids = self.predict_topk(features, self.topk)
         hits = ids == labels[:, None]
         result = {"accuracy": float(hits[:, 0].mean()) if len(labels) else float("nan")}

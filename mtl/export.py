@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from mtl.arrays import unit_rows
 from mtl.errors import ConfigError, DataError
 
 
@@ -194,5 +195,5 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False)
             out.append(f)
     emb = np.concatenate(out)
     if normalize_output:
-        emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+        emb = unit_rows(emb)
     return emb

@@ -7,6 +7,7 @@ import paddle
 import pytest
 from test_margin_heads import MARGINS, assert_close, float64, np_margin_head, run_head  # noqa: F401
 
+from mtl import arrays
 from mtl.heads import chunked_softmax
 from mtl.registry import plugin_class
 
@@ -17,7 +18,7 @@ ArcFaceHead = plugin_class("head", "arcface")
 def passes(request, monkeypatch):
     """Every test runs the chunk passes both in numpy on the host (the CPU default) and in Paddle ops (the device
     path, which runs on CPU too)."""
-    monkeypatch.setattr(chunked_softmax, "HOST_PASSES", request.param == "host")
+    monkeypatch.setattr(arrays, "HOST_PATHS", request.param == "host")
     return request.param
 
 
@@ -92,7 +93,7 @@ def test_shared_buffer_for_exp_values_and_gradient_rows_in_either_shape(monkeypa
 def _head_step(head, x, y, host):
     """Loss, dx, the scored rows' gradient and the top-1 state of one forward + backward with host or device
     passes (the autouse fixture's choice is overridden here)."""
-    chunked_softmax.HOST_PASSES = host
+    arrays.HOST_PATHS = host
     out, dx, dw = run_head(head, x, y)
     return float(out.loss), dx, dw, float(out.metrics["accuracy"])
 

@@ -9,7 +9,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import registry
+from mtl import arrays, registry
 from mtl.config.loading import load_job
 from mtl.heads import sharded
 from mtl.train import memory_plan, sparse
@@ -88,7 +88,7 @@ def test_chunked_row_update_equals_numpy(monkeypatch, momentum, weight_decay, ho
     """Momentum with L2 decay on rows [7, 2, 9, 4, 0] in chunks of 2: g' = g + wd w, v = mu v + g', w -= lr v; in
     numpy on the host and in Paddle ops (the device path)."""
     monkeypatch.setattr(sparse, "UPDATE_CHUNK_ROWS", 2)
-    monkeypatch.setattr(sparse, "HOST_UPDATE", host)
+    monkeypatch.setattr(arrays, "HOST_PATHS", host)
     rng = np.random.default_rng(0)
     w, v, g = rng.standard_normal((10, 3)), rng.standard_normal((10, 3)), rng.standard_normal((5, 3))
     index = np.array([7, 2, 9, 4, 0])

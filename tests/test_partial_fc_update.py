@@ -5,6 +5,7 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl import arrays
 from mtl.config.loading import load_job
 from mtl.data.steps import StepDataset
 from mtl.errors import ConfigError
@@ -55,10 +56,9 @@ def test_only_sampled_rows_and_their_momentum_change(tmp_path):
 def test_sparse_update_equals_paddle_momentum_on_the_sampled_rows(monkeypatch, host):
     """Independent reference: Paddle's own Momentum on a parameter holding just the sampled rows (our update in
     numpy on the host and in Paddle ops)."""
-    from mtl.train import sparse
     from mtl.train.sparse import row_sparse_momentum_
 
-    monkeypatch.setattr(sparse, "HOST_UPDATE", host)
+    monkeypatch.setattr(arrays, "HOST_PATHS", host)
     rng = np.random.RandomState(0)
     full = paddle.to_tensor(rng.randn(10, 4).astype("float32"))
     velocity = paddle.zeros_like(full)
@@ -100,7 +100,6 @@ def test_clipping_sees_the_sampled_rows(tmp_path):
 def test_host_update_takes_the_same_float_steps_as_the_device_update(monkeypatch, momentum, weight_decay, grad_dtype):
     """Bit for bit: the numpy update on the host and the Paddle-op update (a float64 gradient is first rounded to the
     weight's float32, as the device path does), and the gradient is left as it was."""
-    from mtl.train import sparse
     from mtl.train.sparse import row_sparse_momentum_
 
     rng = np.random.RandomState(1)
@@ -108,7 +107,7 @@ def test_host_update_takes_the_same_float_steps_as_the_device_update(monkeypatch
     index = paddle.to_tensor(np.array([0, 3, 8, 11]))
     results = []
     for host in (True, False):
-        monkeypatch.setattr(sparse, "HOST_UPDATE", host)
+        monkeypatch.setattr(arrays, "HOST_PATHS", host)
         weight = paddle.to_tensor(start.copy())
         velocity = paddle.zeros_like(weight) if momentum else None
         for g in grads:

@@ -25,15 +25,10 @@ import os
 
 import numpy as np
 
+from mtl.arrays import unit_rows
 from mtl.errors import ConfigError
 
 DEFAULT_THRESHOLD = 0.5
-
-
-def unit_rows(x) -> np.ndarray:
-    """Rows of ``x`` scaled to unit L2 norm (float64)."""
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def match_classes(centres_a, centres_b, threshold: float = DEFAULT_THRESHOLD, all_mutual: bool = False):

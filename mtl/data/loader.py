@@ -27,6 +27,8 @@ import traceback
 import numpy as np
 import paddle
 
+from mtl.arrays import to_numpy
+
 ERROR_KEY = "__mtl_error__"
 PR_SET_PDEATHSIG = 1
 log = logging.getLogger("mtl")
@@ -42,7 +44,7 @@ def error_item(exc, details=None):
 
 
 def _bytes_of(value) -> str:
-    raw = value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
+    raw = to_numpy(value)
     return bytes(raw.astype(np.uint8)).decode(errors="replace")
 
 

@@ -8,8 +8,9 @@ import os
 import numpy as np
 import paddle
 
+from mtl.arrays import to_numpy
 from mtl.data.steps import check_labels, iterate_eval
-from mtl.parallel import collective, distributed
+from mtl.parallel import distributed
 
 
 @paddle.no_grad()
@@ -88,7 +89,7 @@ class Evaluator:
         if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them
             from mtl.evaluation.pairs import open_set_verification
 
-            return open_set_verification(collective.to_numpy(feats), rest[head.label_field],
+            return open_set_verification(to_numpy(feats), rest[head.label_field],
                                          reader.max_positive_pairs, seed=0)
         if head.class_count() is not None and rest[head.label_field].dtype.kind in "iu":
             check_labels(task.name, rest, head.label_field, head.class_count(), split="evaluation")

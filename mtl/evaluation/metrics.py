@@ -4,6 +4,8 @@ Nothing here imports Paddle: heads hand over numpy arrays (embeddings, scores, l
 """
 import numpy as np
 
+from mtl.arrays import unit_rows
+
 DEFAULT_THRESHOLDS = np.arange(0.0, 4.0, 0.01)
 
 
@@ -66,7 +68,7 @@ def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3)
     _check_pairs(emb, same, folds)
     pairs = emb.shape[0] // 2
     thresholds = DEFAULT_THRESHOLDS if thresholds is None else np.asarray(thresholds, dtype=np.float64)
-    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    emb = unit_rows(emb)
     distances = np.sum(np.square(emb[0::2] - emb[1::2]), axis=1)
     per_fold = [_fold_result(distances, same, lo, hi, thresholds, far_target) for lo, hi in _fold_slices(pairs, folds)]
     accuracies, best_thresholds, vals, fars = (np.array(column) for column in zip(*per_fold))
@@ -111,7 +113,7 @@ def _fold_result(distances, same, lo, hi, thresholds, far_target):
 def pair_distances(embeddings):
     """Squared L2 distances of the (L2-normalised) pairs of a [2P, D] embedding array; shape [P]."""
     emb = np.asarray(embeddings, dtype=np.float64)
-    emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    emb = unit_rows(emb)
     return np.sum(np.square(emb[0::2] - emb[1::2]), axis=1)
 
 

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import paddle
 
+from mtl.arrays import unit_rows
 from mtl.evaluation.metrics import pair_distances, roc_curve, verification
 
 
@@ -29,7 +30,7 @@ def embed_pairs(backbone, vset, batch_size=128, image_field="image", flip=True):
         if was_training:
             backbone.train()
     emb = np.concatenate(out).astype(np.float64)
-    return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    return unit_rows(emb)
 
 
 def plot_roc(curves, path, title):

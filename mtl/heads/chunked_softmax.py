@@ -28,19 +28,17 @@ gradient ``[K, D]``, in an order that never overwrites values not yet read. Noth
 ``rows.grad`` for the optimizer's row-sparse update.
 
 The passes exist twice, with the same math, buffer layout and chunk order: in Paddle ops (``_online_pass``,
-``_gradient_pass``: GPU, and CPU when ``HOST_PASSES`` is off) and in numpy on the CPU tensors' memory
+``_gradient_pass``: GPU, and CPU when ``mtl.arrays.HOST_PATHS`` is off) and in numpy on the CPU tensors' memory
 (:mod:`mtl.heads.host_chunks`, the CPU default). The tests run both against the numpy reference.
 """
 import paddle
 from paddle.autograd import PyLayer
 
+from mtl.arrays import NORM_FLOOR_SQUARED, on_host
 from mtl.heads import host_chunks
-from mtl.host import on_host
 from mtl.parallel import collective, distributed
 
-HOST_PASSES = True  # CPU tensors: the chunk passes in numpy (mtl.heads.host_chunks); False: Paddle ops everywhere
 CHUNK_ROWS = 8192  # class rows per block: [8192, 128] float32 = 4 MiB
-_NORM_FLOOR_SQUARED = 1e-24  # ||w|| floored at 1e-12, as F.normalize does
 _LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
 
 
@@ -123,16 +121,16 @@ class ClassRows:
         return [(b, min(b + CHUNK_ROWS, self.count)) for b in range(0, self.count, CHUNK_ROWS)]
 
 
-def _inverse_norm(rows):
+def inverse_norm(rows):
     """``1 / max(||w_j||, 1e-12)`` of every row."""
-    return paddle.rsqrt(paddle.clip((rows * rows).sum(axis=1), min=_NORM_FLOOR_SQUARED))
+    return paddle.rsqrt(paddle.clip((rows * rows).sum(axis=1), min=NORM_FLOOR_SQUARED))
 
 
 def _chunk_logits(rows, x_hat, scale, in_chunk, position, z=None):
     """``(z [c, N] = scale * cos with target entries at -inf, inv [c], largest masked logit, its row)``.
 
     ``z``: the products ``rows x_hat^T`` already computed (a view of the kept logits), scaled in place."""
-    inv = _inverse_norm(rows)
+    inv = inverse_norm(rows)
     if z is None:
         z = paddle.matmul(rows, x_hat, transpose_y=True)
     z.multiply_((inv * scale).unsqueeze(1))
@@ -150,7 +148,7 @@ def _target_terms(rows: ClassRows, x_hat, target, scale, transform):
         return owned, target, paddle.full([n], _LOW, x_hat.dtype), paddle.ones([n], x_hat.dtype), None, None, None
     column = paddle.clip(target, 0, rows.count - 1)
     w_t = rows.rows(column)
-    inv_t = _inverse_norm(w_t)
+    inv_t = inverse_norm(w_t)
     cos_t = (w_t * x_hat).sum(axis=1) * inv_t
     value, slope = (cos_t, paddle.ones_like(cos_t)) if transform is None else transform(cos_t)
     z_t = paddle.where(owned, value * scale, paddle.full_like(value, _LOW))
@@ -299,6 +297,6 @@ def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transfo
     """
     weight = rows.weight if dense else None
     if host is None:
-        host = HOST_PASSES and on_host(x_hat) and on_host(rows.weight) and rows.count > 0
+        host = on_host(x_hat) and on_host(rows.weight) and rows.count > 0
     return _ChunkedMarginSoftmax.apply(x_hat, weight, rows, target.astype("int64"), float(scale), transform,
                                        bool(host))

@@ -13,9 +13,8 @@ and against each other (tests/test_margin_speed.py).
 import numpy as np
 import paddle
 
-from mtl.host import host_view
+from mtl.arrays import NORM_FLOOR_SQUARED, host_view
 
-_NORM_FLOOR_SQUARED = np.float32(1e-24)
 _LOW = np.float32(-1e30)
 TRANSPOSED_BLOCK = 128  # rows per product of dx += G'^T W: single-threaded OpenBLAS runs [128, K] x [K, 128] with
 # K = 8192 at a third of its speed for K = 128 (bench: 25 ms vs 64 x 0.14 ms), and two threads are not slower
@@ -67,7 +66,7 @@ class HostRows:
 
 def inverse_norm(block: np.ndarray) -> np.ndarray:
     """``1 / max(||w_j||, 1e-12)`` of every row."""
-    return 1.0 / np.sqrt(np.maximum(np.einsum("ij,ij->i", block, block), _NORM_FLOOR_SQUARED))
+    return 1.0 / np.sqrt(np.maximum(np.einsum("ij,ij->i", block, block), np.float32(NORM_FLOOR_SQUARED)))
 
 
 def _in_chunk(owned, column, begin: int, end: int):

@@ -10,6 +10,7 @@ draws only the blocks its range touches. Every head gathers the rows of all rank
 import numpy as np
 import paddle
 
+from mtl.arrays import to_numpy
 from mtl.heads.base import Head
 from mtl.parallel import collective, distributed
 
@@ -185,7 +186,7 @@ class ShardedClassHead(Head):
         Rows go in chunks of at most ``EVAL_CHUNK_ELEMENTS / ceil(C / W)`` so a chunk's scores stay small; the
         chunk size depends only on (C, W), so every rank issues the same number of collectives.
         """
-        feats = collective.to_numpy(features).astype(paddle.get_default_dtype())
+        feats = to_numpy(features).astype(paddle.get_default_dtype())
         widest_shard = -(-self.num_classes // self.world_size)
         chunk_rows = max(1, min(4096, EVAL_CHUNK_ELEMENTS // widest_shard))
         out = []

@@ -6,7 +6,6 @@ all-reduce MAX of row maxima, all-reduce SUM of exp-sums and of the target logit
 Every function here is the identity (or a purely local computation) at world size 1, and every rank must call them
 in the same order: each one issues a fixed sequence of collectives that does not depend on the data.
 """
-import numpy as np
 import paddle
 import paddle.distributed as dist
 from paddle.autograd import PyLayer
@@ -258,7 +257,3 @@ def top1_from_votes(votes: paddle.Tensor, best: paddle.Tensor, ids: paddle.Tenso
     predicted = sharded_top1(best, ids) if tied else unpack_ids(votes[:2].T)
     return paddle.where(count > 0, predicted, paddle.full_like(ids, -1))
 
-
-def to_numpy(x) -> np.ndarray:
-    """A numpy array from a paddle tensor or anything array-like."""
-    return x.numpy() if isinstance(x, paddle.Tensor) else np.asarray(x)

@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+from mtl.arrays import to_numpy
 from mtl.errors import ConfigError
 
 # Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
@@ -25,10 +26,6 @@ from mtl.errors import ConfigError
 
 _SHARD_FILE = re.compile(r"^(?P<task>.+)\.shard(?P<rank>\d+)of(?P<world>\d+)(?P<suffix>(\.averaged)?\.pdparams)$")
 _SCALAR_ACCUMULATORS = ("pow_acc",)
-
-
-def _numpy(value):
-    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
 
 
 def sharded_tasks(path):
@@ -52,7 +49,7 @@ def _is_sharded_key(key, tasks):
 
 def merge_rows(parts):
     """Concatenate per-rank row blocks (rank order) into the full array; empty shards contribute nothing."""
-    arrays = [_numpy(p) for p in parts if p is not None]
+    arrays = [to_numpy(p) for p in parts if p is not None]
     return np.concatenate(arrays, axis=0) if arrays else None
 
 

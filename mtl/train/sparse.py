@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import paddle
 
+from mtl.arrays import host_view, on_host
 from mtl.errors import ConfigError
-from mtl.host import host_view, on_host
 
 SPARSE_OPTIMIZERS = ("sgd", "momentum")
 
@@ -29,7 +29,6 @@ class RowGradient:
     rows: paddle.Tensor
 
 
-HOST_UPDATE = True  # CPU tensors: the update in numpy on their memory; False: Paddle ops everywhere
 UPDATE_CHUNK_ROWS = 1 << 13  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]
 
 
@@ -41,7 +40,7 @@ def row_sparse_momentum_(weight, velocity, index, grad, lr, momentum=0.9, weight
     Partial FC the update allocates a bounded buffer instead of several copies of the sampled rows. CPU tensors are
     updated by the same float operations in numpy on their memory (Paddle's CPU gather/scatter are slower).
     """
-    if HOST_UPDATE and on_host(weight):
+    if on_host(weight):
         _row_sparse_momentum_host(weight, velocity, index, grad, lr, momentum, weight_decay)
         return
     for begin in range(0, index.shape[0], UPDATE_CHUNK_ROWS):

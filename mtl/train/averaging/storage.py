@@ -7,6 +7,8 @@ float32 and cast back to their own dtype only when written into the parameter.
 import numpy as np
 import paddle
 
+from mtl.arrays import to_numpy
+
 FLOAT_DTYPES = (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64)
 
 
@@ -27,10 +29,6 @@ def nbytes(value) -> int:
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
     return int(np.prod(value.shape)) * value.element_size()
-
-
-def _as_numpy(value) -> np.ndarray:
-    return value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
 
 
 class DeviceStore:
@@ -108,7 +106,7 @@ class DeviceStore:
 
     def load(self, value, param):
         """A stored array of ``param`` made from a saved one (numpy array or tensor on any place)."""
-        array = _as_numpy(value).astype(accumulation_dtype(param), copy=False)
+        array = to_numpy(value).astype(accumulation_dtype(param), copy=False)
         return paddle.to_tensor(array, place=param.place)
 
 
@@ -169,4 +167,4 @@ class HostStore(DeviceStore):
         param.set_value(saved)
 
     def load(self, value, param):
-        return np.array(_as_numpy(value), dtype=accumulation_dtype(param))
+        return np.array(to_numpy(value), dtype=accumulation_dtype(param))

@@ -1,0 +1,43 @@
+"""Small array helpers every layer shares: numpy views of tensors, unit rows, the norm floor, the host switch.
+
+``host_view`` / ``on_host``: numpy on the memory of CPU tensors, which the margin head's chunk passes and the
+row-sparse update use where Paddle's CPU kernels are slow (``docs/paddle-notes.md``); ``HOST_PATHS`` turns every such
+host path off at once (Paddle ops everywhere, as on a device). ``NORM_FLOOR``: a row's L2 norm is floored at 1e-12
+wherever rows are normalised, as ``paddle.nn.functional.normalize`` does.
+"""
+import sys
+
+import numpy as np
+
+NORM_FLOOR = 1e-12
+NORM_FLOOR_SQUARED = NORM_FLOOR * NORM_FLOOR
+HOST_PATHS = True  # CPU tensors: the margin head's passes and the row-sparse update in numpy; False: Paddle ops
+
+
+def to_numpy(x) -> np.ndarray:
+    """A numpy array from a Paddle tensor (copied to the host) or from anything array-like."""
+    paddle = sys.modules.get("paddle")
+    if paddle is not None and isinstance(x, paddle.Tensor):
+        return x.numpy()
+    return np.asarray(x)
+
+
+def unit_rows(x) -> np.ndarray:
+    """Rows of ``x`` scaled to unit L2 norm, ``x / max(||x||, NORM_FLOOR)``, in float64 unless ``x`` is float32."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        x = x.astype(np.float64)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), NORM_FLOOR).astype(x.dtype)
+
+
+def host_view(tensor) -> np.ndarray:
+    """A numpy array sharing the memory of a dense CPU tensor (writes go to the tensor; no copy)."""
+    return np.from_dlpack(tensor.detach())
+
+
+def on_host(tensor) -> bool:
+    """Whether the host paths take ``tensor``: ``HOST_PATHS`` is on and it is a float32/float64 tensor on the CPU
+    (numpy has no bfloat16)."""
+    import paddle
+
+    return HOST_PATHS and tensor.place.is_cpu_place() and tensor.dtype in (paddle.float32, paddle.float64)
