@@ -9,7 +9,7 @@ One step, as named pieces:
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
    (``mtl.heads.margin``), then everything is multiplied by ``scale``;
 5. loss: softmax cross-entropy across shards, with the top-1 prediction settled in the same two all-reduces (MAX
-   and SUM; ``mtl.parallel.collective.top1_votes``). Steps 3-5 run in one autograd function over blocks of class rows
+   and SUM; ``mtl.parallel.topk.top1_votes``). Steps 3-5 run in one autograd function over blocks of class rows
    (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
    ``[K, D]`` but the sampled rows' gradient. On CPU tensors the chunk passes run in numpy on the tensors' own
    memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower there).
@@ -28,7 +28,9 @@ from mtl.heads.base import HeadOutput
 from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, Workspace, chunked_margin_softmax, inverse_norm
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
-from mtl.parallel import collective, distributed
+from mtl.heads.sharded_loss import local_targets
+from mtl.parallel import distributed
+from mtl.parallel.topk import sharded_topk
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
 
@@ -109,7 +111,7 @@ class ArcFaceHead(ShardedClassHead):
         ``ceil(sample_ratio * C)`` in all) and this rank keeps those in its range, so the run does not depend on the
         process count. The labels are read on the host (N ids) to find the positives.
         """
-        target = collective.local_targets(labels, self.shard_start, self.shard_size)
+        target = local_targets(labels, self.shard_start, self.shard_size)
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         if count >= self.num_classes:
             return ClassRows(self.weight, first_id=self.shard_start), self.class_ids, target
@@ -139,7 +141,7 @@ class ArcFaceHead(ShardedClassHead):
             group = None if distributed.is_distributed() else False
             loss = F.margin_cross_entropy(cos, y, margin1=m1, margin2=m2, margin3=m3, scale=self.scale,
                                           group=group, reduction="mean")
-            predicted = collective.sharded_topk(cos.detach(), class_ids, 1)[:, 0]
+            predicted = sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         else:
             loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None)
             predicted = rows.predicted

@@ -5,7 +5,7 @@ import paddle
 from mtl.arrays import to_numpy
 from mtl.heads.base import HeadOutput
 from mtl.heads.sharded import ShardedClassHead, positive_int
-from mtl.parallel import collective
+from mtl.heads.sharded_loss import sharded_softmax_cross_entropy
 from mtl.registry import register_head
 
 
@@ -32,7 +32,7 @@ class SoftmaxHead(ShardedClassHead):
         """Mean cross-entropy of the gathered batch over all classes, plus top-1/top-k accuracy."""
         x, y = self.gather_batch(features, labels)
         logits = self.shard_logits(x)
-        loss = collective.sharded_softmax_cross_entropy(logits, y, self.shard_start)
+        loss = sharded_softmax_cross_entropy(logits, y, self.shard_start)
         return HeadOutput(loss=loss, metrics=self.topk_metrics(logits, y, self.topk))
 
     def evaluate(self, features, labels):

@@ -1,6 +1,7 @@
 """Step batches: independent of the process count, pure in (seed, step), epochs without repeats."""
 import numpy as np
 import pytest
+from step_util import step_samples
 
 from mtl.data.scheduler import JointSchedule, SampleSchedule
 from mtl.data.steps import SampleOrder, StepDataset, check_divisible
@@ -58,7 +59,7 @@ def test_every_sample_once_per_epoch():
     readers = {"a": SyntheticReader(num_samples=12, num_classes=4, seed=1)}
     sched = JointSchedule(["a"], [1], 4, seed=0)
     ds = StepDataset(sched, readers, seed=0, start_step=0, end_step=3)
-    seen = np.concatenate([ds.global_indices(s)["a"] for s in range(3)])
+    seen = np.concatenate([step_samples(ds, s)["a"] for s in range(3)])
     assert sorted(seen) == list(range(12))
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
+from step_util import step_samples
 
 from mtl.config.loading import load_job
 from mtl.data.preprocess import Preprocess, crop_pixels, equalize_grey, equalize_pixels, standardize_image
@@ -70,7 +71,7 @@ def test_held_out_people_never_reach_a_training_batch():
     steps = StepDataset(schedule, readers, cfg["seed"], 0, 60)
     for task in cfg["tasks"]:
         reader, held = readers[task["name"]], set(task["reader"]["holdout_classes"])
-        drawn = np.concatenate([steps.global_indices(s)[task["name"]] for s in range(60)])
+        drawn = np.concatenate([step_samples(steps, s)[task["name"]] for s in range(60)])
         people = {person(reader._relative(int(reader._candidates[i]))) for i in drawn}
         listed = {label for _, label in list_rows(task["reader"]["list"])}
         assert people == listed - held, task["name"]

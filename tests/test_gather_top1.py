@@ -9,7 +9,7 @@ import paddle
 import pytest
 from dist_util import assert_success, run_distributed
 
-from mtl.parallel import collective
+from mtl.parallel import collective, topk
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "dist_scripts", "gather_top1.py")
@@ -36,8 +36,8 @@ def test_ids_beyond_the_limit_are_refused_when_unpacked():
 
 def test_votes_at_world_one_give_the_local_best():
     best, ids = paddle.to_tensor([0.5, np.nan], dtype="float32"), paddle.to_tensor([4, 9])
-    votes = collective.top1_votes(best, best, ids)
-    assert np.array_equal(collective.top1_from_votes(votes, best, ids).numpy(), [4, -1])
+    votes = topk.top1_votes(best, best, ids)
+    assert np.array_equal(topk.top1_from_votes(votes, best, ids).numpy(), [4, -1])
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from mtl import registry
 from mtl.errors import ConfigError
 from mtl.evaluation.pairs import verification_pairs
-from mtl.heads.margin import MIN_SIN_THETA, angular_margin
+from mtl.heads.margin import MIN_SIN_THETA, check_margin, margin_value_and_slope
 from mtl.heads.sharded import INIT_BLOCK, initial_class_rows
 from mtl.parallel import distributed
 
@@ -104,10 +104,9 @@ def assert_close(actual, expected, rtol, what):
 
 # ---------------------------------------------------------------- margin function
 def margin_values(c, margin):
-    t = paddle.to_tensor(c, dtype="float64", stop_gradient=False)
-    out = angular_margin(t, *margin)
-    out.sum().backward()
-    return out.numpy(), t.grad.numpy()
+    """(value, d value / d cos) of the margin the heads use, in float64."""
+    value, slope = margin_value_and_slope(paddle.to_tensor(c, dtype="float64"), *check_margin(margin))
+    return value.numpy(), slope.numpy()
 
 
 @pytest.mark.parametrize("name", sorted(MARGINS))

@@ -7,7 +7,7 @@ import pytest
 
 from mtl.config.loading import OPTIMIZER
 from mtl.config.schema import validate
-from mtl.parallel.strategy import clip_grad_global_norm
+from mtl.parallel.strategy import global_grad_norm, scale_to_norm
 from mtl.train.optim import build_lr, build_optimizer
 
 
@@ -53,11 +53,12 @@ def test_clip_global_norm_matches_numpy():
     for p, g in zip(params, grads):
         p.grad = paddle.to_tensor(g)
     norm = np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads))
-    got = clip_grad_global_norm(params[:2], params[2:], max_norm=1.0)
+    got = global_grad_norm(params[:2], params[2:])
+    scale_to_norm(params, got, max_norm=1.0)
     assert got == pytest.approx(norm, rel=1e-6)
     for p, g in zip(params, grads):
         np.testing.assert_allclose(p.grad.numpy(), g / norm, rtol=1e-5)
     # below the threshold nothing changes
-    clip_grad_global_norm(params, [], max_norm=100.0)
+    scale_to_norm(params, global_grad_norm(params, []), max_norm=100.0)
     for p, g in zip(params, grads):
         np.testing.assert_allclose(p.grad.numpy(), g / norm, rtol=1e-5)

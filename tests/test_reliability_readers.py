@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+from step_util import step_samples
 
 from mtl.data.scheduler import JointSchedule
 from mtl.data.steps import StepDataset, error_text
@@ -45,7 +46,7 @@ def test_a_fault_becomes_an_error_item_naming_task_reader_and_sample():
     readers = {"faces": RaisingReader(num_samples=32, num_classes=5, bad_index=5)}
     schedule = JointSchedule(["faces"], [1.0], 8, seed=0)
     dataset = StepDataset(schedule, readers, seed=0, start_step=0, end_step=4)
-    bad = [s for s in range(4) if 5 in dataset.global_indices(s)["faces"]]
+    bad = [s for s in range(4) if 5 in step_samples(dataset, s)["faces"]]
     assert len(bad) == 1  # sample 5 is read once in the first epoch
     records = []
     handler = logging.Handler()

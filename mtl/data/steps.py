@@ -112,11 +112,6 @@ class StepDataset(paddle.io.Dataset):
     def __len__(self):
         return max(0, self.end_step - self.start_step)
 
-    def global_indices(self, step: int):
-        """``{task: sample indices}`` of the whole global batch of ``step`` (same on every rank)."""
-        return {task: self.orders[task].indices(self.schedule.consumed(task, step), n)
-                for task, n in self.schedule.plan(step).items()}
-
     def __getitem__(self, i):
         """The step's batch; any fault (a user error, or an exception in a reader) comes back as an error item
         instead of an exception: raised in a DataLoader worker it would become an unreadable SystemError, and every

@@ -1,8 +1,8 @@
 """Cosine logits, angular margin and softmax cross-entropy across shards in one pass over class chunks.
 
-The same function as ``cos = x_hat W^T / ||W_row||`` followed by
-:func:`mtl.parallel.collective.sharded_softmax_cross_entropy_local` with a margin, computed over ``CHUNK_ROWS`` class
-rows at a time so that the per-class work (row norms, scaling, max, exp, softmax, gradient) runs on a block that stays
+The same function as ``cos = x_hat W^T / ||W_row||`` followed by the softmax cross-entropy across shards of
+:mod:`mtl.heads.sharded_loss` with a margin on the target logit, computed over ``CHUNK_ROWS`` class rows at a time so
+that the per-class work (row norms, scaling, max, exp, softmax, gradient) runs on a block that stays
 in cache instead of on whole ``[N, C_k]`` tensors (issue 14.1), and so that Partial FC allocates nothing of size
 ``[K, D]`` but the rows' gradient (issue 14.2). Logits are kept transposed (``[K, N]``: a chunk is a contiguous row
 block). Per chunk c with rows ``W_c`` and ``inv_j = 1 / max(||w_j||, 1e-12)``:
@@ -36,7 +36,7 @@ from paddle.autograd import PyLayer
 
 from mtl.arrays import NORM_FLOOR_SQUARED, on_host
 from mtl.heads import host_chunks
-from mtl.parallel import collective, distributed
+from mtl.parallel import distributed, topk
 
 CHUNK_ROWS = 8192  # class rows per block: [8192, 128] float32 = 4 MiB
 _LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
@@ -184,10 +184,10 @@ class _ChunkedMarginSoftmax(PyLayer):
         target_shifted = paddle.where(owned, z_t - row_max, paddle.zeros_like(z_t))
         sums = [paddle.stack([total + paddle.exp(z_t - row_max), target_shifted])]
         if distributed.is_distributed():
-            sums.append(collective.top1_votes(best, peaks[1], ids))
+            sums.append(topk.top1_votes(best, peaks[1], ids))
         both = distributed.all_reduce_sum(paddle.concat(sums, axis=0))
         exp_sum, target_shifted = both[0], both[1]
-        rows.predicted = collective.top1_from_votes(both[2:], best, ids) if len(sums) > 1 else ids
+        rows.predicted = topk.top1_from_votes(both[2:], best, ids) if len(sums) > 1 else ids
         ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
         ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
         ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)

@@ -21,7 +21,6 @@ import functools
 import math
 
 import paddle
-from paddle.autograd import PyLayer
 
 MIN_SIN_THETA = 1e-4
 
@@ -41,21 +40,6 @@ def margin_value_and_slope(cos: paddle.Tensor, m1: float, m2: float, m3: float):
     return value, slope
 
 
-class _AngularMargin(PyLayer):
-    """``psi(m1 * acos(c) + m2) - m3`` as an autograd function with the exact derivative."""
-
-    @staticmethod
-    def forward(ctx, cos, m1, m2, m3):
-        value, slope = margin_value_and_slope(cos, m1, m2, m3)
-        ctx.save_for_backward(slope)
-        return value
-
-    @staticmethod
-    def backward(ctx, grad):
-        (slope,) = ctx.saved_tensor()
-        return grad * slope
-
-
 def check_margin(margin):
     """Validate ``[m1, m2, m3]``: three numbers, ``m1 > 0`` and ``m2 >= 0``; return them as floats."""
     try:
@@ -69,18 +53,7 @@ def check_margin(margin):
     return m1, m2, m3
 
 
-def angular_margin(cos: paddle.Tensor, m1: float = 1.0, m2: float = 0.5, m3: float = 0.0) -> paddle.Tensor:
-    """Margin target cosine ``cos(m1 * theta + m2) - m3`` (monotone fallback past pi), same shape as ``cos``.
-
-    CosFace (``m1 = 1, m2 = 0``) is computed directly as ``cos - m3`` (derivative 1, no arccos).
-    """
-    m1, m2, m3 = check_margin([m1, m2, m3])
-    if m1 == 1.0 and m2 == 0.0:
-        return cos - m3
-    return _AngularMargin.apply(cos, m1, m2, m3)
-
-
 def margin_transform(m1: float = 1.0, m2: float = 0.5, m3: float = 0.0):
-    """The margin as a ``target_transform`` for ``mtl.parallel.collective.sharded_softmax_cross_entropy_local``."""
+    """The margin as a ``target_transform`` for ``mtl.heads.chunked_softmax.chunked_margin_softmax``."""
     m1, m2, m3 = check_margin([m1, m2, m3])
     return functools.partial(margin_value_and_slope, m1=m1, m2=m2, m3=m3)

@@ -13,6 +13,7 @@ import paddle
 from mtl.arrays import to_numpy
 from mtl.heads.base import Head
 from mtl.parallel import collective, distributed
+from mtl.parallel.topk import sharded_topk
 
 INIT_BLOCK = 4096
 INIT_STD = 0.01
@@ -130,7 +131,7 @@ class ShardedClassHead(Head):
     @classmethod
     def step_bytes(cls, options: dict, shard: int, global_rows: int, dim: int, item: int) -> dict:
         """Memory of one training step: the dense ``[C_k, D]`` gradient, the ``[N, C_k]`` logits and the softmax
-        buffer that becomes their gradient (``mtl.parallel.collective.sharded_softmax_cross_entropy_local``)."""
+        buffer that becomes their gradient (``mtl.heads.chunked_softmax``)."""
         return {"gradient": shard * dim * item, "logits and their gradient": 2 * global_rows * shard * item}
 
     @classmethod
@@ -173,7 +174,7 @@ class ShardedClassHead(Head):
 
     def topk_metrics(self, logits, labels, k: int):
         """Top-1 (and top-k if k > 1) accuracy of the global batch as tensors; one collective."""
-        ids = collective.sharded_topk(logits.detach(), self.class_ids, k)
+        ids = sharded_topk(logits.detach(), self.class_ids, k)
         hits = (ids == labels.unsqueeze(1)).astype("float32")
         metrics = {"accuracy": hits[:, 0].mean()}
         if 1 < k < self.num_classes:
@@ -193,5 +194,5 @@ class ShardedClassHead(Head):
         with paddle.no_grad():
             for begin in range(0, feats.shape[0], chunk_rows):
                 logits = self.shard_logits(paddle.to_tensor(feats[begin:begin + chunk_rows]))
-                out.append(collective.sharded_topk(logits, self.class_ids, k).numpy())
+                out.append(sharded_topk(logits, self.class_ids, k).numpy())
         return np.concatenate(out) if out else np.zeros((0, k), dtype=np.int64)

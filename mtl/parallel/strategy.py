@@ -51,17 +51,6 @@ def scale_to_norm(tensors, norm: float, max_norm: float):
             g.scale_(max_norm / norm)
 
 
-def clip_grad_global_norm(replicated, sharded, max_norm: float) -> float:
-    """Scale all gradients so that the global norm over every rank's parameters is at most ``max_norm``.
-
-    ``replicated`` / ``sharded``: parameters (or any tensors holding ``.grad``); see :func:`global_grad_norm`.
-    scale = max_norm / max(norm, max_norm). Returns the norm before clipping.
-    """
-    norm = global_grad_norm(replicated, sharded)
-    scale_to_norm(list(replicated) + list(sharded), norm, max_norm)
-    return norm
-
-
 class ParallelStrategy:
     """Data-parallel backbone and class-sharded heads of one joint model: placement, gradient sync, statistics."""
 

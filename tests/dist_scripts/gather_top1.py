@@ -23,7 +23,7 @@ def main(out_dir):
     import paddle
     import paddle.distributed as dist
 
-    from mtl.parallel import collective, distributed
+    from mtl.parallel import collective, distributed, topk
 
     dist.init_parallel_env()
     rank = dist.get_rank()
@@ -49,9 +49,9 @@ def main(out_dir):
                     f"{name}/grad": x.grad.numpy(), f"{name}/labels_stop_gradient": np.array(labels.stop_gradient)})
     best, ids = paddle.to_tensor(BEST[rank]), paddle.to_tensor(IDS[rank])
     peak = distributed.all_reduce_max(best)
-    votes = distributed.all_reduce_sum(collective.top1_votes(best, peak, ids))
-    out["top1"] = collective.top1_from_votes(votes, best, ids).numpy()
-    out["top1_no_tie"] = collective.top1_from_votes(votes[:, 1:3], best[1:3], ids[1:3]).numpy()
+    votes = distributed.all_reduce_sum(topk.top1_votes(best, peak, ids))
+    out["top1"] = topk.top1_from_votes(votes, best, ids).numpy()
+    out["top1_no_tie"] = topk.top1_from_votes(votes[:, 1:3], best[1:3], ids[1:3]).numpy()
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **out)
     print(f"rank {rank} saved", flush=True)
 

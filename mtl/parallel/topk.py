@@ -1,0 +1,76 @@
+"""The best classes over every shard (model-parallel heads): top-k by one all-gather, top-1 by votes.
+
+Two forms of one question. ``sharded_topk`` (evaluation, the softmax head's metrics): each rank's local top-k
+candidates, one all-gather, every rank merges them. ``top1_votes`` / ``top1_from_votes`` (the margin heads' training
+step): the top-1 settled inside the all-reduces the softmax already makes, with ``sharded_top1`` (k = 1 by
+all-gather) as the tie-break fallback. Ties go to the lower rank in both, as a single-process argmax decides.
+"""
+import paddle
+import paddle.distributed as dist
+
+from mtl.parallel import distributed
+from mtl.parallel.collective import pack_ids, unpack_ids
+
+
+def sharded_topk(logits: paddle.Tensor, class_ids: paddle.Tensor, k: int) -> paddle.Tensor:
+    """Global class ids ``[N, k]`` of the k largest logits over every shard (no gradient).
+
+    ``class_ids [C_k]`` are the global ids of this shard's columns; ``k`` must not exceed the total class count.
+    Each rank takes its local top-k, pads with -inf to k, and one all-gather of (value, id) pairs in float64
+    (ids exact up to 2**53) lets every rank merge the candidates of all ranks.
+    """
+    with paddle.no_grad():
+        n, c = logits.shape
+        if int(k) == 1:  # max + argmax (several times faster than topk on a wide row), then the top-1 merge
+            if c == 0:  # a rank without classes takes part in the same all-gather with empty candidates
+                best, ids = paddle.full([n], float("-inf"), dtype="float64"), paddle.full([n], -1, dtype="int64")
+            else:
+                best = logits.max(axis=1)
+                ids = paddle.gather(class_ids.astype("int64"), logits.argmax(axis=1))
+            return sharded_top1(best, ids).unsqueeze(1)
+        local_k = min(int(k), c)
+        values = paddle.full([n, k], float("-inf"), dtype="float64")
+        ids = paddle.full([n, k], -1.0, dtype="float64")
+        if local_k > 0:
+            top_values, top_columns = paddle.topk(logits, local_k, axis=1)
+            top_ids = paddle.gather(class_ids.astype("int64"), top_columns.reshape([-1])).reshape([n, local_k])
+            values[:, :local_k] = top_values.astype("float64")
+            ids[:, :local_k] = top_ids.astype("float64")
+        if distributed.is_distributed():
+            parts = []
+            dist.all_gather(parts, paddle.concat([values, ids], axis=1))
+            values = paddle.concat([p[:, :k] for p in parts], axis=1)
+            ids = paddle.concat([p[:, k:] for p in parts], axis=1)
+        _, best = paddle.topk(values, k, axis=1)
+        return paddle.take_along_axis(ids, best, axis=1).astype("int64")
+
+
+def sharded_top1(scores: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """Global class id ``[N]`` of the best score over every shard, from each rank's best ``scores [N]`` and their
+    global ``ids [N]`` (one all-gather of (score, id) pairs in float64; ties go to the lower rank)."""
+    if not distributed.is_distributed():
+        return ids
+    parts = []
+    dist.all_gather(parts, paddle.stack([scores.astype("float64"), ids.astype("float64")]))
+    stacked = paddle.stack(parts)  # [W, 2, N]
+    best = paddle.argmax(stacked[:, 0], axis=0, keepdim=True)
+    return paddle.take_along_axis(stacked[:, 1], best, axis=0)[0].astype("int64")
+
+
+def top1_votes(best: paddle.Tensor, global_best: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """This rank's rows of the SUM all-reduce that settles the global top-1 without an all-gather of its own:
+    ``[3, N]`` = (hi, lo, 1) of its best id (:func:`pack_ids`) where its best score equals ``global_best`` (the
+    scores' all-reduce MAX, folded into the softmax's), else zeros. Summed over ranks, a row with one voter holds
+    that rank's id exactly; see :func:`top1_from_votes`."""
+    mine = (best == global_best).astype(best.dtype)
+    return paddle.concat([pack_ids(ids, best.dtype).T * mine, mine.unsqueeze(0)], axis=0)
+
+
+def top1_from_votes(votes: paddle.Tensor, best: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """Global top-1 ids ``[N]`` from the summed :func:`top1_votes`: the one voter's id. Where ranks tie on the best
+    score, the lowest rank's, as :func:`sharded_top1` decides (one all-gather, taken by every rank alike since the
+    sums are equal everywhere; exact ties across shards are rare); -1 where no rank voted (a NaN score)."""
+    count = votes[2]
+    tied = distributed.is_distributed() and bool((count > 1).any())
+    predicted = sharded_top1(best, ids) if tied else unpack_ids(votes[:2].T)
+    return paddle.where(count > 0, predicted, paddle.full_like(ids, -1))
