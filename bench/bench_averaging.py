@@ -56,7 +56,7 @@ def run_variant(variant, quick, steps):
     """Time ``steps`` SGD (+ averaging) steps in this process and return the measurements as a dict."""
     import paddle
 
-    from mtl.train.averaging import EMA, ModelAverage
+    from mtl.train.averaging import EMA, WindowAverage
 
     paddle.seed(0)
     params = {f"p{i}": paddle.create_parameter(shape, "float32") for i, shape in enumerate(parameter_shapes(quick))}
@@ -71,8 +71,8 @@ def run_variant(variant, quick, steps):
         sgd_times.append(time.perf_counter() - start)
     rss_before = resident_kib()
     averager = {"none": lambda: None,
-                "ours-device": lambda: ModelAverage(params, 0.15, 3, 8),
-                "ours-offload": lambda: ModelAverage(params, 0.15, 3, 8, offload="cpu"),
+                "ours-device": lambda: WindowAverage(params, 0.15, 3, 8),
+                "ours-offload": lambda: WindowAverage(params, 0.15, 3, 8, offload="cpu"),
                 "ours-ema": lambda: EMA(params, 0.999),
                 "paddle": lambda: paddle.incubate.ModelAverage(0.15, parameters=list(params.values()),
                                                                min_average_window=3, max_average_window=8)}[variant]()

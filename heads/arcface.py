@@ -5,7 +5,7 @@ One step, as named pieces:
 2. sample (Partial FC, ``sample_ratio < 1``): every positive class of the gathered batch plus random negatives, up
    to ``ceil(sample_ratio * C)`` classes drawn over all C classes from (seed, step); each rank keeps its own range;
 3. cosine: ``cos = normalize(x) W^T * (1 / ||W_row||)`` on the kept rows of the shard (cheaper to differentiate
-   than normalising W, see DESIGN.md);
+   than normalising W, see docs/paddle-notes.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
    (``mtl.heads.margin``), then everything is multiplied by ``scale``;
 5. loss: softmax cross-entropy across shards, with the top-1 prediction settled in the same two all-reduces (MAX

@@ -9,7 +9,7 @@ import paddle
 import pytest
 
 from mtl.errors import ConfigError
-from mtl.train.averaging import EMA, ModelAverage, build_averager
+from mtl.train.averaging import EMA, WindowAverage, build_averager
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,8 +71,8 @@ def test_window_matches_paddle_through_restarts():
     optimizer = paddle.optimizer.SGD(0.1, parameters=layer.parameters())
     stock = paddle.incubate.ModelAverage(0.15, parameters=layer.parameters(), min_average_window=3,
                                          max_average_window=8)
-    ours = ModelAverage(layer, 0.15, min_average_window=3, max_average_window=8)
-    offloaded = ModelAverage(layer.named_parameters(), 0.15, 3, 8, offload="cpu")
+    ours = WindowAverage(layer, 0.15, min_average_window=3, max_average_window=8)
+    offloaded = WindowAverage(layer.named_parameters(), 0.15, 3, 8, offload="cpu")
     restarts = 0
     for _ in range(60):
         x = paddle.randn([6, 5])
@@ -103,7 +103,7 @@ def test_window_matches_paddle_and_numpy_through_the_fold(rate, min_window, max_
     (weight * 1.0).sum().backward()  # Paddle's ModelAverage only steps parameters that hold a gradient
     stock = paddle.incubate.ModelAverage(rate, parameters=[weight], min_average_window=min_window,
                                          max_average_window=max_window)
-    ours = ModelAverage({"w": weight}, rate, min_window, max_window)
+    ours = WindowAverage({"w": weight}, rate, min_window, max_window)
     steps = 16384 + 700  # with windows of 1000 a restart at 17000 ends the window that folded at 16384
     trajectory = (100.0 + np.random.default_rng(3).standard_normal((steps, 3))).astype(np.float32)
     trajectory[:, 0] = 1 + 3 * 2.0**-12  # a constant whose low bits a float32 sum of ~16384 of them rounds away
@@ -147,7 +147,7 @@ class _BatchNormNet(paddle.nn.Layer):
 def test_batchnorm_net_has_no_nan(average_batchnorm):
     model = _BatchNormNet()
     optimizer = paddle.optimizer.SGD(0.05, parameters=model.parameters())
-    averager = ModelAverage(model, 0.15, 3, 8, average_batchnorm=average_batchnorm)
+    averager = WindowAverage(model, 0.15, 3, 8, average_batchnorm=average_batchnorm)
     trajectories = {name: [] for name, _ in model.named_parameters()}
     for _ in range(14):
         train_step(model, optimizer, paddle.randn([8, 4]), lambda m, x: (m(x) ** 2).mean())
@@ -172,7 +172,7 @@ def test_head_absent_from_steps_is_averaged_over_its_unchanged_value():
     model = paddle.nn.LayerDict({"backbone": paddle.nn.Linear(4, 5), "head_a": paddle.nn.Linear(5, 2),
                                  "head_b": paddle.nn.Linear(5, 2), "never": paddle.nn.Linear(5, 2)})
     optimizer = paddle.optimizer.Momentum(0.05, momentum=0.0, parameters=model.parameters())
-    averager = ModelAverage(model, 0.15, 3, 8)
+    averager = WindowAverage(model, 0.15, 3, 8)
     trajectories = {name: [] for name, _ in model.named_parameters()}
     for step in range(30):
         feature = model["backbone"](paddle.randn([8, 4]))
@@ -198,7 +198,7 @@ def test_head_absent_from_steps_is_averaged_over_its_unchanged_value():
 def test_frozen_parameter_is_not_tracked_and_keeps_its_value():
     model = paddle.nn.Linear(3, 2)
     model.weight.stop_gradient = True
-    averager = ModelAverage(model, 0.15, 3, 8)
+    averager = WindowAverage(model, 0.15, 3, 8)
     assert averager.tracked_names == ["bias"] and averager.kept_names == ["weight"]
     for _ in range(5):
         with paddle.no_grad():
@@ -209,8 +209,8 @@ def test_frozen_parameter_is_not_tracked_and_keeps_its_value():
         np.testing.assert_array_equal(model.weight.numpy(), live)
 
 
-@pytest.mark.parametrize("factory", [lambda m: ModelAverage(m, 0.15, 3, 8), lambda m: EMA(m, 0.9),
-                                     lambda m: ModelAverage(m, 0.15, 3, 8, offload="cpu")])
+@pytest.mark.parametrize("factory", [lambda m: WindowAverage(m, 0.15, 3, 8), lambda m: EMA(m, 0.9),
+                                     lambda m: WindowAverage(m, 0.15, 3, 8, offload="cpu")])
 def test_apply_before_first_step_returns_live_weights(factory):
     model = paddle.nn.Linear(3, 2)
     averager = factory(model)
@@ -224,7 +224,7 @@ def test_apply_before_first_step_returns_live_weights(factory):
 @pytest.mark.parametrize("offload", [None, "cpu"])
 def test_nested_apply_and_step_during_apply_raise_and_keep_live_weights(offload):
     model = paddle.nn.Linear(3, 2)
-    averager = ModelAverage(model, 0.15, 3, 8, offload=offload)
+    averager = WindowAverage(model, 0.15, 3, 8, offload=offload)
     for _ in range(4):
         with paddle.no_grad():
             model.weight.set_value(np.random.standard_normal([3, 2]).astype("float32"))
@@ -251,7 +251,7 @@ def test_nested_apply_and_step_during_apply_raise_and_keep_live_weights(offload)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_low_precision_weights_accumulate_in_float32_and_keep_their_dtype(dtype):
     weight = paddle.create_parameter([4, 3], dtype, default_initializer=paddle.nn.initializer.Constant(0.0))
-    averager = ModelAverage({"head.weight": weight}, 0.15, 3, 8)
+    averager = WindowAverage({"head.weight": weight}, 0.15, 3, 8)
     trajectory = []
     for _ in range(20):
         value = paddle.to_tensor(np.random.standard_normal([4, 3]).astype("float32")).astype(dtype)
@@ -273,13 +273,13 @@ _SAVER = textwrap.dedent("""
     import sys
     import numpy as np
     import paddle
-    from mtl.train.averaging import ModelAverage
+    from mtl.train.averaging import WindowAverage
 
     def trajectory_value(shape, step):
         return np.random.default_rng(1000 + step).standard_normal(shape).astype("float32")
 
     model = paddle.nn.Sequential(paddle.nn.Linear(4, 3), paddle.nn.Linear(3, 2))
-    averager = ModelAverage(model, 0.15, 3, 8)
+    averager = WindowAverage(model, 0.15, 3, 8)
     for step in range(20):
         with paddle.no_grad():
             for index, param in enumerate(model.parameters()):
@@ -301,11 +301,11 @@ def test_state_saved_in_one_process_loads_in_a_fresh_one(tmp_path):
 
     paddle.nn.Linear(7, 7)  # shifts Paddle's auto-generated parameter names away from the saving process's
     other = paddle.nn.Linear(2, 2)
-    other_averager = ModelAverage(other, 0.15, 3, 8)  # a second averager in this process
+    other_averager = WindowAverage(other, 0.15, 3, 8)  # a second averager in this process
     other_averager.step()
     for offload in (None, "cpu"):
         model = paddle.nn.Sequential(paddle.nn.Linear(4, 3), paddle.nn.Linear(3, 2))
-        averager = ModelAverage(model, 0.15, 3, 8, offload=offload)
+        averager = WindowAverage(model, 0.15, 3, 8, offload=offload)
         averager.set_state_dict(paddle.load(state_path))
         assert averager.num_updates == 12
         for step in range(12, 20):
@@ -323,7 +323,7 @@ def test_state_saved_in_one_process_loads_in_a_fresh_one(tmp_path):
 
 def test_state_type_and_names_are_checked():
     model = paddle.nn.Linear(3, 2)
-    window, ema = ModelAverage(model, 0.15, 3, 8), EMA(model, 0.9)
+    window, ema = WindowAverage(model, 0.15, 3, 8), EMA(model, 0.9)
     window.step()
     ema.step()
     with pytest.raises(ValueError, match="type 'window'"):
@@ -333,7 +333,7 @@ def test_state_type_and_names_are_checked():
     with pytest.raises(ValueError, match=r"missing \['bias'\], unexpected \['extra'\]"):
         window.set_state_dict(state)
     with pytest.raises(TypeError, match="named_parameters"):
-        ModelAverage(model.parameters(), 0.15)
+        WindowAverage(model.parameters(), 0.15)
 
 
 @pytest.mark.parametrize("warmup,bias_correction", [(True, True), (True, False), (False, True), (False, False)])
@@ -372,8 +372,8 @@ def test_ema_does_not_drift_over_a_long_run(offload):
 def test_shards_averaged_separately_equal_the_averaged_full_weight():
     full = paddle.create_parameter([6, 5], "float32")
     shards = [paddle.create_parameter([6, 3], "float32"), paddle.create_parameter([6, 2], "float32")]
-    averagers = [ModelAverage({"head.weight": full}, 0.15, 3, 8)]
-    averagers += [ModelAverage({"head.weight": shard}, 0.15, 3, 8) for shard in shards]
+    averagers = [WindowAverage({"head.weight": full}, 0.15, 3, 8)]
+    averagers += [WindowAverage({"head.weight": shard}, 0.15, 3, 8) for shard in shards]
     for _ in range(25):
         value = np.random.standard_normal([6, 5]).astype("float32")
         with paddle.no_grad():
@@ -392,14 +392,14 @@ _SHARD_RANK = textwrap.dedent("""
     import numpy as np
     import paddle
     import paddle.distributed as dist
-    from mtl.train.averaging import ModelAverage
+    from mtl.train.averaging import WindowAverage
     from mtl.parallel.distributed import shard_range
 
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()
     start, count = shard_range(5, world, rank)
     shard = paddle.create_parameter([count, 3], "float32")
-    averager = ModelAverage({"head.weight": shard}, 0.15, 3, 8)
+    averager = WindowAverage({"head.weight": shard}, 0.15, 3, 8)
     for step in range(25):
         full = np.random.default_rng(step).standard_normal([5, 3]).astype("float32")
         with paddle.no_grad():
@@ -420,7 +420,7 @@ def test_two_process_shards_equal_one_process_average(tmp_path):
                     str(tmp_path / "log"), str(script), str(tmp_path)], check=True, env=env, cwd=ROOT,
                    capture_output=True, timeout=300)
     full = paddle.create_parameter([5, 3], "float32")
-    averager = ModelAverage({"head.weight": full}, 0.15, 3, 8)
+    averager = WindowAverage({"head.weight": full}, 0.15, 3, 8)
     for step in range(25):
         with paddle.no_grad():
             full.set_value(np.random.default_rng(step).standard_normal([5, 3]).astype("float32"))
@@ -435,7 +435,7 @@ def test_build_averager_from_config():
     model = paddle.nn.Linear(3, 2)
     window = build_averager({"type": "window", "average_window_rate": 0.15, "min_average_window": 3,
                              "max_average_window": 8, "offload": "cpu"}, model)
-    assert isinstance(window, ModelAverage) and window.offload == "cpu" and window.max_average_window == 8
+    assert isinstance(window, WindowAverage) and window.offload == "cpu" and window.max_average_window == 8
     ema = build_averager({"type": "ema", "decay": 0.99, "warmup": False}, model.named_parameters())
     assert isinstance(ema, EMA) and ema.decay == 0.99 and not ema.warmup
     assert build_averager(None, model) is None and build_averager({"type": "none"}, model) is None

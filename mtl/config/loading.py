@@ -60,7 +60,7 @@ def _below_one(value):
 
 AVERAGING = {
     "type": Opt(str, "none", nullable=True, choices=["window", "ema", "none"],
-                doc="window: Paddle's sliding-window ModelAverage; ema: exponential moving average"),
+                doc="window: Paddle's sliding-window average (WindowAverage); ema: exponential moving average"),
     "average_window_rate": Opt(float, None, nullable=True, min=0.0, doc="window (required): window / updates"),
     "min_average_window": Opt(int, None, nullable=True, min=0, doc="window: smallest window (default 10000)"),
     "max_average_window": Opt(int, None, nullable=True, min=0, doc="window: largest window (default 10000)"),

@@ -1,6 +1,6 @@
 """One step's backward under a task-weighting strategy (``weighting:`` in the job; :mod:`mtl.weighting`).
 
-Exact under data + model parallelism (DESIGN.md, "Task balancing"):
+Exact under data + model parallelism (docs/architecture.md, "Task weighting across processes"):
 
 * Loss-based strategies see the global task losses (equal on every rank), so every rank computes the same weights;
   the backward is the usual one with each task's loss multiplied by its weight (heads and backbone alike).

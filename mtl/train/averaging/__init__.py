@@ -1,8 +1,9 @@
-"""Weight averaging for evaluation and export: Paddle's sliding window (``ModelAverage``) and an ``EMA``.
+"""Weight averaging for evaluation and export: Paddle's sliding window (``WindowAverage``, with the averages of
+``paddle.incubate.ModelAverage``) and an ``EMA``.
 
 Both share one API, made to be wired into a training loop::
 
-    averager = build_averager(job["averaging"], model)      # or ModelAverage(model, 0.15, 3, 8)
+    averager = build_averager(job["averaging"], model)      # or WindowAverage(model, 0.15, 3, 8)
     for batch in batches:
         loss.backward(); optimizer.step(); optimizer.clear_grad()
         averager.step()                                      # every tracked tensor, gradient or not
@@ -20,6 +21,6 @@ only while ``apply()`` is active. Averaging needs no communication: each rank av
 from mtl.train.averaging.base import Averager, InvalidOption, collect_tensors
 from mtl.train.averaging.config import build_averager
 from mtl.train.averaging.ema import EMA
-from mtl.train.averaging.window import ModelAverage
+from mtl.train.averaging.window import WindowAverage
 
-__all__ = ["Averager", "EMA", "InvalidOption", "ModelAverage", "build_averager", "collect_tensors"]
+__all__ = ["Averager", "EMA", "InvalidOption", "WindowAverage", "build_averager", "collect_tensors"]

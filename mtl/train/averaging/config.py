@@ -4,11 +4,11 @@ from collections.abc import Mapping
 from mtl.errors import ConfigError
 from mtl.train.averaging.base import InvalidOption
 from mtl.train.averaging.ema import EMA
-from mtl.train.averaging.window import ModelAverage
+from mtl.train.averaging.window import WindowAverage
 
 COMMON_KEYS = ("offload", "average_batchnorm")
 KINDS = {
-    "window": (ModelAverage, ("average_window_rate", "min_average_window", "max_average_window") + COMMON_KEYS),
+    "window": (WindowAverage, ("average_window_rate", "min_average_window", "max_average_window") + COMMON_KEYS),
     "ema": (EMA, ("decay", "warmup", "bias_correction") + COMMON_KEYS),
 }
 REQUIRED = {"window": ("average_window_rate",), "ema": ()}

@@ -1,4 +1,4 @@
-"""Exponential moving average of the weights, with the same API as the sliding-window ``ModelAverage``.
+"""Exponential moving average of the weights, with the same API as the sliding-window ``WindowAverage``.
 
 At update n = 1, 2, ... (``n - 1`` updates done before it) the decay is
 
@@ -34,7 +34,7 @@ def warmed_decay(decay, updates_done, warmup=True) -> float:
 class EMA(Averager):
     """Exponential moving average of the tracked weights (see the module docstring for the formulas).
 
-    ``parameters``, ``offload``, ``average_batchnorm`` and ``buffers`` mean what they mean for ``ModelAverage``;
+    ``parameters``, ``offload``, ``average_batchnorm`` and ``buffers`` mean what they mean for ``WindowAverage``;
     ``decay`` must be in [0, 1).
     """
 

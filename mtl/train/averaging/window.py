@@ -32,7 +32,7 @@ def restart_threshold(num_updates, rate, max_window) -> int:
     return min(int(max_window), int(np.float32(num_updates) * np.float32(rate)))
 
 
-class ModelAverage(Averager):
+class WindowAverage(Averager):
     """Sliding-window average of the weights with Paddle's semantics and none of its dygraph pitfalls.
 
     ``parameters``: a Layer, ``layer.named_parameters()`` or a dict name -> tensor (state is keyed by these
