@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.config.loading import OPTIMIZER
+from mtl.config.keys import OPTIMIZER
 from mtl.config.schema import validate
 from mtl.parallel.strategy import global_grad_norm, scale_to_norm
 from mtl.train.optim import build_lr, build_optimizer

@@ -8,7 +8,8 @@ import sys
 
 from tabulate import tabulate
 
-from mtl.config.loading import JOB, REPO_ROOT, TASK
+from mtl.config.keys import JOB, TASK
+from mtl.config.loading import REPO_ROOT
 from mtl.config.schema import describe
 
 BEGIN, END = "<!-- config-reference -->", "<!-- /config-reference -->"

@@ -1,0 +1,131 @@
+"""The schema of every key of a job config and of a task file: type, default, allowed values and meaning.
+
+``JOB`` and ``TASK`` are read by the validator (:mod:`mtl.config.schema`) when a job loads, and by the configuration
+reference (``docs/configuration.md``, generated from them by :mod:`mtl.config.reference`).
+"""
+from mtl.config.schema import Opt, Section
+
+
+def _component(value):
+    if isinstance(value, str):
+        return None
+    if not isinstance(value, dict) or "type" not in value:
+        return "expected a mapping with a 'type' key naming a registered component"
+    return None
+
+
+SCHEDULE = {
+    "mode": Opt(str, "joint", choices=["joint", "sample"], doc="joint: every task in every step; sample: one task"),
+    "batch_size": Opt(int, 64, min=1, doc="global batch size (all processes together)"),
+    "steps": Opt(int, 1000, min=1, doc="training steps"),
+    "sampling": Opt(str, "ratio", choices=["ratio", "proportional", "temperature", "uniform"],
+                    doc="sample mode: how the task of a step is drawn"),
+    "temperature": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="sample mode: p_t ~ size_t^(1/T)"),
+}
+
+OPTIMIZER = {
+    "type": Opt(str, "momentum", choices=["sgd", "momentum", "adamw"], doc="paddle.optimizer class"),
+    "lr": Opt(float, 0.1, min=0.0, min_exclusive=True, doc="peak learning rate"),
+    "momentum": Opt(float, 0.9, min=0.0, max=1.0, doc="momentum (momentum only)"),
+    "weight_decay": Opt(float, 5e-4, min=0.0, doc="L2 (sgd/momentum) or decoupled (adamw) weight decay"),
+    "betas": Opt(list, [0.9, 0.999], check=lambda v: None if len(v) == 2 and all(
+        isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v)
+        else f"expected two numbers in [0, 1), got {v!r}", doc="adamw betas"),
+    "warmup_steps": Opt(int, 0, min=0, doc="linear warm-up steps"),
+    "decay": Opt(str, "cosine", choices=["none", "cosine", "step"], doc="learning-rate decay after warm-up"),
+    "min_lr": Opt(float, 0.0, min=0.0, doc="cosine: final learning rate"),
+    "step_size": Opt(int, 1000, min=1, doc="step decay: steps between decays"),
+    "gamma": Opt(float, 0.1, min=0.0, max=0.999999, doc="step decay: factor (< 1)"),
+    "clip_norm": Opt(float, None, nullable=True, min=0.0, min_exclusive=True, doc="global-norm gradient clipping"),
+}
+
+def _check_averaging(section, source, key):
+    """The averaging keys fit its type (imported late: Paddle must not start before the thread count is set)."""
+    from mtl.train.averaging.config import check_averaging
+
+    check_averaging(section, source, key)
+
+
+def _below_one(value):
+    return None if value < 1.0 else f"expected a number in [0, 1), got {value!r}"
+
+
+AVERAGING = {
+    "type": Opt(str, "none", nullable=True, choices=["window", "ema", "none"],
+                doc="window: Paddle's sliding-window average (WindowAverage); ema: exponential moving average"),
+    "average_window_rate": Opt(float, None, nullable=True, min=0.0, doc="window (required): window / updates"),
+    "min_average_window": Opt(int, None, nullable=True, min=0, doc="window: smallest window (default 10000)"),
+    "max_average_window": Opt(int, None, nullable=True, min=0, doc="window: largest window (default 10000)"),
+    "decay": Opt(float, None, nullable=True, min=0.0, check=_below_one, doc="ema: decay in [0, 1) (default 0.999)"),
+    "warmup": Opt(bool, None, nullable=True, doc="ema: decay min(decay, (1 + t) / (10 + t)) (default true)"),
+    "bias_correction": Opt(bool, None, nullable=True, doc="ema: divide by 1 - decay^t (default true)"),
+    "offload": Opt(str, None, nullable=True, choices=["cpu", "none"], doc="cpu: keep the sums in host memory"),
+    "average_batchnorm": Opt(bool, None, nullable=True, doc="also average BatchNorm statistics (default false)"),
+}
+
+JOB = {
+    "seed": Opt(int, 0, min=0, doc="seed of the schedule, the sample order and the initialisation"),
+    "output_dir": Opt(str, "runs/job", doc="where metrics, checkpoints and plots go"),
+    "device": Opt(str, "auto", choices=["auto", "cpu", "gpu"], doc="auto: GPU when Paddle has CUDA, else CPU"),
+    "threads": Opt(int, None, nullable=True, min=1, doc="intra-op CPU threads (default: cores / local processes)"),
+    "tune_malloc": Opt(bool, True, doc="glibc: keep freed memory for reuse: faster large CPU steps, higher RSS"),
+    "plugins": Opt(list, [], doc="extra folders whose .py files are imported as plug-ins"),
+    "tasks": Opt(list, doc="task files (YAML or Python), task names found in tasks/, or inline task mappings"),
+    "backbone": Opt((dict, str), check=_component, doc="backbone component: {type: name, ...params}"),
+    "precision": Opt(str, "fp32", choices=["fp32", "bf16", "fp16"],
+                     doc="backbone compute precision (heads stay float32); float32 on the CPU"),
+    "amp_level": Opt(str, "O1", choices=["O1", "O2"], doc="paddle.amp level of the backbone (O2: float32 masters)"),
+    "loss_scale": Section({
+        "init": Opt(float, 32768.0, min=0.0, min_exclusive=True, doc="initial loss scale"),
+        "growth": Opt(float, 2.0, min=1.0, min_exclusive=True, doc="factor after growth_interval good steps"),
+        "backoff": Opt(float, 0.5, min=0.0, max=0.999999, min_exclusive=True, doc="factor on an overflow"),
+        "growth_interval": Opt(int, 1000, min=1, doc="good steps in a row before the scale grows"),
+        "min": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="below it a non-finite gradient is not an overflow"),
+    }, doc="fp16: dynamic loss scaling, the same decision on every rank"),
+    "on_nonfinite": Opt(str, "stop", choices=["stop", "skip"],
+                        doc="a step with a NaN/inf loss or gradient: stop the job, or skip the step's update"),
+    "max_consecutive_nonfinite": Opt(int, 10, min=1, doc="skip: stop after this many bad steps in a row"),
+    "weighting": Opt((dict, str), "static", check=_component,
+                     doc="task weighting strategy: {type: name, ...params} (mtl plugins lists them)"),
+    "schedule": Section(SCHEDULE, doc="how steps are composed"),
+    "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
+    "log": Section({
+        "every": Opt(int, 10, min=1, doc="write metrics.jsonl (one record per step), the log and the progress bar "
+                                         "every N steps"),
+        "progress": Opt(bool, True, doc="show a progress bar (rank 0)"),
+        "plot": Opt(bool, True, doc="write loss_curves.png at the end"),
+        "visualdl": Opt(bool, False, doc="write every logged scalar to output_dir/vdl/ (VisualDL, optional extra)"),
+    }, doc="logging"),
+    "eval": Section({
+        "every": Opt(int, 0, min=0, doc="evaluate every N steps (0: only at the end)"),
+        "batch_size": Opt(int, 256, min=1, doc="evaluation batch size"),
+    }, doc="evaluation"),
+    "checkpoint": Section({
+        "every": Opt(int, 0, min=0, doc="save every N steps (0: only the final step)"),
+        "keep": Opt(int, 3, min=1, doc="how many checkpoints to keep"),
+    }, doc="checkpoints"),
+    "averaging": Section(AVERAGING, check=_check_averaging,
+                         doc="averaged weights for evaluation, checkpoints and export"),
+    "data": Section({
+        "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank"),
+        "check_batches": Opt(bool, True, doc="check the first batch of every task against the declared fields"),
+    }, doc="data loading"),
+    "distributed": Section({
+        "sync_bn": Opt(bool, False, doc="synchronised BatchNorm across processes"),
+    }, doc="multi-process settings"),
+}
+
+TASK = {
+    "name": Opt(str, doc="task name (unique in the job)"),
+    "reader": Opt((dict, str), check=_component, doc="reader component"),
+    "head": Opt((dict, str), check=_component, doc="head component"),
+    "ratio": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="share of the batch (joint) or draw weight (sample)"),
+    "loss_weight": Opt(float, 1.0, min=0.0, doc="weight of this task's loss in the total"),
+    "eval": Section({
+        "enabled": Opt(bool, True, doc="evaluate this task"),
+        "reader": Opt(dict, {"split": "eval"}, doc="overrides of the reader config for evaluation"),
+        "max_samples": Opt(int, None, nullable=True, min=1, doc="evaluate at most this many samples"),
+        "sets": Opt(list, [], doc="verification sets: .bin files or pairs lists (path, or {path, root, name})"),
+        "split": Opt(bool, True, doc="also evaluate the head on the reader's eval split"),
+    }, nullable=True, doc="evaluation of the task"),
+}
