@@ -1,7 +1,7 @@
 """The ``mtl`` command: one sub-command per module of :mod:`mtl.commands`, registered explicitly in ``COMMANDS``.
 
 User errors (:class:`mtl.errors.MtlError`) print one line and exit with status 2; nothing else is swallowed.
-Paddle's own console noise is silenced before Paddle is imported (:func:`mtl.runtime.configure_console`);
+Paddle's own console noise is silenced before Paddle is imported (:func:`mtl.console.configure_console`);
 ``--verbose`` on any sub-command shows it. A command module imports Paddle only inside its functions.
 """
 import argparse
@@ -91,7 +91,7 @@ def train_main(argv=None):
 
 def configure_console(verbose):
     """Quiet Paddle's console noise unless ``verbose`` (before anything imports Paddle)."""
-    from mtl.runtime import configure_console as configure
+    from mtl.console import configure_console as configure
 
     configure(verbose)
 

@@ -22,7 +22,7 @@ from mtl.arrays import to_numpy
 from mtl.errors import ConfigError
 
 # Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
-# before the console is configured (mtl.runtime.configure_console).
+# before the console is configured (mtl.console.configure_console).
 
 _SHARD_FILE = re.compile(r"^(?P<task>.+)\.shard(?P<rank>\d+)of(?P<world>\d+)(?P<suffix>(\.averaged)?\.pdparams)$")
 _SCALAR_ACCUMULATORS = ("pow_acc",)
