@@ -1,4 +1,5 @@
-"""Data machinery: the step schedule, step batches, record formats, image transforms and the ``mtl data`` tools.
+"""Data machinery: the step schedule, step batches, record formats (RecordIO, verification sets), image transforms
+and preprocessing.
 
-Reader plug-ins live in :mod:`mtl.readers`.
+Reader plug-ins live in :mod:`mtl.readers`; the ``mtl data`` command in :mod:`mtl.commands.data`.
 """
