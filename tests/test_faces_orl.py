@@ -169,7 +169,7 @@ def test_shortened_orl_recipe_runs_and_evaluates_unseen_people(tmp_path):
     assert overlap.returncode == 0, overlap.stderr[-3000:]
     found = json.load(open(tmp_path / "o.json"))
     assert all(set(m) == {"task_a", "class_a", "task_b", "class_b", "similarity"} for m in found)
-    assert "verification images are as close to a training class" in overlap.stdout
+    assert "verification images are as close to a training identity" in overlap.stdout
 
 
 @pytest.mark.slow

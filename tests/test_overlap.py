@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mtl.cli import build_parser
-from mtl.commands.overlap import match_classes
+from mtl.commands.overlap import calibrated_threshold, chosen_images, match_classes, overlaps, templates
 from mtl.config.loading import load_job
 from mtl.errors import ConfigError
 from mtl.job import build_job
@@ -67,16 +67,57 @@ def write_run(tmp_path):
 
 def test_overlap_cli_on_a_synthetic_run(tmp_path, capsys):
     run = write_run(tmp_path)
-    args = build_parser().parse_args(["overlap", str(run), "--json", str(tmp_path / "o.json")])
+    args = build_parser().parse_args(["overlap", str(run), "--centres", "--json", str(tmp_path / "o.json")])
     args.func(args)
     found = json.load(open(tmp_path / "o.json"))
     assert {(m["task_a"], m["class_a"], m["task_b"], m["class_b"]) for m in found} == \
         {("a", ca, "b", cb) for ca, cb in SHARED.items()}
     assert all(set(m) == {"task_a", "class_a", "task_b", "class_b", "similarity"} for m in found)
     assert "4 likely-same identities" in capsys.readouterr().out
-    args = build_parser().parse_args(["overlap", str(run), "--threshold", "1.5"])
+    args = build_parser().parse_args(["overlap", str(run), "--centres", "--threshold", "1.5"])
     with pytest.raises(ConfigError, match="threshold"):
         args.func(args)
     with pytest.raises(ConfigError, match="no job.json"):
         args = build_parser().parse_args(["overlap", str(tmp_path)])
         args.func(args)
+
+
+# ----------------------------------------------------------------------------------------------- templates
+def people_images(rng, people, per_person, dim=24, noise=0.6):
+    """Embeddings of ``per_person`` images of each of ``people`` (rows of a fixed identity matrix plus noise)."""
+    identity = np.random.default_rng(99).standard_normal((40, dim))
+    feats = np.concatenate([identity[p] + noise * rng.standard_normal((per_person, dim)) for p in people])
+    return feats, np.repeat(np.arange(len(people)), per_person)
+
+
+def test_templates_and_half_cosines_against_numpy():
+    rng = np.random.default_rng(1)
+    feats, labels = people_images(rng, [3, 4, 5], 5)
+    out, halves = templates(feats, labels, num_classes=4)  # class 3 has no image
+    unit = feats / np.linalg.norm(feats, axis=1, keepdims=True)
+    for c in range(3):
+        rows = unit[labels == c]
+        mean = rows.mean(axis=0)
+        assert np.allclose(out[c], mean / np.linalg.norm(mean))
+        even, odd = rows[0::2].mean(axis=0), rows[1::2].mean(axis=0)
+        assert halves[c] == pytest.approx(even @ odd / np.linalg.norm(even) / np.linalg.norm(odd))
+    assert not out[3].any() and np.isnan(halves[3])
+    assert chosen_images(np.array([2, 0, 2, 2, 0, 1]), 2).tolist() == [0, 1, 2, 4, 5]
+
+
+def test_calibrated_decision_finds_the_shared_people_and_nothing_else():
+    """Dataset B holds people 5, 2, 7, 0 of dataset A (other images) and four people of its own: the calibrated
+    rule finds exactly the four; two datasets without a shared person give no pair."""
+    rng = np.random.default_rng(2)
+    a = templates(*people_images(rng, list(range(10)), 8), 10)
+    b = templates(*people_images(rng, [5, 2, 7, 0, 20, 21, 22, 23], 8), 8)
+    c = templates(*people_images(rng, [30, 31, 32, 33, 34], 8), 5)
+    limit = calibrated_threshold([a[1], b[1], c[1]])
+    halves = np.concatenate([a[1], b[1], c[1]])
+    assert limit == pytest.approx(np.percentile(halves, 5))
+    found = overlaps({"a": a[0], "b": b[0]}, limit)
+    assert {(m["class_a"], m["class_b"]) for m in found} == set(SHARED.items())
+    assert overlaps({"a": a[0], "c": c[0]}, limit) == []
+    assert len(overlaps({"a": a[0], "c": c[0]}, limit, all_mutual=True)) >= 1  # mutual NN alone would say more
+    with pytest.raises(ConfigError, match="cannot be calibrated"):
+        calibrated_threshold([np.full(3, np.nan)])

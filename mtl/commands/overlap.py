@@ -1,24 +1,26 @@
 """``mtl overlap RUN_DIR``: which identities of one task's classifier are likely the same people as another's.
 
-The problem of the motivating case: face datasets whose identities overlap, each with its own head. After training,
-every class-label head (arcface, cosface, softmax: :class:`mtl.heads.sharded.ShardedClassHead`) holds one centre per
-class, in the shared embedding space. For each pair of tasks (A, B) the cosine similarity of every centre of A with
-every centre of B is computed (``S = A_hat B_hat^T``, rows L2-normalised); a pair (a, b) is *mutual nearest
-neighbours* when b = argmax_j S[a, j] and a = argmax_i S[i, b]. The decision: mutual nearest neighbours with
-``S[a, b] > threshold``.
+The problem of the motivating case: face datasets whose identities may overlap, each with its own head. After
+training, every identity of a class-label head (arcface, cosface, softmax: :class:`mtl.heads.sharded.ShardedClassHead`)
+gets a *template*: the mean of the unit embeddings of (up to ``--images-per-class``) of its training images,
+augmentation off, L2-normalised. For each pair of tasks (A, B), ``S = T_A T_B^T`` holds the cosines of every template
+of A with every template of B; a pair (a, b) is *mutual nearest neighbours* when b = argmax_j S[a, j] and
+a = argmax_i S[i, b].
 
-Default threshold 0.5 (see the README): centres of different people are pushed apart by the margin loss and by
-chance two unrelated directions in D = 128 dimensions have cosine ~ N(0, 1/D) (sd 0.09, so the largest of 20 x 20
-is about 0.3); the same person seen by two heads gets two centres pointing at the same cluster of embeddings.
-Measured on the ORL recipe (people 7-14 in both datasets, seed 0): the shared people score 0.79-0.89; people found in
-only one dataset can still be each other's mutual nearest neighbours (their true match is absent) and then scored up
-to 0.76, so a stricter T trades recall for precision (see the README's figures).
+The decision is calibrated on the run itself: mutual nearest neighbours whose cosine reaches what two halves of one
+person's own images reach. Every training identity with two images or more is split into its even- and odd-numbered
+images; the cosine of the two half-templates is a same-person similarity measured inside its own head. The threshold
+is the 5th percentile of those cosines over every identity of every head (``--percentile``). Two people who are
+merely the least different ones of two datasets are mutual nearest neighbours too (their true match is absent), but
+they fall well below it (measured figures: docs/faces.md).
 
-Class centres come from the averaged weights when the checkpoint has them. ``--embed`` uses instead the mean
-embedding of each class's training images (augmentation off). ``--sets`` also flags images of each task's open-set
-evaluation split and verification sets whose embedding is as close to a training class (of any task) as that
-class's own training images: cosine with the class centre above the 5th percentile of the training images' cosine
-with their own centre. Such images are possible train/test identity leakage.
+``--threshold T`` replaces the calibration by a fixed cosine; ``--centres`` compares the heads' class centres (their
+weights, averaged when the run averaged) instead of templates: it needs no data but has no calibration (default
+threshold 0.5; centres of different people are pushed apart inside a head, not across heads, so unrelated people
+of two datasets reach 0.5-0.7). ``--sets`` also flags images of each task's open-set evaluation split and of its
+verification sets whose embedding is as close to a training identity (of any task) as that identity's own training
+images: cosine with its template (or centre) above the 5th percentile of the training images' cosine with their own.
+Such images are possible train/test identity leakage.
 """
 import json
 import os
@@ -28,14 +30,17 @@ import numpy as np
 from mtl.arrays import unit_rows
 from mtl.errors import ConfigError
 
-DEFAULT_THRESHOLD = 0.5
+CENTRES_THRESHOLD = 0.5  # --centres without --threshold
+PERCENTILE = 5.0
+IMAGES_PER_CLASS = 20
 
 
-def match_classes(centres_a, centres_b, threshold: float = DEFAULT_THRESHOLD, all_mutual: bool = False):
-    """Likely-same classes of two ``[C, D]`` centre sets: list of ``{class_a, class_b, similarity, mutual}``.
+def match_classes(centres_a, centres_b, threshold: float = CENTRES_THRESHOLD, all_mutual: bool = False):
+    """Likely-same classes of two ``[C, D]`` centre (or template) sets: list of ``{class_a, class_b, similarity,
+    mutual}``.
 
-    Every mutual-nearest-neighbour pair is listed when ``all_mutual``; otherwise only those with similarity above
-    ``threshold`` (the decision). Sorted by decreasing similarity.
+    Every mutual-nearest-neighbour pair is listed when ``all_mutual``; otherwise only those with similarity at
+    least ``threshold`` (the decision). Sorted by decreasing similarity.
     """
     sim = unit_rows(centres_a) @ unit_rows(centres_b).T
     best_b = np.argmax(sim, axis=1)
@@ -43,7 +48,7 @@ def match_classes(centres_a, centres_b, threshold: float = DEFAULT_THRESHOLD, al
     found = []
     for a, b in enumerate(best_b):
         mutual = bool(best_a[b] == a)
-        if mutual and (all_mutual or sim[a, b] > threshold):
+        if mutual and (all_mutual or sim[a, b] >= threshold):
             found.append({"class_a": int(a), "class_b": int(b), "similarity": float(sim[a, b]), "mutual": mutual})
     return sorted(found, key=lambda m: -m["similarity"])
 
@@ -74,37 +79,93 @@ def load_run(run_dir: str):
     return job, ckpt, averaged
 
 
-def class_centres(job, ckpt, averaged, embed=False, batch_size=256):
-    """``{task: [C, D] centres}`` of every class-label head: head weights, or mean training embeddings (``embed``)."""
+def class_label_tasks(job):
+    """The tasks whose head classifies identities (class centres sharded by class); two are needed."""
     from mtl.heads.sharded import ShardedClassHead
+
+    tasks = [t for t in job.tasks if isinstance(t.head, ShardedClassHead)]
+    if len(tasks) < 2:
+        raise ConfigError(f"the run has {len(tasks)} class-label head(s): an overlap report needs two")
+    return tasks
+
+
+def class_centres(job, ckpt, averaged):
+    """``{task: [C, D] class centres}`` of every class-label head (its weights, merged from the shards)."""
     from mtl.train import checkpoint
 
-    centres = {}
-    for task in job.tasks:
-        if not isinstance(task.head, ShardedClassHead):
-            continue
-        if embed:
-            features, labels = _embed_reader(job, task.reader, task.head.label_field, batch_size)
-            sums = np.zeros((task.head.num_classes, features.shape[1]))
-            np.add.at(sums, labels, unit_rows(features))
-            centres[task.name] = sums
-        else:
-            centres[task.name] = checkpoint.merged_head_state(ckpt, task.name, averaged=averaged)["weight"]
-    if len(centres) < 2:
-        raise ConfigError(f"the run has {len(centres)} class-label head(s): an overlap report needs two")
-    return centres
+    return {t.name: checkpoint.merged_head_state(ckpt, t.name, averaged=averaged)["weight"]
+            for t in class_label_tasks(job)}
 
 
-def _embed_reader(job, reader, label_field, batch_size):
-    """Embeddings [N, D] (numpy) and labels of every sample of ``reader``, augmentation off."""
-    from mtl.evaluation.evaluator import embed
+def chosen_images(labels, per_class: int) -> np.ndarray:
+    """Indices of the first ``per_class`` samples of every class, in sample order (deterministic)."""
+    labels = np.asarray(labels).reshape(-1)
+    order = np.argsort(labels, kind="stable")
+    first = np.searchsorted(labels[order], labels[order], side="left")
+    rank = np.arange(len(order)) - first
+    return np.sort(order[rank < per_class])
+
+
+def templates(features, labels, num_classes: int):
+    """``(templates [C, D], halves [C])`` from the embeddings of one head's chosen training images.
+
+    ``template_c = unit(mean of unit(f_i) over class c)``; ``halves_c`` is the cosine of the templates of class c's
+    even- and odd-numbered images (NaN with fewer than two images): the same-person similarity the decision is
+    calibrated on. A class without images keeps a zero template (it matches nothing)."""
+    unit = unit_rows(features)
+    labels = np.asarray(labels).reshape(-1)
+    out = np.zeros((num_classes, unit.shape[1]))
+    halves = np.full(num_classes, np.nan)
+    for c in np.unique(labels):
+        rows = unit[labels == c]
+        out[c] = unit_rows(rows.mean(axis=0, keepdims=True))[0]
+        if len(rows) >= 2:
+            even = unit_rows(rows[0::2].mean(axis=0, keepdims=True))[0]
+            odd = unit_rows(rows[1::2].mean(axis=0, keepdims=True))[0]
+            halves[c] = float(even @ odd)
+    return out, halves
+
+
+def calibrated_threshold(halves, percentile: float = PERCENTILE) -> float:
+    """The ``percentile`` of the same-person half-template cosines of every identity that has them."""
+    values = np.concatenate([np.asarray(h)[np.isfinite(h)] for h in halves])
+    if len(values) == 0:
+        raise ConfigError("no training identity has two images: the overlap threshold cannot be calibrated; pass "
+                          "--threshold")
+    return float(np.percentile(values, percentile))
+
+
+def class_templates(job, per_class: int = IMAGES_PER_CLASS, batch_size: int = 256):
+    """``({task: templates [C, D]}, {task: half-template cosines [C]})`` of every class-label head's training
+    identities (up to ``per_class`` images each, augmentation off)."""
+    found, halves = {}, {}
+    for task in class_label_tasks(job):
+        picked = chosen_images(task.reader.labels(), per_class)
+        features, labels = _embed_reader(job, task.reader, task.head.label_field, batch_size, picked)
+        found[task.name], halves[task.name] = templates(features, labels, task.head.num_classes)
+    return found, halves
+
+
+def _embed_reader(job, reader, label_field, batch_size, indices=None):
+    """Embeddings [N, D] (numpy) and labels of the samples ``indices`` of ``reader`` (all by default), augmentation
+    off."""
+    import paddle
+
+    from mtl.data.steps import collate
 
     reader.set_augmentation(False)
-    features, rest = embed(job.backbone, reader, batch_size)
-    return features.numpy(), np.asarray(rest[label_field]).reshape(-1).astype(np.int64)
+    indices = np.arange(len(reader)) if indices is None else np.asarray(indices)
+    names = [f.name for f in job.backbone.input_fields()]
+    features, labels = [], []
+    with paddle.no_grad():
+        for start in range(0, len(indices), batch_size):
+            batch = collate([reader[int(i)] for i in indices[start:start + batch_size]])
+            features.append(job.backbone({n: paddle.to_tensor(batch[n]) for n in names}).numpy())
+            labels.append(np.asarray(batch[label_field]).reshape(-1))
+    return np.concatenate(features), np.concatenate(labels).astype(np.int64)
 
 
-def overlaps(centres, threshold=DEFAULT_THRESHOLD, all_mutual=False):
+def overlaps(centres, threshold=CENTRES_THRESHOLD, all_mutual=False):
     """Likely-same identities over every pair of tasks: list of ``{task_a, class_a, task_b, class_b, similarity,
     mutual}``."""
     names = list(centres)
@@ -118,9 +179,31 @@ def overlaps(centres, threshold=DEFAULT_THRESHOLD, all_mutual=False):
     return found
 
 
-def leak_threshold(job, centres, percentile=5.0, batch_size=256):
+def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_class=IMAGES_PER_CLASS):
+    """``(job, centres or templates, matches, decision)`` of a finished run; ``decision`` says how the threshold
+    was set: ``{"threshold", "how", ...}``."""
+    job, ckpt, averaged = load_run(run_dir)
+    if centres:
+        bank = class_centres(job, ckpt, averaged)
+        limit = CENTRES_THRESHOLD if threshold is None else float(threshold)
+        decision = {"threshold": limit, "how": f"fixed; class centres ({'averaged' if averaged else 'live'} weights)"}
+    else:
+        bank, halves = class_templates(job, per_class)
+        identities = int(sum(np.isfinite(h).sum() for h in halves.values()))
+        if threshold is None:
+            limit = calibrated_threshold(list(halves.values()), percentile)
+            how = (f"calibrated: the {percentile:g}th percentile of the same-person cosines of {identities} training "
+                   f"identities (two halves of their images)")
+        else:
+            limit, how = float(threshold), "fixed"
+        decision = {"threshold": limit, "how": how + f"; templates of up to {per_class} training images"}
+    decision["checkpoint"] = ckpt
+    return job, bank, overlaps(bank, limit), decision
+
+
+def leak_threshold(job, centres, percentile=PERCENTILE, batch_size=256):
     """The cosine above which an evaluation image counts as "as close to a class as its own training images": the
-    ``percentile`` of every training image's cosine with its own class centre (augmentation off)."""
+    ``percentile`` of every training image's cosine with its own class's centre or template (augmentation off)."""
     own = []
     for task in job.tasks:
         if task.name in centres:
@@ -160,29 +243,27 @@ def leaks(job, centres, threshold, batch_size=256):
     return flagged, checked
 
 
-def report(run_dir, threshold=DEFAULT_THRESHOLD, embed=False, sets=False, json_path=None):
+def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, percentile=PERCENTILE,
+           per_class=IMAGES_PER_CLASS):
     """Run the overlap analysis of ``run_dir``; print tables; write ``json_path`` (a list of matches) if given."""
     from tabulate import tabulate
 
-    job, ckpt, averaged = load_run(run_dir)
-    centres = class_centres(job, ckpt, averaged, embed=embed)
-    found = overlaps(centres, threshold)
-    source = "mean training embeddings" if embed else f"class centres ({'averaged' if averaged else 'live'} weights)"
-    print(f"{len(found)} likely-same identities (mutual nearest neighbours, cosine > {threshold:g}) from {source} "
-          f"of {os.path.basename(ckpt)}:")
-    rows = [(m["task_a"], m["class_a"], m["task_b"], m["class_b"], f"{m['similarity']:.3f}", "yes")
-            for m in found]
-    print(tabulate(rows, headers=["task_a", "class_a", "task_b", "class_b", "cosine", "mutual NN"],
-                   tablefmt="github"))
+    job, bank, found, decision = decide(run_dir, threshold, centres, percentile, per_class)
+    print(f"{len(found)} likely-same identities (mutual nearest neighbours, cosine >= {decision['threshold']:.3f}, "
+          f"{decision['how']}) of {os.path.basename(decision['checkpoint'])}" + (":" if found else ""))
+    if found:
+        print(tabulate([(m["task_a"], m["class_a"], m["task_b"], m["class_b"], f"{m['similarity']:.3f}")
+                        for m in found], headers=["task_a", "class_a", "task_b", "class_b", "cosine"],
+                       tablefmt="github"))
     if json_path:
         with open(json_path, "w") as f:
             json.dump([{k: m[k] for k in ("task_a", "class_a", "task_b", "class_b", "similarity")} for m in found], f,
                       indent=1)
         print(f"wrote {json_path}")
     if sets:
-        cut = leak_threshold(job, centres)
-        flagged, checked = leaks(job, centres, cut)
-        print(f"{len(flagged)} of {checked} verification images are as close to a training class as its own "
+        cut = leak_threshold(job, bank)
+        flagged, checked = leaks(job, bank, cut)
+        print(f"{len(flagged)} of {checked} verification images are as close to a training identity as its own "
               f"training images (cosine > {cut:.3f}, the 5th percentile of theirs)" + (":" if flagged else ""))
         if flagged:
             print(tabulate([(f["set"], f["image"], f["task"], f["class"], f"{f['similarity']:.3f}")
@@ -192,21 +273,29 @@ def report(run_dir, threshold=DEFAULT_THRESHOLD, embed=False, sets=False, json_p
 
 
 def _cmd_overlap(args):
-    if not 0.0 <= args.threshold < 1.0:
-        raise ConfigError(f"--threshold must be a cosine in [0, 1), got {args.threshold}")
-    report(args.run_dir, args.threshold, args.embed, args.sets, args.json)
+    if args.threshold is not None and not -1.0 <= args.threshold <= 1.0:
+        raise ConfigError(f"--threshold must be a cosine in [-1, 1], got {args.threshold}")
+    if not 0.0 <= args.percentile <= 100.0:
+        raise ConfigError(f"--percentile must be in [0, 100], got {args.percentile}")
+    if args.images_per_class < 2:
+        raise ConfigError(f"--images-per-class must be at least 2 (two halves), got {args.images_per_class}")
+    report(args.run_dir, args.threshold, args.centres, args.sets, args.json, args.percentile, args.images_per_class)
 
 
 def add_cli(sub):
-    """Register ``mtl overlap RUN_DIR [--threshold T] [--json FILE] [--embed] [--sets]``."""
+    """Register ``mtl overlap RUN_DIR [--threshold T] [--centres] [--json FILE] [--sets] ...``."""
     p = sub.add_parser("overlap", help="list likely-same identities across the class heads of a finished run")
     p.add_argument("run_dir")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help=f"cosine above which mutual nearest neighbours count as one identity (default "
-                        f"{DEFAULT_THRESHOLD})")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="a fixed cosine instead of the calibrated one (default with --centres: "
+                        f"{CENTRES_THRESHOLD})")
+    p.add_argument("--percentile", type=float, default=PERCENTILE,
+                   help=f"calibration: percentile of the same-person half-template cosines (default {PERCENTILE:g})")
+    p.add_argument("--images-per-class", type=int, default=IMAGES_PER_CLASS,
+                   help=f"training images embedded per identity for its template (default {IMAGES_PER_CLASS})")
+    p.add_argument("--centres", action="store_true",
+                   help="compare the heads' class centres (weights) instead of image templates (no calibration)")
     p.add_argument("--json", metavar="FILE", help="write the matches as a JSON list")
-    p.add_argument("--embed", action="store_true",
-                   help="compare mean embeddings of each class's training images instead of head weights")
     p.add_argument("--sets", action="store_true",
-                   help="also flag verification images closer than the threshold to a training class (leakage)")
+                   help="also flag verification images as close to a training identity as its own images (leakage)")
     p.set_defaults(func=_cmd_overlap)
