@@ -90,10 +90,9 @@ def baseline_table(result: dict) -> str:
     """The table of a :func:`report`: task, primary metric, joint, alone, change %; then Δm."""
     rows = []
     for task, info in result["tasks"].items():
-        arrow = "↑" if info["higher_is_better"] else "↓"
         change = delta_m({task: info["joint"]}, {task: info["single"]}, {task: info["higher_is_better"]})
-        rows.append([task, f"{info['metric']} {arrow}", _fmt(info["joint"]), _fmt(info["single"]),
-                     _fmt(change, "+.2f")])
+        rows.append([task, metric_label(info["metric"], info["higher_is_better"]), _fmt(info["joint"]),
+                     _fmt(info["single"]), _fmt(change, "+.2f")])
     table = tabulate(rows, headers=["task", "primary metric", "joint", "alone", "change %"], tablefmt="github",
                      disable_numparse=True)
     return f"{table}\n\nΔm = {_fmt(result['delta_m'], '+.2f')} % (positive: joint training helped)"
@@ -154,46 +153,76 @@ def compare_runs(run_dirs: List[str]) -> dict:
     return out
 
 
+def direction(higher_is_better) -> str:
+    """``higher is better`` / ``lower is better`` (a summary without the flag: ``direction unknown``)."""
+    if higher_is_better is None:
+        return "direction unknown"
+    return "higher is better" if higher_is_better else "lower is better"
+
+
+def metric_label(metric, higher_is_better) -> str:
+    """``accuracy ↑ (higher is better)``: a primary metric with its direction."""
+    arrow = {True: "↑ ", False: "↓ "}.get(higher_is_better, "")
+    return f"{metric} {arrow}({direction(higher_is_better)})"
+
+
+def comparison_rows(runs: dict) -> List[tuple]:
+    """One row per (task, primary metric, direction) found in any run: ``(task, metric, higher_is_better,
+    {run: value})``. Runs whose task has another primary metric (a classification run and a regression run of the
+    same task name) get rows of their own, so a value is never shown under another metric's name."""
+    rows = {}
+    for name, run in runs.items():
+        for task, info in run["tasks"].items():
+            key = (task, info["metric"], info["higher_is_better"])
+            rows.setdefault(key, {})[name] = info["value"]
+    tasks = list(dict.fromkeys(task for task, _, _ in rows))  # a task's rows together, in first-seen order
+    return [(task, metric, higher, values) for (task, metric, higher), values
+            in sorted(rows.items(), key=lambda item: tasks.index(item[0][0]))]
+
+
 def compare_table(runs: dict) -> str:
-    """Runs side by side: one row per (task, primary metric), one column per run, Δm last."""
+    """Runs side by side: one row per (task, primary metric with its direction), one column per run, Δm last."""
     names = list(runs)
-    tasks = list(dict.fromkeys(t for r in runs.values() for t in r["tasks"]))
-    rows = []
-    for task in tasks:
-        info = next(r["tasks"][task] for r in runs.values() if task in r["tasks"])
-        arrow = "↑" if info["higher_is_better"] else "↓"
-        rows.append([task, f"{info['metric']} {arrow}"] +
-                    [_fmt(runs[n]["tasks"].get(task, {}).get("value")) for n in names])
+    rows = [[task, metric_label(metric, higher)] + [_fmt(values.get(n)) for n in names]
+            for task, metric, higher, values in comparison_rows(runs)]
     rows.append(["Δm %", "vs single-task"] + [_fmt(runs[n]["delta_m"], "+.2f") for n in names])
-    headers = ["task", "primary metric"] + [os.path.basename(os.path.normpath(n)) or n for n in names]
+    headers = ["task", "primary metric"] + [_run_name(n) for n in names]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def plot_comparison(runs: dict, path: str):
-    """Bar chart PNG: each task's primary metric per run (and Δm where known)."""
-    import matplotlib
+def _run_name(run_dir: str) -> str:
+    return os.path.basename(os.path.normpath(run_dir)) or run_dir
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
 
-    names = list(runs)
-    tasks = list(dict.fromkeys(t for r in runs.values() for t in r["tasks"]))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(tasks) * max(1, len(names)) / 2, 4))
-    width = 0.8 / max(1, len(names))
-    for i, name in enumerate(names):
-        values = [runs[name]["tasks"].get(t, {}).get("value") or 0.0 for t in tasks]
-        dm = runs[name]["delta_m"]
-        label = os.path.basename(os.path.normpath(name)) + ("" if dm is None else f" (Δm {dm:+.2f}%)")
-        ax.bar(np.arange(len(tasks)) + i * width, values, width, label=label)
-    ax.set_xticks(np.arange(len(tasks)) + width * (len(names) - 1) / 2)
-    ax.set_xticklabels([f"{t}\n{runs[names[0]]['tasks'].get(t, {}).get('metric', '')}" for t in tasks])
-    ax.set_ylabel("primary metric")
-    ax.legend(fontsize=8)
-    ax.grid(True, axis="y", alpha=0.3)
+def comparison_figure(runs: dict):
+    """A matplotlib Figure: one panel per row of :func:`comparison_rows` (its own y axis: metrics differ in scale
+    and direction), titled with the task, the y axis named by the metric and its direction, one bar per run that
+    has the metric (Δm in the run's tick label where known)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows, names = comparison_rows(runs), list(runs)
+    cols = max(1, min(len(rows), 3))
+    lines = max(1, -(-len(rows) // cols))
+    fig = Figure(figsize=(cols * max(4.0, 1.0 + 0.9 * len(names)), 3.6 * lines))
+    FigureCanvasAgg(fig)
+    for i, (task, metric, higher, values) in enumerate(rows):
+        ax = fig.add_subplot(lines, cols, i + 1)
+        present = [n for n in names if values.get(n) is not None]
+        ax.bar(range(len(present)), [values[n] for n in present], color=[f"C{names.index(n)}" for n in present])
+        ax.set_xticks(range(len(present)))
+        ax.set_xticklabels([_run_name(n) + ("" if runs[n]["delta_m"] is None else f"\n(Δm {runs[n]['delta_m']:+.2f} %)")
+                            for n in present], fontsize=8)
+        ax.set_title(task)
+        ax.set_ylabel(f"{metric} ({direction(higher)})")
+        ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot_comparison(runs: dict, path: str):
+    """Bar chart PNG of :func:`comparison_figure`: each task's primary metric per run, one panel per metric."""
+    comparison_figure(runs).savefig(path, dpi=100)
 
 
 def _baseline_command(args):
