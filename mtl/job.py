@@ -3,6 +3,7 @@
 Checks the field contracts of every task once, at build time, before anything trains.
 """
 import copy
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -100,8 +101,9 @@ def _build_backbone(cfg):
     return backbone
 
 
-def _build_task(cfg, tcfg, backbone, ctx, reader) -> Task:
-    """One task: its (built) reader, its head (seeded from the job seed and the task name), contracts checked."""
+def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
+    """One task: its (built) reader, its head (seeded from the job seed and the task name), contracts checked;
+    ``warn``: print the warnings of :func:`check_class_count` (rank 0 of a training run)."""
     name, source = tcfg["name"], tcfg["source"]
     head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
     paddle.seed(task_seed(cfg["seed"], name))
@@ -112,16 +114,32 @@ def _build_task(cfg, tcfg, backbone, ctx, reader) -> Task:
     head = registry.build("head", tcfg["head"], source, head_key, **head_ctx)
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
-    classes = head.class_count()
-    if classes is not None and reader.num_classes is not None and classes < int(reader.num_classes):
-        raise ConfigError(f"task '{name}': head has num_classes {classes} but the reader's labels go up to "
-                          f"{reader.num_classes - 1}", source, head_key + ".num_classes")
+    check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
     if head.row_sparse:
         check_sparse_optimizer(cfg["optimizer"], f"task '{name}' ({source})", cfg["source"])
     task = Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"])
     if tcfg["eval"]["enabled"] and tcfg["eval"]["split"]:
         task.eval_reader = _checked_eval_reader(task, ctx)
     return task
+
+
+def check_class_count(task, classes, data_classes, source, key, warn=True):
+    """A class head needs a class for every label of its reader: fewer classes than the reader's ``num_classes`` is a
+    ConfigError (labels would fall outside the head). More is allowed, since a dataset's label space can be larger than
+    the rows present (held-out identities, a published identity count over a partial download): their centres simply
+    get no pull from training samples; but it is also what a typo looks like, so it prints one warning line (when
+    ``warn``) naming the task, the key and both counts."""
+    if classes is None or data_classes is None or int(classes) == int(data_classes):
+        return
+    data_classes = int(data_classes)
+    if classes < data_classes:
+        raise ConfigError(f"task '{task}': head has num_classes {classes} but the reader's labels go up to "
+                          f"{data_classes - 1}", source, key)
+    if warn:
+        print(f"warning: {source}: {key}: task '{task}': the head has {classes} classes but the reader's labels are "
+              f"0..{data_classes - 1} ({data_classes} classes), so classes {data_classes}..{classes - 1} get no "
+              f"training sample (fine for a label space larger than the data, e.g. held-out identities; otherwise set "
+              f"num_classes to {data_classes} or leave it out)", file=sys.stderr, flush=True)
 
 
 def build_job(cfg: dict, announce_plan: bool = True) -> Job:
@@ -134,7 +152,8 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
     check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan)
-    tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]]) for tcfg in cfg["tasks"]]
+    warn = announce_plan and distributed.rank() == 0
+    tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
