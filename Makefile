@@ -35,8 +35,8 @@ demo: $(STAMP)
 	$(PY) examples/train_joint.py --overwrite
 
 .PHONY: demo-faces
-demo-faces: $(STAMP)  ## the real-face recipe (ORL, open set): baselines, joint and each dataset alone, one seed
-	$(PY) examples/faces_orl_report.py --seeds 0 --out runs/faces_orl_report
+demo-faces: $(STAMP)  ## six real face datasets, open set: the joint run of one seed, the classic baselines, mtl overlap
+	$(PY) examples/faces_report.py --seeds 0 --only joint --overlap --out runs/faces_demo
 
 test: $(STAMP) $(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)

@@ -202,6 +202,23 @@ def run_all(args, recipe):
     return [(seed, name, out_dir) for seed, name, out_dir, _ in todo]
 
 
+def overlap_of(run_dir, shared_labels):
+    """``mtl overlap``'s calibrated decision on a joint run: pairs found and, with ``shared_labels`` (equal data
+    labels of two tasks are the same person, as in the ORL overlap case), how many are right, precision and recall."""
+    from mtl.commands import overlap
+
+    job, _, found, decision = overlap.decide(run_dir)
+    out = {"pairs": len(found), "threshold": round(decision["threshold"], 4)}
+    if shared_labels:
+        person = {t.name: t.reader.class_labels for t in overlap.class_label_tasks(job)}
+        names = list(person)
+        truth = sum(len(np.intersect1d(person[a], person[b])) for i, a in enumerate(names) for b in names[i + 1:])
+        correct = sum(person[m["task_a"]][m["class_a"]] == person[m["task_b"]][m["class_b"]] for m in found)
+        out.update(correct=int(correct), shared=int(truth), precision=float(correct / len(found)) if found else 1.0,
+                   recall=float(correct / truth) if truth else 1.0)
+    return out
+
+
 def collect(args, recipe, finished, baselines):
     """The report's JSON content from the finished runs and the baselines."""
     datasets = {task: {kind: [] for kind in args.only} for task in recipe.eval_readers}
@@ -214,8 +231,12 @@ def collect(args, recipe, finished, baselines):
                 (everything[kind] if task == "all" else datasets[task][kind]).append(value)
     for task, values in baselines.items():
         datasets[task].update(values)
-    return {"config": os.path.relpath(args.config, ROOT), "seeds": args.seeds, "datasets": datasets,
-            "all": everything}
+    result = {"config": os.path.relpath(args.config, ROOT), "seeds": args.seeds, "datasets": datasets,
+              "all": everything}
+    if args.overlap or args.shared_labels:
+        result["overlap"] = [dict(seed=seed, **overlap_of(out_dir, args.shared_labels))
+                             for seed, name, out_dir in finished if name == "joint"]
+    return result
 
 
 def table(result):
@@ -253,6 +274,10 @@ def parse_args(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (threads split evenly)")
     parser.add_argument("--only", nargs="+", choices=KINDS, default=list(KINDS), help="which models to train")
     parser.add_argument("--no-baselines", action="store_true", help="skip pixels, PCA and Fisherfaces")
+    parser.add_argument("--overlap", action="store_true",
+                        help="run mtl overlap's calibrated decision on every joint run and count the pairs found")
+    parser.add_argument("--shared-labels", action="store_true",
+                        help="with --overlap: equal data labels of two tasks are the same person (precision, recall)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides of every run (as train_joint's --set)")
     parser.add_argument("--task-set", nargs="*", default=[], metavar="KEY=VALUE",
@@ -270,8 +295,12 @@ def main(argv=None):
     baselines = {} if args.no_baselines else classic_baselines(recipe)
     finished = run_all(args, recipe) if args.only else []
     result = collect(args, recipe, finished, baselines)
-    print(f"\nOpen-set verification on held-out people ({', '.join(map(str, args.seeds))}: mean ± std over seeds):")
+    print(f"\nOpen-set verification on held-out people (seeds {', '.join(map(str, args.seeds))}: mean ± std over "
+          "seeds):")
     print(table(result))
+    for row in result.get("overlap", []):
+        print("mtl overlap on the joint run: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                                         for k, v in row.items()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

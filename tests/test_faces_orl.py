@@ -170,38 +170,3 @@ def test_shortened_orl_recipe_runs_and_evaluates_unseen_people(tmp_path):
     found = json.load(open(tmp_path / "o.json"))
     assert all(set(m) == {"task_a", "class_a", "task_b", "class_b", "similarity"} for m in found)
     assert "verification images are as close to a training identity" in overlap.stdout
-
-
-@pytest.mark.slow
-def test_report_script_trains_joint_and_single_runs_on_the_same_pairs(tmp_path):
-    """`make demo-faces`'s script, shortened: baselines, joint and each dataset alone in one table and JSON, with
-    overrides (--set, and --task-set for every task) reaching every run."""
-    out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "faces_orl_report.py"), "--seeds", "0",
-                           "--steps", "4", "--out", str(out), "--json", str(tmp_path / "r.json"),
-                           "--set", "averaging.min_average_window=2", "--task-set", "head.scale=12"],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT),
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.load(open(tmp_path / "r.json"))
-    rows = report["verification"]
-    assert set(rows) == {"raw pixels (0..255)", "pixels - mean of training people",
-                         "pixels - mean of evaluated people (transductive)", "joint (both datasets)",
-                         "orl_a alone", "orl_b alone"}
-    assert all(len(values) == 1 and 0.5 <= values[0] <= 1.0 for values in rows.values())
-    assert len(report["overlap"]) == 1 and report["overlap"][0]["shared"] == 8  # people 7-14
-    for run in ("joint_seed0", "orl_a_seed0", "orl_b_seed0"):
-        job = json.load(open(out / run / "job.json"))
-        assert job["averaging"]["min_average_window"] == 2 and job["schedule"]["steps"] == 4
-        assert [t["head"]["scale"] for t in job["tasks"]] == ([12, 12] if run.startswith("joint") else [12])
-    assert "joint - mean of single datasets" in proc.stdout
-
-
-def test_report_script_refuses_a_bad_task_override_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "faces_orl_report.py"), "--seeds", "0",
-                           "--out", str(tmp_path / "r"), "--task-set", "head.scal=3"], capture_output=True, text=True,
-                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
-    assert proc.returncode == 1
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "head.scal" in errors[0] and "did you mean 'scale'" in errors[0], proc.stderr
-    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()  # refused before any training

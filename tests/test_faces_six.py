@@ -5,6 +5,7 @@ any training batch the schedule draws), OpenCV's ``equalizeHist`` and a hand loo
 slicing and statistics, the sources of a merged reader, ``index.tsv`` read with the csv module.
 """
 import csv
+import json
 import os
 
 import numpy as np
@@ -225,3 +226,60 @@ def test_fisherfaces_against_a_direct_numpy_computation(variance):
     signs = np.sign(np.sum(ours * reference, axis=0))
     scale = np.linalg.norm(ours) / np.linalg.norm(reference)
     assert np.allclose(ours, reference * signs * scale, rtol=1e-6, atol=1e-8)
+
+
+# ----------------------------------------------------------------------------------------------- the report
+def run_report(tmp_path, *args):
+    """``examples/faces_report.py`` in a subprocess; the completed process."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, os.path.join(ROOT, "examples", "faces_report.py"), *args],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT),
+                          timeout=900)
+
+
+@pytest.mark.slow
+def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
+    """The pipeline, not the targets: a variant config (``base:``) with two of the datasets, a few steps, one seed:
+    joint, each alone, merged, the classic baselines and the overlap count, in the JSON layout of the docs; every
+    run trained with the variant's settings and the --set/--task-set overrides."""
+    tasks = os.path.join(ROOT, "examples", "configs", "faces_six")
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(yaml.safe_dump({
+        "base": SIX, "tasks": [os.path.join(tasks, "yale.yaml"), os.path.join(tasks, "umist.yaml")],
+        "schedule": {"steps": 4, "batch_size": 16}, "backbone": {"input_size": 16, "channels": [8, 16]},
+        "data": {"num_workers": 0}}))
+    out = tmp_path / "report"
+    proc = run_report(tmp_path, "--config", str(variant), "--seeds", "0", "--out", str(out), "--json",
+                      str(tmp_path / "r.json"), "--overlap", "--set", "averaging.min_average_window=2",
+                      "--task-set", "head.scale=12")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.load(open(tmp_path / "r.json"))
+    assert report["seeds"] == [0] and set(report["datasets"]) == {"yale", "umist"}
+    for info in report["datasets"].values():
+        assert set(info) == {"joint", "alone", "merged", "pixels", "pca", "fisherfaces"}
+        assert all(len(info[k]) == 1 and 0.0 <= info[k][0] <= 1.0 for k in ("joint", "alone", "merged"))
+        assert all(0.0 <= info[k] <= 1.0 for k in ("pixels", "pca", "fisherfaces"))
+    assert set(report["all"]) == {"joint", "merged"} and len(report["overlap"]) == 1
+    runs = {"joint": [12, 12], "alone_yale": [12], "alone_umist": [12], "merged": None}
+    for run, scales in runs.items():
+        job = json.load(open(out / "seed0" / run / "job.json"))
+        assert job["averaging"]["min_average_window"] == 2 and job["schedule"]["steps"] == 4
+        assert job["backbone"]["input_size"] == 16
+        if scales:
+            assert [t["head"]["scale"] for t in job["tasks"]] == scales
+    merged = json.load(open(out / "seed0" / "merged" / "job.json"))["tasks"][0]
+    assert merged["reader"]["type"] == "concat" and len(merged["reader"]["readers"]) == 2
+    assert merged["head"]["scale"] == 12 and merged["reader"]["readers"][0]["holdout_classes"] == [0, 1, 11]
+    subs = {r: json.load(open(out / "seed0" / r / "job.json"))["schedule"]["batch_size"] for r in runs}
+    assert subs == {"joint": 16, "alone_yale": 8, "alone_umist": 8, "merged": 16}
+    assert "joint - alone" in proc.stdout
+
+
+def test_report_script_refuses_a_bad_task_override_in_one_line(tmp_path):
+    proc = run_report(tmp_path, "--seeds", "0", "--out", str(tmp_path / "r"), "--task-set", "head.scal=3")
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "head.scal" in errors[0] and "did you mean 'scale'" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()  # refused before any training

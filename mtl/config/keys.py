@@ -64,6 +64,7 @@ AVERAGING = {
 }
 
 JOB = {
+    "base": Opt(str, None, nullable=True, doc="another job config this one starts from (its keys merged under these)"),
     "seed": Opt(int, 0, min=0, doc="seed of the schedule, the sample order and the initialisation"),
     "output_dir": Opt(str, "runs/job", doc="where metrics, checkpoints and plots go"),
     "device": Opt(str, "auto", choices=["auto", "cpu", "gpu"], doc="auto: GPU when Paddle has CUDA, else CPU"),

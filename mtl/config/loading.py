@@ -98,6 +98,40 @@ def read_yaml(path: str, what: str = "config"):
     return data
 
 
+def read_job_yaml(path: str, seen=()):
+    """A job config's raw mapping; ``base: OTHER.yaml`` (relative to this file) starts from another job config.
+
+    The variant's keys are merged over the base's (mappings key by key, anything else replaced whole), so a variant
+    states only what differs. The base's task files and plug-in folders are taken relative to the base's folder."""
+    raw = read_yaml(path, "job config")
+    if "base" not in raw:
+        return raw
+    ref = raw.pop("base")
+    if not isinstance(ref, str):
+        raise ConfigError(f"expected the path of another job config, got {ref!r}", path, "base")
+    base_path = resolve_path(ref, os.path.dirname(os.path.abspath(path)))
+    if not os.path.isfile(base_path):
+        raise ConfigError(f"base config '{ref}' does not exist (looked for '{os.path.abspath(base_path)}')", path,
+                          "base")
+    if os.path.abspath(base_path) in seen:
+        raise ConfigError(f"base configs form a loop through '{base_path}'", path, "base")
+    base = read_job_yaml(base_path, (*seen, os.path.abspath(path)))
+    base_dir = os.path.dirname(os.path.abspath(base_path))
+    for key in ("tasks", "plugins"):
+        if isinstance(base.get(key), list):
+            base[key] = [resolve_path(v, base_dir) if isinstance(v, str) and os.path.exists(os.path.join(base_dir, v))
+                         else v for v in base[key]]
+    return _merged(base, raw)
+
+
+def _merged(base, update):
+    """``update`` over ``base``: mappings merged key by key, other values replaced."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def task_folders(job_dir, plugin_folders):
     """Folders searched for task names: the job's plug-in folders, ./tasks and the repository's tasks/."""
     folders = list(plugin_folders) + [os.path.join(os.getcwd(), "tasks"), os.path.join(REPO_ROOT, "tasks")]
@@ -316,7 +350,7 @@ def load_job(path=None, overrides=(), data=None):
     validated task dicts (each with ``source``), plus ``config_path`` and ``config_dir``.
     """
     source = path or "<config>"
-    raw = read_yaml(path, "job config") if path is not None else copy.deepcopy(data or {})
+    raw = read_job_yaml(path) if path is not None else copy.deepcopy(data or {})
     job_overrides, task_overrides = split_task_overrides(overrides)
     raw = apply_overrides(raw, job_overrides, source)
     if overrides:
