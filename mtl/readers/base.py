@@ -1,10 +1,12 @@
 """Reader base class: a map-style dataset of samples (dicts of numpy arrays) with declared fields."""
 import os
+import sys
 from typing import Dict, List
 
 import numpy as np
 
 from mtl.contracts import Field
+from mtl.errors import ConfigError
 
 
 class Reader:
@@ -57,6 +59,70 @@ class Reader:
     def labels(self):
         """All labels of the split, in sample order (default: read every sample)."""
         return np.array([self[i]["label"] for i in range(len(self))])
+
+    def __setattr__(self, name, value):
+        """Refuse an instance attribute that would hide a method or property of ``Reader`` (see
+        :func:`check_reserved_names`); every other attribute is set as usual."""
+        if name in RESERVED_NAMES and _hidden_by_instance(type(self), name):
+            raise ConfigError(_shadow_sentence(type(self), name, instance=True))
+        object.__setattr__(self, name, value)
+
+
+def _reserved_names():
+    """Public methods and properties of :class:`Reader`: what generic code calls on every reader."""
+    return frozenset(name for name, value in vars(Reader).items()
+                     if not name.startswith("_") and (callable(value) or isinstance(value, property)))
+
+
+RESERVED_NAMES = _reserved_names()
+
+
+def _class_attribute(cls, name):
+    """``name`` as the class ``cls`` resolves it (its own or inherited), without calling descriptors."""
+    return next(vars(klass)[name] for klass in cls.__mro__ if name in vars(klass))
+
+
+def _is_method(value) -> bool:
+    return callable(value) or isinstance(value, (staticmethod, classmethod))
+
+
+def _hidden_by_instance(cls, name) -> bool:
+    """True when an instance attribute ``name`` would hide a method or a read-only property of ``cls``; a property
+    with a setter (the subclass's own) takes the assignment itself, and a plain class value may be replaced."""
+    value = _class_attribute(cls, name)
+    if isinstance(value, property):
+        return value.fset is None
+    return _is_method(value)
+
+
+def _shadow_sentence(cls, name, instance) -> str:
+    """The one sentence for an attribute ``name`` of reader class ``cls`` (set on instances when ``instance``, else
+    a class attribute) that hides ``Reader.<name>``."""
+    base = vars(Reader)[name]
+    what = f"the property Reader.{name}" if isinstance(base, property) else f"the method Reader.{name}()"
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    where = f" ({path if os.path.relpath(path).startswith('..') else os.path.relpath(path)})" if path else ""
+    how, example = (f"sets self.{name}", f"self._{name}") if instance else \
+        (f"defines the class attribute '{name}'", f"_{name}")
+    return (f"reader class '{cls.__name__}'{where} {how}, which hides {what} that the job calls on every reader; "
+            f"rename the attribute (e.g. {example})")
+
+
+def check_reserved_names(cls):
+    """Refuse, at registration, a reader class whose class attributes hide a method or property of ``Reader`` with
+    a value (``labels = [...]``); overriding a method with a method, or a property with a property, is fine.
+
+    Attributes set on instances (``self.labels = ...`` in ``__init__`` or anywhere else) are caught by
+    ``Reader.__setattr__`` when the reader is built, which the job does before anything trains. That guard was
+    chosen over reading the class source with ``ast`` at registration: it sees every assignment however it is
+    written (helpers, ``setattr``, mixins, a subclass of a subclass) and needs no source file, where the ``ast``
+    scan would miss those and could be fooled by a nested class; its cost is one set lookup per assignment.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Reader)):
+        return
+    for name in RESERVED_NAMES:  # a property of Reader may be overridden by a value; a method only by a method
+        if not isinstance(vars(Reader)[name], property) and not _is_method(_class_attribute(cls, name)):
+            raise ConfigError(_shadow_sentence(cls, name, instance=False))
 
 
 def missing_file(path: str, what: str = "file") -> str:
