@@ -1,6 +1,7 @@
-"""The README's config reference, generated from the schema: ``python -m mtl.config.reference [--write]``.
+"""The configuration reference (``docs/configuration.md``), generated from the schema:
+``python -m mtl.config.reference [--write]``.
 
-The tables between the ``config-reference`` markers of README.md are this module's output; a test checks that they
+The tables between the ``config-reference`` markers of that page are this module's output; a test checks that they
 are up to date, so a key added to the schema without ``--write`` fails the suite.
 """
 import os
@@ -13,7 +14,7 @@ from mtl.config.loading import REPO_ROOT
 from mtl.config.schema import describe
 
 BEGIN, END = "<!-- config-reference -->", "<!-- /config-reference -->"
-README = os.path.join(REPO_ROOT, "README.md")
+PAGE = os.path.join(REPO_ROOT, "docs", "configuration.md")
 
 
 def reference() -> str:
@@ -24,8 +25,8 @@ def reference() -> str:
     return f"{job}\n\nTask files:\n\n{task}"
 
 
-def readme_reference(path: str = README) -> str:
-    """The text between the markers in the README (empty when they are missing)."""
+def readme_reference(path: str = PAGE) -> str:
+    """The text between the markers of the reference page (empty when they are missing)."""
     with open(path) as f:
         content = f.read()
     if BEGIN not in content or END not in content:
@@ -33,7 +34,7 @@ def readme_reference(path: str = README) -> str:
     return content.split(BEGIN, 1)[1].split(END, 1)[0].strip()
 
 
-def write(path: str = README):
+def write(path: str = PAGE):
     """Replace the text between the markers with :func:`reference`."""
     with open(path) as f:
         content = f.read()
