@@ -192,4 +192,6 @@ def _checked_eval_reader(task: Task, context):
 
 def _bare(exc) -> str:
     """A user error's message without its file and key prefix (ConfigError keeps it apart)."""
-    return exc.bare_message if isinstance(exc, ConfigError) else str(exc)
+    from mtl.errors import MtlError
+
+    return exc.bare_message if isinstance(exc, MtlError) else str(exc)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Dict, Optional
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DataError
 
 KINDS = ("reader", "backbone", "head", "weighting")
 # Constructor arguments the runner supplies at build time (not required in configs).
@@ -260,10 +260,11 @@ def build(kind, cfg, source=None, key=None, **context):
             params[name] = value
     try:
         return entry.cls(**params)
-    except ConfigError as exc:  # the component's own error: add the file and the key path it lacks
+    except (ConfigError, DataError) as exc:  # the component's own error: add the file and the key path it lacks
         if exc.source is None and source is not None:
             sub = f"{key}.{exc.key}" if key and exc.key else (exc.key or key)
-            raise ConfigError(f"{kind} '{entry.name}': {exc.bare_message}", source, sub) from None
+            cls = ConfigError if isinstance(exc, ConfigError) else DataError
+            raise cls(f"{kind} '{entry.name}': {exc.located(source)}", source, sub) from None
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{kind} '{entry.name}': {exc}", source, key) from exc

@@ -6,7 +6,7 @@ from typing import Dict, List
 import numpy as np
 
 from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DataError
 
 
 class Reader:
@@ -125,13 +125,34 @@ def check_reserved_names(cls):
             raise ConfigError(_shadow_sentence(cls, name, instance=False))
 
 
-def missing_file(path: str, what: str = "file") -> str:
-    """The sentence for a data file that is not there: the path as given, resolved, and the folder it was taken from.
+def missing_file(path: str, what: str = "file", base_dir: str = None) -> str:
+    """The sentence for a data file that is not there: the path as given, resolved, and where relative paths are
+    looked up.
 
-    The job resolves a reader's relative ``path`` against the task file's folder when the file exists there, so a
-    relative path that reaches a reader was looked up from the working directory.
+    The job resolves a reader's relative path against the folder of the task file (``base_dir``, when known) if the
+    file exists there, else leaves it relative to the working directory; so a relative path that reaches a reader
+    and is missing was looked up in both places.
     """
     if os.path.isabs(path):
         return f"{what} '{path}' does not exist"
-    return (f"{what} '{path}' does not exist (resolved to '{os.path.abspath(path)}' from the working directory "
-            f"'{os.getcwd()}'; relative paths are also tried from the task file's folder)")
+    start = (f"{what} '{path}' does not exist (resolved to '{os.path.abspath(path)}' from the working directory "
+             f"'{os.getcwd()}'")
+    if base_dir is None:
+        return start + "; relative paths are also tried from the task file's folder)"
+    return (start + f"; relative paths resolve from the task file's folder '{base_dir}' when the file is there, and "
+            f"'{os.path.join(base_dir, path)}' does not exist either)")
+
+
+class MissingFile(ConfigError, DataError):
+    """A data file (or folder) that a reader parameter names does not exist: a configuration error and a data error
+    alike. :func:`mtl.registry.build`, which knows the task file, adds it, the key path and that file's folder."""
+
+    def __init__(self, path, what="file", key=None):
+        self.path, self.what = str(path), what
+        super().__init__(missing_file(self.path, what), None, key)
+
+    def located(self, source) -> str:
+        """The sentence with the folder of ``source`` (the task file), where relative paths are looked up first."""
+        if not source or not os.path.isfile(str(source)):
+            return self.bare_message
+        return missing_file(self.path, self.what, os.path.dirname(os.path.abspath(str(source))))

@@ -6,14 +6,14 @@ import numpy as np
 
 from mtl.errors import ConfigError, DataError
 from mtl.readers._tabular import TableReader
-from mtl.readers.base import missing_file
+from mtl.readers.base import MissingFile
 from mtl.registry import did_you_mean, register_reader
 
 
 def read_csv(path: str, delimiter: str = ","):
     """(header, rows) of a CSV file with a header row; a DataError for a missing/empty file or a ragged row."""
     if not os.path.isfile(path):
-        raise DataError(missing_file(path, "CSV file"))
+        raise MissingFile(path, "CSV file", key="path")
     with open(path, newline="") as f:
         lines = list(csv.reader(f, delimiter=delimiter))
     lines = [(number, row) for number, row in enumerate(lines, start=1) if any(cell.strip() for cell in row)]

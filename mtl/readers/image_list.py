@@ -6,6 +6,7 @@ import numpy as np
 from mtl.contracts import Field
 from mtl.errors import ConfigError, DataError
 from mtl.readers._face import FaceImageReader
+from mtl.readers.base import MissingFile
 from mtl.registry import register_reader
 
 
@@ -103,9 +104,11 @@ class ImageListReader(FaceImageReader):
         self._check_options(split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
                             decoder, augment, holdout_classes, max_positive_pairs, preprocess)
         self.list_path = str(list)
+        if not os.path.isfile(self.list_path):
+            raise MissingFile(self.list_path, "label list", key="list")
         self.root = str(root) if root is not None else (os.path.dirname(self.list_path) or ".")
         if not os.path.isdir(self.root):
-            raise DataError(f"image root '{self.root}' does not exist (label list '{self.list_path}')")
+            raise MissingFile(self.root, "image root", key="root")
         entries, problems = parse_label_list(self.list_path)
         self._lines = np.array([e[0] for e in entries], dtype=np.int64)
         # one numpy bytes array, not a list of str: forked workers then share it without copy-on-write churn

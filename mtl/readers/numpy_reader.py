@@ -5,7 +5,7 @@ import numpy as np
 
 from mtl.contracts import Field, canonical_dtype, check_conversion, conversion_problem
 from mtl.errors import ConfigError
-from mtl.readers.base import Reader, missing_file
+from mtl.readers.base import MissingFile, Reader
 from mtl.registry import register_reader
 
 
@@ -32,13 +32,13 @@ class NumpyReader(Reader):
         arrays = {}
         if path is not None:
             if not os.path.isfile(path):
-                raise ConfigError(missing_file(path), key="path")
+                raise MissingFile(path, key="eval_path" if split == "eval" else "path")
             with np.load(path) as npz:
                 arrays = {k: npz[k] for k in npz.files}
         else:
             for field, fpath in files.items():
                 if not os.path.isfile(fpath):
-                    raise ConfigError(missing_file(fpath), key=f"files.{field}")
+                    raise MissingFile(fpath, key=f"{'eval_files' if split == 'eval' else 'files'}.{field}")
                 arrays[field] = np.load(fpath, mmap_mode="r" if mmap else None)
         lengths = {k: len(v) for k, v in arrays.items()}
         if len(set(lengths.values())) != 1:
