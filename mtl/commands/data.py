@@ -16,6 +16,7 @@ from mtl.data.transforms import DecodeError, decode_rgb
 from mtl.errors import DataError
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.recordio_reader import image_rows, read_property, resolve_paths
+from mtl.train.integrity import fsync_file
 
 # every format both decoders (Pillow, OpenCV) read; images are stored as they are, so packing is lossless
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".pgm", ".ppm", ".pbm", ".pnm", ".tif", ".tiff")
@@ -79,19 +80,51 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
 
     ``out_prefix``: ``data/webface/train`` or an existing folder (then ``folder/train``). Images are stored as they
     are (every image must then have the same size) unless ``resize`` re-encodes them as ``resize`` x ``resize`` JPEGs.
-    Returns a summary dict (paths, records, classes, image size).
+    The three files are written under temporary names and renamed into place only once all of them are complete: a
+    failure (a corrupt image, a size mismatch, Ctrl-C) leaves nothing behind, and an earlier pack at the same prefix
+    stays as it was. Returns a summary dict (paths, records, classes, image size).
     """
     items, num_classes = _pack_items(source, root)
     prefix = _output_prefix(out_prefix)
-    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
-    rec_path, idx_path = prefix + ".rec", prefix + ".idx"
-    with RecordIOWriter(rec_path, idx_path) as writer:
-        size = _write_records(writer, items, num_classes, resize, quality)
-    property_path = os.path.join(os.path.dirname(prefix) or ".", "property")
-    with open(property_path, "w") as f:
-        f.write(f"{num_classes},{size[1]},{size[0]}\n")
-    return {"rec": rec_path, "idx": idx_path, "property": property_path, "records": len(items),
+    folder = os.path.dirname(prefix) or "."
+    finals = (prefix + ".rec", prefix + ".idx", os.path.join(folder, "property"))
+    created = _make_folders(folder)
+    temps = [os.path.join(os.path.dirname(p) or ".", f".{os.path.basename(p)}.partial-{os.getpid()}") for p in finals]
+    try:
+        with RecordIOWriter(temps[0], temps[1]) as writer:
+            size = _write_records(writer, items, num_classes, resize, quality)
+        with open(temps[2], "w") as f:
+            f.write(f"{num_classes},{size[1]},{size[0]}\n")
+        for temp, final in zip(temps, finals):
+            fsync_file(temp)
+            os.replace(temp, final)
+    except BaseException:
+        _remove(temps, created)
+        raise
+    return {"rec": finals[0], "idx": finals[1], "property": finals[2], "records": len(items),
             "classes": num_classes, "image_size": f"{size[1]}x{size[0]}"}
+
+
+def _make_folders(folder: str):
+    """Create ``folder`` (and missing parents); return the folders this created, deepest first."""
+    created, path = [], os.path.abspath(folder)
+    while not os.path.isdir(path):
+        created.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    return created
+
+
+def _remove(files, folders):
+    """Remove the temporary ``files`` of a failed pack, then the ``folders`` it created (when left empty)."""
+    for path in files:
+        if os.path.exists(path):
+            os.remove(path)
+    for path in folders:
+        try:
+            os.rmdir(path)
+        except OSError:
+            break
 
 
 def _pack_items(source, root):
