@@ -50,7 +50,10 @@ def add_train_args(parser):
     parser.add_argument("--overwrite", action="store_true",
                         help="start over in an output_dir that holds checkpoints of an earlier run (they are removed)")
     parser.add_argument("--until", type=int, metavar="STEP",
-                        help="stop after this step, as a pre-empted job would (the schedule keeps its length)")
+                        help="stop after this step as a pre-empted job would: a checkpoint of the step is saved, no "
+                        "final evaluation runs (the schedule keeps its length), and the last line names the checkpoint "
+                        "and the command that continues it with --resume. Exit status 0: stopping where asked is a "
+                        "success (scripts, set -e and CI go on), unlike a pre-emption's 75 (run it again)")
 
 
 def resolve_config(args):
@@ -83,15 +86,16 @@ def continue_command(argv):
 
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
+    from mtl.errors import ConfigError
     from mtl.job import build_job
     from mtl.train.trainer import Trainer
 
+    if args.until is not None and args.until < 1:
+        raise ConfigError(f"--until must be a step >= 1, got {args.until}")
     cfg = prepare_job(args)
     summary = Trainer(build_job(cfg), resume=args.resume, overwrite=args.overwrite).run(until=args.until)
-    if summary["steps"] < cfg["schedule"]["steps"]:
-        notice = until_notice(cfg, summary["steps"])  # every rank: finding the checkpoint is collective
-        if os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
-            print(notice, flush=True)
+    if summary.get("stopped_early") and os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
+        print(until_notice(cfg, summary["steps"], summary["checkpoint"]), flush=True)
     return summary
 
 
@@ -110,12 +114,10 @@ def prepare_job(args):
     return cfg
 
 
-def until_notice(cfg, step):
-    """The line a run stopped by ``--until`` ends with: where it stopped and the command that continues it."""
-    from mtl.train.checkpoint import latest_checkpoint
-
-    ckpt = latest_checkpoint(cfg["output_dir"])
-    start = f"checkpoint {ckpt}" if ckpt else "step 0 (no checkpoint was saved yet; see checkpoint.every)"
+def until_notice(cfg, step, ckpt):
+    """The line a run stopped by ``--until`` ends with: where it stopped, its checkpoint ``ckpt`` (of that step) and
+    the command that continues it."""
+    start = f"checkpoint {ckpt}" if ckpt else "step 0 (no step was trained)"
     launcher = " under the same launch command" if "PADDLE_TRAINERS_NUM" in os.environ else ""
     return (f"stopped by --until after step {step} of {cfg['schedule']['steps']}. To continue from the latest "
             f"{start}, run{launcher}: {continue_command(sys.argv)}")

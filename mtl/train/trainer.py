@@ -18,7 +18,7 @@ import paddle
 from mtl import registry
 from mtl.contracts import check_batch
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, MtlError
 from mtl.evaluation.evaluator import Evaluator
 from mtl.parallel.strategy import ParallelStrategy
 from mtl.train import checkpoint, rundir
@@ -32,6 +32,19 @@ from mtl.train.preemption import Preempted, StopRequest
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
 
 log = logging.getLogger("mtl")
+
+
+def _log_stop(exc, step):
+    """Write why training stopped after ``step`` to this rank's log: a user error's line (a reader's traceback was
+    logged where it happened), the full traceback of anything else."""
+    if isinstance(exc, Preempted):
+        return
+    if isinstance(exc, MtlError):
+        log.error("stopped after step %d: %s", step, exc)
+    elif isinstance(exc, KeyboardInterrupt):
+        log.warning("stopped after step %d: interrupted (a second Ctrl-C)", step)
+    else:
+        log.exception("stopped after step %d by an unexpected error", step)
 
 
 class Trainer:
@@ -172,31 +185,56 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self, until=None):
-        """Train from ``start_step`` to ``steps`` (or stop after step ``until``, as a pre-empted job would);
-        evaluate, save and summarise; return the summary dict. A pre-emption signal saves the current step and
-        raises :class:`Preempted`."""
-        end = self.steps if until is None else min(self.steps, int(until))
+        """Train from ``start_step`` to ``steps``; evaluate, save and summarise; return the summary dict.
+
+        ``until``: stop after that step as a pre-empted job would (:meth:`stop_early`: a checkpoint of the step, no
+        final evaluation, no ``summary.json``). A pre-emption signal saves the current step and raises
+        :class:`Preempted`. On any error the progress bar is closed first, so the error starts on its own line.
+        """
+        end = self.steps if until is None else max(self.start_step, min(self.steps, int(until)))
         loader = make_loader(self._dataset(end), self.cfg["data"]["num_workers"])
         self.job.model.train()
         loop = Loop(self._progress())
         started, step = time.time(), self.start_step
-        with StopRequest() as stop:
-            for batch in loader:
-                self._agree(batch, step, loop, stop)
-                self._check_first(batch, loop.seen)
-                lr = self.optimizer.get_lr()
-                _, outputs = self.train_step(self._to_tensors(batch), step)
-                step += 1
-                loop.pending.append(StepRecord(step, lr, self.last_grad_norm,
-                                               {t: o.global_loss.detach() for t, o in outputs.items()},
-                                               {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights,
-                                               bool(self.last_bad), self.last_overflow, self._scale()))
-                self._after_step(step, loop)
-        self._flush(loop)  # a run stopped early (--until) between two log steps
+        try:
+            with StopRequest() as stop:
+                for batch in loader:
+                    self._agree(batch, step, loop, stop)
+                    step = self._step(batch, step, loop)
+        except BaseException as exc:
+            loop.close()  # before anything prints: the error line must not share the progress bar's line
+            _log_stop(exc, step)
+            raise
+        self._flush(loop)
         loop.close()
+        if step < self.steps:
+            return self.stop_early(step)
         if step == self.start_step == self.steps:
             self.console(f"nothing to train: the checkpoint is already at step {self.steps}")
         return self.finish(time.time() - started, step)
+
+    def _step(self, batch, step, loop):
+        """Train on ``batch`` (the batch of step ``step + 1``), record it and run the hooks; the new step count."""
+        self._check_first(batch, loop.seen)
+        lr = self.optimizer.get_lr()
+        _, outputs = self.train_step(self._to_tensors(batch), step)
+        step += 1
+        loop.pending.append(StepRecord(step, lr, self.last_grad_norm,
+                                       {t: o.global_loss.detach() for t, o in outputs.items()},
+                                       {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights,
+                                       bool(self.last_bad), self.last_overflow, self._scale()))
+        self._after_step(step, loop)
+        return step
+
+    def stop_early(self, step):
+        """End a run stopped by ``until`` before the end of its schedule, as a pre-emption at ``step`` would: save a
+        checkpoint of ``step`` (unless the hooks just did, or nothing was trained), no final evaluation and no
+        ``summary.json`` (the run is not finished). Returns ``{"steps", "stopped_early": True, "checkpoint"}``, the
+        checkpoint ``--resume`` continues from (None before any)."""
+        if step > self.start_step and not self.should_save(step):
+            self._save(step)
+        saved = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
+        return {"steps": step, "stopped_early": True, "checkpoint": saved}
 
     def _after_step(self, step, loop):
         """Bad-step handling, then the hooks: log, evaluate, save."""
