@@ -150,8 +150,8 @@ class StepDataset(paddle.io.Dataset):
                 f"(step {step + 1})"
         try:
             sample = reader[key]
-        except MtlError as exc:
-            raise ReaderFault(f"{where}: {exc}") from exc
+        except MtlError as exc:  # the reader's own sentence; its traceback still goes to the rank's log
+            raise ReaderFault(f"{where}: {exc}", details=format_fault(exc)) from exc
         except Exception as exc:
             raise ReaderFault(f"{where}: the reader raised {type(exc).__name__}: {exc}",
                               details=format_fault(exc)) from exc

@@ -294,7 +294,7 @@ class FaceImageReader(Reader):
             except (DecodeError, DataError) as exc:
                 message = str(exc) if isinstance(exc, DataError) else f"{self._describe(candidate)}: {exc}"
                 if self.on_bad_sample == "error":
-                    raise DataError(message + " (set on_bad_sample: skip to skip such samples)") from None
+                    raise DataError(message + " (set on_bad_sample: skip to skip such samples)") from exc
                 self._skips.mark(i)
                 continue
             sample = {self.image_field: image, self.label_field: np.array(self._labels[i], dtype=np.int64)}
