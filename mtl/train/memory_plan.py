@@ -27,6 +27,7 @@ class PlanEntry:
     name: str
     key: str
     parts: Dict[str, int]
+    note: str = ""  # printed after the parts, e.g. "at the peak; 2 copies per parameter in steady state"
 
     @property
     def total(self) -> int:
@@ -72,7 +73,8 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) 
     if kind != "none":
         tracked = entries[0].parts["parameters"] + sum(e.parts.get("weight", 0) for e in entries[1:])
         copies = KINDS[kind][0].peak_copies
-        entries.append(PlanEntry(f"averager '{kind}'", "averaging", {f"{copies} copies": copies * tracked}))
+        entries.append(PlanEntry(f"averager '{kind}'", "averaging", {f"{copies} copies": copies * tracked},
+                                 KINDS[kind][0].copies_note()))
     return entries
 
 
@@ -94,7 +96,8 @@ def format_plan(entries: List[PlanEntry], available: int, world_size: int) -> st
     where = "device memory" if paddle.get_device().startswith("gpu") else "host RAM"
     lines = [f"memory plan per process ({world_size} process(es), largest shard):"]
     for entry in entries:
-        parts = ", ".join(f"{part} {gib(n)}" for part, n in entry.parts.items() if n)
+        parts = " ".join(filter(None, [", ".join(f"{part} {gib(n)}" for part, n in entry.parts.items() if n),
+                                       entry.note]))
         lines.append(f"  {entry.name}: {gib(entry.total)}" + (f" ({parts})" if parts else ""))
     total = sum(e.total for e in entries)
     lines.append(f"  total {gib(total)} of {gib(available)} {where} available to this process")

@@ -118,6 +118,15 @@ class Averager:
 
     kind = None  # "window" or "ema": written into the state so the other kind refuses it
     peak_copies = 1  # float copies of every tracked tensor at most (sums + the restore copy), for the memory plan
+    steady_copies = 1  # the copies held between evaluations once the averager runs (the plan's note)
+
+    @classmethod
+    def copies_note(cls) -> str:
+        """What the memory plan adds to the averager's line: the plan reserves the peak, the steady state is less."""
+        def copies(n):
+            return f"{n} cop{'y' if n == 1 else 'ies'}"
+
+        return f"at the peak; {copies(cls.steady_copies)} per parameter in steady state"
 
     def __init__(self, parameters, offload=None, average_batchnorm=False, buffers=None):
         self._store = make_store(offload)

@@ -39,6 +39,7 @@ class EMA(Averager):
     """
 
     peak_copies = 2  # the shadow and the restore copy (mtl.train.memory_plan)
+    steady_copies = 1  # the shadow (the restore copy exists only while the averaged weights are applied)
 
     kind = "ema"
 

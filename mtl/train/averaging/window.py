@@ -43,6 +43,9 @@ class WindowAverage(Averager):
     """
 
     peak_copies = 4  # sum_1, sum_2, sum_3 and the restore copy (mtl.train.memory_plan)
+    # sum_1 and sum_3; sum_2 only from a precision fold (every FOLD_EVERY steps) to the next window restart, the
+    # restore copy only while the averaged weights are applied (evaluation, saving): 4 needs both at once
+    steady_copies = 2
 
     kind = "window"
 
