@@ -3,17 +3,18 @@
 User errors (:class:`mtl.errors.MtlError`) print one line and exit with status 2; nothing else is swallowed.
 Paddle's own console noise is silenced before Paddle is imported (:func:`mtl.console.configure_console`);
 ``--verbose`` on any sub-command shows it. A command module imports Paddle only inside its functions.
+``mtl launch`` takes its arguments unparsed (they are ``paddle.distributed.launch``'s, see :mod:`mtl.commands.launch`).
 """
 import argparse
 import os
 import sys
 import time
 
-from mtl.commands import checkpoint, compare, data, evaluate, export, overlap, plugins
+from mtl.commands import checkpoint, compare, data, evaluate, export, launch, overlap, plugins
 from mtl.commands import train as train_command
 
 # every sub-command, in the order ``mtl --help`` lists them; each module's add_cli(subparsers) registers its parser
-COMMANDS = (train_command, plugins, data, evaluate, export, overlap, compare, checkpoint)
+COMMANDS = (train_command, launch, plugins, data, evaluate, export, overlap, compare, checkpoint)
 
 
 def build_parser():
@@ -42,6 +43,7 @@ def run(func, args):
         func(args)
     except Preempted as exc:
         print(f"{exc} (exit status {PREEMPTED_EXIT_STATUS}: run it again)", file=sys.stderr, flush=True)
+        _preempted_under_launcher(exc)
         sys.exit(PREEMPTED_EXIT_STATUS)
     except MtlError as exc:
         rank = os.environ.get("PADDLE_TRAINER_ID")
@@ -65,6 +67,20 @@ def run(func, args):
 LOST_PEER_DELAY = 5.0  # seconds
 
 
+def _preempted_under_launcher(exc):
+    """A pre-empted worker of ``paddle.distributed.launch``: tell ``mtl launch`` (exit status 75), and rank 0 puts
+    its sentence on the launcher's console (a signalled launcher no longer copies the worker logs there)."""
+    if "PADDLE_TRAINER_ID" not in os.environ:
+        return
+    from mtl.commands.launch import report_preempted
+    from mtl.console import to_launcher_console
+
+    rank = os.environ["PADDLE_TRAINER_ID"]
+    report_preempted(rank)
+    if rank == "0":
+        to_launcher_console(f"{exc} under the same launch command")
+
+
 def _lost_peer(exc) -> bool:
     """True for the error a collective raises on a rank whose peer process is gone (gloo's transport)."""
     text = str(exc)
@@ -74,6 +90,9 @@ def _lost_peer(exc) -> bool:
 
 def main(argv=None):
     """Entry point of the ``mtl`` console command."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["launch"]:  # every argument after it is the launcher's: argparse would take some of them
+        sys.exit(launch.launch_main(argv[1:]))
     args = build_parser().parse_args(argv)
     configure_console(args.verbose)
     run(args.func, args)

@@ -13,12 +13,21 @@ PADDLE_WARNINGS = (
     (r"To copy construct from a tensor", r"paddle\.tensor\.creation"),
     # BatchNorm's reminder of its (documented) training-mode statistics
     (r"When training, we now always track global mean and variance", r"paddle\.nn\.layer\.norm"),
+    # fleet.init builds every group of its (pipeline, model, sharding) topology, also those of other ranks
+    (r"Current global rank \d+ is not in group _default_pg", r"paddle\.distributed\.communication\.group"),
 )
 # Printed (not warned) by ``paddle.base.__bootstrap__`` on import whenever OMP_NUM_THREADS > 1, which we set on purpose.
 PADDLE_STDERR_LINES = ("WARNING: OMP_NUM_THREADS set to ", "PLEASE USE OMP_NUM_THREADS WISELY.")
+# Written to sys.stderr by ``paddle.distributed.init_parallel_env`` (fleet.init): a header line, one ``FLAGS(...)``
+# line per flag whose value differs from its default (Paddle sets some itself), a closing line of "=".
+PADDLE_STDERR_BLOCK = ("=" * 23 + " Modified FLAGS detected", "FLAGS(", "=" * 71)
 # glog: 0 INFO, 1 WARNING, 2 ERROR. Paddle's INFO/WARNING lines are its executor's ("New Executor is Running",
 # "pir interpreter is running by multi-thread mode", "PIR not support input out tensor"); errors still show.
-QUIET_ENV = {"GLOG_minloglevel": "2", "GLOG_v": "0"}
+# OpenCV's own log: "[ WARN:0@0.2] global grfmt_png.cpp ..." lines about an image that our decoder reports itself.
+QUIET_ENV = {"GLOG_minloglevel": "2", "GLOG_v": "0", "OPENCV_LOG_LEVEL": "OFF"}
+# Paddle's fleet logger (``paddle.distributed.fleet.utils.log_util``): "distributed strategy initialized" and the
+# topology lines of fleet.init ("Total 2 pipe comm group(s) create successfully!", "HybridParallelInfo: ...").
+FLEET_LOG_LEVEL = "WARNING"
 
 
 class _DropLines:
@@ -28,10 +37,12 @@ class _DropLines:
     Everything else (tqdm's carriage-return updates included) goes straight through, unbuffered.
     """
 
-    def __init__(self, stream, prefixes):
+    def __init__(self, stream, prefixes, block=None):
         self._stream = stream
         self._prefixes = tuple(prefixes)
+        self._block = block  # (first line, inner lines, last line) of a block written piece by piece
         self._drop_newline = False
+        self._in_block = False
 
     def write(self, text):
         """Write ``text`` unless it is one of the dropped lines (or the newline that ends one)."""
@@ -39,10 +50,25 @@ class _DropLines:
             self._drop_newline = False
             return len(text)
         self._drop_newline = False
-        if text.startswith(self._prefixes):
+        if self._dropped_block_part(text) or text.startswith(self._prefixes):
             self._drop_newline = not text.endswith("\n")
             return len(text)
         return self._stream.write(text)
+
+    def _dropped_block_part(self, text) -> bool:
+        """True for a piece of the block: its first line, an inner line, or its last line (which ends it). Anything
+        else ends the block and is written, so an unexpected format never hides other output."""
+        if self._block is None:
+            return False
+        first, inner, last = self._block
+        if text.startswith(first):
+            self._in_block = True
+        elif self._in_block and not text.startswith((inner, last)):
+            self._in_block = False
+        elif self._in_block and text.startswith(last):
+            self._in_block = False
+            return True
+        return self._in_block
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -67,5 +93,59 @@ def configure_console(verbose=False):
     for message, module in PADDLE_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning, module=module)
     if not isinstance(sys.stderr, _DropLines) and "paddle" not in sys.modules:
-        sys.stderr = _DropLines(sys.stderr, PADDLE_STDERR_LINES)
+        sys.stderr = _DropLines(sys.stderr, PADDLE_STDERR_LINES, PADDLE_STDERR_BLOCK)
     return True
+
+
+def fleet_log_level() -> str:
+    """The ``log_level`` to give ``fleet.init`` (its documented parameter; it sets Paddle's fleet logger, whose
+    start-up INFO lines are not about the user's job): warnings and errors only, INFO with ``--verbose``."""
+    return "INFO" if os.environ.get("MTL_VERBOSE") == "1" else FLEET_LOG_LEVEL
+
+
+def _launcher_pid():
+    """The pid of the ``paddle.distributed.launch`` process that started this one (its parent), or None."""
+    if "PADDLE_LOG_DIR" not in os.environ or "PADDLE_TRAINER_ID" not in os.environ:  # set by the launcher
+        return None
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            return parent if b"paddle.distributed.launch" in f.read() else None
+    except OSError:  # no /proc (not Linux) or the parent is gone
+        return None
+
+
+def _launcher_copies_my_log(pid) -> bool:
+    """True while the launcher ``pid`` still reads this worker's log file (it opens it read-only and copies rank 0's
+    lines to its console; a signalled launcher closes that file first, before it signals the workers)."""
+    try:
+        mine, fds = os.readlink("/proc/self/fd/2"), os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != mine:
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                flags = next(int(line.split()[1], 8) for line in info if line.startswith("flags:"))
+        except (OSError, StopIteration, ValueError):  # closed meanwhile
+            continue
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            return True
+    return False
+
+
+def to_launcher_console(line) -> bool:
+    """Under ``paddle.distributed.launch``, write ``line`` (on a line of its own) to the launcher's stderr when the
+    launcher no longer copies this worker's log to its console: a launcher stopped by Ctrl-C or SIGTERM closes the
+    worker logs first, so the sentence a worker ends with would otherwise be only in ``workerlog.N``. Linux only
+    (``/proc``); call it on rank 0. Returns True when written."""
+    pid = _launcher_pid()
+    if pid is None or _launcher_copies_my_log(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/fd/2", "a") as console:  # append: a redirected log file is not overwritten
+            console.write(f"\n{line}\n")  # "\n" first: the launcher stopped mid progress bar
+        return True
+    except OSError:
+        return False

@@ -78,7 +78,9 @@ def init_distributed():
     if world > 1 and not dist.is_initialized():
         from paddle.distributed import fleet
 
-        fleet.init(is_collective=True)
+        from mtl.console import fleet_log_level
+
+        fleet.init(is_collective=True, log_level=fleet_log_level())
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1

@@ -4,8 +4,10 @@ stop after the current step; a second Ctrl-C stops at once.
 Every rank finishes its step, the ranks agree on the stop (one flag in the per-step all-reduce that already carries
 data errors), a checkpoint of that step is saved, and the process exits with status ``PREEMPTED_EXIT_STATUS`` (75,
 ``EX_TEMPFAIL`` of sysexits.h: a temporary failure, run it again). Under ``paddle.distributed.launch`` signalling the
-launcher is enough: it forwards SIGTERM to every worker and waits up to 30 s for them. ``--resume`` then continues
-bit-identically.
+launcher is enough: it forwards SIGTERM to every worker and waits up to 30 s for them; rank 0 then writes its
+sentence to the launcher's console (the launcher stops copying the worker logs when signalled), but the launcher
+itself exits with the signal's number (2, 15): ``mtl launch`` (:mod:`mtl.commands.launch`) runs it and exits with 75.
+``--resume`` then continues bit-identically.
 """
 import logging
 import signal
