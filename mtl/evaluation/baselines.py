@@ -11,12 +11,13 @@ they never saw, like the networks they are compared with.
 * **Fisherfaces** (Belhumeur, Hespanha and Kriegman, "Eigenfaces vs. Fisherfaces", IEEE PAMI 19(7), 1997):
   ``W_fld^T W_pca^T (x - mu)``. ``W_pca`` keeps at most ``N - c`` principal directions of the N training images of
   c people (so that the within-class scatter ``S_w`` is not singular): all ``N - c`` as in the paper
-  (``variance=None``), or those that explain ``variance`` of the training variance. The paper's ``N - c`` fits
-  the training people's noise and verifies unseen people badly (0.53-0.70 on the six datasets' validation people,
-  against 0.73-0.92 at 95 %); then ``W_fld`` holds the ``c - 1`` directions that
-  maximise ``|W^T S_b W| / |W^T S_w W|``: the generalised eigenvectors ``S_b w = lambda S_w w`` (scikit-learn's
-  ``LinearDiscriminantAnalysis``, solver ``eigen``, which scales them so that ``W^T S_w W`` is a multiple of the
-  identity). The PCA step centres by the training mean, so the embedding is centred too.
+  (``variance=None``), or those that explain ``variance`` of the training variance (directions of no variance are
+  dropped either way). The paper's ``N - c`` fits the training people's noise and verifies unseen people badly
+  (0.53-0.70 on the six datasets' validation people, against 0.73-0.92 at 95 %); then ``W_fld`` holds the ``c - 1``
+  directions that maximise ``|W^T S_b W| / |W^T S_w W|``: the generalised eigenvectors ``S_b w = lambda S_w w``,
+  scaled so that the within-class scatter is the identity (scikit-learn's ``LinearDiscriminantAnalysis``, solver
+  ``svd``, which also copes with a nearly singular ``S_w``). The PCA step centres by the training mean, so the
+  embedding is centred too.
 """
 import numpy as np
 
@@ -86,11 +87,12 @@ class FisherfacesBaseline:
                              f"images of {people} people")
         components = min(len(x) - people, x.shape[1])
         self.pca = PCA(n_components=components, svd_solver="full").fit(x)
-        self.kept = components
+        # directions of no variance (per-image standardisation removes some) would make S_w singular
+        self.kept = int(min(components, np.sum(self.pca.explained_variance_ratio_ > 1e-10)))
         if self.variance is not None:  # the leading directions that explain ``variance``, at most N - c
             cumulative = np.cumsum(self.pca.explained_variance_ratio_)
-            self.kept = min(int(np.searchsorted(cumulative, self.variance)) + 1, components)
-        self.lda = LinearDiscriminantAnalysis(solver="eigen").fit(self._project(x), labels)
+            self.kept = min(int(np.searchsorted(cumulative, self.variance)) + 1, self.kept)
+        self.lda = LinearDiscriminantAnalysis(solver="svd").fit(self._project(x), labels)
         self.dimensions = people - 1
         return self
 
