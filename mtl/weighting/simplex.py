@@ -6,52 +6,32 @@ bit-identical outputs on every process.
 """
 import numpy as np
 
-
-def segment_min_norm(xx, xv, vv):
-    """gamma in [0, 1] minimising ||(1 - gamma) x + gamma v||^2 given <x,x>, <x,v>, <v,v> (exact line search).
-
-    d/dgamma = 0 at gamma = (<x,x> - <x,v>) / (<x,x> - 2 <x,v> + <v,v>) = <x, x - v> / ||x - v||^2, clipped to
-    [0, 1] (Sener & Koltun 2018, Algorithm 1). Equal points (||x - v|| = 0) give 0.
-    """
-    denominator = xx - 2.0 * xv + vv
-    if denominator <= 0.0:
-        return 0.0
-    return float(min(max((xx - xv) / denominator, 0.0), 1.0))
-
-
-def frank_wolfe_min_norm(gram, max_iter=250, tolerance=1e-5):
-    """Min-norm point of conv{x_i} by Frank-Wolfe (Sener & Koltun 2018, Algorithm 2); returns (w, iterations).
-
-    Start at w = 1/n; each iteration moves towards the vertex e_t with t = argmin_r (Q w)_r (the linear minimiser
-    of the gradient 2 Q w over the simplex) by the exact two-point line search, and stops when the step gamma is
-    at most ``tolerance`` or after ``max_iter`` iterations.
-    """
-    n = gram.shape[0]
-    w = np.full(n, 1.0 / n)
-    for iteration in range(1, max_iter + 1):
-        qw = gram @ w
-        t = int(np.argmin(qw))
-        gamma = segment_min_norm(float(w @ qw), float(qw[t]), float(gram[t, t]))
-        if gamma <= tolerance:
-            return w, iteration
-        w = (1.0 - gamma) * w
-        w[t] += gamma
-    return w, max_iter
+GAP_TOLERANCE = 1e-13  # Wolfe's optimality test, relative to the rounding error of <x, x_j> (see wolfe_min_norm)
 
 
 def _affine_minimiser(gram, support):
     """Weights v (summing to 1) of the min-norm point of the affine hull of the support's points.
 
-    KKT of min v^T Q_SS v s.t. 1^T v = 1:  [Q_SS 1; 1^T 0] [v; mu] = [0; 1] (least squares if singular).
+    With r the support's shortest point and d_i = x_i - x_r for the others, x = x_r + sum_i z_i d_i is closest to
+    the origin when M z = -b, M_ij = <d_i, d_j> = Q_ij - Q_ir - Q_jr + Q_rr, b_i = <d_i, x_r> = Q_ir - Q_rr. The
+    system is solved after a symmetric diagonal scaling (unit diagonal: its conditioning depends on the angles
+    between the d_i, not on their lengths), by least squares when it is singular. v_r = 1 - sum_i z_i.
     """
-    m = len(support)
-    system = np.zeros((m + 1, m + 1))
-    system[:m, :m] = gram[np.ix_(support, support)]
-    system[:m, m] = 1.0
-    system[m, :m] = 1.0
-    rhs = np.zeros(m + 1)
-    rhs[m] = 1.0
-    return np.linalg.lstsq(system, rhs, rcond=None)[0][:m]
+    support = list(support)
+    r = min(support, key=lambda i: (gram[i, i], i))
+    others = [i for i in support if i != r]
+    v = np.zeros(len(support))
+    if others:
+        block = gram[np.ix_(others, others)]
+        cross = gram[others, r]
+        m = block - cross[:, None] - cross[None, :] + gram[r, r]
+        b = cross - gram[r, r]
+        s = np.sqrt(np.maximum(np.diag(m), 0.0))
+        s = np.where(s > 0.0, s, 1.0)
+        z = np.linalg.lstsq(m / np.outer(s, s), -b / s, rcond=1e-13)[0] / s
+        v[[support.index(i) for i in others]] = z
+    v[support.index(r)] = 1.0 - v.sum()
+    return v
 
 
 def _minor_cycle(gram, w, support):
@@ -74,28 +54,40 @@ def _minor_cycle(gram, w, support):
         w = np.zeros_like(w)
         w[support] = moved
         support = [i for i in support if w[i] > 0.0]
-    return w, support
+    return w / w.sum(), support
 
 
-def wolfe_min_norm(gram, tolerance=1e-12):
+def _is_optimal(gram, w, j, qw, tolerance):
+    """Wolfe's test <x, x_j> >= ||x||^2 (x = x_w) up to the rounding of both sides: the error of (Q w)_j is about
+    eps ||x_j|| sum_i w_i ||x_i||, that of ||x||^2 about eps (sum_i w_i ||x_i||)^2."""
+    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
+    spread = float(w @ norms)
+    return qw[j] >= float(w @ qw) - tolerance * spread * (spread + norms[j])
+
+
+def wolfe_min_norm(gram, tolerance=GAP_TOLERANCE):
     """Exact min-norm point of conv{x_i} by Wolfe's algorithm (Wolfe 1976, "Finding the nearest point in a polytope").
 
     Keeps a "corral" S of affinely independent points whose affine min-norm point lies inside their hull. Major
-    cycle: add the vertex j minimising <x, x_j>, unless <x, x_j> >= ||x||^2 - tolerance max_i ||x_i||^2 (then x is
-    optimal). Minor cycle: move to the affine minimiser of S; if it leaves the hull, stop at the hull's boundary
-    and drop the points whose weight became 0. Finite; returns w on the simplex.
+    cycle: add the vertex j minimising <x, x_j>, unless <x, x_j> >= ||x||^2 up to rounding (then x is optimal:
+    <x, y - x> >= 0 for every y of the hull). Minor cycle: move to the affine minimiser of S; if it leaves the
+    hull, stop at the hull's boundary and drop the points whose weight became 0. Finite; starts at the shortest
+    point; returns w on the simplex. Every test is relative to the points' own lengths, so gradients of very
+    different norms (1e-4 next to 1e4) are solved as accurately as equal ones.
     """
     n = gram.shape[0]
-    scale = max(float(np.max(np.diag(gram))), np.finfo(float).tiny)
     first = int(np.argmin(np.diag(gram)))
     w, support = np.zeros(n), [first]
     w[first] = 1.0
+    best = float(gram[first, first])
     for _ in range(10 * n + 10):
         qw = gram @ w
         j = int(np.argmin(qw))
-        if qw[j] >= float(w @ qw) - tolerance * scale or j in support:
+        if j in support or _is_optimal(gram, w, j, qw, tolerance):
             break
-        support.append(j)
-        w, support = _minor_cycle(gram, w, support)
-        w /= w.sum()
+        candidate, candidate_support = _minor_cycle(gram, w, support + [j])
+        value = float(candidate @ gram @ candidate)
+        if value >= best:  # no progress in floating point: w is the minimum to working precision
+            break
+        w, support, best = candidate, candidate_support, value
     return w
