@@ -1,9 +1,12 @@
 """Small backbones for tiny inputs (scikit-learn's 8x8 digits, synthetic data, the distributed equality tests).
 
-``cnn``: conv3x3-BN-ReLU blocks (the first at stride 1, the others at stride 2), global average pooling, a linear layer,
-and optionally a BatchNorm of the embedding ("BN-neck", Luo et al., "Bag of Tricks and A Strong Baseline for Deep
-Person Re-identification", CVPRW 2019; the BN after the embedding of insightface's IResNet): it centres and scales
-every embedding dimension, which helps cosine-margin heads on small data. Off by default.
+``cnn``: conv3x3-BN-ReLU blocks (the first at stride 1, the others at stride 2), then ``output: pool`` (global average
+pooling and a linear layer) or ``output: flatten`` (BatchNorm, optional dropout, and a linear layer over the whole
+final feature map, keeping where each feature is: the "E" output block of insightface's IResNet, Deng et al.,
+"ArcFace", CVPR 2019, which matters for aligned faces), and optionally a BatchNorm of the embedding ("BN-neck", Luo
+et al., "Bag of Tricks and A Strong Baseline for Deep Person Re-identification", CVPRW 2019; the BN after the
+embedding of insightface's IResNet): it centres and scales every embedding dimension, which helps cosine-margin
+heads on small data. Defaults: ``pool``, no dropout, no BN-neck.
 ``mlp``: flatten, then ``Linear - [BN] - activation - [dropout]`` per hidden size, then a linear layer. By default it
 has no BatchNorm and no dropout, so its output depends only on its weights and its input (what the tests that compare
 a one-process run with a many-process run need).
@@ -43,10 +46,16 @@ class SmallCNN(ImageBackbone):
         input_field: str = "image",
         pretrained: str = None,
         embedding_bn: bool = False,
+        output: str = "pool",
+        dropout: float = 0.0,
     ):
         super().__init__()
         channels = _positive_ints(channels, "channels")
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
+        if output not in ("pool", "flatten"):
+            raise ValueError(f"output must be 'pool' or 'flatten', got {output!r}")
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         layers = []
         previous = self.in_channels
         for i, width in enumerate(channels):
@@ -57,16 +66,28 @@ class SmallCNN(ImageBackbone):
             layers.append(nn.ReLU())
             previous = width
         self.body = nn.Sequential(*layers)
-        self.fc = nn.Linear(previous, self.feature_size)
+        self.output = output
+        side = self.input_size
+        for _ in channels[1:]:
+            side = (side + 1) // 2  # a 3x3 convolution at stride 2 with padding 1
+        flat = previous * side * side
+        # E block: y = FC(dropout(BN(x).flatten())); the pooled form averages over the map first
+        self.output_bn = nn.BatchNorm2D(previous) if output == "flatten" else None
+        self.dropout = nn.Dropout(float(dropout)) if dropout else None
+        self.fc = nn.Linear(flat if output == "flatten" else previous, self.feature_size)
         # BN-neck: y = (e - mean) / sqrt(var + eps) * gamma + beta per embedding dimension
         self.neck = nn.BatchNorm1D(self.feature_size) if embedding_bn else None
         if pretrained:
             load_pretrained(self, pretrained, key="pretrained")
 
     def forward(self, inputs):
-        """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; pooling = mean over H and W."""
+        """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; ``pool``: the mean over H and W,
+        ``flatten``: BatchNorm of the map, then all of it (C x h x w values) into the linear layer."""
         x = self.body(inputs[self.input_field])
-        embedding = self.fc(paddle.mean(x, axis=[2, 3]))
+        x = paddle.mean(x, axis=[2, 3]) if self.output_bn is None else paddle.flatten(self.output_bn(x), start_axis=1)
+        if self.dropout is not None:
+            x = self.dropout(x)
+        embedding = self.fc(x)
         return embedding if self.neck is None else self.neck(embedding)
 
 
