@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from mtl.arrays import unit_rows
+from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError
 
 
@@ -80,7 +81,7 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
         step = json.load(f)["step"]
     meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
             "feature_size": int(backbone.feature_size), "backbone": backbone_cfg, "averaged": use_avg, "step": step,
-            "checkpoint": os.path.abspath(ckpt), "heads": heads}
+            "checkpoint": os.path.abspath(ckpt), "heads": heads, "preprocess": task_preprocessing(cfg["tasks"])}
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta
@@ -137,9 +138,21 @@ def field_adapter(model, field, to_dict):
     return FieldAdapter()
 
 
-def read_inputs(paths, shape):
-    """Stack inputs for the exported model: ``.npy`` arrays [N, *shape] or image files decoded to ``shape``."""
-    from mtl.data.transforms import load_pixels, normalize
+def export_preprocess(meta, where, task=None):
+    """The :class:`mtl.data.preprocess.Preprocess` of an export's (or run's) ``preprocess`` record, for ``task`` or
+    the one all its tasks share (exports written before the record existed prepared nothing)."""
+    from mtl.data.preprocess import choose
+
+    try:
+        return choose(meta.get("preprocess") or {}, task, f"'{where}'")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def read_inputs(paths, shape, preprocess=None):
+    """Stack inputs for the exported model: ``.npy`` arrays [N, *shape] or image files decoded to ``shape`` and
+    prepared as the model's training images were (``preprocess``: crop, equalisation, standardisation)."""
+    from mtl.data.transforms import FaceTransform
 
     batches = []
     for path in paths:
@@ -160,17 +173,18 @@ def read_inputs(paths, shape):
         with open(path, "rb") as f:
             data = f.read()
         try:
-            pixels = load_pixels(data, int(shape[1]))
+            image = FaceTransform(int(shape[1]), preprocess=preprocess)(data)
         except Exception as exc:
             raise DataError(f"input '{path}' could not be decoded as an image: {exc}") from None
-        batches.append(normalize(pixels)[None])
+        batches.append(image[None])
     return np.concatenate(batches).astype(np.float32)
 
 
-def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False):
+def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False, preprocess_task=None):
     """Embeddings [N, D] of ``inputs`` (paths) with the exported model; ``flip`` adds f(mirrored x).
 
-    ``flip`` is for image inputs ``[C, H, W]`` only (mirroring a feature vector would reverse its features).
+    ``flip`` is for image inputs ``[C, H, W]`` only (mirroring a feature vector would reverse its features). Image
+    files are prepared as the training images of ``preprocess_task`` were (default: the way all tasks share).
     """
     import paddle
 
@@ -184,7 +198,7 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False)
                           f"{meta['input_shape']}, not [channels, height, width]: drop --flip")
     model = paddle.jit.load(os.path.join(export_dir, "backbone"))
     model.eval()
-    x = read_inputs(inputs, meta["input_shape"])
+    x = read_inputs(inputs, meta["input_shape"], export_preprocess(meta, export_dir, preprocess_task))
     out = []
     with paddle.no_grad():
         for start in range(0, len(x), batch_size):

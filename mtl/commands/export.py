@@ -21,7 +21,7 @@ def _cmd_export(args):
 
 
 def _cmd_embed(args):
-    emb = embed(args.export_dir, args.inputs, args.batch_size, args.flip, args.normalize)
+    emb = embed(args.export_dir, args.inputs, args.batch_size, args.flip, args.normalize, args.preprocess)
     np.save(args.output, emb)
     print(f"wrote {emb.shape[0]} embeddings of size {emb.shape[1]} to {args.output}")
 
@@ -44,4 +44,6 @@ def add_cli(sub):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--flip", action="store_true", help="add the embedding of the mirrored image (image inputs only)")
     p.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
+    p.add_argument("--preprocess", metavar="TASK",
+                   help="prepare images as this task's were (crop, equalisation; default: the way all tasks share)")
     p.set_defaults(func=_cmd_embed)

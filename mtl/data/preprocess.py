@@ -63,6 +63,26 @@ class Preprocess:
         return standardize_image(chw) if self.standardize else chw
 
 
+def task_preprocessing(tasks) -> dict:
+    """``{task name: its reader's preprocess mapping or None}`` of validated task configs (what export records)."""
+    return {t["name"]: (t["reader"].get("preprocess") or None) for t in tasks}
+
+
+def choose(preprocessing: dict, task=None, where: str = "the model"):
+    """The :class:`Preprocess` to prepare new images for a model trained on tasks with ``preprocessing``
+    (``{task: mapping or None}``): ``task``'s, or the one all tasks share. Several different ones and no ``task``
+    raise a ValueError sentence naming them (images must be prepared the way one of the tasks saw them)."""
+    if task is not None:
+        if task not in preprocessing:
+            raise ValueError(f"{where} has no task '{task}' (its tasks: {', '.join(preprocessing)})")
+        return Preprocess.from_config(preprocessing[task])
+    distinct = {repr(sorted((v or {}).items())): v for v in preprocessing.values()}
+    if len(distinct) > 1:
+        raise ValueError(f"the tasks of {where} prepare their images differently ({preprocessing}); say which "
+                         f"task's way to use with --preprocess TASK")
+    return Preprocess.from_config(next(iter(distinct.values()), None))
+
+
 def _crop_box(value):
     """``value`` as a (left, top, right, bottom) tuple of fractions with left < right and top < bottom."""
     try:

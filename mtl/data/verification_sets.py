@@ -11,18 +11,22 @@ import pickle
 
 import numpy as np
 
-from mtl.data.transforms import DecodeError, load_pixels, normalize
+from mtl.data.transforms import DecodeError, FaceTransform, normalize
 from mtl.errors import DataError
 
 
 class VerificationSet:
-    """P image pairs: ``pixels`` uint8 [2P, S, S, 3] (pair i = rows 2i, 2i+1) and ``issame`` bool [P]."""
+    """P image pairs: ``pixels`` uint8 [2P, S, S, 3] (pair i = rows 2i, 2i+1) and ``issame`` bool [P].
 
-    def __init__(self, name: str, pixels: np.ndarray, issame: np.ndarray, source: str = ""):
+    ``preprocess`` (:class:`mtl.data.preprocess.Preprocess`): the model's image preparation; its crop and
+    equalisation were applied when the pixels were decoded, its standardisation is applied to every batch."""
+
+    def __init__(self, name: str, pixels: np.ndarray, issame: np.ndarray, source: str = "", preprocess=None):
         self.name = name
         self.pixels = pixels
         self.issame = np.asarray(issame, dtype=bool)
         self.source = source
+        self.preprocess = preprocess
 
     @property
     def num_pairs(self) -> int:
@@ -39,6 +43,8 @@ class VerificationSet:
         out = np.empty((len(chosen), 3) + chosen.shape[1:3], dtype=np.float32)
         for i, pixels in enumerate(chosen):
             out[i] = normalize(pixels, flip)
+            if self.preprocess is not None:
+                self.preprocess.finish(out[i])
         return out
 
     def batches(self, batch_size: int, flip: bool = False):
@@ -62,11 +68,13 @@ class BinUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed in a verification set")
 
 
-def _decode_all(encoded, image_size: int, describe, decoder: str) -> np.ndarray:
+def _decode_all(encoded, image_size: int, describe, decoder: str, preprocess=None) -> np.ndarray:
+    """uint8 [n, S, S, 3] of every encoded image: decoded, prepared (``preprocess``: crop, equalisation), resized."""
     pixels = np.empty((len(encoded), image_size, image_size, 3), dtype=np.uint8)
+    transform = FaceTransform(image_size, decoder=decoder, preprocess=preprocess)
     for i, data in enumerate(encoded):
         try:
-            pixels[i] = load_pixels(data, image_size, decoder)
+            pixels[i] = transform.pixels(data)
         except DecodeError as exc:
             raise DataError(f"{describe(i)}: {exc}") from None
     return pixels
@@ -80,7 +88,8 @@ def as_bytes(item):
     return None
 
 
-def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = "auto") -> VerificationSet:
+def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = "auto",
+             preprocess=None) -> VerificationSet:
     """Load an InsightFace ``.bin`` verification set, decoding (and resizing if needed) every image."""
     if not os.path.isfile(path):
         raise DataError(f"verification set '{path}' does not exist")
@@ -103,9 +112,10 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
         if data is None:
             raise DataError(f"verification set '{path}' image {i}: expected encoded bytes, got {type(item).__name__}")
         encoded.append(data)
-    pixels = _decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}", decoder)
+    pixels = _decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}", decoder,
+                         preprocess)
     name = name or os.path.splitext(os.path.basename(path))[0]
-    return VerificationSet(name, pixels, issame.astype(bool), path)
+    return VerificationSet(name, pixels, issame.astype(bool), path, preprocess)
 
 
 def write_bin(path: str, encoded_images, issame):
@@ -119,7 +129,7 @@ def write_bin(path: str, encoded_images, issame):
 
 
 def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: str = None,
-               decoder: str = "auto") -> VerificationSet:
+               decoder: str = "auto", preprocess=None) -> VerificationSet:
     """Load a pairs list (``img1<TAB>img2<TAB>0|1`` per line, paths relative to ``root``, default its folder)."""
     if not os.path.isfile(pairs_path):
         raise DataError(f"pairs list '{pairs_path}' does not exist")
@@ -145,17 +155,19 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
             issame.append(parts[2].strip() == "1")
     if not issame:
         raise DataError(f"pairs list '{pairs_path}' holds no pair")
-    pixels = _decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}", decoder)
+    pixels = _decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}", decoder,
+                         preprocess)
     name = name or os.path.splitext(os.path.basename(pairs_path))[0]
-    return VerificationSet(name, pixels, np.array(issame), pairs_path)
+    return VerificationSet(name, pixels, np.array(issame), pairs_path, preprocess)
 
 
 def load_verification_set(path: str, root: str = None, image_size: int = 112, name: str = None,
-                          decoder: str = "auto") -> VerificationSet:
-    """A ``.bin`` file or a pairs list, by extension (``decoder``: auto | opencv | pillow, see mtl.data.transforms)."""
+                          decoder: str = "auto", preprocess=None) -> VerificationSet:
+    """A ``.bin`` file or a pairs list, by extension (``decoder``: auto | opencv | pillow, see mtl.data.transforms),
+    its images prepared as the model's were (``preprocess``, :class:`mtl.data.preprocess.Preprocess` or None)."""
     if str(path).endswith(".bin"):
-        return read_bin(path, image_size, name, decoder)
-    return read_pairs(path, root, image_size, name, decoder)
+        return read_bin(path, image_size, name, decoder, preprocess)
+    return read_pairs(path, root, image_size, name, decoder, preprocess)
 
 
 def encode_png(pixels: np.ndarray) -> bytes:

@@ -49,11 +49,13 @@ class Evaluator:
     def sets(self, task):
         """The task's verification sets, decoded at the backbone's input size (loaded on first use)."""
         if task.name not in self._sets:
+            from mtl.data.preprocess import Preprocess
             from mtl.data.verification_sets import load_verification_set
 
             field = self.job.backbone.input_fields()[0]
             size = field.shape[-1] if field.shape and field.shape[-1] else 112
-            self._sets[task.name] = [load_verification_set(s["path"], s["root"], size, s["name"])
+            prepare = Preprocess.from_config(task.cfg["reader"].get("preprocess"))  # as the task's images
+            self._sets[task.name] = [load_verification_set(s["path"], s["root"], size, s["name"], preprocess=prepare)
                                      for s in task.cfg["eval"]["sets"]]
         return self._sets[task.name]
 
