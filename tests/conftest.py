@@ -1,4 +1,5 @@
-"""Test set-up: the repository root on sys.path, one intra-op thread per test process, plug-ins registered."""
+"""Test set-up: the repository root on sys.path, one intra-op thread per test process, plug-ins registered; the
+session's shared training runs (tests/shared_runs.py)."""
 import os
 import sys
 
@@ -6,3 +7,5 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from tests.shared_runs import one_process, two_process  # noqa: E402,F401  (session fixtures)

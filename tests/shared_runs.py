@@ -1,0 +1,135 @@
+"""Training runs shared by the tests of a session: every 2-process run in one launch, 1-process runs in this process.
+
+A launch of ``python -m paddle.distributed.launch --nproc_per_node 2`` costs seconds before the first step (the
+launcher's and both workers' Paddle import, the process group, the launcher's 1 s polling of its workers), while
+the small jobs of the tests train in about a second each. So:
+
+* A test module registers each 2-process run it needs with ``@two_process_run("name")``: a function of an empty
+  folder that writes what the run needs there and returns ``(entry, result)``, the entry that
+  ``tests/dist_scripts/run_batch.py`` executes on both ranks (``{"train": ARGV}``: ``examples/train_joint.py ARGV``
+  as the launcher would run it; ``{"call": [SCRIPT, FUNCTION, *ARGS]}``: a function of a test script) and what the
+  test gets back (usually the run's folder). A test that reads runs is marked
+  ``@pytest.mark.two_process_runs("name", ...)``.
+* The session fixture ``two_process`` starts, the first time a test asks for a run, one launch of every run named by
+  the markers of the selected tests, in registration order; the runs are independent jobs (each seeds itself) on
+  the same 2 processes. A run that no marker names gets a launch of its own when asked for.
+* A resumed run still starts in a process that never trained its job: a run cut short in this launch is resumed in
+  a later launch (or in this process), never in this one.
+* ``one_process[name]`` (runs registered with ``@one_process_run``) trains a 1-process reference once per session,
+  in this process: nothing about a 1-process run needs a process of its own (``train_here``).
+"""
+import argparse
+import os
+import time
+
+import pytest
+
+from tests.dist_util import ROOT, run_distributed
+
+RUN_BATCH = os.path.join(ROOT, "tests", "dist_scripts", "run_batch.py")
+TWO_PROCESS_RUNS = {}  # name -> function(folder) -> (entry, result)
+ONE_PROCESS_RUNS = {}  # name -> function(folder) -> (argv of train_here, result)
+
+
+def two_process_run(name):
+    """Register a 2-process run of the session's launch (see the module docstring)."""
+    def register(build):
+        TWO_PROCESS_RUNS[name] = build
+        return build
+    return register
+
+
+def one_process_run(name):
+    """Register a 1-process run trained once per session by ``one_process``: ``build(folder)`` returns
+    ``(argv of train_here, result)``."""
+    def register(build):
+        ONE_PROCESS_RUNS[name] = build
+        return build
+    return register
+
+
+def train_here(*argv):
+    """Train in this process exactly as ``examples/train_joint.py ARGV`` trains one process (the same argument parser
+    and ``mtl.commands.train.train``); return the summary. A user error raises instead of exiting with status 2."""
+    from mtl.commands.train import add_train_args, train
+
+    parser = argparse.ArgumentParser()
+    add_train_args(parser)
+    return train(parser.parse_args([str(a) for a in argv]))
+
+
+class TwoProcessRuns:
+    """The 2-process runs of the session: ``runs[name]`` is the result of a run, launched with the others the first
+    time one is asked for; ``runs.output`` is everything that launch printed (launcher and both ranks' logs)."""
+
+    def __init__(self, session, root):
+        self.session, self.root = session, root
+        self.results, self.outputs = {}, {}
+
+    def wanted(self):
+        """Every run named by a ``two_process_runs`` marker of a selected test, in registration order."""
+        names = set()
+        for item in self.session.items:
+            for marker in item.iter_markers("two_process_runs"):
+                names.update(marker.args)
+        unknown = names - set(TWO_PROCESS_RUNS)
+        assert not unknown, f"two_process_runs marker names unregistered runs: {sorted(unknown)}"
+        return [name for name in TWO_PROCESS_RUNS if name in names]
+
+    def __getitem__(self, name):
+        if name not in self.results:
+            self.launch([n for n in self.wanted() if n not in self.results] or [name], name)
+        code, output = self.outputs[name]
+        assert code == 0, f"the launch of the 2-process runs failed with exit code {code}:\n{output[-20000:]}"
+        return self.results[name]
+
+    def output(self, name):
+        """What the launch that ran ``name`` printed: the launcher's console and every rank's log."""
+        self[name]
+        return self.outputs[name][1]
+
+    def launch(self, names, needed):
+        import json
+
+        if needed not in names:
+            names = names + [needed]
+        spec, started = [], time.time()
+        for name in names:
+            folder = self.root / name
+            folder.mkdir()
+            entry, self.results[name] = TWO_PROCESS_RUNS[name](folder)
+            spec.append(dict(entry, name=name))
+        path = self.root / f"batch_{len(self.outputs)}.json"
+        path.write_text(json.dumps(spec, indent=1))
+        code, output = run_distributed(RUN_BATCH, 2, [str(path)], timeout=1800)
+        output = f"{len(names)} runs in one launch ({time.time() - started:.1f} s): {', '.join(names)}\n{output}"
+        for name in names:
+            self.outputs[name] = (code, output)
+
+
+class OneProcessRuns:
+    """``runs[name]``: the result of a registered 1-process run, trained in this process on first use."""
+
+    def __init__(self, root):
+        self.root, self.results = root, {}
+
+    def __getitem__(self, name):
+        if name not in self.results:
+            folder = self.root / name
+            folder.mkdir()
+            argv, result = ONE_PROCESS_RUNS[name](folder)
+            train_here(*argv)
+            self.results[name] = result
+        return self.results[name]
+
+
+@pytest.fixture(scope="session")
+def two_process(request, tmp_path_factory):
+    """The session's 2-process runs (:class:`TwoProcessRuns`)."""
+    return TwoProcessRuns(request.session, tmp_path_factory.mktemp("two_process"))
+
+
+@pytest.fixture(scope="session")
+def one_process(tmp_path_factory):
+    """The session's shared 1-process runs (:class:`OneProcessRuns`)."""
+    return OneProcessRuns(tmp_path_factory.mktemp("one_process"))
