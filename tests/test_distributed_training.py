@@ -1,33 +1,22 @@
-"""1 process vs 2 processes (paddle.distributed.launch, gloo): same per-step losses, same final weights."""
+"""1 process vs 2 processes (paddle.distributed.launch, gloo): same per-step losses, same final weights.
+
+The 2-process runs come from the session's one launch, the 1-process runs train in this process
+(tests/shared_runs.py); the joint-mode runs are shared with tests/test_reshard.py and
+tests/test_reliability_multinode.py (tests/equivalence.py)."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import paddle
 import pytest
 
 from mtl.train.checkpoint import merged_head_state
-from tests.dist_util import ROOT, run_distributed
+from tests import equivalence
+from tests.shared_runs import train_here
 
 pytestmark = pytest.mark.distributed
 
-JOB = os.path.join(ROOT, "tests", "dist_scripts", "equivalence_job.yaml")
-TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
 SHARDED = {"arc7": 7, "arc1": 1, "cos5": 5, "soft3": 3}
-
-
-def train_single(out, overrides):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, TRAIN, JOB, "--set", f"output_dir={out}", *overrides],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def train_two(out, overrides):
-    code, output = run_distributed(TRAIN, 2, [JOB, "--set", f"output_dir={out}", *overrides], timeout=300)
-    assert code == 0, output
 
 
 def losses(out):
@@ -46,14 +35,16 @@ def final_weights(out, averaged=False):
     return state
 
 
-@pytest.mark.parametrize("mode", ["joint", "sample"])
-def test_one_and_two_processes_agree(tmp_path, mode):
+@pytest.mark.parametrize("mode", [pytest.param("joint", marks=pytest.mark.two_process_runs("equivalence_joint")),
+                                  pytest.param("sample", marks=pytest.mark.two_process_runs("equivalence_sample"))])
+def test_one_and_two_processes_agree(one_process, two_process, tmp_path, mode):
     # joint mode also clips gradients: the global norm must include every rank's shard exactly once
-    overrides = [f"schedule.mode={mode}"] + (["schedule.batch_size=8"] if mode == "sample" else
-                                             ["optimizer.clip_norm=2.0"])
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    train_single(one, overrides)
-    train_two(two, overrides)
+    if mode == "joint":
+        one = one_process["equivalence_joint"]
+    else:
+        one = str(tmp_path / "one")
+        train_here(*equivalence.argv(one, equivalence.SAMPLE))
+    two = two_process[f"equivalence_{mode}"]
     a, b = losses(one), losses(two)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 21))
     worst = 0.0

@@ -1,5 +1,7 @@
 """Multi-node: two launchers on one host (``--nnodes 2 --master 127.0.0.1:PORT``, one process each) train exactly like
-one launcher with two processes: the same per-step losses and gradient norms, the same final weights."""
+one launcher with two processes: the same per-step losses and gradient norms, the same final weights. The
+one-launcher run is the session's joint-mode equivalence run (tests/equivalence.py), also read by
+tests/test_distributed_training.py."""
 import os
 import shutil
 import socket
@@ -10,13 +12,12 @@ import numpy as np
 import paddle
 import pytest
 
-from tests.dist_util import ROOT, _read_logs, _stop, run_distributed, start_launcher
+from tests import equivalence
+from tests.dist_util import _read_logs, _stop, start_launcher
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.two_process_runs("equivalence_joint")]
 
-JOB = os.path.join(ROOT, "tests", "dist_scripts", "equivalence_job.yaml")
-TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
-STEPS = 8
+STEPS = equivalence.STEPS
 
 
 def free_port():
@@ -27,10 +28,10 @@ def free_port():
 
 def two_nodes(out, timeout=240):
     """Two launchers of one process each, joined through a master on 127.0.0.1; (exit codes, output)."""
-    args = [JOB, "--set", f"output_dir={out}", f"schedule.steps={STEPS}", "optimizer.clip_norm=2.0"]
+    args = equivalence.argv(out, equivalence.JOINT)  # the overrides of the one-launcher run
     master = ["--nnodes", "2", "--master", f"127.0.0.1:{free_port()}"]
     logs = [tempfile.mkdtemp(prefix="mtl_node_") for _ in range(2)]
-    procs = [start_launcher(TRAIN, 1, args, log, launch_args=master) for log in logs]
+    procs = [start_launcher(equivalence.TRAIN, 1, args, log, launch_args=master) for log in logs]
     codes, output = [], []
     for proc in procs:
         try:
@@ -52,13 +53,11 @@ def records(out):
     return [r for r in read_jsonl(os.path.join(out, "metrics.jsonl")) if "loss" in r]
 
 
-def test_two_launchers_equal_one_launcher_with_two_processes(tmp_path):
-    nodes, local = str(tmp_path / "nodes"), str(tmp_path / "local")
+def test_two_launchers_equal_one_launcher_with_two_processes(two_process, tmp_path):
+    nodes = str(tmp_path / "nodes")
     codes, output = two_nodes(nodes)
     assert codes == [0, 0], output
-    code, output = run_distributed(TRAIN, 2, [JOB, "--set", f"output_dir={local}", f"schedule.steps={STEPS}",
-                                              "optimizer.clip_norm=2.0"], timeout=240)
-    assert code == 0, output
+    local = two_process["equivalence_joint"]
     a, b = records(nodes), records(local)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
     for ra, rb in zip(a, b):

@@ -1,37 +1,35 @@
 """Resume at another process count: 2 -> 1 and 1 -> 2 processes continue like an uninterrupted run; offline
-re-sharding round-trips exactly; `mtl checkpoint info` says what a checkpoint holds."""
+re-sharding round-trips exactly; `mtl checkpoint info` says what a checkpoint holds.
+
+The job is the joint-mode equivalence job with checkpoints every 5 steps (tests/equivalence.py); its uninterrupted
+1-process run is shared with tests/test_distributed_training.py. The 2-process runs (cut at step 10, or resumed from
+a 1-process cut) are in the session's one launch; the 1-process runs train in this process (tests/shared_runs.py).
+Every resume starts in a process that did not train the cut run."""
+import contextlib
+import io
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import paddle
 import pytest
 
+from mtl.cli import build_parser
 from mtl.config.loading import load_job
 from mtl.job import build_job
 from mtl.train import checkpoint
 from mtl.train.checkpoint import merged_head_state
 from mtl.train.optim import JointOptimizer
-from tests.dist_util import ROOT, run_distributed
+from tests import equivalence
+from tests.shared_runs import train_here, two_process_run
 
-JOB = os.path.join(ROOT, "tests", "dist_scripts", "equivalence_job.yaml")
-TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
 SHARDED = ("arc7", "arc1", "cos5", "soft3")
-COMMON = ["checkpoint.every=5", "checkpoint.keep=5"]
 PARTIAL_FC = ["tasks.0.head.sample_ratio=0.5"]  # arc7: Partial FC, its class sample drawn from (seed, step)
+CUT = 10
 
 
-def train(out, world, *args, overrides=()):
-    args = [JOB, *args, "--set", f"output_dir={out}", *COMMON, *overrides]
-    if world == 1:
-        proc = subprocess.run([sys.executable, TRAIN, *args], capture_output=True, text=True, cwd=ROOT,
-                              env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    else:
-        code, output = run_distributed(TRAIN, world, args, timeout=300)
-        assert code == 0, output
+def overrides(partial_fc):
+    return equivalence.JOINT + (PARTIAL_FC if partial_fc else [])
 
 
 def losses(out):
@@ -40,22 +38,45 @@ def losses(out):
 
 
 def mtl(*args):
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    """``mtl ARGS`` (the command's parser and function, in this process); what it printed."""
+    parsed = build_parser().parse_args([str(a) for a in args])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        parsed.func(parsed)
+    return printed.getvalue()
+
+
+def _cut_at_two(folder, partial_fc):
+    """2 processes, stopped by --until after step 10 (resumed at 1 process by the test)."""
+    out = folder / "cut"
+    return {"train": equivalence.argv(out, overrides(partial_fc), "--until", str(CUT))}, str(out)
+
+
+def _resumed_at_two(folder, partial_fc):
+    """1 process stopped by --until after step 10 (here, now), then resumed at 2 processes in the launch."""
+    out = folder / "cut"
+    train_here(*equivalence.argv(out, overrides(partial_fc), "--until", str(CUT)))
+    return {"train": equivalence.argv(out, overrides(partial_fc), "--resume")}, str(out)
+
+
+for _first, _build in ((2, _cut_at_two), (1, _resumed_at_two)):
+    for _pfc in (False, True):
+        two_process_run(f"reshard_{_first}to{3 - _first}_pfc{int(_pfc)}")(
+            lambda folder, build=_build, pfc=_pfc: build(folder, pfc))
 
 
 @pytest.fixture(scope="module")
-def full_runs(tmp_path_factory):
+def full_runs(one_process, tmp_path_factory):
     """Uninterrupted 1-process runs, by whether arc7 uses Partial FC (trained on first use)."""
-    root, runs = tmp_path_factory.mktemp("reshard"), {}
+    root, runs = tmp_path_factory.mktemp("reshard"), {True: None}
 
     def get(partial_fc=False):
-        if partial_fc not in runs:
-            runs[partial_fc] = str(root / f"full_pfc{int(partial_fc)}")
-            train(runs[partial_fc], 1, overrides=PARTIAL_FC if partial_fc else [])
-        return runs[partial_fc]
+        if not partial_fc:
+            return one_process["equivalence_joint"]
+        if runs[True] is None:
+            runs[True] = str(root / "full_pfc1")
+            train_here(*equivalence.argv(runs[True], overrides(True)))
+        return runs[True]
     return get
 
 
@@ -64,22 +85,29 @@ def uninterrupted(full_runs):
     return full_runs(False)
 
 
+def _case(first, second, partial_fc):
+    name = f"reshard_{first}to{second}_pfc{int(partial_fc)}"
+    return pytest.param(first, second, partial_fc, marks=pytest.mark.two_process_runs(name), id=f"{first}-{second}-"
+                        f"{partial_fc}")
+
+
 @pytest.mark.distributed
-@pytest.mark.parametrize("first,second,partial_fc", [(2, 1, False), (1, 2, False), (2, 1, True), (1, 2, True)])
-def test_resume_at_another_process_count(full_runs, tmp_path, first, second, partial_fc):
-    extra = PARTIAL_FC if partial_fc else []
-    out = str(tmp_path / "cut")
-    train(out, first, "--until", "10", overrides=extra)
-    ckpt = os.path.join(out, "checkpoints", "step_10")
+@pytest.mark.parametrize("first,second,partial_fc", [_case(2, 1, False), _case(1, 2, False), _case(2, 1, True),
+                                                     _case(1, 2, True)])
+def test_resume_at_another_process_count(full_runs, two_process, tmp_path, first, second, partial_fc):
+    out = two_process[f"reshard_{first}to{second}_pfc{int(partial_fc)}"]
+    ckpt = os.path.join(out, "checkpoints", f"step_{CUT}")
     switch = {t: merged_head_state(ckpt, t) for t in SHARDED}
-    train(out, second, "--resume", overrides=extra)
+    if second == 1:
+        train_here(*equivalence.argv(out, overrides(partial_fc), "--resume"))
     a, b = losses(full_runs(partial_fc)), losses(out)
     assert [r["step"] for r in b] == list(range(1, 21))
     keys = [k for k in a[0] if k.startswith("loss/")]
     worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-6) for ra, rb in zip(a, b) for k in keys if k in rb)
     assert worst <= 1e-4, worst
     if first == 2:  # loading the 2-process checkpoint in this (1-process) test gives exactly the merged shards
-        job = build_job(load_job(JOB, [f"output_dir={tmp_path / 'probe'}", *extra]))
+        extra = PARTIAL_FC if partial_fc else []
+        job = build_job(load_job(equivalence.JOB, [f"output_dir={tmp_path / 'probe'}", *extra]))
         optimizer = JointOptimizer(job.cfg["optimizer"], job.model, job.cfg["schedule"]["steps"])
         checkpoint.load(ckpt, job.model, optimizer, job.schedule)
         for task in SHARDED:
