@@ -10,8 +10,10 @@ import pytest
 
 from mtl.errors import ConfigError
 from mtl.train.averaging import EMA, WindowAverage, build_averager
+from tests.shared_runs import two_process_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARDS = os.path.join(ROOT, "tests", "dist_scripts", "averaging_shards.py")
 
 
 def window_reference(trajectory, rate, min_window, max_window):
@@ -292,6 +294,7 @@ _SAVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_state_saved_in_one_process_loads_in_a_fresh_one(tmp_path):
     state_path, averages_path = str(tmp_path / "averager.pdparams"), str(tmp_path / "averages.npz")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
@@ -387,38 +390,17 @@ def test_shards_averaged_separately_equal_the_averaged_full_weight():
     np.testing.assert_array_equal(np.concatenate([s.numpy() for s in shards], axis=1), full.numpy())
 
 
-_SHARD_RANK = textwrap.dedent("""
-    import sys
-    import numpy as np
-    import paddle
-    import paddle.distributed as dist
-    from mtl.train.averaging import WindowAverage
-    from mtl.parallel.distributed import shard_range
-
-    dist.init_parallel_env()
-    rank, world = dist.get_rank(), dist.get_world_size()
-    start, count = shard_range(5, world, rank)
-    shard = paddle.create_parameter([count, 3], "float32")
-    averager = WindowAverage({"head.weight": shard}, 0.15, 3, 8)
-    for step in range(25):
-        full = np.random.default_rng(step).standard_normal([5, 3]).astype("float32")
-        with paddle.no_grad():
-            shard.set_value(full[start:start + count])
-        averager.step()
-    with averager.apply():
-        np.save(f"{sys.argv[1]}/rank{rank}.npy", shard.numpy())
-    dist.barrier()
-""")
+@two_process_run("averaging_shards")
+def _two_processes(folder):
+    return {"call": [SHARDS, "main", str(folder)]}, folder
 
 
 @pytest.mark.distributed
-def test_two_process_shards_equal_one_process_average(tmp_path):
-    script = tmp_path / "shard_rank.py"
-    script.write_text(_SHARD_RANK)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    subprocess.run([sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
-                    str(tmp_path / "log"), str(script), str(tmp_path)], check=True, env=env, cwd=ROOT,
-                   capture_output=True, timeout=300)
+@pytest.mark.two_process_runs("averaging_shards")
+def test_two_process_shards_equal_one_process_average(two_process):
+    """Each of 2 ranks averages its shard (tests/dist_scripts/averaging_shards.py, in the session's one launch of
+    2-process runs): together they give what one process averaging the full weight gives."""
+    folder = two_process["averaging_shards"]
     full = paddle.create_parameter([5, 3], "float32")
     averager = WindowAverage({"head.weight": full}, 0.15, 3, 8)
     for step in range(25):
@@ -427,7 +409,7 @@ def test_two_process_shards_equal_one_process_average(tmp_path):
         averager.step()
     with averager.apply():
         expected = full.numpy()
-    got = np.concatenate([np.load(tmp_path / f"rank{k}.npy") for k in range(2)], axis=0)
+    got = np.concatenate([np.load(folder / f"rank{k}.npy") for k in range(2)], axis=0)
     np.testing.assert_array_equal(got, expected)
 
 

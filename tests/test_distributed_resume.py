@@ -1,5 +1,8 @@
 """Exact resume at 2 processes: stopped after step 5 (last checkpoint at 3) and resumed, the run ends bit for bit
-where an uninterrupted one does; mid-run evaluation and checkpoints with an empty head shard and averaging."""
+where an uninterrupted one does; mid-run evaluation and checkpoints with an empty head shard and averaging.
+
+The uninterrupted run and the run stopped after step 5 are in the session's one launch of 2-process runs
+(tests/shared_runs.py); the resume is a launch of its own, so it starts in processes that never trained the job."""
 import json
 import os
 
@@ -8,8 +11,9 @@ import paddle
 import pytest
 
 from tests.dist_util import ROOT, run_distributed
+from tests.shared_runs import two_process_run
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.two_process_runs("resume_full", "resume_cut")]
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "resume_job.yaml")
 TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
@@ -26,10 +30,18 @@ def checkpoint_files(out, step):
                   if f.endswith(".pdparams") and not f.startswith(("averager", "rng")))
 
 
-def test_resume_at_two_processes_is_exact(tmp_path):
-    full, cut = str(tmp_path / "full"), str(tmp_path / "cut")
-    launch(full)
-    launch(cut, "--until", "5")
+@two_process_run("resume_full")
+def _full(folder):
+    return {"train": [JOB, "--set", f"output_dir={folder}"]}, str(folder)
+
+
+@two_process_run("resume_cut")
+def _cut(folder):
+    return {"train": [JOB, "--until", "5", "--set", f"output_dir={folder}"]}, str(folder)
+
+
+def test_resume_at_two_processes_is_exact(two_process):
+    full, cut = two_process["resume_full"], two_process["resume_cut"]
     assert os.path.isdir(os.path.join(cut, "checkpoints", "step_3"))
     assert not os.path.isdir(os.path.join(cut, "checkpoints", "step_8"))
     launch(cut, "--resume")

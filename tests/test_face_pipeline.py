@@ -1,5 +1,6 @@
 """Face pipeline end to end: two generated RecordIO datasets with overlapping identities, 2 processes, a .bin set,
-export, and re-embedding with the exported model."""
+export, and re-embedding with the exported model. The 2-process run is in the session's one launch of 2-process
+runs (tests/shared_runs.py)."""
 import json
 import os
 import shutil
@@ -14,7 +15,8 @@ from mtl.config.loading import load_job
 from mtl.data.verification_sets import encode_png, write_bin
 from mtl.evaluation.metrics import verification
 from mtl.export import embed, export
-from tests.dist_util import ROOT, run_distributed
+from tests.dist_util import ROOT
+from tests.shared_runs import two_process_run
 
 SIZE = 24
 
@@ -45,14 +47,17 @@ def make_bin(path, rng, identities=range(9), pairs=20):
     write_bin(str(path), images, issame)
 
 
-@pytest.fixture(scope="module")
-def face_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("faces")
+def make_face_data(root):
     rng = np.random.RandomState(0)
     make_dataset(root / "a", [0, 1, 2, 3, 4, 5], rng)   # identities 3-5 appear in both datasets
     make_dataset(root / "b", [3, 4, 5, 6, 7, 8], rng)
     make_bin(root / "pairs.bin", rng)
     return root
+
+
+@pytest.fixture(scope="module")
+def face_data(tmp_path_factory):
+    return make_face_data(tmp_path_factory.mktemp("faces"))
 
 
 def write_tasks(root, folder):
@@ -66,27 +71,34 @@ def write_tasks(root, folder):
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(task))
 
 
-@pytest.mark.distributed
-def test_two_processes_two_recordio_datasets_eval_export(face_data, tmp_path):
-    write_tasks(face_data, tmp_path / "tasks")
-    job = {"seed": 0, "device": "cpu", "output_dir": str(tmp_path / "run"), "tasks": ["faces_a", "faces_b"],
+@two_process_run("face_pipeline")
+def _two_processes(folder):
+    """The data, the task files and the job, written in ``folder``; the run in ``folder/run``."""
+    data = make_face_data(folder / "data")
+    write_tasks(data, folder / "tasks")
+    job = {"seed": 0, "device": "cpu", "output_dir": str(folder / "run"), "tasks": ["faces_a", "faces_b"],
            "backbone": {"type": "cnn", "in_channels": 3, "input_size": SIZE, "embedding_size": 32},
            "schedule": {"batch_size": 8, "steps": 6}, "optimizer": {"lr": 0.05},
            "averaging": {"type": "window", "average_window_rate": 0.5, "min_average_window": 2,
                          "max_average_window": 4},
            "log": {"every": 1, "progress": False}, "data": {"num_workers": 1}}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    code, output = run_distributed(os.path.join(ROOT, "examples", "train_joint.py"), 2,
-                                   [str(tmp_path / "job.yaml")], timeout=240)
-    assert code == 0, output
-    summary = json.load(open(tmp_path / "run" / "summary.json"))
+    (folder / "job.yaml").write_text(yaml.safe_dump(job))
+    return {"train": [str(folder / "job.yaml")]}, folder
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("face_pipeline")
+def test_two_processes_two_recordio_datasets_eval_export(two_process, tmp_path):
+    folder = two_process["face_pipeline"]
+    face_data, run = folder / "data", folder / "run"
+    summary = json.load(open(run / "summary.json"))
     assert summary["world_size"] == 2
     averaged = summary["tasks"]["faces_a"]["eval_averaged"]
     assert set(averaged) >= {"pairs/accuracy", "pairs/std", "pairs/val_at_far"}
-    assert os.path.getsize(tmp_path / "run" / "roc_faces_a.png") > 1000
-    records = [r for r in map(json.loads, open(tmp_path / "run" / "metrics.jsonl")) if "loss" in r]
+    assert os.path.getsize(run / "roc_faces_a.png") > 1000
+    records = [r for r in map(json.loads, open(run / "metrics.jsonl")) if "loss" in r]
     assert all(np.isfinite(r["loss/faces_a"]) and np.isfinite(r["loss/faces_b"]) for r in records)
-    meta = export(str(tmp_path / "run"), str(tmp_path / "export"))
+    meta = export(str(run), str(tmp_path / "export"))
     assert meta["averaged"] and meta["heads"]["faces_a"]["weight"] == [6, 32]
     # re-embed the .bin pairs with the exported model: the protocol must give the summary's averaged accuracy
     from mtl.data.verification_sets import load_verification_set

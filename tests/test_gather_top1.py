@@ -1,15 +1,18 @@
 """The one-collective batch gather and the top-1 settled inside the softmax's all-reduces (issue 14: fewer
 collectives per step), against numpy: ids travel exactly as float columns, two ranks gather what one process holds,
-and the vote gives the global argmax with ties to the lower rank, as ``sharded_top1`` decides."""
+and the vote gives the global argmax with ties to the lower rank, as ``sharded_top1`` decides. The 2-rank runs that
+succeed are in the session's one launch of 2-process runs (tests/shared_runs.py); the one that must fail is a launch
+of its own."""
 import importlib.util
 import os
 
 import numpy as np
 import paddle
 import pytest
-from dist_util import assert_success, run_distributed
+from dist_util import run_distributed
 
 from mtl.parallel import collective, topk
+from tests.shared_runs import two_process_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "dist_scripts", "gather_top1.py")
@@ -40,15 +43,24 @@ def test_votes_at_world_one_give_the_local_best():
     assert np.array_equal(topk.top1_from_votes(votes, best, ids).numpy(), [4, -1])
 
 
+@two_process_run("gather_top1")
+def _two_ranks(folder):
+    return {"call": [SCRIPT, "main", str(folder)]}, str(folder)
+
+
+@two_process_run("gather_top1_huge")
+def _two_ranks_huge(folder):
+    return {"call": [SCRIPT, "main", str(folder), "--huge"]}, str(folder)
+
+
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out_dir = tmp_path_factory.mktemp("gather_top1")
-    code, output = run_distributed(SCRIPT, nproc=2, args=[str(out_dir)], timeout=120)
-    assert_success(code, output)
+def ranks(two_process):
+    out_dir = two_process["gather_top1"]
     return [dict(np.load(os.path.join(out_dir, f"rank{k}.npz"))) for k in range(2)]
 
 
 @pytest.mark.distributed
+@pytest.mark.two_process_runs("gather_top1")
 @pytest.mark.parametrize("split", ["equal", "uneven"])
 def test_two_ranks_gather_features_and_labels_in_one_collective(ranks, split):
     bounds = script.SPLITS[split]
@@ -61,6 +73,7 @@ def test_two_ranks_gather_features_and_labels_in_one_collective(ranks, split):
 
 
 @pytest.mark.distributed
+@pytest.mark.two_process_runs("gather_top1")
 def test_two_ranks_top1_votes_match_the_argmax_over_ranks(ranks):
     scores, ids = np.stack(script.BEST), np.stack(script.IDS)
     expected = ids[np.argmax(scores, axis=0), np.arange(scores.shape[1])]  # first maximum: the lower rank on ties
@@ -72,9 +85,9 @@ def test_two_ranks_top1_votes_match_the_argmax_over_ranks(ranks):
 
 
 @pytest.mark.distributed
-def test_a_label_out_of_range_on_one_rank_is_refused_by_both(tmp_path):
-    code, output = run_distributed(SCRIPT, nproc=2, args=[str(tmp_path), "--huge"], timeout=120)
-    assert_success(code, output)
+@pytest.mark.two_process_runs("gather_top1_huge")
+def test_a_label_out_of_range_on_one_rank_is_refused_by_both(two_process):
+    output = two_process.output("gather_top1_huge")  # the launch's console and both ranks' logs
     for rank in (0, 1):
         assert f"rank {rank} refused: a class id of 34359738368 or more" in output
 

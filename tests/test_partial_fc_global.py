@@ -1,10 +1,9 @@
 """Partial FC's class sample is drawn over all classes from (seed, step): exact count, every positive, uniform,
-deterministic, O(count) memory, and the same at any process count (1 vs 2 processes train identically)."""
+deterministic, O(count) memory, and the same at any process count (1 vs 2 processes train identically: the
+2-process run is in the session's one launch, the 1-process run trains in this process, tests/shared_runs.py)."""
 import json
 import math
 import os
-import subprocess
-import sys
 import tracemalloc
 
 import numpy as np
@@ -12,10 +11,10 @@ import pytest
 
 from mtl.heads.sharded import sample_classes_globally, shard_of_sample
 from mtl.parallel import distributed
-from tests.dist_util import ROOT, run_distributed
+from tests.dist_util import ROOT
+from tests.shared_runs import train_here, two_process_run
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "partial_fc_job.yaml")
-TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
 
 
 @pytest.mark.parametrize("num_classes,count,positives", [
@@ -79,15 +78,17 @@ def _losses(out):
         return [r for r in map(json.loads, f) if "loss" in r]
 
 
+@two_process_run("partial_fc")
+def _two_processes(folder):
+    return {"train": [JOB, "--set", f"output_dir={folder}"]}, str(folder)
+
+
 @pytest.mark.distributed
-def test_partial_fc_trains_identically_at_one_and_two_processes(tmp_path):
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, TRAIN, JOB, "--set", f"output_dir={one}"], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    code, output = run_distributed(TRAIN, 2, [JOB, "--set", f"output_dir={two}"], timeout=300)
-    assert code == 0, output
+@pytest.mark.two_process_runs("partial_fc")
+def test_partial_fc_trains_identically_at_one_and_two_processes(two_process, tmp_path):
+    one = str(tmp_path / "one")
+    train_here(JOB, "--set", f"output_dir={one}")
+    two = two_process["partial_fc"]
     a, b = _losses(one), _losses(two)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 13))
     worst = 0.0

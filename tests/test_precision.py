@@ -1,17 +1,16 @@
 """Mixed precision: bf16 on the CPU runs (in float32, with a notice) and equals the float32 run; the fp16 loss
-scaler skips an overflow that only one rank of two met, on both ranks, and lowers the same scale."""
+scaler skips an overflow that only one rank of two met, on both ranks, and lowers the same scale. The 1-process runs
+train in this process, the 2-process run is in the session's one launch (tests/shared_runs.py)."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 from mtl.train.precision import LossScaler
-from tests.dist_util import ROOT, run_distributed
+from tests.dist_util import ROOT
+from tests.shared_runs import train_here, two_process_run
 
-TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
 PLUGIN = os.path.join(ROOT, "tests", "dist_scripts", "inf_plugin")
 INF_STEP = 6
 
@@ -34,11 +33,12 @@ def write(tmp_path, name, **kw):
     return str(path), str(tmp_path / name)
 
 
-def train(config):
-    proc = subprocess.run([sys.executable, TRAIN, config], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
+def train(config, capsys=None):
+    """Train ``config`` in this process (as ``examples/train_joint.py CONFIG`` would); what it printed."""
+    train_here(config)
+    if capsys is not None:
+        captured = capsys.readouterr()
+        return captured.out + captured.err
 
 
 def rank_records(out, rank):
@@ -56,24 +56,29 @@ def test_loss_scaler_rules():
     assert not scaler.overflow()  # at the minimum a non-finite gradient is real
 
 
-def test_bf16_on_cpu_runs_in_float32_and_equals_it(tmp_path):
+def test_bf16_on_cpu_runs_in_float32_and_equals_it(tmp_path, capsys):
     bf16, out16 = write(tmp_path, "bf16", precision="bf16", inf_rank=9)
     fp32, out32 = write(tmp_path, "fp32", inf_rank=9)
-    proc = train(bf16)
-    assert "precision bf16: Paddle's CPU build has no bfloat16 matmul kernel, so this job runs in float32" in \
-        proc.stdout + proc.stderr
+    capsys.readouterr()
+    printed = train(bf16, capsys)
+    assert "precision bf16: Paddle's CPU build has no bfloat16 matmul kernel, so this job runs in float32" in printed
     train(fp32)
     a, b = rank_records(out32, 0), rank_records(out16, 0)
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
 
 
+@two_process_run("precision_overflow")
+def _two_processes(folder):
+    two, out2 = write(folder, "two", precision="fp16", inf_rank=1)
+    return {"train": [two]}, out2
+
+
 @pytest.mark.distributed
-def test_an_overflow_on_one_rank_is_skipped_by_both(tmp_path):
+@pytest.mark.two_process_runs("precision_overflow")
+def test_an_overflow_on_one_rank_is_skipped_by_both(two_process, tmp_path):
     one, out1 = write(tmp_path, "one", precision="fp16", inf_rank=0)
-    two, out2 = write(tmp_path, "two", precision="fp16", inf_rank=1)
     train(one)
-    code, output = run_distributed(TRAIN, 2, [two], timeout=300)
-    assert code == 0, output
+    out2 = two_process["precision_overflow"]
     reference = rank_records(out1, 0)
     ranks = [rank_records(out2, 0), rank_records(out2, 1)]
     for records in ranks:

@@ -1,5 +1,7 @@
 """Pre-emption: SIGTERM (to the process, or to the launcher of a 2-process job) saves the current step and exits
-with status 75; ``--resume`` then continues bit-identically to an uninterrupted run."""
+with status 75; ``--resume`` then continues bit-identically to an uninterrupted run. The uninterrupted 2-process run
+is in the session's one launch of 2-process runs (tests/shared_runs.py); the signalled run and its resume are
+launches of their own."""
 import json
 import os
 import signal
@@ -12,6 +14,7 @@ import pytest
 import yaml
 
 from tests.dist_util import ROOT
+from tests.shared_runs import two_process_run
 
 STEPS = 150
 
@@ -85,6 +88,7 @@ def assert_same_run(full, resumed):
                 assert rb[key] == value, (ra["step"], key)
 
 
+@pytest.mark.subprocess
 def test_sigterm_saves_and_resume_is_bit_identical(tmp_path):
     config, out = write_job(tmp_path, "cut")
     full_config, full = write_job(tmp_path, "full")
@@ -101,11 +105,17 @@ def test_sigterm_saves_and_resume_is_bit_identical(tmp_path):
     assert_same_run(full, out)
 
 
+@two_process_run("preemption_full")
+def _full_at_two(folder):
+    config, out = write_job(folder, "full")
+    return {"train": [config]}, out
+
+
 @pytest.mark.distributed
-def test_sigterm_to_the_launcher_of_two_processes(tmp_path):
+@pytest.mark.two_process_runs("preemption_full")
+def test_sigterm_to_the_launcher_of_two_processes(two_process, tmp_path):
     config, out = write_job(tmp_path, "cut")
-    full_config, full = write_job(tmp_path, "full")
-    run(launch_command(2, train_command(full_config), str(tmp_path / "log_full")))
+    full = two_process["preemption_full"]
     proc = subprocess.Popen(launch_command(2, train_command(config), str(tmp_path / "log_cut")),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             env=environment(), start_new_session=True)

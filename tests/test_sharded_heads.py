@@ -1,7 +1,8 @@
 """Two processes (gloo) against one: the sharded heads must give the single-process loss and gradients.
 
-One launch of ``tests/dist_scripts/sharded_heads.py`` runs every case; each case here reruns the same head in this
-process on the whole global batch (world 1, the reference) and compares.
+One run of ``tests/dist_scripts/sharded_heads.py`` (in the session's one launch of 2-process runs,
+tests/shared_runs.py) runs every case; each case here reruns the same head in this process on the whole global batch
+(world 1, the reference) and compares.
 """
 import importlib.util
 import os
@@ -9,11 +10,11 @@ import os
 import numpy as np
 import paddle
 import pytest
-from dist_util import assert_success, run_distributed
 from test_margin_heads import np_margin_head
 
 from mtl import registry
 from mtl.parallel import distributed
+from tests.shared_runs import two_process_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "dist_scripts", "sharded_heads.py")
@@ -31,12 +32,15 @@ def _load_script():
 script = _load_script()
 
 
+@two_process_run("sharded_heads")
+def _two_ranks(folder):
+    return {"call": [SCRIPT, "main", str(folder)]}, str(folder)
+
+
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    """Per-rank arrays of the one distributed launch."""
-    out_dir = tmp_path_factory.mktemp("sharded_heads")
-    code, output = run_distributed(SCRIPT, nproc=WORLD, args=[str(out_dir)], timeout=180)
-    assert_success(code, output)
+def ranks(two_process):
+    """Per-rank arrays of the distributed run."""
+    out_dir = two_process["sharded_heads"]
     yield [dict(np.load(os.path.join(out_dir, f"rank{k}.npz"))) for k in range(WORLD)]
     print("\nlargest differences, 2 ranks vs 1 process (abs, rel):")
     for what, (err, rel) in sorted(MEASURED.items()):
@@ -74,6 +78,7 @@ FULL_CASES = [name for name in script.CASES if not name.startswith("partial")]
 
 
 @pytest.mark.distributed
+@pytest.mark.two_process_runs("sharded_heads")
 @pytest.mark.parametrize("name", FULL_CASES)
 def test_two_ranks_match_one_process(ranks, name):
     ref = single_process(name)
@@ -98,6 +103,7 @@ def test_two_ranks_match_one_process(ranks, name):
 
 
 @pytest.mark.distributed
+@pytest.mark.two_process_runs("sharded_heads")
 def test_two_ranks_partial_fc_equals_margin_loss_over_the_union_of_samples(ranks):
     """Each rank samples its own classes; the loss is the full margin loss restricted to the union of samples."""
     name = "partial_fc9"

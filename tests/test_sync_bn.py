@@ -4,12 +4,11 @@ One process: the converted layer against Paddle's own BatchNorm1D/2D/3D and padd
 and evaluation, gradients of x, weight and bias, running statistics), Paddle's running-statistics convention against
 numpy, the gradient against central finite differences, and the conversion of a whole backbone (parameters shared,
 state_dict keys unchanged). Two processes: a `cnn` job with ``distributed.sync_bn`` at 2 processes trains exactly like
-the same job at 1 process (the statistics are those of the global batch).
+the same job at 1 process (the statistics are those of the global batch); the 2-process run is in the session's one
+launch, the 1-process run trains in this process (tests/shared_runs.py).
 """
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import paddle
@@ -18,10 +17,10 @@ import pytest
 from mtl.backbones.small import SmallCNN
 from mtl.parallel.sync_bn import SyncBatchNorm, convert_sync_batchnorm
 from mtl.train.checkpoint import merged_head_state
-from tests.dist_util import ROOT, assert_success, run_distributed
+from tests.dist_util import ROOT
+from tests.shared_runs import train_here, two_process_run
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "sync_bn_job.yaml")
-TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
 
 
 def close(actual, expected, rtol=1e-6):
@@ -213,14 +212,17 @@ def final_weights(out, steps):
     return state
 
 
+@two_process_run("sync_bn")
+def _two_processes(folder):
+    return {"train": [JOB, "--set", f"output_dir={folder}"]}, str(folder)
+
+
 @pytest.mark.distributed
-def test_two_processes_with_sync_bn_match_one_process(tmp_path):
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, TRAIN, JOB, "--set", f"output_dir={one}", "distributed.sync_bn=false"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert_success(*run_distributed(TRAIN, 2, [JOB, "--set", f"output_dir={two}"], timeout=300))
+@pytest.mark.two_process_runs("sync_bn")
+def test_two_processes_with_sync_bn_match_one_process(two_process, tmp_path):
+    one = str(tmp_path / "one")
+    train_here(JOB, "--set", f"output_dir={one}", "distributed.sync_bn=false")
+    two = two_process["sync_bn"]
     a, b = losses(one), losses(two)
     steps = len(a)
     assert steps >= 10 and [r["step"] for r in b] == [r["step"] for r in a] == list(range(1, steps + 1))

@@ -1,5 +1,6 @@
 """Train a job in float64 (``paddle.set_default_dtype("float64")`` before anything is built): the float64 equivalence
-test of BatchNorm with sync BN. Usage: ``float64_job.py CONFIG [--set key=value ...]`` (under the launcher or not)."""
+test of BatchNorm with sync BN. Usage: ``float64_job.py CONFIG [--set key=value ...]`` (under the launcher or not), or
+``main(CONFIG, ...)`` from a process that goes on afterwards (the default dtype is restored)."""
 import os
 import sys
 
@@ -30,13 +31,26 @@ def train_float64(args):
                     for t, sub in tensors.items()}
 
     cfg = prepare_job(args)
+    previous = paddle.get_default_dtype()
     paddle.set_default_dtype(os.environ.get("MTL_TEST_DTYPE", "float64"))
-    Float64Trainer(build_job(cfg)).run(until=args.until)
+    try:
+        Float64Trainer(build_job(cfg)).run(until=args.until)
+    finally:  # the process may go on with other jobs (tests/dist_scripts/run_batch.py, or the test process itself)
+        paddle.set_default_dtype(previous)
 
 
-if __name__ == "__main__":
+def parse(argv=None):
     import argparse
 
     parser = argparse.ArgumentParser()
     add_train_args(parser)
-    run(train_float64, parser.parse_args())
+    return parser.parse_args(argv)
+
+
+def main(*argv):
+    """``float64_job.py ARGV`` in a process that goes on afterwards (errors raise)."""
+    train_float64(parse([str(a) for a in argv]))
+
+
+if __name__ == "__main__":
+    run(train_float64, parse())

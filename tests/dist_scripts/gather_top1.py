@@ -1,8 +1,9 @@
 """Two ranks: the batch gather (labels travelling as float columns of the features) and the top-1 settled by votes.
 
-Usage: ``python -m paddle.distributed.launch --nproc_per_node 2 gather_top1.py OUT_DIR``; writes
-``OUT_DIR/rank{k}.npz``, which ``tests/test_gather_top1.py`` checks against numpy. With ``--mismatch`` the ranks pass
-3 and 5 rows while claiming equal rows, which must fail; with ``--huge`` one rank passes a label out of range.
+Usage: ``python -m paddle.distributed.launch --nproc_per_node 2 gather_top1.py OUT_DIR [--huge | --mismatch]``, or
+``main(OUT_DIR[, FLAG])`` in a launch of several runs; writes ``OUT_DIR/rank{k}.npz``, which
+``tests/test_gather_top1.py`` checks against numpy. With ``--mismatch`` the ranks pass 3 and 5 rows while claiming
+equal rows, which must fail; with ``--huge`` one rank passes a label out of range.
 """
 import os
 import sys
@@ -19,7 +20,7 @@ BEST = [np.array([1.0, 2.0, 3.0, np.nan, -np.inf], np.float32), np.array([1.0, 5
 IDS = [np.array([10, 20, 2 ** 30 + 1, 7, -1], np.int64), np.array([11, 21, 31, 8, 2 ** 25 + 3], np.int64)]
 
 
-def main(out_dir):
+def main(out_dir, *flags):
     import paddle
     import paddle.distributed as dist
 
@@ -27,12 +28,12 @@ def main(out_dir):
 
     dist.init_parallel_env()
     rank = dist.get_rank()
-    if "--mismatch" in sys.argv:
+    if "--mismatch" in flags:
         rows = 3 if rank == 0 else 5
         collective.gather_batch(paddle.ones([rows, 4]), paddle.arange(rows), equal_rows=True)
         print(f"rank {rank} gathered unequal rows without noticing", flush=True)
         return
-    if "--huge" in sys.argv:  # rank 1 alone holds a label out of range: both ranks must refuse, neither may hang
+    if "--huge" in flags:  # rank 1 alone holds a label out of range: both ranks must refuse, neither may hang
         labels = paddle.to_tensor([0, 2 ** 35 if rank else 1])
         try:
             collective.gather_batch(paddle.ones([2, 4]), labels, equal_rows=True)
@@ -57,4 +58,4 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
