@@ -4,21 +4,24 @@ Two arcface heads whose class counts do not split evenly over 2 processes (7 and
 softmax head on one MLP backbone, joint mode (tests/dist_scripts/weighting_all.py). Gradient-based strategies
 combine the per-task backbone gradients after summing them over the processes, so every rank applies the same
 update as the single process does; the per-step task losses and weights must agree to 1e-4 (float32 rounding of
-a different summation order is all that differs).
+a different summation order is all that differs). The 2-process run is in the session's one launch of 2-process runs
+(tests/shared_runs.py); the 1-process runs and the stopped-and-resumed runs (compared bit for bit) train in this
+process, every strategy in turn.
 """
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests.dist_scripts import weighting_all
 from tests.dist_scripts.weighting_all import STRATEGIES
-from tests.dist_util import ROOT, run_distributed
+from tests.dist_util import ROOT
+from tests.shared_runs import two_process_run
 
 SCRIPT = os.path.join(ROOT, "tests", "dist_scripts", "weighting_all.py")
 STEPS = 20
+RESUMED = ["uncertainty", "dwa", "rlw", "famo", "gradnorm", "pcgrad"]  # stopped after step 10 and resumed
 
 
 def records(out, name):
@@ -27,10 +30,8 @@ def records(out, name):
 
 
 def run_single(out, *args):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, SCRIPT, out, str(STEPS), *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    """``weighting_all.py OUT STEPS ARGS`` at 1 process, in this process."""
+    weighting_all.main(out, STEPS, *args)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,19 @@ def single_runs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("weighting") / "one")
     run_single(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(tmp_path_factory):
+    """Every strategy of RESUMED stopped after step 10 and resumed (each in a fresh Trainer)."""
+    out = str(tmp_path_factory.mktemp("weighting") / "resumed")
+    run_single(out, "10", ",".join(RESUMED))
+    return out
+
+
+@two_process_run("weighting_all")
+def _two_processes(folder):
+    return {"call": [SCRIPT, "main", str(folder), str(STEPS)]}, str(folder)
 
 
 def _compare(a, b, keys, rtol):
@@ -51,10 +65,9 @@ def _compare(a, b, keys, rtol):
 
 
 @pytest.mark.distributed
-def test_every_strategy_agrees_between_one_and_two_processes(single_runs, tmp_path):
-    two = str(tmp_path / "two")
-    code, output = run_distributed(SCRIPT, 2, [two, str(STEPS)], timeout=900)
-    assert code == 0, output
+@pytest.mark.two_process_runs("weighting_all")
+def test_every_strategy_agrees_between_one_and_two_processes(single_runs, two_process):
+    two = two_process["weighting_all"]
     for name in STRATEGIES:
         a, b = records(single_runs, name), records(two, name)
         assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1)), name
@@ -63,11 +76,10 @@ def test_every_strategy_agrees_between_one_and_two_processes(single_runs, tmp_pa
         _compare(a, b, keys, 1e-4)
 
 
-@pytest.mark.parametrize("name", ["uncertainty", "dwa", "rlw", "famo", "gradnorm", "pcgrad"])
-def test_stopped_and_resumed_runs_are_bit_identical(single_runs, tmp_path, name):
-    out = str(tmp_path / "resumed")
-    run_single(out, "10", name)
-    a, b = records(single_runs, name), records(out, name)
+@pytest.mark.slow  # the module's 1-process runs: every strategy, 20 steps, twice
+@pytest.mark.parametrize("name", RESUMED)
+def test_stopped_and_resumed_runs_are_bit_identical(single_runs, resumed_runs, name):
+    a, b = records(single_runs, name), records(resumed_runs, name)
     assert [r["step"] for r in b] == list(range(1, STEPS + 1))
     for ra, rb in zip(a, b):
         for key, value in ra.items():
@@ -75,6 +87,7 @@ def test_stopped_and_resumed_runs_are_bit_identical(single_runs, tmp_path, name)
                 assert rb[key] == value, (name, ra["step"], key)
 
 
+@pytest.mark.slow
 def test_weights_move_where_the_strategy_says(single_runs):
     """Static keeps loss_weight; the adaptive strategies change the weights away from it."""
     static = records(single_runs, "static")

@@ -1,7 +1,8 @@
 """Train the same small job once per task-weighting strategy (1 process, or under paddle.distributed.launch).
 
-Usage: weighting_all.py OUT_ROOT [STEPS [UNTIL]]: one run per strategy in OUT_ROOT/<name>; with UNTIL, every run
-stops after step UNTIL and is then resumed to STEPS in the same folder (the exact-resume check).
+Usage: weighting_all.py OUT_ROOT [STEPS [UNTIL [NAMES]]]: one run per strategy (or per comma-separated name of NAMES)
+in OUT_ROOT/<name>; with UNTIL, every run stops after step UNTIL and is then resumed to STEPS in the same folder (the
+exact-resume check).
 Two arcface heads with class counts that do not split evenly over 2 processes and one softmax head; no BatchNorm.
 """
 import os
@@ -44,9 +45,11 @@ def job(out, weighting, steps):
     }
 
 
-def main():
-    out_root, steps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    until = int(sys.argv[3]) if len(sys.argv) > 3 else None
+def main(*argv):
+    """``weighting_all.py ARGV``; ``argv`` defaults to the command line (a launch of several runs passes it)."""
+    argv = [str(a) for a in argv] or sys.argv[1:]
+    out_root, steps = argv[0], int(argv[1]) if len(argv) > 1 else 20
+    until = int(argv[2]) if len(argv) > 2 else None
     from mtl.config.loading import load_job
     from mtl.job import build_job
     from mtl.runtime import init_distributed, select_device
@@ -54,7 +57,7 @@ def main():
 
     select_device("cpu")
     init_distributed()
-    names = sys.argv[4].split(",") if len(sys.argv) > 4 else list(STRATEGIES)
+    names = argv[3].split(",") if len(argv) > 3 else list(STRATEGIES)
     for name in names:
         out = os.path.join(out_root, name)
         cfg = load_job(data=job(out, STRATEGIES[name], steps))
