@@ -1,8 +1,8 @@
 """Single-task baselines and Δm (mtl baseline), runs side by side (mtl compare)."""
+import contextlib
+import io
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -38,13 +38,17 @@ def test_single_task_jobs_keep_the_sub_batch_steps_and_seed():
 
 
 def mtl(*args):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    """``mtl ARGS`` in this process (the command's parser and function; no process start-up); what it printed."""
+    from mtl.cli import build_parser
+
+    parsed = build_parser().parse_args([str(a) for a in args])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        parsed.func(parsed)
+    return printed.getvalue()
 
 
+@pytest.mark.slow  # five short trainings of the demo job (in this process)
 def test_baseline_and_compare_on_the_digits_demo(tmp_path):
     quick = ["schedule.steps=8", "log.progress=false", "log.plot=false", "eval.every=0", "checkpoint.every=0",
              "averaging.type=none", "data.num_workers=0"]

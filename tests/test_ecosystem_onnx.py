@@ -23,16 +23,21 @@ def run_cli(*args):
 
 @pytest.fixture(scope="module")
 def onnx_export(tmp_path_factory):
-    """The digits demo's backbone, trained for a few steps, exported with --onnx."""
+    """The digits demo's backbone, trained for a few steps (in this process), exported with --onnx by the command
+    (in a process of its own: its console is checked)."""
+    from tests.shared_runs import train_here
+
     tmp = tmp_path_factory.mktemp("onnx")
     run = str(tmp / "run")
-    run_cli("train", "-c", "examples/configs/demo.yaml", "-o", "schedule.steps=6", f"output_dir={run}",
-            "log.progress=false", "log.plot=false", "eval.every=0", "checkpoint.every=0", "data.num_workers=0")
+    train_here("-c", os.path.join(ROOT, "examples", "configs", "demo.yaml"), "-o", "schedule.steps=6",
+               f"output_dir={run}", "log.progress=false", "log.plot=false", "eval.every=0", "checkpoint.every=0",
+               "data.num_workers=0")
     out = str(tmp / "export")
     proc = run_cli("export", run, out, "--onnx")
     return out, proc
 
 
+@pytest.mark.subprocess
 def test_onnx_embeddings_match_paddle_inference_model(onnx_export):
     import paddle
 
@@ -55,6 +60,7 @@ def test_onnx_embeddings_match_paddle_inference_model(onnx_export):
         assert np.abs(onnx_emb - paddle_emb).max() <= 1e-4
 
 
+@pytest.mark.subprocess
 def test_onnx_export_console_is_quiet(onnx_export):
     _, proc = onnx_export
     for noise in ("pir_interpreter", "No ccache found", "OMP_NUM_THREADS", "[INFO]", "Polygraphy"):
