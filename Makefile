@@ -1,4 +1,6 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# `make test` runs the whole suite; `make test-fast` (under a minute, for the edit-test loop) leaves out the tests
+# marked distributed, slow or subprocess in pyproject.toml: every launcher run and every training in a subprocess.
 # The Paddle wheel: DEVICE=auto (GPU wheel when nvidia-smi works), gpu or cpu; CUDA=cu118|cu126|cu129 picks the GPU
 # build (default: the newest the driver runs). `make paddle-wheel` prints the choice and the pip commands only.
 PYTHON ?= python3
@@ -11,7 +13,7 @@ EXTRAS := $(VENV)/.installed-extras
 SELECT_PADDLE = tools/select_paddle.py --device $(DEVICE) $(if $(CUDA),--cuda $(CUDA))
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint venv clean paddle-wheel
+.PHONY: demo test test-fast bench lint venv clean paddle-wheel
 
 venv: $(STAMP)
 
@@ -40,6 +42,9 @@ demo-faces: $(STAMP)  ## six real face datasets, open set: the joint run of one 
 
 test: $(STAMP) $(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP) $(EXTRAS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not distributed and not slow and not subprocess" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

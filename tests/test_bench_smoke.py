@@ -4,9 +4,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.subprocess
 def test_overhead_benchmark_runs_and_both_sides_agree():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_overhead.py"), "--steps", "2",
                            "--batch", "24", "--classes", "40"], capture_output=True, text=True, timeout=300)

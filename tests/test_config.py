@@ -102,6 +102,7 @@ def test_overrides_parse_yaml_values():
     assert out == {"a": {"b": 2.5, "c": [1, 2]}, "l": [1, "x"], "new": {"key": True}}
 
 
+@pytest.mark.subprocess
 def test_cli_exits_2_with_one_line(tmp_path):
     path = write(tmp_path, BASE)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), path, "--set",
@@ -123,6 +124,7 @@ def test_set_reaches_tasks_named_by_file(tmp_path):
         load_job(path, ["tasks.0.ratio=0"])
 
 
+@pytest.mark.subprocess
 def test_mtl_train_command_runs_a_job(tmp_path):
     path = write(tmp_path, dict(BASE, output_dir=str(tmp_path / "run"), log={"progress": False, "plot": False},
                                 data={"num_workers": 0}))

@@ -10,6 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_demo_learns_three_tasks(tmp_path):
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)  # the demo picks its own thread count, as `make demo` would

@@ -127,6 +127,7 @@ def train_digits(args, cwd):
                           env=env, cwd=cwd)
 
 
+@pytest.mark.subprocess
 def test_digits_run_is_quiet_and_until_says_how_to_continue(tmp_path):
     out = tmp_path / "run"
     base = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), "-c",
@@ -139,16 +140,17 @@ def test_digits_run_is_quiet_and_until_says_how_to_continue(tmp_path):
     match = re.search(r"stopped by --until after step 3 of 4\. To continue from the latest checkpoint (\S+), run: "
                       r"(.+)$", proc.stdout, re.M)
     assert match, proc.stdout
-    assert match.group(1).endswith("step_2")
+    assert match.group(1).endswith("step_3")  # --until saves the step it stops at
     command = shlex.split(match.group(2))
     assert command[0] == "python" and command[-1] == "--resume" and "--until" not in command
     proc = train_digits([sys.executable] + command[1:], tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.load(open(out / "summary.json"))
-    assert summary["steps"] == 4 and summary["resumed_from"].endswith("step_2")
+    assert summary["steps"] == 4 and summary["resumed_from"].endswith("step_3")
     assert "stopped by --until" not in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_verbose_shows_paddle_lines(tmp_path):
     """The lines the quiet run hides are real: --verbose shows them."""
     proc = train_digits([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), "--set",

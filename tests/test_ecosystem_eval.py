@@ -82,6 +82,7 @@ def test_export_eval_matches_numpy_protocol(trained, flip):
     assert (out / "roc_pairs.png").stat().st_size > 0
 
 
+@pytest.mark.subprocess
 def test_run_eval_cli_prints_insightface_line_and_agrees_with_export(trained):
     tmp, _, _ = trained
     from_export = evaluate(str(tmp / "export"), [str(tmp / "pairs.bin")], flip=True, out_dir=str(tmp / "o1"),

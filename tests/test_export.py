@@ -64,6 +64,7 @@ def test_exported_model_matches_training_backbone(tmp_path, averaging):
     np.testing.assert_array_equal(kind["weight"], paddle.load(os.path.join(ckpt, "heads", name))["weight"].numpy())
 
 
+@pytest.mark.subprocess
 def test_embed_cli_with_image_files(tmp_path):
     from PIL import Image
 

@@ -60,6 +60,7 @@ def test_job_plan_counts_backbone_heads_and_the_averagers_copies():
     assert entries[3].parts == {"4 copies": 4 * (params + 11 * 16 * 4 + 3 * 16 * 4)}
 
 
+@pytest.mark.subprocess
 def test_a_job_that_cannot_fit_stops_before_allocating_with_one_line():
     """10^9 classes x 16 floats (60 GiB weight): exit 2, one error line naming the head and figures, small peak."""
     out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "mtl_memory_plan_refusal")

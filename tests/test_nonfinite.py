@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import paddle
+import pytest
 import yaml
 from step_util import step_samples
 
@@ -27,6 +28,7 @@ def strict_records(path):
         return [json.loads(line, parse_constant=refuse) for line in f]
 
 
+@pytest.mark.subprocess
 def test_a_diverging_job_stops_at_the_first_bad_step(tmp_path):
     job = {"seed": 0, "device": "cpu", "output_dir": str(tmp_path / "run"),
            "tasks": [{"name": "cls", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": 5},

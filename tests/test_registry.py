@@ -38,6 +38,7 @@ def test_plugin_folder_is_discovered(tmp_path):
     assert entry.description == "A plug-in backbone for the registry test." and "p1.py" in entry.origin
 
 
+@pytest.mark.subprocess
 def test_entry_point_group(tmp_path):
     pkg = tmp_path / "site"
     (pkg / "mtl_ep_demo").mkdir(parents=True)

@@ -55,6 +55,7 @@ def kill_all(pids):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
+@pytest.mark.subprocess
 def test_workers_exit_when_their_trainer_is_killed(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     trainer = subprocess.Popen([sys.executable, TRAIN, write_job(tmp_path)], env=env, cwd=ROOT,

@@ -66,6 +66,7 @@ def test_a_fault_becomes_an_error_item_naming_task_reader_and_sample():
 
 @pytest.mark.parametrize("reader,workers", [("raising_synthetic", 0), ("raising_synthetic", 2),
                                             ("fieldless_synthetic", 0), ("self_killing_synthetic", 1)])
+@pytest.mark.subprocess
 def test_one_process_stops_with_one_line(tmp_path, reader, workers):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, TRAIN, write_job(tmp_path, reader, workers)], capture_output=True,
