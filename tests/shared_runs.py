@@ -19,7 +19,9 @@ the small jobs of the tests train in about a second each. So:
   in this process: nothing about a 1-process run needs a process of its own (``train_here``).
 """
 import argparse
+import json
 import os
+import re
 import time
 
 import pytest
@@ -80,7 +82,8 @@ class TwoProcessRuns:
         if name not in self.results:
             self.launch([n for n in self.wanted() if n not in self.results] or [name], name)
         code, output = self.outputs[name]
-        assert code == 0, f"the launch of the 2-process runs failed with exit code {code}:\n{output[-20000:]}"
+        assert code == 0, f"the launch of the 2-process runs failed with exit code {code} {failed_in(output)}:\n" \
+                          f"{output[-20000:]}"
         return self.results[name]
 
     def output(self, name):
@@ -89,8 +92,6 @@ class TwoProcessRuns:
         return self.outputs[name][1]
 
     def launch(self, names, needed):
-        import json
-
         if needed not in names:
             names = names + [needed]
         spec, started = [], time.time()
@@ -105,6 +106,18 @@ class TwoProcessRuns:
         output = f"{len(names)} runs in one launch ({time.time() - started:.1f} s): {', '.join(names)}\n{output}"
         for name in names:
             self.outputs[name] = (code, output)
+
+
+def failed_in(output):
+    """Which run of a failed launch each rank was in (the last one it started and did not finish)."""
+    started = {}
+    for line in output.splitlines():
+        match = re.match(r"\[run_batch\] rank (\d+): (\S+) (\.\.\.|done)", line)
+        if match:
+            rank, name, state = match.groups()
+            started[rank] = None if state == "done" else name
+    where = [f"rank {rank} in run '{name}'" for rank, name in sorted(started.items()) if name]
+    return f"({', '.join(where)})" if where else "(before or after every run)"
 
 
 class OneProcessRuns:
