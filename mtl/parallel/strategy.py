@@ -162,12 +162,19 @@ class ParallelStrategy:
     @paddle.no_grad()
     def set_shared_gradient(self, model, task_grads, alpha):
         """Write ``sum_t alpha_t g_t`` (``task_grads [T, P]``) into the backbone parameters' gradients."""
-        params = self.shared_parameters(model)
         combined = paddle.matmul(paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), task_grads).reshape([-1])
+        self.set_shared_vector(model, combined)
+
+    @paddle.no_grad()
+    def set_shared_vector(self, model, vector):
+        """Write the flat shared gradient ``vector`` [P] (a tensor or a numpy array, in :meth:`task_gradients`'
+        parameter order) into the backbone parameters' gradients."""
+        if not isinstance(vector, paddle.Tensor):
+            vector = paddle.to_tensor(np.asarray(vector, dtype=np.float32))
         offset = 0
-        for p in params:
+        for p in self.shared_parameters(model):
             n = int(p.numel())
-            p.grad = combined[offset:offset + n].reshape(p.shape).astype(p.dtype)
+            p.grad = vector[offset:offset + n].reshape(p.shape).astype(p.dtype)
             offset += n
 
     def representation_gram(self, feature_grads, tasks):

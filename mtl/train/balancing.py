@@ -10,11 +10,39 @@ Exact under data + model parallelism (docs/architecture.md, "Task weighting acro
   ``sum_t alpha_t g_t``. Heads keep their task gradient, scaled only where the strategy scales the task's loss.
 * The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead (one
   all-reduce of T numbers) and runs the backbone backward once with the feature gradients scaled by ``alpha``.
+* Strategies that need the per-task gradients themselves (``needs_gradient_matrix``: GradDrop, DB-MTL) get the same
+  summed ``[T, P]`` matrix as float32 numpy and return the shared gradient ``[P]``, written as it is.
+
+The strategy's state goes into the checkpoint's ``state.json``; arrays of more than ``INLINE_ELEMENTS`` numbers
+(DB-MTL's T x P moving average) as base64 of their float64 bytes, which restores them bit for bit at a third of
+the size of a JSON list.
 """
+import base64
 from typing import Dict
 
 import numpy as np
 import paddle
+
+INLINE_ELEMENTS = 4096  # arrays up to this size are JSON lists in state.json, larger ones base64
+
+
+def _to_json(value):
+    """A state value as JSON: small arrays as lists, large ones as ``{"base64", "dtype", "shape"}``."""
+    if not isinstance(value, np.ndarray):
+        return value
+    if value.size <= INLINE_ELEMENTS:
+        return value.tolist()
+    data = np.ascontiguousarray(value)
+    return {"base64": base64.b64encode(data.tobytes()).decode("ascii"), "dtype": str(data.dtype),
+            "shape": list(data.shape)}
+
+
+def _from_json(value):
+    """Inverse of :func:`_to_json` (lists stay lists: the strategy converts them to its own dtype)."""
+    if isinstance(value, dict) and "base64" in value:
+        raw = base64.b64decode(value["base64"].encode("ascii"))
+        return np.frombuffer(raw, dtype=np.dtype(value["dtype"])).reshape(value["shape"]).copy()
+    return value
 
 
 class TaskBalancer:
@@ -44,7 +72,8 @@ class TaskBalancer:
             self.strategy.reduce_gradients()
             return logged
         alpha = self._gradient_step(losses, present, weights, step, scale)
-        logged["alpha"] = {t: float(a) for t, a, p in zip(self.tasks, alpha, present) if p}
+        if alpha is not None:
+            logged["alpha"] = {t: float(a) for t, a, p in zip(self.tasks, alpha, present) if p}
         return logged
 
     def _gradient_step(self, losses, present, weights, step, scale):
@@ -59,11 +88,24 @@ class TaskBalancer:
             self.strategy.reduce_gradients()
             return alpha
         task_grads = self.strategy.task_gradients(self.model, self.tasks)
+        if self.weighting.needs_gradient_matrix:
+            return self._matrix_step(task_grads, losses, present, step, scale)
         gram = paddle.matmul(task_grads, task_grads, transpose_y=True).numpy().astype(np.float64) / scale ** 2
         alpha = self.weighting.combine(gram, losses, present, step)
         self.strategy.set_shared_gradient(self.model, task_grads, alpha)
         self.strategy.reduce_gradients_except(self.strategy.shared_parameters(self.model))
         return alpha
+
+    def _matrix_step(self, task_grads, losses, present, step, scale):
+        """The strategy combines the per-task gradient matrix itself (unscaled float32 numpy, equal on every rank);
+        its shared gradient is written back at the loss scale the caller divides out. No alpha to log: None."""
+        matrix = task_grads.numpy()
+        if scale != 1.0:
+            matrix = matrix / np.float32(scale)
+        combined = self.weighting.combine_matrix(matrix, losses, present, step)
+        self.strategy.set_shared_vector(self.model, np.asarray(combined, dtype=np.float64) * scale)
+        self.strategy.reduce_gradients_except(self.strategy.shared_parameters(self.model))
+        return None
 
     @paddle.no_grad()
     def _rescale_heads(self, weights, present):
@@ -80,8 +122,16 @@ class TaskBalancer:
 
     def state_dict(self) -> dict:
         """The strategy's state as JSON-able values (equal on every rank; stored in the checkpoint's state.json)."""
-        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.weighting.state_dict().items()}
+        return {k: _to_json(v) for k, v in self.weighting.state_dict().items()}
 
     def set_state_dict(self, state: dict):
         """Restore :meth:`state_dict` output."""
-        self.weighting.set_state_dict(state)
+        self.weighting.set_state_dict({k: _from_json(v) for k, v in state.items()})
+
+    def snapshot(self) -> dict:
+        """A copy of the strategy's state (numpy, not JSON) to :meth:`restore` if this step is not applied."""
+        return self.weighting.state_dict()
+
+    def restore(self, snapshot: dict):
+        """Put back a :meth:`snapshot` (a step whose gradient was not finite must not move the strategy)."""
+        self.weighting.set_state_dict(snapshot)

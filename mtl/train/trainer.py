@@ -148,14 +148,14 @@ class Trainer:
     def _backward_and_update(self, outputs, losses, step):
         """The weighted backward, loss-scale and clip the gradients, and apply them (or skip a bad step)."""
         scale = self.scaler.scale if self.scaler is not None else 1.0
-        weighting = self.balancer.state_dict()
+        weighting = self.balancer.snapshot()
         self.last_weights = self.balancer.backward(outputs, losses, step, scale)
         rows = self.job.model.row_gradients()
         if scale != 1.0:
             self.strategy.unscale_gradients(1.0 / scale, rows)
         self.last_grad_norm = self.strategy.grad_norm(rows)  # global: every rank decides alike
         if not math.isfinite(self.last_grad_norm):
-            self.balancer.set_state_dict(weighting)
+            self.balancer.restore(weighting)
             self.optimizer.discard()
             self.last_overflow = self.scaler is not None and self.scaler.overflow()
             self.last_bad = [] if self.last_overflow else ["gradient"]

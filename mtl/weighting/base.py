@@ -2,8 +2,9 @@
 
 A strategy sees, once per training step, the global task losses (equal on every rank) and, if it declares
 ``needs_gradients``, the T x T Gram matrix of the per-task gradients of the shared parameters (already summed over
-the processes). Everything here is float64 numpy and deterministic, so that every rank computes bit-identical
-weights from the same numbers; random draws come from ``np.random.default_rng([seed, step, constant])``.
+the processes), or, if it also declares ``needs_gradient_matrix``, the [T, P] matrix of those gradients itself.
+Everything here is float64 numpy and deterministic, so that every rank computes bit-identical weights from the same
+numbers; random draws come from ``np.random.default_rng([seed, step, constant])``.
 """
 import numpy as np
 
@@ -16,6 +17,8 @@ class Weighting:
     Capabilities the trainer reads (class attributes, overridden by subclasses):
 
     * ``needs_gradients``: True when :meth:`combine` must be called with the Gram matrix of per-task gradients.
+    * ``needs_gradient_matrix``: True (with ``needs_gradients``) when the strategy needs the [T, P] per-task
+      gradient matrix itself: the trainer then calls :meth:`combine_matrix`, which returns the shared gradient.
     * ``sample_mode``: False when the strategy makes no sense with one task per step (``schedule.mode: sample``);
       the job loader then refuses the combination.
     * ``uses_representation``: True when the Gram matrix must be taken over the gradients with respect to the shared
@@ -27,6 +30,7 @@ class Weighting:
     """
 
     needs_gradients = False
+    needs_gradient_matrix = False
     sample_mode = True
     uses_representation = False
     description = ""
@@ -63,6 +67,11 @@ class Weighting:
     def combine(self, gram, losses, present, step) -> np.ndarray:
         """Return alpha [T]: the shared gradient applied is sum_t alpha_t g_t (only when ``needs_gradients``)."""
         raise NotImplementedError(f"weighting '{self.name}' does not combine gradients (needs_gradients is False)")
+
+    def combine_matrix(self, matrix, losses, present, step) -> np.ndarray:
+        """Return the shared gradient [P] from the [T, P] per-task gradients (only when ``needs_gradient_matrix``)."""
+        raise NotImplementedError(f"weighting '{self.name}' does not take the gradient matrix "
+                                  "(needs_gradient_matrix is False)")
 
     def state_dict(self) -> dict:
         """A copy of the strategy's state (numpy arrays and python scalars); restoring it is exact."""
@@ -144,3 +153,10 @@ def check_range(name, value, low=None, high=None, low_open=False):
         expected = " and ".join(part for part in (lower, upper) if part) or "a finite number"
         raise ValueError(f"parameter '{name}' must be a number {expected}, got {value!r}")
     return number
+
+
+def check_integer(name, value, low):
+    """Return ``int(value)``; raise a ValueError sentence naming ``name`` unless it is an integer >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"parameter '{name}' must be an integer >= {low}, got {value!r}")
+    return int(value)
