@@ -1,5 +1,9 @@
-"""Task-weighting strategies (issue #9): every module of this package is imported by ``mtl.registry.load_builtin``.
+"""Task-weighting strategies (issues #9 and #21): every module of this package is imported by
+``mtl.registry.load_builtin``.
 
-``base`` holds the interface; ``loss_based`` the strategies that only see the task losses; ``gradient_based`` and
-``min_norm`` the ones that combine per-task gradients through their Gram matrix; ``simplex`` the solvers they share.
+``base`` holds the interface; ``loss_based``, ``imtl_l`` and ``stch`` the strategies that only see the task losses;
+``gradient_based``, ``min_norm``, ``nash_mtl``, ``fairgrad``, ``imtl_g``, ``aligned_mtl``, ``upgrad`` and
+``gradvac`` the ones that combine per-task gradients through their Gram matrix; ``matrix_based``, ``graddrop`` and
+``db_mtl`` the ones that need the per-task gradient matrix itself; ``simplex`` and ``allocation`` the solvers they
+share.
 """
