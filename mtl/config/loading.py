@@ -334,9 +334,10 @@ def _check_components(job, tasks, source):
     registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
                    loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
     if job["schedule"]["mode"] == "sample" and not entry.cls.sample_mode:
+        per_task = ", ".join(e.name for e in registry.entries("weighting") if e.cls.sample_mode)
         raise ConfigError(f"weighting '{entry.name}' needs every task in every step and cannot run with "
                           f"schedule.mode: sample (one task per step); use schedule.mode: joint, or a weighting that "
-                          f"works per task (static, uncertainty, rlw)", source, "weighting.type")
+                          f"works per task ({per_task})", source, "weighting.type")
     if job["schedule"]["mode"] == "joint" and job["schedule"]["batch_size"] < len(tasks):
         raise ConfigError(
             f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
