@@ -5,7 +5,8 @@ Two parts, both on ``examples/configs/demo.yaml`` (three tasks on one CNN):
 * cost: every strategy's median training-step time on the same batches, relative to ``static`` measured in the same
   run (one child process per strategy, so that its peak resident memory is its own); the memory the strategy adds
   is ``T x |theta|`` float32 for gradient-based strategies (the per-task shared gradients, measured from the
-  backbone's size) and the peak resident set of the child;
+  backbone's size) plus the strategy's own state (DB-MTL's T x |theta| float64 moving average) and the peak
+  resident set of the child;
 * benefit (``--delta-m``): each strategy trains the demo for ``--steps`` steps; ``mtl baseline`` gives the
   single-task runs (shared by all strategies) and Δm.
 
@@ -29,6 +30,10 @@ STRATEGIES = {
     "static": "{type: static}", "uncertainty": "{type: uncertainty}", "dwa": "{type: dwa}", "rlw": "{type: rlw}",
     "famo": "{type: famo}", "gradnorm": "{type: gradnorm}", "pcgrad": "{type: pcgrad}", "cagrad": "{type: cagrad}",
     "mgda": "{type: mgda}", "mgda_ub": "{type: mgda, representation: true}",
+    "nash_mtl": "{type: nash_mtl}", "imtl_g": "{type: imtl_g}", "imtl_l": "{type: imtl_l}",
+    "aligned_mtl": "{type: aligned_mtl}", "upgrad": "{type: upgrad}", "db_mtl": "{type: db_mtl}",
+    "gradvac": "{type: gradvac}", "graddrop": "{type: graddrop}", "stch": "{type: stch}",
+    "fairgrad": "{type: fairgrad}",
 }
 QUIET = ["log.progress=false", "log.plot=false", "data.num_workers=0", "eval.every=0", "checkpoint.every=0"]
 BEGIN, END = "<!-- weighting-table -->", "<!-- /weighting-table -->"
@@ -36,6 +41,8 @@ BEGIN, END = "<!-- weighting-table -->", "<!-- /weighting-table -->"
 
 def child_timing(name, steps, out):
     """In a child process: time ``steps`` training steps of the demo with strategy ``name``; print JSON."""
+    import numpy as np
+
     from mtl.config.loading import load_job
     from mtl.data.steps import StepDataset
     from mtl.job import build_job
@@ -54,8 +61,9 @@ def child_timing(name, steps, out):
         trainer.train_step(batch, step)
         times.append(time.perf_counter() - start)
     shared = sum(int(p.numel()) for p in job.model.backbone.parameters() if not p.stop_gradient)
-    added = len(job.tasks) * shared * 4 if trainer.balancer.weighting.needs_gradients and \
-        not trainer.balancer.weighting.uses_representation else 0
+    weighting = trainer.balancer.weighting
+    added = len(job.tasks) * shared * 4 if weighting.needs_gradients and not weighting.uses_representation else 0
+    added += sum(v.nbytes for v in weighting.state_dict().values() if isinstance(v, np.ndarray))  # DB-MTL: 8 T P
     times = sorted(times[3:])
     print(json.dumps({"median": times[len(times) // 2], "added_bytes": added,
                       "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -105,7 +113,7 @@ def table(times, deltas, steps):
     rows = [[name, f"{deltas[name]:+.2f}" if deltas else "", f"{times[name]['median'] / base:.2f}",
              f"{times[name]['added_bytes'] / 2 ** 20:.1f}", f"{times[name]['peak_mib']:.0f}"] for name in STRATEGIES]
     headers = ["weighting", f"Δm % ({steps} steps)" if deltas else "Δm %", "step time / static",
-               "added MiB (T x shared grad)", "peak RSS MiB"]
+               "added MiB (T x shared grad, state)", "peak RSS MiB"]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
