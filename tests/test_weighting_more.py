@@ -787,3 +787,32 @@ def test_stopped_and_resumed_runs_are_bit_identical(single_runs, tmp_path):
         mismatches = [(ra["step"], key) for ra, rb in zip(a, b) for key, value in ra.items()
                       if key.startswith(("loss", "weight/", "alpha/")) and rb.get(key) != value]
         assert not mismatches, (name, mismatches[:5])
+
+
+def test_balancer_snapshot_undoes_an_in_place_update():
+    """The trainer's roll-back of a step with a non-finite gradient: DB-MTL passes the non-finite gradient on and
+    updates its T x P average in place; the snapshot taken before the step must not follow it."""
+    from mtl.train.balancing import TaskBalancer
+
+    balancer = TaskBalancer.__new__(TaskBalancer)
+    balancer.weighting = make("db_mtl", 2)
+    g = np.random.default_rng(3).standard_normal((2, 10))
+    matrix_combined(balancer.weighting, g, [1.0, 2.0])
+    before = balancer.snapshot()
+    kept = {k: np.array(v, copy=True) for k, v in before.items()}
+    out = balancer.weighting.combine_matrix(np.full((2, 10), np.nan), [1.0, 2.0], np.ones(2, bool), 1)
+    assert np.all(np.isnan(out))  # passed on, so that the guard sees it
+    balancer.restore(before)
+    assert all(np.array_equal(balancer.weighting.state_dict()[k], kept[k]) for k in kept)
+
+
+def test_a_non_finite_gram_matrix_reaches_the_guard():
+    """The balancer does not hand a non-finite Gram matrix to the strategy (which would refuse it): alpha is NaN,
+    the shared gradient non-finite, and the trainer's guard skips or stops the step."""
+    from mtl.train.balancing import TaskBalancer
+
+    balancer = TaskBalancer.__new__(TaskBalancer)
+    balancer.weighting, balancer.tasks = make("gradvac", 2), ["task0", "task1"]
+    before = balancer.weighting.state_dict()
+    alpha = balancer._combine(np.array([[1.0, np.inf], [np.inf, 1.0]]), np.ones(2), np.ones(2, bool), 0)
+    assert np.all(np.isnan(alpha)) and np.array_equal(balancer.weighting.state_dict()["targets"], before["targets"])

@@ -83,7 +83,7 @@ class TaskBalancer:
         self._rescale_heads(weights, present)
         if self.weighting.uses_representation:
             gram = self.strategy.representation_gram(self.model.feature_gradients(), self.tasks) / scale ** 2
-            alpha = self.weighting.combine(gram, losses, present, step)
+            alpha = self._combine(gram, losses, present, step)
             self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
             self.strategy.reduce_gradients()
             return alpha
@@ -91,10 +91,17 @@ class TaskBalancer:
         if self.weighting.needs_gradient_matrix:
             return self._matrix_step(task_grads, losses, present, step, scale)
         gram = paddle.matmul(task_grads, task_grads, transpose_y=True).numpy().astype(np.float64) / scale ** 2
-        alpha = self.weighting.combine(gram, losses, present, step)
+        alpha = self._combine(gram, losses, present, step)
         self.strategy.set_shared_gradient(self.model, task_grads, alpha)
         self.strategy.reduce_gradients_except(self.strategy.shared_parameters(self.model))
         return alpha
+
+    def _combine(self, gram, losses, present, step):
+        """The strategy's alpha; NaN (the strategy untouched) when the Gram matrix is not finite, so that the
+        non-finite gradient reaches the trainer's guard (skip or stop, fp16: lower the loss scale)."""
+        if not np.all(np.isfinite(gram)):
+            return np.full(len(self.tasks), np.nan)
+        return self.weighting.combine(gram, losses, present, step)
 
     def _matrix_step(self, task_grads, losses, present, step, scale):
         """The strategy combines the per-task gradient matrix itself (unscaled float32 numpy, equal on every rank);

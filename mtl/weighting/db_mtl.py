@@ -62,6 +62,8 @@ class DBMTL(GradientMatrixWeighting):
             average[t] += (1.0 - beta) / (losses[t] + LOG_EPS) * matrix[t].astype(np.float64)
         self.state["average"] = average
         norms = np.array([np.sqrt(float(average[t] @ average[t])) for t in index])
+        if not np.all(np.isfinite(norms)):  # a non-finite gradient: pass it on to the trainer's guard (which undoes
+            return np.full(matrix.shape[1], np.nan)  # this step's update of the average)
         combined = np.zeros(matrix.shape[1])
         for t, norm in zip(index, norms):
             if norm > 0.0:
