@@ -10,8 +10,8 @@ the small jobs of the tests train in about a second each. So:
   as the launcher would run it; ``{"call": [SCRIPT, FUNCTION, *ARGS]}``: a function of a test script) and what the
   test gets back (usually the run's folder). A test that reads runs is marked
   ``@pytest.mark.two_process_runs("name", ...)``.
-* The session fixture ``two_process`` starts, the first time a test asks for a run, one launch of every run named by
-  the markers of the selected tests, in registration order; the runs are independent jobs (each seeds itself) on
+* The session fixture ``two_process``, set up for the first test that uses it, starts one launch of every run named
+  by the markers of the selected tests, in registration order; the runs are independent jobs (each seeds itself) on
   the same 2 processes. A run that no marker names gets a launch of its own when asked for.
 * A resumed run still starts in a process that never trained its job: a run cut short in this launch is resumed in
   a later launch (or in this process), never in this one.
@@ -61,8 +61,9 @@ def train_here(*argv):
 
 
 class TwoProcessRuns:
-    """The 2-process runs of the session: ``runs[name]`` is the result of a run, launched with the others the first
-    time one is asked for; ``runs.output`` is everything that launch printed (launcher and both ranks' logs)."""
+    """The 2-process runs of the session: ``runs[name]`` is the result of a run (of the session's launch, or of a
+    launch of its own for a run no marker names); ``runs.output(name)`` is everything the launch that ran it printed
+    (the launcher's console and both ranks' logs)."""
 
     def __init__(self, session, root):
         self.session, self.root = session, root
@@ -138,8 +139,13 @@ class OneProcessRuns:
 
 @pytest.fixture(scope="session")
 def two_process(request, tmp_path_factory):
-    """The session's 2-process runs (:class:`TwoProcessRuns`)."""
-    return TwoProcessRuns(request.session, tmp_path_factory.mktemp("two_process"))
+    """The session's 2-process runs (:class:`TwoProcessRuns`), launched when the fixture is set up (its time shows
+    as the setup of the first test that uses it)."""
+    runs = TwoProcessRuns(request.session, tmp_path_factory.mktemp("two_process"))
+    wanted = runs.wanted()
+    if wanted:
+        runs.launch(wanted, wanted[0])
+    return runs
 
 
 @pytest.fixture(scope="session")
