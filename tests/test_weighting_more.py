@@ -8,8 +8,6 @@ gradients, opposite gradients, one task present, T = 1 and very different norms.
 import itertools
 import json
 import os
-import subprocess
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -20,8 +18,10 @@ from mtl import registry
 from mtl.errors import ConfigError
 from mtl.weighting.matrix_based import GradientMatrixWeighting
 from mtl.weighting.upgrad import dual_cone_weights
+from tests.dist_scripts import weighting_more
 from tests.dist_scripts.weighting_more import STRATEGIES as MORE_RUNS
-from tests.dist_util import ROOT, run_distributed
+from tests.dist_util import ROOT
+from tests.shared_runs import two_process_run
 
 registry.load_builtin()
 
@@ -733,62 +733,6 @@ def test_balancer_hands_the_unscaled_matrix_and_writes_the_scaled_result():
     assert written["reduced"]
 
 
-# ---- training: 1 vs 2 processes, stopped and resumed -------------------------------------------------------------
-SCRIPT = os.path.join(ROOT, "tests", "dist_scripts", "weighting_more.py")
-STEPS = 20
-
-
-def records(out, name):
-    """The per-step records of one run's metrics.jsonl."""
-    with open(os.path.join(out, name, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if "loss" in r]
-
-
-def run_single(out, *args):
-    """weighting_more.py in one process (one intra-op thread)."""
-    proc = subprocess.run([sys.executable, SCRIPT, out, str(STEPS), *args], capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"), cwd=ROOT, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
-
-
-@pytest.fixture(scope="module")
-def single_runs(tmp_path_factory):
-    """Every configuration of weighting_more.py trained once, uninterrupted, in one process."""
-    out = str(tmp_path_factory.mktemp("weighting_more") / "one")
-    run_single(out)
-    return out
-
-
-@pytest.mark.distributed
-def test_new_strategies_agree_between_one_and_two_processes(single_runs, tmp_path):
-    """The same per-step losses and weights to 1e-4 (float32 sums in another order are all that differs); the
-    gradient-matrix strategies get the matrix summed over both processes, so they agree too."""
-    two = str(tmp_path / "two")
-    code, output = run_distributed(SCRIPT, 2, [two, str(STEPS)], timeout=900)
-    assert code == 0, output[-20000:]
-    worst = {}
-    for name in MORE_RUNS:
-        a, b = records(single_runs, name), records(two, name)
-        assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1)), name
-        keys = [k for k in a[0] if k.startswith(("loss/", "weight/"))]
-        assert len([k for k in keys if k.startswith("weight/")]) == 3, name
-        worst[name] = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-6) for ra, rb in zip(a, b) for k in keys)
-    assert max(worst.values()) <= 1e-4, worst
-
-
-def test_stopped_and_resumed_runs_are_bit_identical(single_runs, tmp_path):
-    """Every configuration stopped after step 10 (a real checkpoint, the strategy's state in its state.json) and
-    resumed gives the uninterrupted run's losses, weights and alphas bit for bit."""
-    out = str(tmp_path / "resumed")
-    run_single(out, "10")
-    for name in MORE_RUNS:
-        a, b = records(single_runs, name), records(out, name)
-        assert [r["step"] for r in b] == list(range(1, STEPS + 1)), name
-        mismatches = [(ra["step"], key) for ra, rb in zip(a, b) for key, value in ra.items()
-                      if key.startswith(("loss", "weight/", "alpha/")) and rb.get(key) != value]
-        assert not mismatches, (name, mismatches[:5])
-
-
 def test_balancer_snapshot_undoes_an_in_place_update():
     """The trainer's roll-back of a step with a non-finite gradient: DB-MTL passes the non-finite gradient on and
     updates its T x P average in place; the snapshot taken before the step must not follow it."""
@@ -816,3 +760,57 @@ def test_a_non_finite_gram_matrix_reaches_the_guard():
     before = balancer.weighting.state_dict()
     alpha = balancer._combine(np.array([[1.0, np.inf], [np.inf, 1.0]]), np.ones(2), np.ones(2, bool), 0)
     assert np.all(np.isnan(alpha)) and np.array_equal(balancer.weighting.state_dict()["targets"], before["targets"])
+
+
+# ---- training: 1 vs 2 processes, stopped and resumed -------------------------------------------------------------
+SCRIPT = os.path.join(ROOT, "tests", "dist_scripts", "weighting_more.py")
+STEPS = 20
+
+
+def records(out, name):
+    """The per-step records of one run's metrics.jsonl."""
+    with open(os.path.join(out, name, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def single_runs(tmp_path_factory):
+    """Every configuration of weighting_more.py trained once, uninterrupted, at 1 process (in this process)."""
+    out = str(tmp_path_factory.mktemp("weighting_more") / "one")
+    weighting_more.main(out, STEPS)
+    return out
+
+
+@two_process_run("weighting_more")
+def _two_processes(folder):
+    return {"call": [SCRIPT, "main", str(folder), str(STEPS)]}, str(folder)
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("weighting_more")
+def test_new_strategies_agree_between_one_and_two_processes(single_runs, two_process):
+    """The same per-step losses and weights to 1e-4 (float32 sums in another order are all that differs); the
+    gradient-matrix strategies get the matrix summed over both processes, so they agree too."""
+    two = two_process["weighting_more"]
+    worst = {}
+    for name in MORE_RUNS:
+        a, b = records(single_runs, name), records(two, name)
+        assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1)), name
+        keys = [k for k in a[0] if k.startswith(("loss/", "weight/"))]
+        assert len([k for k in keys if k.startswith("weight/")]) == 3, name
+        worst[name] = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-6) for ra, rb in zip(a, b) for k in keys)
+    assert max(worst.values()) <= 1e-4, worst
+
+
+@pytest.mark.slow  # every configuration trained 20 steps, then again stopped at 10 and resumed
+def test_stopped_and_resumed_runs_are_bit_identical(single_runs, tmp_path):
+    """Every configuration stopped after step 10 (a real checkpoint, the strategy's state in its state.json) and
+    resumed in fresh Trainers gives the uninterrupted run's losses, weights and alphas bit for bit."""
+    out = str(tmp_path / "resumed")
+    weighting_more.main(out, STEPS, 10)
+    for name in MORE_RUNS:
+        a, b = records(single_runs, name), records(out, name)
+        assert [r["step"] for r in b] == list(range(1, STEPS + 1)), name
+        mismatches = [(ra["step"], key) for ra, rb in zip(a, b) for key, value in ra.items()
+                      if key.startswith(("loss", "weight/", "alpha/")) and rb.get(key) != value]
+        assert not mismatches, (name, mismatches[:5])

@@ -27,9 +27,11 @@ STRATEGIES = {
 }
 
 
-def main():
-    out_root, steps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    until = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+def main(*argv):
+    """``weighting_more.py ARGV``; ``argv`` defaults to the command line (a launch of several runs passes it)."""
+    argv = [str(a) for a in argv] or sys.argv[1:]
+    out_root, steps = argv[0], int(argv[1]) if len(argv) > 1 else 20
+    until = int(argv[2]) if len(argv) > 2 and argv[2] != "-" else None
     from mtl.config.loading import load_job
     from mtl.job import build_job
     from mtl.runtime import init_distributed, select_device
@@ -38,7 +40,7 @@ def main():
 
     select_device("cpu")
     init_distributed()
-    names = sys.argv[4].split(",") if len(sys.argv) > 4 else list(STRATEGIES)
+    names = argv[3].split(",") if len(argv) > 3 else list(STRATEGIES)
     for name in names:
         out = os.path.join(out_root, name)
         cfg = load_job(data=job(out, STRATEGIES[name], steps))
