@@ -23,8 +23,8 @@ def test_pairs_and_image_inputs_are_prepared_like_the_training_images():
     vset = read_pairs(os.path.join(YALE, "pairs_s1_s2_s12.txt"), image_size=16,
                       preprocess=Preprocess.from_config(PREPARE))
     assert vset.images(0, 1)[0].shape == (3, 16, 16)
-    index = next(i for i, line in enumerate(l for l in open(os.path.join(YALE, "pairs_s1_s2_s12.txt"))
-                                            if not l.startswith("#")) if line.startswith(first + "\t"))
+    index = next(i for i, line in enumerate(row for row in open(os.path.join(YALE, "pairs_s1_s2_s12.txt"))
+                                            if not row.startswith("#")) if line.startswith(first + "\t"))
     np.testing.assert_allclose(vset.images(2 * index, 2 * index + 1)[0], reader[0]["image"], atol=1e-5)
     inputs = read_inputs([os.path.join(YALE, first)], [3, 16, 16], Preprocess.from_config(PREPARE))
     np.testing.assert_allclose(inputs[0], reader[0]["image"], atol=1e-5)
