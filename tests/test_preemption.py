@@ -16,17 +16,18 @@ import yaml
 from tests.dist_util import ROOT
 from tests.shared_runs import two_process_run
 
-STEPS = 150
+STEPS = 150  # 1 process: a step takes milliseconds, and the signal (sent after step 20) must arrive before the end
+STEPS_AT_TWO = 60  # 2 processes: ~20-70 ms a step (gloo), stopped at step 21-22: 38 steps, 1-3 s, of margin
 
 
-def job(out):
+def job(out, steps=STEPS):
     return {"seed": 2, "device": "cpu", "output_dir": str(out),
             "tasks": [{"name": "arc", "reader": {"type": "synthetic", "num_samples": 96, "num_classes": 7, "seed": 1},
                        "head": {"type": "arcface", "scale": 8.0, "margin": [1.0, 0.3, 0.0]}, "eval": None},
                       {"name": "soft", "reader": {"type": "synthetic", "num_samples": 64, "num_classes": 3, "seed": 2},
                        "head": "softmax", "eval": None}],
             "backbone": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [64], "embedding_size": 16},
-            "schedule": {"batch_size": 8, "steps": STEPS},
+            "schedule": {"batch_size": 8, "steps": steps},
             "optimizer": {"type": "momentum", "lr": 0.02, "warmup_steps": 5},
             "averaging": {"type": "ema", "decay": 0.9},
             "log": {"every": 1, "progress": False, "plot": False}, "checkpoint": {"every": 0, "keep": 2},
@@ -51,9 +52,9 @@ def records(out):
         return [r for r in map(json.loads, f) if "lr" in r]
 
 
-def write_job(tmp_path, name):
+def write_job(tmp_path, name, steps=STEPS):
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(job(tmp_path / name)))
+    path.write_text(yaml.safe_dump(job(tmp_path / name, steps)))
     return str(path), str(tmp_path / name)
 
 
@@ -79,9 +80,9 @@ def run(cmd, **kw):
     return proc
 
 
-def assert_same_run(full, resumed):
+def assert_same_run(full, resumed, steps=STEPS):
     a, b = records(full), records(resumed)
-    assert [r["step"] for r in b] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, steps + 1))
     for ra, rb in zip(a, b):
         for key, value in ra.items():
             if key.startswith(("loss", "lr", "grad_norm", "accuracy")):
@@ -107,24 +108,24 @@ def test_sigterm_saves_and_resume_is_bit_identical(tmp_path):
 
 @two_process_run("preemption_full")
 def _full_at_two(folder):
-    config, out = write_job(folder, "full")
+    config, out = write_job(folder, "full", STEPS_AT_TWO)
     return {"train": [config]}, out
 
 
 @pytest.mark.distributed
 @pytest.mark.two_process_runs("preemption_full")
 def test_sigterm_to_the_launcher_of_two_processes(two_process, tmp_path):
-    config, out = write_job(tmp_path, "cut")
+    config, out = write_job(tmp_path, "cut", STEPS_AT_TWO)
     full = two_process["preemption_full"]
     proc = subprocess.Popen(launch_command(2, train_command(config), str(tmp_path / "log_cut")),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             env=environment(), start_new_session=True)
     signal_after(proc, out, 20)
     stopped = records(out)[-1]["step"]
-    assert stopped < STEPS
+    assert stopped < STEPS_AT_TWO
     assert os.path.isdir(os.path.join(out, "checkpoints", f"step_{stopped}")), proc.stdout.read()
     logs = "".join(open(os.path.join(tmp_path, "log_cut", f)).read() for f in os.listdir(tmp_path / "log_cut")
                    if f.startswith("workerlog"))
     assert logs.count(f"stopped after step {stopped} on request") == 2, logs[-3000:]
     run(launch_command(2, train_command(config, "--resume"), str(tmp_path / "log_resume")))
-    assert_same_run(full, out)
+    assert_same_run(full, out, STEPS_AT_TWO)
