@@ -6,11 +6,12 @@ from mtl.convert.weights import ARCHS, SOURCES
 
 
 def _cmd_convert(args):
-    from mtl.convert.weights import convert
+    from mtl.convert.weights import convert, sidecar_path
 
     config = convert(args.source, args.src, args.dst, args.arch)
     print(f"converted {args.src} ({args.source}) to {args.dst}; use it as")
     print(f"  backbone: {json.dumps({**config, 'pretrained': args.dst})}")
+    print(f"(also written to {sidecar_path(args.dst)}, which mtl eval {args.dst} reads)")
 
 
 def add_cli(sub):

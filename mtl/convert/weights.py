@@ -14,6 +14,8 @@ dropped): a renaming of nothing. Every tensor must find its place with the right
 backbone must be given, else the conversion stops with one line naming the first tensor that does not fit.
 """
 import collections
+import json
+import os
 import pickle
 
 import numpy as np
@@ -76,8 +78,6 @@ def read_paddle_file(path):
 
 def read_source(source: str, path: str):
     """{name: numpy array} of a ``source`` (insightface | plsc) weight file, without the classifier head."""
-    import os
-
     if not os.path.isfile(path):
         raise DataError(f"weights '{path}' do not exist")
     if source == "insightface":
@@ -193,4 +193,12 @@ def convert(source: str, src: str, dst: str, arch: str) -> dict:
     backbone.set_state_dict({name: paddle.to_tensor(value).astype(backbone.state_dict()[name].dtype)
                              for name, value in converted.items()})
     paddle.save(backbone.state_dict(), dst)
-    return {"type": arch, **options}
+    config = {"type": arch, **options}
+    with open(sidecar_path(dst), "w") as f:  # what mtl eval DST.pdparams builds the backbone from
+        json.dump({"backbone": config, "converted_from": os.path.abspath(src), "source": source}, f, indent=1)
+    return config
+
+
+def sidecar_path(weights: str) -> str:
+    """``models/r50.json`` beside ``models/r50.pdparams``: the backbone config of converted weights."""
+    return os.path.splitext(weights)[0] + ".json"
