@@ -159,3 +159,22 @@ def test_recipe_from_a_converted_model_resumes_bit_identically(tmp_path):
     a, b = arrays(full.model), arrays(resumed.model)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_lr_multiplier_reaches_the_row_sparse_update(tmp_path):
+    """Partial FC's sampled rows are updated by the row-sparse optimizer, which applies the head's multiplier too:
+    after one SGD step from the same weights and batch, the rows moved by exactly half as much with heads: 0.5."""
+    task = {"name": "pfc", "reader": {"type": "synthetic", "num_samples": 40, "num_classes": 30, "seed": 3},
+            "head": {"type": "arcface", "scale": 8.0, "sample_ratio": 0.2}, "eval": None}
+    moved = {}
+    for mult in (1.0, 0.5):
+        cfg = job_cfg(tmp_path / str(mult), CNN, tasks=[task], schedule={"batch_size": 8, "steps": 1},
+                      optimizer={"type": "sgd", "lr": 0.5, "warmup_steps": 0, "decay": "none", "weight_decay": 0.0,
+                                 "lr_mult": {"heads": mult}})
+        job = build_job(cfg)
+        before = arrays(job.model)
+        Trainer(job, console=lambda *a: None).run()
+        moved[mult] = {k: arrays(job.model)[k] - before[k] for k in before if k.startswith("heads.")}
+    for key, delta in moved[1.0].items():
+        assert np.abs(delta).max() > 0, key
+        np.testing.assert_allclose(moved[0.5][key], 0.5 * delta, rtol=1e-5, atol=1e-9, err_msg=key)

@@ -1,4 +1,6 @@
-"""``mtl eval RUN_DIR|EXPORT_DIR --sets FILE ...``: 1:1 verification of a finished run or an export, afterwards.
+"""``mtl eval RUN_DIR|EXPORT_DIR|WEIGHTS.pdparams --sets FILE ... | --ijb ROOT``: 1:1 verification of a finished run,
+an export or converted weights, afterwards; ``--ijb`` runs IJB-B/C template verification (:mod:`mtl.evaluation.ijb`,
+TAR at FAR 1e-6 ... 1e-1 per protocol variant, ``ijb_<target>.json`` and ``roc_<target>.png``).
 
 The protocol is the one used during training (:mod:`mtl.evaluation.verify`): squared L2 distance of normalised
 embeddings, thresholds 0..4 step 0.01, 10 folds without shuffling, VAL at FAR = 1e-3; with ``--flip`` the embedding
@@ -92,7 +94,7 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
     if len(shape) != 3 or shape[0] != 3:
         raise ConfigError(f"'{path}': verification sets hold RGB images, but the backbone's input '{field}' has "
                           f"shape {list(shape)} (expected [3, S, S])")
-    out_dir = out_dir or path
+    out_dir = out_dir or (os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else path)
     os.makedirs(out_dir, exist_ok=True)
     console(f"evaluating {described}, step {step}{', flip' if flip else ''}")
     results, rows = {}, []
@@ -130,12 +132,15 @@ def evaluate_ijb(path, root, target="IJBC", weights="auto", batch_size=64, out_d
     from mtl.evaluation.ijb import embed_faces, read_ijb
     from mtl.evaluation.ijb_protocol import evaluate_variants
 
-    model, field, shape, step, described, _ = load_model(path, weights)
+    model, field, shape, step, described, preprocessing = load_model(path, weights)
+    if any(any((v or {}).values()) for v in preprocessing.values()) and not as_json:
+        console(f"note: the model's tasks prepared their images with {preprocessing}; IJB faces are aligned and "
+                "normalised only, as insightface's protocol prepares them")
     if len(shape) != 3 or shape[0] != 3 or shape[1] != shape[2]:
         raise ConfigError(f"'{path}': IJB faces are RGB squares, but the backbone's input '{field}' has shape "
                           f"{list(shape)} (expected [3, S, S])")
     ijb = read_ijb(root, target)
-    out_dir = out_dir or path
+    out_dir = out_dir or (os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else path)
     os.makedirs(out_dir, exist_ok=True)
     if not as_json:
         console(f"evaluating {described}, step {step}, on {target}: {len(ijb.images)} faces, "
