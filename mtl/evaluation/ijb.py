@@ -29,7 +29,7 @@ ARCFACE_TEMPLATE = np.array([[30.2946, 51.6963], [65.5318, 51.5014], [48.0252, 7
 ARCFACE_TEMPLATE[:, 0] += 8.0
 FARS = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 TARGETS = ("IJBB", "IJBC")
-PAIR_CHUNK = 1 << 16
+TEMPLATE_BLOCK = 512  # pair scores come from [512, templates] blocks of the similarity matrix (at most 95 MiB)
 
 
 @dataclass
@@ -79,6 +79,21 @@ def _numbers(path, rows, start, kind, what):
         raise
 
 
+def _pair_table(path):
+    """``template1 template2 label`` rows as int64 [P, 3], read by numpy's C parser (IJB-C has 15.6M pairs); a bad
+    file is scanned line by line for the sentence that names its first bad line."""
+    if not os.path.isfile(path):
+        raise DataError(f"IJB meta file '{path}' does not exist")
+    try:
+        table = np.loadtxt(path, dtype=np.int64, ndmin=2)
+    except ValueError:
+        table = None
+    if table is None or table.shape[1:] != (3,) or not len(table):
+        rows = _rows(path, 3, "'template1 template2 label'")
+        return _numbers(path, rows, 0, int, "three integers")
+    return table
+
+
 def meta_path(root, target, name):
     """``ROOT/meta/<target>_<name>.txt`` (lower-case target, as the peer reads it; the given case as a fallback)."""
     lower = os.path.join(root, "meta", f"{target.lower()}_{name}.txt")
@@ -94,7 +109,7 @@ def read_ijb(root: str, target: str) -> IJBSet:
     faces = _rows(faces_path, 3, "'image template_id media_id'")
     ids = _numbers(faces_path, faces, 1, int, "integer template and media ids")
     pairs_path = meta_path(root, target, "template_pair_label")
-    pairs = _numbers(pairs_path, _rows(pairs_path, 3, "'template1 template2 label'"), 0, int, "three integers")
+    pairs = _pair_table(pairs_path)
     points_path = meta_path(root, target, "name_5pts_score")
     points = _rows(points_path, 12, "'image x1 y1 ... x5 y5 score'")
     values = _numbers(points_path, points, 1, float, "ten landmark coordinates and a score")
@@ -104,10 +119,10 @@ def read_ijb(root: str, target: str) -> IJBSet:
     for (number, a), (_, b) in zip(points, faces):
         if a[0] != b[0]:
             raise DataError(f"'{points_path}' line {number} names '{a[0]}' where '{faces_path}' names '{b[0]}'")
-    known = set(ids[:, 0].tolist())
-    unknown = next((i for i, p in enumerate(pairs[:, :2]) if p[0] not in known or p[1] not in known), None)
-    if unknown is not None:
-        raise DataError(f"'{pairs_path}' pair {unknown + 1} names a template without faces: {pairs[unknown, :2]}")
+    unknown = np.flatnonzero(~np.isin(pairs[:, :2], ids[:, 0]).all(axis=1))
+    if len(unknown):
+        raise DataError(f"'{pairs_path}' pair {unknown[0] + 1} names a template without faces: "
+                        f"{pairs[unknown[0], :2].tolist()}")
     return IJBSet(root, target, [f[0] for _, f in faces], values[:, :10].reshape(-1, 5, 2).astype(np.float32),
                   values[:, 10].astype(np.float32), ids[:, 0], ids[:, 1], pairs[:, :2], pairs[:, 2])
 

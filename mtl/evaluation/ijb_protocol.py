@@ -4,7 +4,7 @@ pooling, pair scores, TAR at FAR, in numpy, batched, with progress bars. The num
 checked against its own functions in tests/test_ijb.py."""
 import numpy as np
 
-from mtl.evaluation.ijb import FARS, PAIR_CHUNK
+from mtl.evaluation.ijb import FARS, TEMPLATE_BLOCK
 
 
 def face_features(plain, flipped, scores, flip=True, detector_score=True):
@@ -19,29 +19,37 @@ def template_features(feats, templates, medias):
     """(sorted template ids [T], unit template features [T, D] float64): per template, the mean feature of each of
     its medias (one video's frames, or one still), summed over its medias, then L2-normalised."""
     unique_templates, template_index = np.unique(templates, return_inverse=True)
-    media_keys = np.stack([template_index, np.asarray(medias)], axis=1)
+    media_keys = np.stack([template_index.reshape(-1), np.asarray(medias)], axis=1)
     groups, group_index, counts = np.unique(media_keys, axis=0, return_inverse=True, return_counts=True)
-    group_index = group_index.reshape(-1)
-    media_sum = np.zeros((len(groups), feats.shape[1]), dtype=np.float64)
-    np.add.at(media_sum, group_index, feats.astype(np.float64))
-    media_mean = media_sum / counts[:, None]
-    out = np.zeros((len(unique_templates), feats.shape[1]), dtype=np.float64)
-    np.add.at(out, groups[:, 0], media_mean)
+    order = np.argsort(group_index.reshape(-1), kind="stable")  # faces of one media together, medias in order
+    media_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    media_mean = np.add.reduceat(feats[order].astype(np.float64), media_starts, axis=0) / counts[:, None]
+    template_starts = np.flatnonzero(np.concatenate([[True], groups[1:, 0] != groups[:-1, 0]]))
+    out = np.add.reduceat(media_mean, template_starts, axis=0)  # groups are sorted by template
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return unique_templates, out / np.where(norms > 0, norms, 1.0)
 
 
 def pair_scores(unique_templates, template_feats, pairs, progress=None):
-    """Cosine of every pair's two templates, ``PAIR_CHUNK`` pairs at a time; ``progress(n)`` after each chunk."""
+    """Cosine of every pair's two templates. Pairs are grouped by their first template, ``TEMPLATE_BLOCK`` templates
+    at a time, and scored from one matrix product of those templates with the second templates they meet: IJB-C's
+    15.6M pairs cover 3 % of its 23k x 23k template pairs, so a few BLAS products beat gathering two feature rows per
+    pair (ten times faster on one core). ``progress(n)`` after each block."""
     first = np.searchsorted(unique_templates, pairs[:, 0])
     second = np.searchsorted(unique_templates, pairs[:, 1])
+    order = np.argsort(first, kind="stable")
+    bounds = np.searchsorted(first[order], np.arange(0, len(unique_templates) + TEMPLATE_BLOCK, TEMPLATE_BLOCK))
     scores = np.empty(len(pairs), dtype=np.float64)
-    for start in range(0, len(pairs), PAIR_CHUNK):
-        stop = min(start + PAIR_CHUNK, len(pairs))
-        scores[start:stop] = np.einsum("ij,ij->i", template_feats[first[start:stop]],
-                                       template_feats[second[start:stop]])
+    for block, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if lo == hi:
+            continue
+        chosen = order[lo:hi]
+        columns, column_of = np.unique(second[chosen], return_inverse=True)
+        start = block * TEMPLATE_BLOCK
+        products = template_feats[start:start + TEMPLATE_BLOCK] @ template_feats[columns].T
+        scores[chosen] = products[first[chosen] - start, column_of.reshape(-1)]
         if progress is not None:
-            progress(stop - start)
+            progress(int(hi - lo))
     return scores
 
 
