@@ -6,6 +6,7 @@ from its model code (plsc/models/iresnet.py, mobilefacenet.py at PaddlePaddle/PL
 cannot run here; for the reader alone, a torch.save archive written by hand (below) from torch's documented layout.
 """
 import collections
+import json
 import os
 import pickle
 import re
@@ -139,9 +140,10 @@ def test_converted_model_equals_insightface(arch, network, batch, tmp_path, caps
     run_harness("backbone", network, tmp_path, "--batch", batch, "--seed", 3)
     dst = str(tmp_path / "ours.pdparams")
     mtl_main(["convert", "insightface", str(tmp_path / "model.pth"), dst, "--arch", arch])
-    line = capsys.readouterr().out.splitlines()[-1]
-    config = re.search(r"backbone: (\{.*\})", line).group(1)
-    backbone = registry.build("backbone", __import__("json").loads(config)).eval()
+    printed = re.search(r"backbone: (\{.*\})", capsys.readouterr().out).group(1)
+    config = json.load(open(tmp_path / "ours.json"))["backbone"]  # written beside the weights, for mtl eval
+    assert json.loads(printed) == {**config, "pretrained": dst}
+    backbone = registry.build("backbone", {**config, "pretrained": dst}).eval()
     expected = np.load(tmp_path / "embeddings.npy")
     got = backbone({"image": paddle.to_tensor(np.load(tmp_path / "inputs.npy"))}).numpy()
     relative = np.abs(got - expected).max() / np.abs(expected).max()
