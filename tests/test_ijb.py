@@ -162,6 +162,7 @@ def test_mtl_eval_ijb_on_converted_weights_prints_a_table_or_json(tmp_path, caps
     assert "needs either --sets FILE ... (verification sets) or --ijb ROOT" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_ijb_evaluation_equals_insightface_eval_ijbc(tmp_path, capsys):
     """On one small IJB-format set: insightface's eval_ijbc.py (its alignment, flip test, model forward, pooling,
