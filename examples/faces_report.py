@@ -61,8 +61,9 @@ class Recipe:
         from mtl.job import build_reader, reader_context
 
         self.cfg = cfg
-        backbone_cfg = registry.as_component(cfg["backbone"])
-        backbone_cfg.pop("pretrained", None)
+        from mtl.backbones.base import constructor_config
+
+        backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
         context = reader_context(registry.build("backbone", backbone_cfg, cfg["source"], "backbone"))
         self.eval_readers, self.train_readers = {}, {}
         for task in cfg["tasks"]:

@@ -45,8 +45,9 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
     if use_avg and not os.path.isfile(avg_file):
         raise ConfigError(f"checkpoint '{ckpt}' has no averaged weights (the run did not average)")
     registry.load_all(cfg.get("plugin_folders", []))
-    backbone_cfg = registry.as_component(cfg["backbone"])
-    backbone_cfg.pop("pretrained", None)
+    from mtl.backbones.base import constructor_config
+
+    backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
     backbone.set_state_dict(paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams")))
     backbone.eval()

@@ -11,11 +11,12 @@ import numpy as np
 import paddle
 
 from mtl import contracts, registry
-from mtl.backbones.base import load_pretrained
+from mtl.backbones.base import constructor_config, load_pretrained
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError
 from mtl.parallel import distributed, sync_bn
+from mtl.train.finetune import apply_lr_multipliers, freeze_batchnorm, freeze_parameters
 from mtl.train.memory_plan import check_job_memory
 from mtl.train.model import JointModel
 from mtl.train.sparse import check_sparse_optimizer
@@ -90,14 +91,16 @@ def build_reader(task_cfg, split_overrides=None, context=None):
 
 
 def _build_backbone(cfg):
-    """The job's backbone (with pretrained weights, and synchronised BatchNorm when asked for at world > 1)."""
-    backbone_cfg = dict(cfg["backbone"])
-    pretrained = backbone_cfg.pop("pretrained", None)
-    backbone = registry.build("backbone", backbone_cfg, cfg["source"], "backbone")
-    if pretrained:
-        load_pretrained(backbone, pretrained, cfg["source"], "backbone.pretrained")
+    """The job's backbone (with pretrained weights, and synchronised BatchNorm when asked for at world > 1), its
+    ``freeze`` prefixes frozen and, with ``freeze_bn``, its BatchNorm statistics."""
+    backbone = registry.build("backbone", constructor_config(cfg["backbone"]), cfg["source"], "backbone")
+    if cfg["backbone"].get("pretrained"):
+        load_pretrained(backbone, cfg["backbone"]["pretrained"], cfg["source"], "backbone.pretrained")
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
         backbone = sync_bn.convert_sync_batchnorm(backbone)
+    freeze_parameters(backbone, cfg["backbone"].get("freeze") or [], cfg["source"])
+    if cfg["backbone"].get("freeze_bn"):
+        freeze_batchnorm(backbone)
     return backbone
 
 
@@ -155,6 +158,7 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     warn = announce_plan and distributed.rank() == 0
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
+    apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
 

@@ -48,6 +48,16 @@ class ImageBackbone(Backbone):
         return [Field(self.input_field, (self.in_channels, self.input_size, self.input_size), "float32")]
 
 
+# keys of a job's backbone mapping that the job itself reads (mtl.config.keys.BACKBONE), not the backbone type
+JOB_KEYS = ("pretrained", "freeze", "freeze_bn")
+
+
+def constructor_config(cfg: dict) -> dict:
+    """The backbone mapping without the job's own keys (``pretrained``, ``freeze``, ``freeze_bn``): what the
+    backbone type is built from."""
+    return {key: value for key, value in cfg.items() if key not in JOB_KEYS}
+
+
 def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
     """Load ``path`` (a ``.pdparams`` file) into ``backbone``; every parameter must match by name and shape."""
     import os

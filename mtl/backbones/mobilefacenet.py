@@ -1,118 +1,156 @@
 """MobileFaceNet (Chen et al., 2018): a ~1M-parameter face embedding network for mobile devices.
 
-The layer table of the paper (Table 1), input 112x112; t = expansion, c = output channels, n = repeats, s = stride:
+The module tree is insightface's (``arcface_torch/backbones/mobilefacenet.py``, itself cavaface's), layer for layer
+and name for name, so that its weights convert by name (``mtl convert insightface ... --arch mobilefacenet``):
 
-    conv3x3                 c=64              s=2    112 -> 56
-    depthwise conv3x3       c=64              s=1
-    bottleneck   t=2        c=64   n=5        s=2    56 -> 28
-    bottleneck   t=4        c=128  n=1        s=2    28 -> 14
-    bottleneck   t=2        c=128  n=6        s=1
-    bottleneck   t=4        c=128  n=1        s=2    14 -> 7
-    bottleneck   t=2        c=128  n=2        s=1
-    conv1x1                 c=512             s=1
-    linear GDConv7x7        c=512                    global depthwise conv: one 7x7 filter per channel, no activation
-    linear conv1x1          c=embedding_size         then BatchNorm, no activation
+    layers.0    ConvBlock  conv3x3 s2 (3 -> 64 * scale)                                       112 -> 56
+    layers.1    ConvBlock  conv3x3, 64 groups (blocks[0] == 1), else Residual of blocks[0] units, hidden 128
+    layers.2    DepthWise  64 * scale -> 64 * scale, hidden 128, s2                            56 -> 28
+    layers.3    Residual   blocks[1] units, 64 * scale, hidden 128
+    layers.4    DepthWise  64 * scale -> 128 * scale, hidden 256, s2                           28 -> 14
+    layers.5    Residual   blocks[2] units, 128 * scale, hidden 256
+    layers.6    DepthWise  128 * scale -> 128 * scale, hidden 512, s2                          14 -> 7
+    layers.7    Residual   blocks[3] units, 128 * scale, hidden 256
+    conv_sep    ConvBlock  conv1x1 -> 512
+    features    GDC: LinearBlock (global depthwise conv, kernel = the last map's side, 7 at 112x112),
+                flatten, Linear(512, embedding_size, no bias), BatchNorm1D
 
-Every conv is followed by BatchNorm; the non-linearity is PReLU. A bottleneck is MobileNetV2's inverted residual:
-conv1x1 (expand to t * c_in) - depthwise conv3x3 (stride s) - linear conv1x1 (project to c), with an identity shortcut
-when s = 1 and c_in = c. The GDConv kernel equals the size of the last feature map (7 at 112x112), so other input
-sizes work. At 112x112 and 128-d: 220.97M multiply-adds (the paper: 221M); 976,000 conv/FC weights, 995,584 with the
-BatchNorm scales and shifts, 1,003,136 with the PReLU slopes too (the paper: 0.99M, not saying which it counts).
+ConvBlock = conv (no bias) - BN - PReLU; LinearBlock = conv - BN; DepthWise = ConvBlock 1x1 (to the hidden width) -
+ConvBlock depthwise 3x3 (stride) - LinearBlock 1x1 (MobileNetV2's inverted residual), plus the input inside a Residual.
+With ``scale: 1`` and ``blocks: [1, 4, 6, 2]`` (the defaults) this is the paper's Table 1 exactly (the hidden widths
+128, 256, 256, 512, 256 are its expansions 2, 4, 2, 4, 2 of 64 and 128 channels): at 112x112 and 128-d 220.97M
+multiply-adds (the paper: 221M) and 1,003,136 learnable values with BatchNorm and PReLU (the paper: 0.99M).
+insightface's ``mbf`` is ``scale: 2, embedding_size: 512``; its ``mbf_large`` is ``scale: 4, blocks: [2, 8, 12, 4]``.
 """
-import paddle
+from typing import Sequence
+
 from paddle import nn
 
 from mtl.backbones.base import ImageBackbone, load_pretrained
 from mtl.registry import register_backbone
 
-# (expansion t, output channels c, repeats n, stride s) of the bottleneck groups, from the paper's Table 1.
-BOTTLENECKS = ((2, 64, 5, 2), (4, 128, 1, 2), (2, 128, 6, 1), (4, 128, 1, 2), (2, 128, 2, 1))
-STEM_CHANNELS = 64
 LAST_CHANNELS = 512
 
 
-class ConvBN(nn.Sequential):
-    """Conv (no bias) + BatchNorm, followed by PReLU unless ``linear``."""
+class ConvBlock(nn.Layer):
+    """Conv (no bias) - BatchNorm - PReLU (``layers.0/1/2``)."""
 
-    def __init__(self, in_channels, out_channels, kernel_size=1, stride=1, groups=1, linear=False):
-        layers = [
-            nn.Conv2D(
-                in_channels,
-                out_channels,
-                kernel_size,
-                stride=stride,
-                padding=(kernel_size - 1) // 2 if kernel_size == 3 else 0,
-                groups=groups,
-                bias_attr=False,
-            ),
-            nn.BatchNorm2D(out_channels),
-        ]
-        if not linear:
-            layers.append(nn.PReLU(out_channels))
-        super().__init__(*layers)
-
-
-class Bottleneck(nn.Layer):
-    """Inverted residual: expand 1x1 - depthwise 3x3 (stride) - linear project 1x1, plus identity if shapes agree."""
-
-    def __init__(self, in_channels, out_channels, expansion, stride):
+    def __init__(self, in_channels, out_channels, kernel=1, stride=1, padding=0, groups=1):
         super().__init__()
-        hidden = in_channels * expansion
-        self.residual = stride == 1 and in_channels == out_channels
         self.layers = nn.Sequential(
-            ConvBN(in_channels, hidden, 1),
-            ConvBN(hidden, hidden, 3, stride=stride, groups=hidden),
-            ConvBN(hidden, out_channels, 1, linear=True),
+            nn.Conv2D(in_channels, out_channels, kernel, stride=stride, padding=padding, groups=groups,
+                      bias_attr=False),
+            nn.BatchNorm2D(out_channels, epsilon=1e-5),
+            nn.PReLU(out_channels),
         )
 
     def forward(self, x):
-        """``layers(x) + x`` when the block keeps the shape, else ``layers(x)``."""
+        """conv - BN - PReLU."""
+        return self.layers(x)
+
+
+class LinearBlock(nn.Layer):
+    """Conv (no bias) - BatchNorm, no activation (``layers.0/1``)."""
+
+    def __init__(self, in_channels, out_channels, kernel=1, stride=1, padding=0, groups=1):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Conv2D(in_channels, out_channels, kernel, stride=stride, padding=padding, groups=groups,
+                      bias_attr=False),
+            nn.BatchNorm2D(out_channels, epsilon=1e-5),
+        )
+
+    def forward(self, x):
+        """conv - BN."""
+        return self.layers(x)
+
+
+class DepthWise(nn.Layer):
+    """Inverted residual: 1x1 to ``hidden`` - depthwise 3x3 (stride) - linear 1x1 to ``out``, plus x if ``residual``."""
+
+    def __init__(self, in_channels, out_channels, hidden, stride=1, residual=False):
+        super().__init__()
+        self.residual = residual
+        self.layers = nn.Sequential(
+            ConvBlock(in_channels, hidden),
+            ConvBlock(hidden, hidden, 3, stride=stride, padding=1, groups=hidden),
+            LinearBlock(hidden, out_channels),
+        )
+
+    def forward(self, x):
+        """``layers(x) + x`` in a Residual, else ``layers(x)``."""
         out = self.layers(x)
         return out + x if self.residual else out
+
+
+class Residual(nn.Layer):
+    """``count`` shape-keeping DepthWise units with identity shortcuts (``layers.k``)."""
+
+    def __init__(self, channels, count, hidden):
+        super().__init__()
+        self.layers = nn.Sequential(*[DepthWise(channels, channels, hidden, residual=True) for _ in range(count)])
+
+    def forward(self, x):
+        """The units in order."""
+        return self.layers(x)
+
+
+class GDC(nn.Layer):
+    """Global depthwise conv (a learned weighted pooling of the ``side x side`` map) - BN - flatten - Linear - BN."""
+
+    def __init__(self, side, embedding_size):
+        super().__init__()
+        self.layers = nn.Sequential(
+            LinearBlock(LAST_CHANNELS, LAST_CHANNELS, side, groups=LAST_CHANNELS),
+            nn.Flatten(),
+            nn.Linear(LAST_CHANNELS, embedding_size, bias_attr=False),
+            nn.BatchNorm1D(embedding_size, epsilon=1e-5),
+        )
+
+    def forward(self, x):
+        """[B, 512, side, side] -> [B, embedding_size]."""
+        return self.layers(x)
+
+
+def _check_blocks(blocks, scale):
+    """``blocks`` as four positive ints and ``scale`` as a positive int, or a ValueError sentence."""
+    values = list(blocks) if isinstance(blocks, (list, tuple)) else []
+    if len(values) != 4 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in values):
+        raise ValueError(f"blocks must be four positive integers, got {blocks!r}")
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"scale must be a positive integer, got {scale!r}")
+    return values
 
 
 @register_backbone("mobilefacenet")
 class MobileFaceNet(ImageBackbone):
     """MobileFaceNet: depthwise-separable bottlenecks and a global depthwise conv (GDConv) to the embedding."""
 
-    def __init__(
-        self,
-        embedding_size: int = 128,
-        input_size: int = 112,
-        in_channels: int = 3,
-        input_field: str = "image",
-        pretrained: str = None,
-    ):
+    def __init__(self, embedding_size: int = 128, input_size: int = 112, in_channels: int = 3,
+                 input_field: str = "image", pretrained: str = None, scale: int = 1,
+                 blocks: Sequence[int] = (1, 4, 6, 2)):
         super().__init__()
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
-
-        layers = [
-            ConvBN(self.in_channels, STEM_CHANNELS, 3, stride=2),
-            ConvBN(STEM_CHANNELS, STEM_CHANNELS, 3, groups=STEM_CHANNELS),
-        ]
-        channels = STEM_CHANNELS
-        side = (self.input_size + 1) // 2  # 3x3 conv, pad 1, stride 2: ceil(size / 2)
-        for expansion, out_channels, repeats, stride in BOTTLENECKS:
-            for i in range(repeats):
-                layers.append(Bottleneck(channels, out_channels, expansion, stride if i == 0 else 1))
-                channels = out_channels
-            if stride == 2:
-                side = (side + 1) // 2
-        layers.append(ConvBN(channels, LAST_CHANNELS, 1))
-        self.body = nn.Sequential(*layers)
-        # GDConv: a depthwise conv whose kernel covers the whole side x side map, i.e. a learned weighted pooling.
-        self.gdconv = nn.Sequential(
-            nn.Conv2D(LAST_CHANNELS, LAST_CHANNELS, side, groups=LAST_CHANNELS, bias_attr=False),
-            nn.BatchNorm2D(LAST_CHANNELS),
-        )
-        # Linear conv1x1 on a 1x1 map = a fully connected layer without bias, then BatchNorm.
-        self.embedding = nn.Linear(LAST_CHANNELS, self.feature_size, bias_attr=False)
-        self.features = nn.BatchNorm1D(self.feature_size)
-
+        blocks = _check_blocks(blocks, scale)
+        wide, wider = 64 * scale, 128 * scale
+        first = (ConvBlock(wide, wide, 3, padding=1, groups=64) if blocks[0] == 1 else Residual(wide, blocks[0], 128))
+        self.layers = nn.LayerList([
+            ConvBlock(self.in_channels, wide, 3, stride=2, padding=1), first,
+            DepthWise(wide, wide, 128, stride=2), Residual(wide, blocks[1], 128),
+            DepthWise(wide, wider, 256, stride=2), Residual(wider, blocks[2], 256),
+            DepthWise(wider, wider, 512, stride=2), Residual(wider, blocks[3], 256),
+        ])
+        self.conv_sep = ConvBlock(wider, LAST_CHANNELS)
+        side = self.input_size
+        for _ in range(4):  # four 3x3 stride-2 convs, padding 1: ceil(size / 2) each
+            side = (side + 1) // 2
+        self.features = GDC(side, self.feature_size)
         if pretrained:
             load_pretrained(self, pretrained, key="pretrained")
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> embeddings [B, embedding_size]."""
-        x = self.gdconv(self.body(inputs[self.input_field]))
-        return self.features(self.embedding(paddle.flatten(x, start_axis=1)))
+        x = inputs[self.input_field]
+        for layer in self.layers:
+            x = layer(x)
+        return self.features(self.conv_sep(x))

@@ -1,4 +1,6 @@
-"""``mtl eval RUN_DIR|EXPORT_DIR --sets FILE ...``: 1:1 verification of a finished run or an export, afterwards.
+"""``mtl eval RUN_DIR|EXPORT_DIR|WEIGHTS.pdparams --sets FILE ... | --ijb ROOT``: 1:1 verification of a finished run,
+an export or converted weights, afterwards; ``--ijb`` runs IJB-B/C template verification (:mod:`mtl.evaluation.ijb`,
+TAR at FAR 1e-6 ... 1e-1 per protocol variant, ``ijb_<target>.json`` and ``roc_<target>.png``).
 
 The protocol is the one used during training (:mod:`mtl.evaluation.verify`): squared L2 distance of normalised
 embeddings, thresholds 0..4 step 0.01, 10 folds without shuffling, VAL at FAR = 1e-3; with ``--flip`` the embedding
@@ -10,6 +12,8 @@ Prints insightface's line per set (``[lfw][20000]Accuracy-Flip: 0.99650+-0.00300
 import json
 import os
 
+import numpy as np
+
 from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError
 from mtl.export import export_preprocess
@@ -17,7 +21,7 @@ from mtl.export import export_preprocess
 
 def load_model(path, weights="auto"):
     """(backbone-like layer, input field, input shape, step, description, preprocessing ``{task: mapping}``) of a
-    run folder or an export folder."""
+    run folder, an export folder or converted weights (``mtl convert``'s ``.pdparams``)."""
     from mtl.export import field_adapter, load_run_backbone
 
     if os.path.isfile(os.path.join(path, "export.json")):
@@ -32,6 +36,8 @@ def load_model(path, weights="auto"):
         kind = "averaged" if meta.get("averaged") else "live"
         return (model, meta["input_field"], meta["input_shape"], meta["step"], f"export ({kind} weights)",
                 meta.get("preprocess") or {})
+    if os.path.isfile(path) and path.endswith(".pdparams"):
+        return _converted_model(path, weights)
     if os.path.isfile(os.path.join(path, "job.json")):
         averaged = {"auto": None, "averaged": True, "live": False}[weights]
         backbone, _, ckpt, use_avg = load_run_backbone(path, None, averaged)
@@ -42,7 +48,29 @@ def load_model(path, weights="auto"):
             preprocessing = task_preprocessing(json.load(f)["tasks"])
         return (backbone, field.name, list(field.shape), step, f"{ckpt} ({'averaged' if use_avg else 'live'} weights)",
                 preprocessing)
-    raise ConfigError(f"'{path}' is neither a training run (job.json) nor an export (export.json)")
+    raise ConfigError(f"'{path}' is neither a training run (job.json), an export (export.json) nor converted weights "
+                      "(a .pdparams file from mtl convert)")
+
+
+def _converted_model(path, weights):
+    """``load_model`` of converted weights (``mtl convert``): the backbone config from the file beside them."""
+    from mtl import registry
+    from mtl.backbones.base import load_pretrained
+    from mtl.convert.weights import sidecar_path
+
+    if weights != "auto":
+        raise ConfigError(f"--weights {weights} applies to a run, not to the weights file '{path}'")
+    config_path = sidecar_path(path)
+    if not os.path.isfile(config_path):
+        raise ConfigError(f"'{path}' needs its backbone config '{config_path}' beside it (mtl convert writes it)")
+    with open(config_path) as f:
+        config = json.load(f)["backbone"]
+    registry.load_builtin()
+    backbone = registry.build("backbone", config, config_path, "backbone")
+    load_pretrained(backbone, path, config_path, "backbone")
+    backbone.eval()
+    field = backbone.input_fields()[0]
+    return backbone, field.name, list(field.shape), 0, f"{path} (converted weights)", {}
 
 
 def insightface_line(name, step, result, flip):
@@ -66,7 +94,7 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
     if len(shape) != 3 or shape[0] != 3:
         raise ConfigError(f"'{path}': verification sets hold RGB images, but the backbone's input '{field}' has "
                           f"shape {list(shape)} (expected [3, S, S])")
-    out_dir = out_dir or path
+    out_dir = out_dir or (os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else path)
     os.makedirs(out_dir, exist_ok=True)
     console(f"evaluating {described}, step {step}{', flip' if flip else ''}")
     results, rows = {}, []
@@ -89,16 +117,110 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
     return results
 
 
+def _progress(total, desc):
+    """A tqdm bar of ``total`` items (stderr)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False)
+
+
+def evaluate_ijb(path, root, target="IJBC", weights="auto", batch_size=64, out_dir=None, console=print,
+                 as_json=False):
+    """IJB-B/C 1:1 template verification of ``path`` (:mod:`mtl.evaluation.ijb`): TAR at FAR 1e-6 ... 1e-1 for the
+    flip test with and without detector-score weighting (and without the flip test), as a table (or JSON with
+    ``as_json``); writes ``ijb_<target>.json`` and ``roc_<target>.png``; returns the results, features included."""
+    from mtl.evaluation.ijb import embed_faces, read_ijb
+    from mtl.evaluation.ijb_protocol import evaluate_variants
+
+    model, field, shape, step, described, preprocessing = load_model(path, weights)
+    if any(any((v or {}).values()) for v in preprocessing.values()) and not as_json:
+        console(f"note: the model's tasks prepared their images with {preprocessing}; IJB faces are aligned and "
+                "normalised only, as insightface's protocol prepares them")
+    if len(shape) != 3 or shape[0] != 3 or shape[1] != shape[2]:
+        raise ConfigError(f"'{path}': IJB faces are RGB squares, but the backbone's input '{field}' has shape "
+                          f"{list(shape)} (expected [3, S, S])")
+    ijb = read_ijb(root, target)
+    out_dir = out_dir or (os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else path)
+    os.makedirs(out_dir, exist_ok=True)
+    if not as_json:
+        console(f"evaluating {described}, step {step}, on {target}: {len(ijb.images)} faces, "
+                f"{len(np.unique(ijb.templates))} templates, {len(ijb.pairs)} pairs")
+    bar = _progress(len(ijb.images), f"{target} faces")
+    plain, flipped = embed_faces(model, field, int(shape[1]), ijb, batch_size, bar.update)
+    bar.close()
+    variants = evaluate_variants(ijb, plain, flipped, _progress)
+    report = ijb_report(ijb, variants, described, step)
+    with open(os.path.join(out_dir, f"ijb_{target.lower()}.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    plot_ijb_roc(variants, os.path.join(out_dir, f"roc_{target.lower()}.png"), f"{target}: ROC")
+    console(json.dumps(report, indent=1) if as_json else ijb_table(report))
+    if not as_json:
+        console(f"results in {out_dir} (ijb_{target.lower()}.json, roc_{target.lower()}.png)")
+    return {"report": report, "variants": variants, "features": (plain, flipped)}
+
+
+def ijb_report(ijb, variants, described, step) -> dict:
+    """The JSON record: the set, the model, and per variant its TAR at each FAR and its AUC."""
+    return {"target": ijb.target, "root": os.path.abspath(ijb.root), "faces": len(ijb.images),
+            "templates": int(len(np.unique(ijb.templates))), "pairs": int(len(ijb.pairs)), "model": described,
+            "step": step, "variants": {name: {"tar_at_far": {f"{far:.0e}": tar for far, tar in v["tar"].items()},
+                                              "auc": v["auc"]} for name, v in variants.items()}}
+
+
+def ijb_table(report) -> str:
+    """TAR (%) at each FAR per variant, one row each, as the peer's table shows it."""
+    from tabulate import tabulate
+
+    fars = list(next(iter(report["variants"].values()))["tar_at_far"])
+    rows = [[name, *(f"{100 * v['tar_at_far'][far]:.2f}" for far in fars), f"{100 * v['auc']:.2f}"]
+            for name, v in report["variants"].items()]
+    return tabulate(rows, headers=[f"{report['target']} (TAR %)", *(f"FAR={far}" for far in fars), "AUC %"],
+                    tablefmt="github", disable_numparse=True)
+
+
+def plot_ijb_roc(variants, path, title):
+    """PNG of the variants' ROC curves, FAR on a log axis from 1e-6 (the peer's plot; FAR 0 is off the axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for name, v in variants.items():
+        ax.plot(v["fpr"], v["tpr"], lw=1, label=f"{name} (TAR@1e-4 {100 * v['tar'][1e-4]:.2f}%)")
+    ax.set_xscale("log")
+    ax.set_xlim(1e-6, 1)
+    ax.set_xlabel("false accept rate")
+    ax.set_ylabel("true accept rate")
+    ax.set_title(title)
+    ax.grid(True, linestyle="--", alpha=0.4)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _cmd_eval(args):
+    if bool(args.sets) == bool(args.ijb):
+        raise ConfigError("mtl eval needs either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C)")
+    if args.ijb:
+        evaluate_ijb(args.path, args.ijb, args.target, args.weights, args.batch_size, args.out,
+                     as_json=args.json)
+        return
     evaluate(args.path, args.sets, args.weights, args.flip, args.batch_size, args.out, preprocess_task=args.preprocess)
 
 
 def add_cli(sub):
     """Register ``mtl eval``."""
-    p = sub.add_parser("eval", help="verification accuracy of a finished run or an export on .bin / pairs sets")
+    p = sub.add_parser("eval", help="verification accuracy of a finished run or an export on .bin / pairs sets, or "
+                                    "TAR at FAR on IJB-B/C")
     p.add_argument("path", metavar="RUN_DIR|EXPORT_DIR")
-    p.add_argument("--sets", nargs="+", required=True, metavar="FILE",
+    p.add_argument("--sets", nargs="+", metavar="FILE",
                    help="verification sets: InsightFace .bin files or pairs lists (img1<TAB>img2<TAB>0|1)")
+    p.add_argument("--ijb", metavar="ROOT", help="IJB-B/C 1:1 template verification on the set under ROOT (meta/, "
+                                                 "loose_crop/), insightface's protocol")
+    p.add_argument("--target", choices=["IJBB", "IJBC"], default="IJBC", help="--ijb: which set (default IJBC)")
+    p.add_argument("--json", action="store_true", help="--ijb: print the results as JSON instead of a table")
     p.add_argument("--weights", choices=["auto", "averaged", "live"], default="auto",
                    help="a run's weights (auto: averaged when the run averaged)")
     p.add_argument("--flip", action="store_true", help="embed normalize(f(x) + f(flip x)), as training does")

@@ -23,6 +23,40 @@ SCHEDULE = {
     "temperature": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="sample mode: p_t ~ size_t^(1/T)"),
 }
 
+def _check_prefixes(value):
+    if all(isinstance(p, str) and p.strip() and p == p.strip(".") for p in value):
+        return None
+    return f"expected a list of parameter-name prefixes (e.g. [conv1, bn1, layer1]), got {value!r}"
+
+
+def flat_multipliers(table, prefix=""):
+    """``{a: {b: 0.1}}`` and ``{a.b: 0.1}`` alike as ``{"a.b": 0.1}`` (``--set optimizer.lr_mult.a.b=0.1`` nests)."""
+    out = {}
+    for key, value in table.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        out.update(flat_multipliers(value, name) if isinstance(value, dict) else {name: value})
+    return out
+
+
+def _check_lr_mult(value):
+    for name, mult in flat_multipliers(value).items():
+        if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult < 0:
+            return f"'{name}': expected a learning-rate multiplier >= 0, got {mult!r}"
+    return None
+
+
+# keys of the backbone mapping that the job reads (the others are the backbone type's own parameters)
+BACKBONE = {
+    "pretrained": Opt(str, None, nullable=True,
+                      doc="a .pdparams of this backbone's weights (e.g. from mtl convert), loaded before training; "
+                          "heads start fresh"),
+    "freeze": Opt(list, [], check=_check_prefixes,
+                  doc="parameter-name prefixes of the backbone (conv1, layer1, layer2.0.bn1) that do not train: no "
+                      "gradient, no update, no optimizer state"),
+    "freeze_bn": Opt(bool, False, doc="BatchNorm layers of the backbone use and keep their running statistics "
+                                      "(eval-mode BatchNorm while training); their scale and shift still train"),
+}
+
 OPTIMIZER = {
     "type": Opt(str, "momentum", choices=["sgd", "momentum", "adamw"], doc="paddle.optimizer class"),
     "lr": Opt(float, 0.1, min=0.0, min_exclusive=True, doc="peak learning rate"),
@@ -37,6 +71,9 @@ OPTIMIZER = {
     "step_size": Opt(int, 1000, min=1, doc="step decay: steps between decays"),
     "gamma": Opt(float, 0.1, min=0.0, max=0.999999, doc="step decay: factor (< 1)"),
     "clip_norm": Opt(float, None, nullable=True, min=0.0, min_exclusive=True, doc="global-norm gradient clipping"),
+    "lr_mult": Opt(dict, {}, check=_check_lr_mult,
+                   doc="learning-rate multipliers by parameter-name prefix of the joint model, the longest prefix "
+                       "applying: {backbone.layer1: 0.1, backbone: 0.5, heads: 1.0}; weight decay scales alike"),
 }
 
 def _check_averaging(section, source, key):

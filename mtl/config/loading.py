@@ -8,7 +8,7 @@ import os
 import yaml
 
 from mtl import registry
-from mtl.config.keys import JOB, TASK
+from mtl.config.keys import BACKBONE, JOB, TASK
 from mtl.config.schema import validate
 from mtl.errors import ConfigError
 
@@ -324,7 +324,10 @@ def _load_tasks(job, base_dir, folders, source, task_overrides):
 
 def _check_components(job, tasks, source):
     """Every component names a registered plug-in with parameters it accepts; the weighting fits the schedule."""
-    _check_component("backbone", job["backbone"], source, "backbone")
+    from mtl.backbones.base import JOB_KEYS, constructor_config
+
+    validate(BACKBONE, {k: v for k, v in job["backbone"].items() if k in JOB_KEYS}, source, "backbone")
+    _check_component("backbone", constructor_config(job["backbone"]), source, "backbone")
     for t in tasks:
         prefix = f"{t['key']}." if t["key"] else ""
         _check_component("reader", t["reader"], t["source"], prefix + "reader")

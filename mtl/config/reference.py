@@ -9,7 +9,7 @@ import sys
 
 from tabulate import tabulate
 
-from mtl.config.keys import JOB, TASK
+from mtl.config.keys import BACKBONE, JOB, TASK
 from mtl.config.loading import REPO_ROOT
 from mtl.config.schema import describe
 
@@ -20,7 +20,10 @@ PAGE = os.path.join(REPO_ROOT, "docs", "configuration.md")
 def reference() -> str:
     """Markdown: the job keys' table, then the task files' table."""
     headers = ["key", "type", "default", "meaning"]
-    job = tabulate(describe(JOB), headers=headers, tablefmt="github")
+    rows = describe(JOB)
+    at = next(i for i, row in enumerate(rows) if row[0] == "backbone") + 1
+    rows[at:at] = describe(BACKBONE, "backbone")  # the job's own keys of the backbone mapping
+    job = tabulate(rows, headers=headers, tablefmt="github")
     task = tabulate(describe(TASK), headers=headers, tablefmt="github")
     return f"{job}\n\nTask files:\n\n{task}"
 

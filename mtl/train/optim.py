@@ -93,7 +93,9 @@ class JointOptimizer:
 
     def __init__(self, cfg: dict, model, total_steps: int):
         self.model = model
-        self.dense, self.lr = build_optimizer(cfg, model.parameters(), total_steps)
+        # frozen (stop_gradient) parameters are left out: Paddle would skip them anyway, and so they hold no state
+        trainable = [p for p in model.parameters() if not p.stop_gradient]
+        self.dense, self.lr = build_optimizer(cfg, trainable, total_steps)
         self.sparse = RowSparseOptimizer(cfg)
 
     def get_lr(self) -> float:

@@ -110,5 +110,6 @@ class RowSparseOptimizer:
                 if row.parameter.name not in self.velocities:
                     self.velocities[row.parameter.name] = paddle.zeros_like(row.parameter)
                 velocity = self.velocities[row.parameter.name]
-            row_sparse_momentum_(row.parameter, velocity, row.index, row.rows.grad, lr, self.momentum,
+            scaled = lr * row.parameter.optimize_attr.get("learning_rate", 1.0)  # optimizer.lr_mult
+            row_sparse_momentum_(row.parameter, velocity, row.index, row.rows.grad, scaled, self.momentum,
                                  self.weight_decay)

@@ -1,0 +1,204 @@
+"""Convert face models trained elsewhere into this project's backbones: insightface's arcface_torch ``.pth``
+state_dicts and PLSC's ``.pdparams``, for IResNet-18/34/50/100 and MobileFaceNet.
+
+Our ``iresnet*`` and ``mobilefacenet`` have insightface's module tree (same layers, same order, same names), so a
+tensor maps by its name; only the framework's conventions differ and are translated per layer type:
+
+    BatchNorm   weight, bias, running_mean -> _mean, running_var -> _variance; num_batches_tracked dropped
+    PReLU       weight -> _weight (one slope per channel in both)
+    Linear      weight [out, in] (torch) -> [in, out] (Paddle), bias as is
+    Conv2D      weight [out, in / groups, kh, kw] in both, as is
+
+PLSC's IResNet and MobileFaceNet are Paddle layers with the same names (plus its Partial FC head ``head.*``, which is
+dropped): a renaming of nothing. Every tensor must find its place with the right shape and every weight of the
+backbone must be given, else the conversion stops with one line naming the first tensor that does not fit.
+"""
+import collections
+import json
+import os
+import pickle
+
+import numpy as np
+
+from mtl.convert.torch_file import read_torch_file
+from mtl.errors import DataError
+
+ARCHS = ("iresnet18", "iresnet34", "iresnet50", "iresnet100", "mobilefacenet")
+SOURCES = ("insightface", "plsc")
+BATCH_NORM_NAMES = {"weight": "weight", "bias": "bias", "running_mean": "_mean", "running_var": "_variance",
+                    "num_batches_tracked": None}
+TRAINING_STATE_KEYS = ("state_dict_backbone", "state_dict", "model")  # arcface_torch's checkpoint_gpu_<rank>.pt
+
+
+def _as_state_dict(obj, path):
+    """A {name: array} mapping out of what the file holds (a state_dict, or a training checkpoint holding one)."""
+    if isinstance(obj, dict):
+        for key in TRAINING_STATE_KEYS:
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not obj:
+        raise DataError(f"'{path}' holds a {type(obj).__name__}, not a state_dict (a mapping of names to tensors)")
+    out = collections.OrderedDict()
+    for name, value in obj.items():
+        if isinstance(value, np.ndarray):
+            out[str(name)] = value
+    if not out:
+        raise DataError(f"'{path}' holds no tensor")
+    if all(name.startswith("module.") for name in out):  # saved from a DistributedDataParallel wrapper
+        out = collections.OrderedDict((name[len("module."):], value) for name, value in out.items())
+    return out
+
+
+class PaddleUnpickler(pickle.Unpickler):
+    """A ``paddle.save`` state_dict: a dict of numpy arrays; numpy's array reconstruction is the only global read."""
+
+    NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
+
+    def find_class(self, module, name):
+        """numpy's reconstruction functions only."""
+        if module.split(".")[0] == "numpy" and name in self.NUMPY_NAMES:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it holds '{module}.{name}', which a saved state_dict does not hold")
+
+
+def read_paddle_file(path):
+    """The state_dict ``paddle.save`` wrote to ``path`` as {name: array}, read without running code from the file."""
+    try:
+        with open(path, "rb") as f:
+            obj = PaddleUnpickler(f).load()
+    except OSError as exc:
+        raise DataError(f"'{path}' cannot be read: {exc.strerror}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
+        raise DataError(f"'{path}' cannot be read as a Paddle state_dict: {exc}") from None
+    if isinstance(obj, dict):
+        obj.pop("StructuredToParameterName@@", None)
+    return obj
+
+
+def read_source(source: str, path: str):
+    """{name: numpy array} of a ``source`` (insightface | plsc) weight file, without the classifier head."""
+    if not os.path.isfile(path):
+        raise DataError(f"weights '{path}' do not exist")
+    if source == "insightface":
+        return _as_state_dict(read_torch_file(path), path)
+    state = _as_state_dict(read_paddle_file(path), path)
+    return collections.OrderedDict((n, v) for n, v in state.items() if not n.startswith("head."))
+
+
+def _translations(backbone):
+    """{(layer name, torch attribute): (our state_dict key or None to drop, transpose?)} for every layer."""
+    import paddle
+
+    table = {}
+    for prefix, layer in backbone.named_sublayers():
+        if isinstance(layer, paddle.nn.layer.norm._BatchNormBase):
+            table.update({(prefix, torch_name): (f"{prefix}.{paddle_name}" if paddle_name else None, False)
+                          for torch_name, paddle_name in BATCH_NORM_NAMES.items()})
+        elif isinstance(layer, paddle.nn.PReLU):
+            table[(prefix, "weight")] = (f"{prefix}._weight", False)
+        elif isinstance(layer, (paddle.nn.Linear, paddle.nn.Conv2D)):
+            table[(prefix, "weight")] = (f"{prefix}.weight", isinstance(layer, paddle.nn.Linear))
+            table[(prefix, "bias")] = (f"{prefix}.bias", False)
+    return table
+
+
+def map_tensors(state, backbone, path, framework="torch"):
+    """{our state_dict key: array} for ``backbone`` from ``state``; a DataError names the first misfit."""
+    own = {name: tuple(t.shape) for name, t in backbone.state_dict().items()}
+    table = _translations(backbone) if framework == "torch" else {}
+    arch = backbone.registered_name
+    out = {}
+    for name, value in state.items():
+        layer, _, attr = name.rpartition(".")
+        target, transpose = table.get((layer, attr), (name, False)) if framework == "torch" else (name, False)
+        if target is None:  # num_batches_tracked
+            continue
+        value = value.T if transpose and value.ndim == 2 else value
+        if target not in own:
+            raise DataError(f"'{path}': tensor '{name}' {list(value.shape)} has no place in {arch} "
+                            f"({describe_layout(state)})")
+        if tuple(value.shape) != own[target]:
+            raise DataError(f"'{path}': tensor '{name}' has shape {list(value.shape)} where {arch} "
+                            f"({describe(backbone)}) expects {list(own[target])}")
+        out[target] = np.ascontiguousarray(value, dtype=np.float32)
+    missing = [name for name in own if name not in out]
+    if missing:
+        raise DataError(f"'{path}' has no tensor for '{missing[0]}' of {arch} ({len(missing)} missing; "
+                        f"{describe_layout(state)})")
+    return out
+
+
+def describe(backbone) -> str:
+    """``input_size 112, embedding_size 512`` (what a shape mismatch may come from)."""
+    return f"input_size {backbone.input_size}, embedding_size {backbone.feature_size}"
+
+
+def describe_layout(state) -> str:
+    """What the file looks like: its IResNet blocks per stage, or that it is a MobileFaceNet, or its first names."""
+    stages = [len({n.split(".")[1] for n in state if n.startswith(f"layer{k}.")}) for k in range(1, 5)]
+    if all(stages):
+        from mtl.backbones.iresnet import DEPTHS
+
+        arch = next((name for name, depths in DEPTHS.items() if depths == tuple(stages)), None)
+        return f"the file's blocks per stage are {tuple(stages)}" + (f", an {arch}" if arch else "")
+    if any(n.startswith("conv_sep.") for n in state):
+        return "the file holds a MobileFaceNet"
+    return f"the file's first tensors are {list(state)[:3]}"
+
+
+def _units(state, prefix) -> int:
+    """How many numbered sub-modules ``<prefix>.<k>.`` the file has."""
+    return len({n[len(prefix):].split(".")[0] for n in state if n.startswith(prefix)})
+
+
+def _shape(state, name, path):
+    """The shape of tensor ``name`` of the file; a DataError if it has none by that name."""
+    if name not in state:
+        raise DataError(f"'{path}' has no tensor '{name}', which every such model has ({describe_layout(state)})")
+    return state[name].shape
+
+
+def infer_options(arch, state, path, framework="torch") -> dict:
+    """The backbone options that give ``arch`` the file's shapes: embedding size, input size (from the width of the
+    last layer: 16 x the final map's side), MobileFaceNet's scale and blocks."""
+    if arch.startswith("iresnet"):
+        embedding, fc = _shape(state, "features.bias", path)[0], _shape(state, "fc.weight", path)
+        side = int(round(np.sqrt((fc[1] if framework == "torch" else fc[0]) / 512)))
+        return {"embedding_size": int(embedding), "input_size": 16 * side,
+                "in_channels": int(_shape(state, "conv1.weight", path)[1])}
+    first = _shape(state, "layers.0.layers.0.weight", path)
+    blocks = [1 if "layers.1.layers.0.weight" in state else _units(state, "layers.1.layers.")]
+    blocks += [_units(state, f"layers.{k}.layers.") for k in (3, 5, 7)]
+    return {"embedding_size": int(_shape(state, "features.layers.3.bias", path)[0]), "scale": int(first[0]) // 64,
+            "blocks": blocks, "input_size": 16 * int(_shape(state, "features.layers.0.layers.0.weight", path)[-1]),
+            "in_channels": int(first[1])}
+
+
+def convert(source: str, src: str, dst: str, arch: str) -> dict:
+    """Convert ``src`` (an insightface ``.pth`` or a PLSC ``.pdparams``) to ``dst``, the state_dict of our ``arch``
+    that ``backbone: {type: arch, pretrained: dst, ...}`` loads; return that backbone config (without pretrained)."""
+    import paddle
+
+    from mtl import registry
+
+    if arch not in ARCHS:
+        raise DataError(f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    framework = "torch" if source == "insightface" else "paddle"
+    state = read_source(source, src)
+    options = infer_options(arch, state, src, framework)
+    registry.load_builtin()
+    backbone = registry.build("backbone", {"type": arch, **options})
+    converted = map_tensors(state, backbone, src, framework)
+    backbone.set_state_dict({name: paddle.to_tensor(value).astype(backbone.state_dict()[name].dtype)
+                             for name, value in converted.items()})
+    paddle.save(backbone.state_dict(), dst)
+    config = {"type": arch, **options}
+    with open(sidecar_path(dst), "w") as f:  # what mtl eval DST.pdparams builds the backbone from
+        json.dump({"backbone": config, "converted_from": os.path.abspath(src), "source": source}, f, indent=1)
+    return config
+
+
+def sidecar_path(weights: str) -> str:
+    """``models/r50.json`` beside ``models/r50.pdparams``: the backbone config of converted weights."""
+    return os.path.splitext(weights)[0] + ".json"

@@ -1,0 +1,152 @@
+"""``mtl convert``: insightface's .pth read without torch, every tensor in its place; PLSC's layout.
+
+References: insightface's own arcface_torch models run with torch in a separate interpreter (tests/peer_util.py),
+with random weights and random BatchNorm statistics, compared on random inputs; PLSC's parameter names written out
+from its model code (plsc/models/iresnet.py, mobilefacenet.py at PaddlePaddle/PLSC bd0c824), since PLSC itself
+cannot run here; for the reader alone, a torch.save archive written by hand (below) from torch's documented layout.
+"""
+import collections
+import json
+import os
+import pickle
+import re
+import zipfile
+
+import numpy as np
+import paddle
+import pytest
+
+from mtl import registry
+from mtl.cli import main as mtl_main
+from mtl.convert.torch_file import read_torch_file
+from mtl.errors import DataError
+from tests.peer_util import run_harness
+from tests.torch_format import Storage, Tensor, insightface_names, randomized, torch_layout, write_torch_file
+
+registry.load_builtin()
+
+
+def test_reader_rebuilds_views_offsets_and_dtypes(tmp_path):
+    base = np.arange(24, dtype=np.float32)
+    shared = Storage("0", base, "FloatStorage")
+    long = Storage("1", np.array([5, 6, 7], dtype=np.int64), "LongStorage")
+    half = Storage("2", np.array([0.5, -2.0], dtype=np.float16), "HalfStorage")
+    state = collections.OrderedDict([
+        ("matrix", Tensor(shared, 0, (4, 6), (6, 1))),
+        ("transposed", Tensor(shared, 0, (6, 4), (1, 6))),  # a view, not contiguous
+        ("block", Tensor(shared, 8, (2, 3), (6, 1))),  # rows 1-2, columns 2-4
+        ("scalar", Tensor(long, 2, (), ())),
+        ("half", Tensor(half, 0, (2,), (1,))),
+    ])
+    path = str(tmp_path / "x.pth")
+    write_torch_file(path, {"state_dict_backbone": state, "epoch": 3}, [shared, long, half])
+    got = read_torch_file(path)
+    matrix = base.reshape(4, 6)
+    assert got["epoch"] == 3
+    out = got["state_dict_backbone"]
+    assert list(out) == list(state)
+    np.testing.assert_array_equal(out["matrix"], matrix)
+    np.testing.assert_array_equal(out["transposed"], matrix.T)
+    np.testing.assert_array_equal(out["block"], matrix[1:3, 2:5])
+    assert out["scalar"] == 7 and out["scalar"].dtype == np.int64
+    assert out["half"].dtype == np.float16 and out["half"].tolist() == [0.5, -2.0]
+
+
+class Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_reader_refuses_anything_but_tensors(tmp_path):
+    path = str(tmp_path / "evil.pth")
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({"w": Exploit()}, protocol=2))
+    with pytest.raises(DataError, match=r"evil.pth' cannot be read as a state_dict: it holds '(posix|os)\.system'"):
+        read_torch_file(path)
+    not_zip = tmp_path / "old.pth"
+    not_zip.write_bytes(pickle.dumps({"w": 1}))
+    with pytest.raises(DataError, match="not a zip-format torch file"):
+        read_torch_file(str(not_zip))
+
+
+def test_round_trip_without_torch_and_a_misfit_named(tmp_path, capsys):
+    """Our iresnet18 written in insightface's layout by hand converts back to the same function; the same file given
+    as iresnet34 stops at the first tensor iresnet34 lacks, in one line."""
+    source = randomized({"type": "iresnet18", "input_size": 32, "embedding_size": 16})
+    path, dst = str(tmp_path / "r18.pth"), str(tmp_path / "r18.pdparams")
+    state, storages = torch_layout(insightface_names(source))
+    write_torch_file(path, state, storages)
+    mtl_main(["convert", "insightface", path, dst, "--arch", "iresnet18"])
+    assert '"input_size": 32' in capsys.readouterr().out
+    loaded = registry.build("backbone", {"type": "iresnet18", "input_size": 32, "embedding_size": 16,
+                                         "pretrained": dst}).eval()
+    x = paddle.to_tensor(np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype("float32"))
+    np.testing.assert_array_equal(loaded({"image": x}).numpy(), source({"image": x}).numpy())
+    with pytest.raises(SystemExit):
+        mtl_main(["convert", "insightface", path, dst, "--arch", "iresnet34"])
+    err = capsys.readouterr().err.strip()  # 8 more blocks of 15 tensors each
+    assert err == (f"error: '{path}' has no tensor for 'layer1.2.bn1.weight' of iresnet34 (120 missing; the "
+                   f"file's blocks per stage are (2, 2, 2, 2), an iresnet18)")
+
+
+def plsc_iresnet_names(depths):
+    """The state_dict names PLSC's IResNet creates (plsc/models/iresnet.py: conv1, bn1, prelu, _make_layer's blocks
+    with downsample Sequential(conv1x1, BatchNorm2D) on the first block, bn2, fc, features, the PartialFC head)."""
+    bn = ("weight", "bias", "_mean", "_variance")
+    names = ["conv1.weight", *(f"bn1.{p}" for p in bn), "prelu._weight"]
+    for stage, depth in enumerate(depths, start=1):
+        for block in range(depth):
+            prefix = f"layer{stage}.{block}."
+            names += [f"{prefix}bn1.{p}" for p in bn] + [f"{prefix}conv1.weight"]
+            names += [f"{prefix}bn2.{p}" for p in bn] + [f"{prefix}prelu._weight", f"{prefix}conv2.weight"]
+            names += [f"{prefix}bn3.{p}" for p in bn]
+            if block == 0:
+                names += [f"{prefix}downsample.0.weight"] + [f"{prefix}downsample.1.{p}" for p in bn]
+    return names + [f"bn2.{p}" for p in bn] + ["fc.weight", "fc.bias"] + [f"features.{p}" for p in bn] + \
+        ["head.weight"]
+
+
+def test_plsc_layout_converts_by_name(tmp_path):
+    """A .pdparams with exactly PLSC's IResNet-18 names (and its Partial FC head, dropped) converts; the tensors
+    land where PLSC's names say."""
+    names = plsc_iresnet_names((2, 2, 2, 2))
+    shapes = {k: tuple(v.shape) for k, v in registry.build("backbone", {"type": "iresnet18", "input_size": 32,
+                                                                        "embedding_size": 16}).state_dict().items()}
+    assert sorted(names[:-1]) == sorted(shapes)  # PLSC's names are ours, plus head.weight
+    rng = np.random.default_rng(2)
+    state = {n: rng.standard_normal(shapes.get(n, (10, 16))).astype("float32") for n in names}
+    state["StructuredToParameterName@@"] = {n: f"param_{i}" for i, n in enumerate(names)}
+    src, dst = str(tmp_path / "plsc.pdparams"), str(tmp_path / "ours.pdparams")
+    with open(src, "wb") as f:
+        pickle.dump(state, f, protocol=4)  # what paddle.save writes: a dict of numpy arrays
+    mtl_main(["convert", "plsc", src, dst, "--arch", "iresnet18"])
+    converted = paddle.load(dst)
+    assert "head.weight" not in converted
+    for name in names[:-1]:
+        np.testing.assert_array_equal(np.asarray(converted[name]), state[name])
+
+
+PEER_ARCHS = [("iresnet18", "r18", 2), pytest.param("iresnet34", "r34", 2, marks=pytest.mark.slow),
+              pytest.param("iresnet50", "r50", 1, marks=pytest.mark.slow),
+              pytest.param("iresnet100", "r100", 1, marks=pytest.mark.slow), ("mobilefacenet", "mbf", 2),
+              pytest.param("mobilefacenet", "mbf_large", 1, marks=pytest.mark.slow)]  # scale 4, blocks 2, 8, 12, 4
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("arch, network, batch", PEER_ARCHS)
+def test_converted_model_equals_insightface(arch, network, batch, tmp_path, capsys):
+    """insightface's own model (random weights, random BatchNorm statistics, torch.save'd state_dict) and our
+    converted backbone give the same eval-mode embedding of the same 112x112 input, within 1e-4 (relative to the
+    largest value)."""
+    run_harness("backbone", network, tmp_path, "--batch", batch, "--seed", 3)
+    dst = str(tmp_path / "ours.pdparams")
+    mtl_main(["convert", "insightface", str(tmp_path / "model.pth"), dst, "--arch", arch])
+    printed = re.search(r"backbone: (\{.*\})", capsys.readouterr().out).group(1)
+    config = json.load(open(tmp_path / "ours.json"))["backbone"]  # written beside the weights, for mtl eval
+    assert json.loads(printed) == {**config, "pretrained": dst}
+    backbone = registry.build("backbone", {**config, "pretrained": dst}).eval()
+    expected = np.load(tmp_path / "embeddings.npy")
+    got = backbone({"image": paddle.to_tensor(np.load(tmp_path / "inputs.npy"))}).numpy()
+    relative = np.abs(got - expected).max() / np.abs(expected).max()
+    print(f"{arch}: largest difference {relative:.2e} of the largest value {np.abs(expected).max():.3g}")
+    assert relative < 1e-4
