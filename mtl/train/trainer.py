@@ -256,7 +256,7 @@ class Trainer:
     def _agree(self, batch, step, loop, stop):
         """Before a step: every rank learns any rank's data error (raised on all) or stop request (the last step
         is saved, then :class:`Preempted`) — one tiny all-reduce per step at world > 1."""
-        text, stopping = self.strategy.agree(error_text(batch), stop.requested)
+        text, stopping = self.strategy.agree(error_text(batch), stop.requested, batch)
         if text:
             raise_error_text(text)
         if stopping:
