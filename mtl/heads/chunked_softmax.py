@@ -177,17 +177,20 @@ class _ChunkedMarginSoftmax(PyLayer):
             plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
             best_column = paddle.where(plain > best, column, best_column)
             best = paddle.maximum(plain, best)
-        # one MAX for the row maxima and the best scores, one SUM for the exp-sums, the target terms and the top-1
-        peaks = distributed.all_reduce_max(paddle.stack([paddle.maximum(running, z_t), best]))
-        row_max, ids = peaks[0], rows.global_ids(best_column)
+        # one MAX for the row maxima and the best scores, one SUM for the exp-sums, the target terms and the top-1;
+        # float32 scores go into the MAX as rank keys (float64): ties then go to the lowest rank without a host read
+        keyed = distributed.is_distributed() and best.dtype == paddle.float32
+        score = topk.rank_key(best, distributed.rank()) if keyed else best
+        peaks = distributed.all_reduce_max(paddle.stack([paddle.maximum(running, z_t).astype(score.dtype), score]))
+        row_max, ids = peaks[0].astype(x_hat.dtype), rows.global_ids(best_column)
         total = total * paddle.exp(running - row_max)
         target_shifted = paddle.where(owned, z_t - row_max, paddle.zeros_like(z_t))
         sums = [paddle.stack([total + paddle.exp(z_t - row_max), target_shifted])]
         if distributed.is_distributed():
-            sums.append(topk.top1_votes(best, peaks[1], ids))
+            sums.append(topk.top1_votes(score, peaks[1], ids).astype(x_hat.dtype))
         both = distributed.all_reduce_sum(paddle.concat(sums, axis=0))
         exp_sum, target_shifted = both[0], both[1]
-        rows.predicted = topk.top1_from_votes(both[2:], best, ids) if len(sums) > 1 else ids
+        rows.predicted = topk.top1_from_votes(both[2:], best, ids, keyed) if len(sums) > 1 else ids
         ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
         ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
         ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)
