@@ -15,9 +15,12 @@ HOST_PATHS = True  # CPU tensors: the margin head's passes and the row-sparse up
 
 
 def to_numpy(x) -> np.ndarray:
-    """A numpy array from a Paddle tensor (copied to the host) or from anything array-like."""
+    """A numpy array from a Paddle tensor (copied to the host; bfloat16/float16 as float32) or from anything
+    array-like."""
     paddle = sys.modules.get("paddle")
     if paddle is not None and isinstance(x, paddle.Tensor):
+        if x.dtype in (paddle.bfloat16, paddle.float16):  # bfloat16's .numpy() is its uint16 bit patterns
+            x = x.astype("float32")
         return x.numpy()
     return np.asarray(x)
 

@@ -23,6 +23,7 @@ import paddle
 
 from mtl.errors import ConfigError
 from mtl.train import integrity, reshard
+from mtl.train.precision import portable_state, state_for
 
 log = logging.getLogger("mtl")
 
@@ -98,12 +99,12 @@ def _save(obj, path):
 
 def _write_weights(tmp, model, rank, world, suffix=".pdparams"):
     """Backbone (rank 0), replicated heads (rank 0) and this rank's head shards into ``tmp``."""
-    if rank == 0:
-        _save(model.backbone.state_dict(), os.path.join(tmp, "backbone" + suffix))
+    if rank == 0:  # float32 files whatever the precision (O2 keeps bfloat16 weights): export and eval read them
+        _save(portable_state(model.backbone.state_dict()), os.path.join(tmp, "backbone" + suffix))
     for task, head in model.heads.items():
         if head.sharded or rank == 0:
             path = os.path.join(tmp, _head_file(task, head, rank, world))
-            _save(head.state_dict(), path.replace(".pdparams", suffix))
+            _save(portable_state(head.state_dict()), path.replace(".pdparams", suffix))
 
 
 def _missing_shards(tmp, model, world, step):
@@ -196,7 +197,7 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     if problem:
         raise ConfigError(f"checkpoint '{path}' is damaged: {problem}; remove it to resume from an older one")
     _check_compatible(path, state, schedule)
-    model.backbone.set_state_dict(paddle.load(os.path.join(path, "backbone.pdparams")))
+    model.backbone.set_state_dict(state_for(model.backbone, paddle.load(os.path.join(path, "backbone.pdparams"))))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
     per_rank = reshard.rank_state(path, saved_world, world, rank)
