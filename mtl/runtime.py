@@ -105,6 +105,25 @@ def select_device(device: str, source=None) -> str:
     return name
 
 
+def on_host_generator(build):
+    """``build()`` run with the CPU as Paddle's device, its layer then moved to the current device.
+
+    Paddle's initializers draw from the current device's generator (the CPU's mt19937 or a GPU's Philox), so one
+    seed gives other initial weights on a GPU than on the CPU; drawn on the CPU they are the same on both. Returns
+    ``build()``'s layer (unchanged on the CPU)."""
+    import paddle
+
+    device = paddle.get_device()
+    if device == "cpu":
+        return build()
+    paddle.set_device("cpu")
+    try:
+        layer = build()
+    finally:
+        paddle.set_device(device)
+    return layer.to(device=device)
+
+
 def init_distributed():
     """Start the collective process group when launched with more than one process; return (rank, world)."""
     import paddle.distributed as dist

@@ -1,6 +1,6 @@
-"""Checkpoints of GPU runs, decided on CPU (issue #24, items 6 and 7): the float32 master weights of amp_level O2 in
-the optimizer state, and a random state written on another device. References: Paddle's own optimizer restoring
-what it saved, and the CPU generator's own draws."""
+"""Checkpoints of GPU runs, decided on CPU (issue #24, item 6): the float32 master weights of amp_level O2 in
+the optimizer state. Reference: Paddle's own optimizer tables, restored from what it saved (the random state of
+another device is tests/test_gpu_determinism.py's)."""
 import numpy as np
 import paddle
 import pytest

@@ -212,15 +212,16 @@ class _ChunkedMarginSoftmax(PyLayer):
         g_t = paddle.where(owned, coefficient * paddle.exp(z_t - row_max) - grad * (scale / n),
                            paddle.zeros_like(z_t)) * slope
         dx = paddle.zeros_like(x_hat)
-        target_rows = None
-        if rows.count:
-            dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
-            target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
-        targets = (owned, column, target_rows)
         if ctx.host is not None:
+            target_rows = None
+            if rows.count:
+                dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
+                target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
+            targets = (owned, column, target_rows)
             host_chunks.gradient_pass(ctx.host, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
             ctx.host = None
-        else:
+        else:  # the target terms enter G' itself (see _gradient_pass)
+            targets = (owned, column, g_t * inv_t if rows.count else None)
             _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
         dw = work[:rows.count * dim].reshape([rows.count, dim]) if rows.count else paddle.zeros([0, dim], x_hat.dtype)
         ctx.maxima = None
@@ -258,8 +259,14 @@ def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
 
 def _gradient_pass(rows: ClassRows, x_hat, work, inverse, maxima, coefficient, row_max, targets, dx):
     """The backward over the chunks: ``G'`` from the stored exp values, ``dx += G'^T W`` (in place) and each
-    chunk's gradient rows (target terms added) written over ``work``."""
-    (n, dim), (owned, column, target_rows) = x_hat.shape, targets
+    chunk's gradient rows written over ``work``.
+
+    The target terms go into ``G'`` itself: the entry of row n's target class is 0 there (its logit was masked to
+    -inf) and becomes ``g_t inv_t``, so that ``G'^T W`` adds ``g_t inv_t w_t`` to dx and ``M = G' x_hat`` with the
+    correction gives ``g_t inv_t (x_hat - cos_t inv_t w_t)``, the target row's term. Each (class, row) entry is
+    written once (a deterministic scatter), where adding rows sharing a class into the gradient (``index_add``) is
+    an atomic add on a GPU, whose order, and so rounding, changes from run to run."""
+    (n, dim), (owned, column, target_coefficient) = x_hat.shape, targets
     chunks = list(enumerate(rows.chunks()))
     # chunk c's gradient rows go to work[b D, e D), where its exp values were (work[b N, e N)): in reverse
     # order when D > N, forward when D <= N, nothing is overwritten before it is read
@@ -267,13 +274,13 @@ def _gradient_pass(rows: ClassRows, x_hat, work, inverse, maxima, coefficient, r
         g = work[begin * n:end * n].reshape([end - begin, n])
         g.multiply_((coefficient * paddle.exp(maxima[index] - row_max)).unsqueeze(0))
         g.multiply_(inverse[begin:end].unsqueeze(1))  # G'_jn = G_jn inv_j
+        in_chunk, position = _chunk_targets(owned, column, begin, end)
+        current = paddle.take_along_axis(g, position, axis=0)
+        g.put_along_axis_(position, paddle.where(in_chunk, target_coefficient.unsqueeze(0), current), axis=0)
         block = rows.block(begin, end)
         dx.add_(paddle.matmul(g, block, transpose_x=True))
         part = paddle.matmul(g, x_hat)
         _correct_(part, block, inverse[begin:end])
-        in_chunk, position = _chunk_targets(owned, column, begin, end)
-        chosen = paddle.where(in_chunk.reshape([-1, 1]), target_rows, paddle.zeros_like(target_rows))
-        paddle.index_add_(part, position.reshape([-1]), 0, chosen)
         work[begin * dim:end * dim] = part.reshape([-1])
 
 
