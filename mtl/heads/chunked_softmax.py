@@ -1,9 +1,10 @@
 """Cosine logits, angular margin and softmax cross-entropy across shards in one pass over class chunks.
 
 The same function as ``cos = x_hat W^T / ||W_row||`` followed by the softmax cross-entropy across shards of
-:mod:`mtl.heads.sharded_loss` with a margin on the target logit, computed over ``CHUNK_ROWS`` class rows at a time so
-that the per-class work (row norms, scaling, max, exp, softmax, gradient) runs on a block that stays
-in cache instead of on whole ``[N, C_k]`` tensors (issue 14.1), and so that Partial FC allocates nothing of size
+:mod:`mtl.heads.sharded_loss` with a margin on the target logit, computed over blocks of class rows (``CHUNK_ROWS``
+on the CPU, larger on a GPU: :func:`chunk_rows`) so that the per-class work (row norms, scaling, max, exp, softmax,
+gradient) runs on a block that stays in cache (a few blocks on a GPU: few kernel launches) instead of on whole
+``[N, C_k]`` tensors (issue 14.1), and so that Partial FC allocates nothing of size
 ``[K, D]`` but the rows' gradient (issue 14.2). Logits are kept transposed (``[K, N]``: a chunk is a contiguous row
 block). Per chunk c with rows ``W_c`` and ``inv_j = 1 / max(||w_j||, 1e-12)``:
 
@@ -38,7 +39,19 @@ from mtl.arrays import NORM_FLOOR_SQUARED, on_host
 from mtl.heads import host_chunks
 from mtl.parallel import distributed, topk
 
-CHUNK_ROWS = 8192  # class rows per block: [8192, 128] float32 = 4 MiB
+CHUNK_ROWS = 8192  # class rows per block on the CPU: [8192, 128] float32 = 4 MiB, a block that stays in cache
+# on a GPU a block holds up to this many elements ([rows, max(N, D)], 128 MiB in float32): each chunk costs ~30
+# kernel launches, and at 1M classes per rank CPU-sized chunks would be ~120 chunks, ~3,700 launches per step
+DEVICE_CHUNK_ELEMENTS = 1 << 25
+
+
+def chunk_rows(width: int, on_gpu: bool) -> int:
+    """Class rows per block for blocks ``[rows, width]`` (``width = max(N, D)``): ``CHUNK_ROWS`` on the CPU (cache
+    sized); on a GPU as many as ``DEVICE_CHUNK_ELEMENTS`` allow, never fewer than ``CHUNK_ROWS`` (the memory plan
+    counts the same figure)."""
+    if not on_gpu:
+        return CHUNK_ROWS
+    return max(CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS // max(int(width), 1))
 _LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
 
 
@@ -116,9 +129,10 @@ class ClassRows:
         local = local if self.index is None else paddle.gather(self.index, local)
         return paddle.where(columns >= 0, local + self.first_id, paddle.full_like(columns, -1))
 
-    def chunks(self):
-        """``(begin, end)`` of every block of ``CHUNK_ROWS`` rows."""
-        return [(b, min(b + CHUNK_ROWS, self.count)) for b in range(0, self.count, CHUNK_ROWS)]
+    def chunks(self, width: int = 0):
+        """``(begin, end)`` of every block of :func:`chunk_rows` rows (``width``: the blocks' columns, max(N, D))."""
+        size = chunk_rows(width, self.weight.place.is_gpu_place())
+        return [(b, min(b + size, self.count)) for b in range(0, self.count, size)]
 
 
 def inverse_norm(rows):
@@ -241,7 +255,7 @@ def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
     best = paddle.full([n], float("-inf"), x_hat.dtype)
     best_column = paddle.full([n], -1, "int64")
     maxima = []
-    for begin, end in rows.chunks():
+    for begin, end in rows.chunks(max(n, x_hat.shape[1])):
         in_chunk, position = _chunk_targets(owned, column, begin, end)
         z, inv, chunk_max, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
         better = chunk_max > best
@@ -267,7 +281,7 @@ def _gradient_pass(rows: ClassRows, x_hat, work, inverse, maxima, coefficient, r
     written once (a deterministic scatter), where adding rows sharing a class into the gradient (``index_add``) is
     an atomic add on a GPU, whose order, and so rounding, changes from run to run."""
     (n, dim), (owned, column, target_coefficient) = x_hat.shape, targets
-    chunks = list(enumerate(rows.chunks()))
+    chunks = list(enumerate(rows.chunks(max(n, dim))))
     # chunk c's gradient rows go to work[b D, e D), where its exp values were (work[b N, e N)): in reverse
     # order when D > N, forward when D <= N, nothing is overwritten before it is read
     for index, (begin, end) in reversed(chunks) if dim > n else chunks:
