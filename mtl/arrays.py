@@ -25,6 +25,20 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def host_floats(values) -> list:
+    """``values`` (tensors of one element, or numbers) as Python floats, the tensors read in one host transfer: each
+    ``float(tensor)`` of a device tensor is a synchronisation of its own (the CPU waits for the GPU every time).
+    Exact: float32 and float64 values pass through float64 unchanged."""
+    values = list(values)
+    paddle = sys.modules.get("paddle")
+    positions = [i for i, v in enumerate(values) if paddle is not None and isinstance(v, paddle.Tensor)]
+    if positions:
+        read = paddle.stack([values[i].reshape([]).astype("float64") for i in positions]).numpy()
+        for i, value in zip(positions, read):
+            values[i] = value
+    return [float(v) for v in values]
+
+
 def unit_rows(x) -> np.ndarray:
     """Rows of ``x`` scaled to unit L2 norm, ``x / max(||x||, NORM_FLOOR)``, in float64 unless ``x`` is float32."""
     x = np.asarray(x)

@@ -3,6 +3,7 @@
 Every helper here works identically whether or not the job runs under ``python -m paddle.distributed.launch``; at
 world size 1 nothing communicates.
 """
+import math
 import os
 
 import paddle
@@ -145,6 +146,6 @@ def all_reduce_flat(tensors, divisor=None):
         flat = flat / divisor
     offset = 0
     for t in tensors:
-        n = int(t.numel())
+        n = math.prod(t.shape)  # int(t.numel()) would read a device tensor
         t.set_value(flat[offset:offset + n].reshape(t.shape).astype(t.dtype))
         offset += n

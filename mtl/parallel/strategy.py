@@ -61,7 +61,7 @@ class ParallelStrategy:
         ids = {id(p) for p in self.sharded}
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
         tensors = list(model.backbone.named_parameters()) + list(model.backbone.named_buffers())
-        self.statistics = [t for name, t in tensors if is_running_statistic(name, t) and int(t.numel()) > 0]
+        self.statistics = [t for name, t in tensors if is_running_statistic(name, t) and math.prod(t.shape) > 0]
 
     @property
     def is_main(self) -> bool:
@@ -160,7 +160,7 @@ class ParallelStrategy:
         T copies of the backbone gradient (``bench/bench_weighting.py`` measures it).
         """
         params = self.shared_parameters(model)
-        sizes = [int(p.numel()) for p in params]
+        sizes = [math.prod(p.shape) for p in params]
         buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
         for task in model.backward_backbone_per_task():
             grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
@@ -186,7 +186,7 @@ class ParallelStrategy:
             vector = paddle.to_tensor(np.asarray(vector, dtype=np.float32))
         offset = 0
         for p in self.shared_parameters(model):
-            n = int(p.numel())
+            n = math.prod(p.shape)
             p.grad = vector[offset:offset + n].reshape(p.shape).astype(p.dtype)
             offset += n
 
