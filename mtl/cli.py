@@ -98,9 +98,24 @@ def _lost_peer(exc) -> bool:
         backend in text and any(word in text for word in words) for backend, words in LOST_PEER_WORDS.items())
 
 
+PADDLE_MISSING = ("error: PaddlePaddle is not installed (installing mtl leaves the build to you): `make venv` picks "
+                  "it for this machine (tools/select_paddle.py), or pip install paddlepaddle==3.3.1 (CPU) or "
+                  "paddlepaddle-gpu==3.3.1 from Paddle's CUDA wheel index (GPU)")
+
+
+def require_paddle():
+    """Exit with status 2 and one line when no Paddle build is installed (``setup.py`` requires none)."""
+    import importlib.util
+
+    if importlib.util.find_spec("paddle") is None:
+        print(PADDLE_MISSING, file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 def main(argv=None):
     """Entry point of the ``mtl`` console command."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    require_paddle()
     if argv[:1] == ["launch"]:  # every argument after it is the launcher's: argparse would take some of them
         sys.exit(launch.launch_main(argv[1:]))
     args = build_parser().parse_args(argv)
