@@ -13,8 +13,11 @@ One step, as named pieces:
    (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
    ``[K, D]`` but the sampled rows' gradient. On CPU tensors the chunk passes run in numpy on the tensors' own
    memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower there).
-The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
-fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
+The fused path (``fused: true``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and
+no fallback past ``m1*theta + m2 > pi``); the composed path is the reference, runs on every device and is the
+default everywhere (``fused: auto``): the fused one has not run in this project yet (``tools/gpu_check.py`` compares
+it with the composed one on a GPU), holds dense ``[N, C_k]`` logits, softmax and gradients plus a dense weight
+gradient (the memory plan counts them), and adds one all-gather per step for its top-1.
 """
 import math
 
@@ -25,7 +28,7 @@ import paddle.nn.functional as F
 from mtl.arrays import to_numpy, unit_rows
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
-from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, Workspace, chunked_margin_softmax, inverse_norm
+from mtl.heads.chunked_softmax import ClassRows, Workspace, chunk_rows, chunked_margin_softmax, inverse_norm
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.heads.sharded_loss import local_targets
@@ -64,35 +67,35 @@ class ArcFaceHead(ShardedClassHead):
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
         """One ``[K_k, max(N, D)]`` buffer (exp values, then the gradient: ``mtl.heads.chunked_softmax``) and its
-        chunk buffers (about four ``[CHUNK_ROWS, max(N, D)]`` blocks). K_k = C_k, or with Partial FC
-        ``ceil(r * C_k)`` expected plus one per batch row (positives), in the head's reused :class:`Workspace`
-        (with its headroom)."""
+        chunk buffers (about four ``[chunk rows, max(N, D)]`` blocks, ``chunk_rows`` of the device). K_k = C_k, or
+        with Partial FC ``ceil(r * C_k)`` expected plus one per batch row (positives), in the head's reused
+        :class:`Workspace` (with its headroom)."""
         ratio = float(options.get("sample_ratio", 1.0))
+        if str(options.get("fused", "auto")).lower() == "true":  # Paddle's margin_cross_entropy: dense tensors
+            return {"logits, softmax and their gradients": 4 * global_rows * shard * item,
+                    "dense weight gradient": shard * dim * item}
         scored = shard if ratio >= 1.0 else min(shard, math.ceil(ratio * shard) + int(global_rows))
         width = max(global_rows, dim)
-        chunks = 4 * min(scored, CHUNK_ROWS) * width * item
+        chunks = 4 * min(scored, chunk_rows(width, paddle.get_device().startswith("gpu"))) * width * item
         if scored == shard:
             return {"exp values, then the gradient": scored * width * item, "chunk buffers": chunks}
         return {"sampled rows: exp values, then gradient": Workspace.capacity(scored * width) * item,
                 "chunk buffers": chunks}
 
     def _resolve_fused(self, fused) -> bool:
+        """``fused: auto`` is the composed path on every device (the fused one has not run here yet); ``true`` opts
+        in on a GPU, refused with a sentence where Paddle's kernel cannot compute this head's function."""
         choice = str(fused).lower()
         if choice not in ("auto", "true", "false"):
             raise ValueError(f"fused must be 'auto', true or false, got {fused!r}")
-        on_gpu = paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu")
-        if choice == "auto":
-            # only where the fused kernel computes exactly our function: it has no monotone fallback past pi, which
-            # an additive angular margin (m2 > 0) reaches for target angles above pi - m2; fused: true opts in anyway
-            return on_gpu and self.sample_ratio == 1.0 and self.margin[0] == 1.0 and self.margin[1] == 0.0
-        if choice == "true":
-            if not on_gpu:
-                raise ValueError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "
-                                 "use 'auto' or false")
-            if self.sample_ratio < 1.0:
-                raise ValueError("fused=true does not support Partial FC (sample_ratio < 1)")
-            return True
-        return False
+        if choice != "true":
+            return False
+        if not (paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu")):
+            raise ValueError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "
+                             "use 'auto' or false")
+        if self.sample_ratio < 1.0:
+            raise ValueError("fused=true does not support Partial FC (sample_ratio < 1)")
+        return True
 
     def cosine(self, normalized_features, weight):
         """``cos = x_hat W^T * (1 / ||W_row||)``: ``[N, K]`` for ``weight [K, D]``."""

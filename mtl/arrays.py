@@ -15,11 +15,28 @@ HOST_PATHS = True  # CPU tensors: the margin head's passes and the row-sparse up
 
 
 def to_numpy(x) -> np.ndarray:
-    """A numpy array from a Paddle tensor (copied to the host) or from anything array-like."""
+    """A numpy array from a Paddle tensor (copied to the host; bfloat16/float16 as float32) or from anything
+    array-like."""
     paddle = sys.modules.get("paddle")
     if paddle is not None and isinstance(x, paddle.Tensor):
+        if x.dtype in (paddle.bfloat16, paddle.float16):  # bfloat16's .numpy() is its uint16 bit patterns
+            x = x.astype("float32")
         return x.numpy()
     return np.asarray(x)
+
+
+def host_floats(values) -> list:
+    """``values`` (tensors of one element, or numbers) as Python floats, the tensors read in one host transfer: each
+    ``float(tensor)`` of a device tensor is a synchronisation of its own (the CPU waits for the GPU every time).
+    Exact: float32 and float64 values pass through float64 unchanged."""
+    values = list(values)
+    paddle = sys.modules.get("paddle")
+    positions = [i for i, v in enumerate(values) if paddle is not None and isinstance(v, paddle.Tensor)]
+    if positions:
+        read = paddle.stack([values[i].reshape([]).astype("float64") for i in positions]).numpy()
+        for i, value in zip(positions, read):
+            values[i] = value
+    return [float(v) for v in values]
 
 
 def unit_rows(x) -> np.ndarray:

@@ -53,7 +53,7 @@ def run(func, args):
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
-    except RuntimeError as exc:
+    except (RuntimeError, OSError) as exc:  # Paddle raises an NCCL error (an External error) as OSError
         if not _lost_peer(exc):
             raise
         # another process failed first: say so, and leave the launcher time to report that process's own error
@@ -81,16 +81,41 @@ def _preempted_under_launcher(exc):
         to_launcher_console(f"{exc} under the same launch command")
 
 
+# What a collective raises on a rank whose peer process is gone, per backend: gloo's transport errors, and NCCL's
+# as Paddle words them ("NCCL error(6), remote process exited or there was a network error. " from
+# phi::enforce's build_nvidia_error_msg, "Failed, NCCL error file:line '...'" from NCCL_CHECK in nccl_tools.h).
+LOST_PEER_WORDS = {
+    "gloo": ("TIMEOUT", "Connection closed", "Connection reset", "Broken pipe"),
+    "NCCL": ("remote process exited", "network error", "unhandled system error", "ncclRemoteError",
+             "ncclSystemError", "Connection reset", "Broken pipe", "timed out", "Timeout", "TIMEOUT"),
+}
+
+
 def _lost_peer(exc) -> bool:
-    """True for the error a collective raises on a rank whose peer process is gone (gloo's transport)."""
+    """True for the error a collective raises on a rank whose peer process is gone (gloo's or NCCL's words)."""
     text = str(exc)
-    return os.environ.get("PADDLE_TRAINERS_NUM", "1") != "1" and "gloo" in text and any(
-        word in text for word in ("TIMEOUT", "Connection closed", "Connection reset", "Broken pipe"))
+    return os.environ.get("PADDLE_TRAINERS_NUM", "1") != "1" and any(
+        backend in text and any(word in text for word in words) for backend, words in LOST_PEER_WORDS.items())
+
+
+PADDLE_MISSING = ("error: PaddlePaddle is not installed (installing mtl leaves the build to you): `make venv` picks "
+                  "it for this machine (tools/select_paddle.py), or pip install paddlepaddle==3.3.1 (CPU) or "
+                  "paddlepaddle-gpu==3.3.1 from Paddle's CUDA wheel index (GPU)")
+
+
+def require_paddle():
+    """Exit with status 2 and one line when no Paddle build is installed (``setup.py`` requires none)."""
+    import importlib.util
+
+    if importlib.util.find_spec("paddle") is None:
+        print(PADDLE_MISSING, file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def main(argv=None):
     """Entry point of the ``mtl`` console command."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    require_paddle()
     if argv[:1] == ["launch"]:  # every argument after it is the launcher's: argparse would take some of them
         sys.exit(launch.launch_main(argv[1:]))
     args = build_parser().parse_args(argv)

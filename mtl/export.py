@@ -35,6 +35,7 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
 
     from mtl import registry
     from mtl.train import checkpoint
+    from mtl.train.precision import state_for
 
     cfg = _load_job_cfg(run_dir)
     ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)
@@ -49,7 +50,8 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
 
     backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
-    backbone.set_state_dict(paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams")))
+    state = paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams"))
+    backbone.set_state_dict(state_for(backbone, state))  # an O2 run's older checkpoints hold bfloat16 weights
     backbone.eval()
     return backbone, backbone_cfg, ckpt, use_avg
 

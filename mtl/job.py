@@ -16,6 +16,7 @@ from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError
 from mtl.parallel import distributed, sync_bn
+from mtl.runtime import on_host_generator
 from mtl.train.finetune import apply_lr_multipliers, freeze_batchnorm, freeze_parameters
 from mtl.train.memory_plan import check_job_memory
 from mtl.train.model import JointModel
@@ -93,7 +94,9 @@ def build_reader(task_cfg, split_overrides=None, context=None):
 def _build_backbone(cfg):
     """The job's backbone (with pretrained weights, and synchronised BatchNorm when asked for at world > 1), its
     ``freeze`` prefixes frozen and, with ``freeze_bn``, its BatchNorm statistics."""
-    backbone = registry.build("backbone", constructor_config(cfg["backbone"]), cfg["source"], "backbone")
+    # drawn on the CPU's generator whatever the device: the same seed gives the same weights on CPU and GPU
+    backbone = on_host_generator(lambda: registry.build("backbone", constructor_config(cfg["backbone"]), cfg["source"],
+                                                        "backbone"))
     if cfg["backbone"].get("pretrained"):
         load_pretrained(backbone, cfg["backbone"]["pretrained"], cfg["source"], "backbone.pretrained")
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
@@ -114,7 +117,9 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
     sizes = reader.sizes()
     head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
     head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
-    head = registry.build("head", tcfg["head"], source, head_key, **head_ctx)
+    # replicated heads are drawn on the CPU's generator (as the backbone); class-sharded ones draw with numpy
+    head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \
+        on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
     check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)

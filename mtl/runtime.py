@@ -54,20 +54,74 @@ def tune_malloc():
         return False
 
 
-def select_device(device: str, source=None) -> str:
-    """Resolve ``auto|cpu|gpu`` to a Paddle device string and set it; gpu on a CPU build is a ConfigError."""
-    import paddle
+def gpu_index(environ=None) -> int:
+    """This process's GPU id: the first id of ``FLAGS_selected_gpus``, else ``PADDLE_LOCAL_RANK``, else 0.
 
-    has_cuda = paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    ``paddle.distributed.launch`` sets ``FLAGS_selected_gpus`` to one id per process, but to every visible id
+    (``"0,1"``) when it starts a single process (``CollectiveController._build_pod_with_master``); Paddle's own
+    ``ParallelEnv`` takes the first id, and so does this.
+    """
+    environ = os.environ if environ is None else environ
+    selected = environ.get("FLAGS_selected_gpus", "").split(",")[0].strip()
+    if selected:
+        return int(selected)
+    local = environ.get("PADDLE_LOCAL_RANK", "")
+    return int(local) if local.isdigit() else 0
+
+
+def resolve_device(device: str, has_cuda: bool, compiled_with_cuda: bool, environ=None, source=None):
+    """``(Paddle device string, environment variables to set)`` for ``device`` auto|cpu|gpu, without side effects.
+
+    On a CUDA build ``paddle.distributed.init_parallel_env`` (which ``fleet.init`` calls) picks NCCL and the
+    process's GPU whenever ``PADDLE_DISTRI_BACKEND`` is unset or ``auto`` (``_is_cpuonly``), overriding a CPU device
+    chosen before it; a CPU job on a CUDA build therefore asks for gloo explicitly. gpu without a CUDA device is a
+    ConfigError.
+    """
+    environ = os.environ if environ is None else environ
     if device == "gpu" and not has_cuda:
         raise ConfigError("device 'gpu' was asked for, but this Paddle build has no CUDA device; use 'auto' or "
                           "'cpu'", source, "device")
     if device == "auto":
         device = "gpu" if has_cuda else "cpu"
-    name = f"gpu:{int(os.environ.get('FLAGS_selected_gpus', os.environ.get('PADDLE_LOCAL_RANK', 0)) or 0)}" \
-        if device == "gpu" else "cpu"
+    if device == "gpu":
+        return f"gpu:{gpu_index(environ)}", {}
+    backend = environ.get("PADDLE_DISTRI_BACKEND", "auto")
+    return "cpu", ({"PADDLE_DISTRI_BACKEND": "gloo"} if compiled_with_cuda and backend in ("auto", "nccl") else {})
+
+
+def select_device(device: str, source=None) -> str:
+    """Resolve ``auto|cpu|gpu`` (:func:`resolve_device`), set the device (and the collective backend a CPU job needs
+    on a CUDA build); gpu on a CPU build is a ConfigError. On a GPU, cuDNN is asked for deterministic algorithms
+    (``FLAGS_cudnn_deterministic``), which the exact-resume promise needs (docs/gpu.md)."""
+    import paddle
+
+    compiled = paddle.device.is_compiled_with_cuda()
+    has_cuda = compiled and paddle.device.cuda.device_count() > 0
+    name, env = resolve_device(device, has_cuda, compiled, source=source)
+    os.environ.update(env)
     paddle.set_device(name)
+    if name.startswith("gpu"):
+        paddle.set_flags({"FLAGS_cudnn_deterministic": True})
     return name
+
+
+def on_host_generator(build):
+    """``build()`` run with the CPU as Paddle's device, its layer then moved to the current device.
+
+    Paddle's initializers draw from the current device's generator (the CPU's mt19937 or a GPU's Philox), so one
+    seed gives other initial weights on a GPU than on the CPU; drawn on the CPU they are the same on both. Returns
+    ``build()``'s layer (unchanged on the CPU)."""
+    import paddle
+
+    device = paddle.get_device()
+    if device == "cpu":
+        return build()
+    paddle.set_device("cpu")
+    try:
+        layer = build()
+    finally:
+        paddle.set_device(device)
+    return layer.to(device=device)
 
 
 def init_distributed():

@@ -1,5 +1,5 @@
 """Test set-up: the repository root on sys.path, one intra-op thread per test process, plug-ins registered; the
-session's shared training runs (tests/shared_runs.py)."""
+session's shared training runs (tests/shared_runs.py); ``MTL_TEST_DEVICE`` (e.g. ``gpu:0``) as Paddle's device."""
 import os
 import sys
 
@@ -9,3 +9,8 @@ if ROOT not in sys.path:
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tests.shared_runs import one_process, two_process  # noqa: E402,F401  (session fixtures)
+
+if os.environ.get("MTL_TEST_DEVICE"):  # tools/gpu_check.py: the in-process tests with this device as Paddle's place
+    import paddle
+
+    paddle.set_device(os.environ["MTL_TEST_DEVICE"])

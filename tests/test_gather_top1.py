@@ -37,6 +37,26 @@ def test_ids_beyond_the_limit_are_refused_when_unpacked():
         collective.unpack_ids(columns)
 
 
+def test_rank_keys_order_scores_and_break_ties_by_the_lowest_rank():
+    """The MAX over ranks of ``rank_key`` picks numpy's argmax over ranks (first maximum: the lowest rank), for
+    scores that tie, differ by one float32 step (at every magnitude, denormals and zero included) or are -inf; and
+    no two ranks ever get equal keys, so exactly one rank votes. Reference: numpy on the float32 scores."""
+    rng = np.random.default_rng(0)
+    magnitudes = [0.0, 1.4e-45, 1e-40, 1.2e-38, 1e-3, 1.0, 64.0, 3e38]
+    base = np.array([m * sign for m in magnitudes for sign in (1, -1)] + [-np.inf], dtype=np.float32)
+    up = np.nextafter(base, np.float32(np.inf))
+    for world in (2, 3, 64, 4096):
+        scores = np.stack([rng.choice(np.concatenate([base, up]), size=200) for _ in range(world)]).astype(np.float32)
+        scores[:, :len(base)] = base  # every rank ties on these columns
+        scores[world - 1, len(base):2 * len(base)] = up  # the last rank wins these by one float32 step
+        keys = np.stack([topk.rank_key(paddle.to_tensor(row), r).numpy() for r, row in enumerate(scores)])
+        assert keys.dtype == np.float64
+        np.testing.assert_array_equal(np.argmax(keys, axis=0), np.argmax(scores, axis=0))
+        assert np.all((keys == keys.max(axis=0)).sum(axis=0) == 1)
+    nan = topk.rank_key(paddle.to_tensor([np.nan], dtype="float32"), 1).numpy()
+    assert np.isnan(nan).all()
+
+
 def test_votes_at_world_one_give_the_local_best():
     best, ids = paddle.to_tensor([0.5, np.nan], dtype="float32"), paddle.to_tensor([4, 9])
     votes = topk.top1_votes(best, best, ids)
@@ -82,6 +102,8 @@ def test_two_ranks_top1_votes_match_the_argmax_over_ranks(ranks):
     for got in ranks:
         assert np.array_equal(got["top1"], expected)  # with a tie: the all-gather fallback
         assert np.array_equal(got["top1_no_tie"], expected[1:3])  # without: the votes alone
+        assert np.array_equal(got["top1_keyed"], expected)  # rank keys: the tie settled inside the MAX
+        assert np.array_equal(got["keyed_voters"], (~np.isnan(scores).all(axis=0)).astype(np.float32))
 
 
 @pytest.mark.distributed

@@ -11,6 +11,7 @@ your own) it passes ``--log_level WARNING`` (the launcher's INFO lines go) and h
 warning. Every other argument goes to the launcher unchanged.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,6 +75,62 @@ def run_launcher(args, verbose=False) -> int:
     return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
 
 
+def _option(args, names):
+    """The value of the launcher option ``names`` (``--name V`` or ``--name=V``) in ``args``, or None."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def device_problem(args, gpu_build: bool, visible_gpus):
+    """The sentence to stop with when Paddle's launcher would fail on ``args``, else None.
+
+    On a GPU build the launcher labels one device per visible GPU (``CUDA_VISIBLE_DEVICES``'s entries, an empty
+    value counting as one) and gives process i the i-th label (``CollectiveController._build_pod_with_master``):
+    more processes than labels end in an IndexError inside the launcher. ``visible_gpus`` None: unknown (no check).
+    """
+    nproc = _option(args, ("--nproc_per_node",))
+    devices = _option(args, ("--devices", "--gpus"))
+    if not gpu_build or nproc is None or not nproc.isdigit():
+        return None
+    labels = len(devices.split(",")) if devices else visible_gpus
+    if not labels or int(nproc) <= labels:
+        return None
+    where = f"--devices lists {labels}" if devices else f"this machine shows {labels} GPU(s)"
+    return (f"--nproc_per_node {nproc} asks for more processes than devices ({where}); Paddle's GPU launcher gives "
+            f"every process a device of its own: use --nproc_per_node {labels} or fewer (CPU processes on a GPU "
+            f"build: one label per process, e.g. --devices {','.join(['0'] * int(nproc))}, and device: cpu in the job)")
+
+
+def visible_gpu_count(environ=None):
+    """GPUs the launcher will label: ``CUDA_VISIBLE_DEVICES``'s entries (as Paddle's ``Device.parse_device`` counts
+    them), else ``nvidia-smi -L``'s lines; None when neither says."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible != "all":
+        return len(visible.split(","))
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return len(re.findall(r"^GPU \d+", out.stdout, flags=re.M)) if out.returncode == 0 else None
+
+
+def gpu_build() -> bool:
+    """Whether the installed Paddle is the GPU wheel (read from the package metadata: Paddle is not imported)."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("paddlepaddle-gpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
 def launch_main(argv) -> int:
     """``mtl launch``: our options first (``--verbose``, ``-h``), everything else is the launcher's."""
     argv = list(argv)
@@ -83,6 +140,10 @@ def launch_main(argv) -> int:
     verbose = os.environ.get("MTL_VERBOSE") == "1" or "--verbose" in argv
     if argv[0] == "--verbose":
         argv = argv[1:]
+    problem = device_problem(argv, gpu_build(), visible_gpu_count()) if gpu_build() else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        return 2
     return run_launcher(argv, verbose)
 
 

@@ -11,18 +11,21 @@ import paddle
 from mtl.arrays import to_numpy
 from mtl.data.steps import check_labels, iterate_eval
 from mtl.parallel import distributed
+from mtl.train.precision import float32, inference_autocast
 
 
 @paddle.no_grad()
 def embed(backbone, reader, batch_size: int, max_samples=None):
-    """(features [N, D] tensor, batch of every other field as numpy) of a reader's whole split, in order."""
+    """(features [N, D] float32 tensor, batch of every other field as numpy) of a reader's whole split, in order
+    (a backbone with low-precision weights runs under ``auto_cast`` O2, as in training)."""
     was_training = backbone.training
     backbone.eval()
     names = [f.name for f in backbone.input_fields()]
     feats, rest = [], {}
     try:
         for batch in iterate_eval(reader, batch_size, max_samples):
-            feats.append(backbone({n: paddle.to_tensor(batch[n]) for n in names}))
+            with inference_autocast(backbone):  # O2: the backbone's weights are bfloat16/float16
+                feats.append(float32(backbone({n: paddle.to_tensor(batch[n]) for n in names})))
             for k, v in batch.items():
                 if k not in names:
                     rest.setdefault(k, []).append(v)

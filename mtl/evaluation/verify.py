@@ -11,6 +11,7 @@ import paddle
 
 from mtl.arrays import unit_rows
 from mtl.evaluation.metrics import pair_distances, roc_curve, verification
+from mtl.train.precision import float32, inference_autocast
 
 
 @paddle.no_grad()
@@ -22,9 +23,10 @@ def embed_pairs(backbone, vset, batch_size=128, image_field="image", flip=True):
     out = []
     try:
         for plain, flipped in zip(vset.batches(batch_size, flip=False), vset.batches(batch_size, flip=True)):
-            f = backbone({image_field: paddle.to_tensor(plain)})
-            if flip:
-                f = f + backbone({image_field: paddle.to_tensor(flipped)})
+            with inference_autocast(backbone):  # O2: the backbone's weights are bfloat16/float16
+                f = float32(backbone({image_field: paddle.to_tensor(plain)}))
+                if flip:
+                    f = f + float32(backbone({image_field: paddle.to_tensor(flipped)}))
             out.append(f.numpy())
     finally:
         if was_training:

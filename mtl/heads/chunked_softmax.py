@@ -1,9 +1,10 @@
 """Cosine logits, angular margin and softmax cross-entropy across shards in one pass over class chunks.
 
 The same function as ``cos = x_hat W^T / ||W_row||`` followed by the softmax cross-entropy across shards of
-:mod:`mtl.heads.sharded_loss` with a margin on the target logit, computed over ``CHUNK_ROWS`` class rows at a time so
-that the per-class work (row norms, scaling, max, exp, softmax, gradient) runs on a block that stays
-in cache instead of on whole ``[N, C_k]`` tensors (issue 14.1), and so that Partial FC allocates nothing of size
+:mod:`mtl.heads.sharded_loss` with a margin on the target logit, computed over blocks of class rows (``CHUNK_ROWS``
+on the CPU, larger on a GPU: :func:`chunk_rows`) so that the per-class work (row norms, scaling, max, exp, softmax,
+gradient) runs on a block that stays in cache (a few blocks on a GPU: few kernel launches) instead of on whole
+``[N, C_k]`` tensors (issue 14.1), and so that Partial FC allocates nothing of size
 ``[K, D]`` but the rows' gradient (issue 14.2). Logits are kept transposed (``[K, N]``: a chunk is a contiguous row
 block). Per chunk c with rows ``W_c`` and ``inv_j = 1 / max(||w_j||, 1e-12)``:
 
@@ -38,7 +39,19 @@ from mtl.arrays import NORM_FLOOR_SQUARED, on_host
 from mtl.heads import host_chunks
 from mtl.parallel import distributed, topk
 
-CHUNK_ROWS = 8192  # class rows per block: [8192, 128] float32 = 4 MiB
+CHUNK_ROWS = 8192  # class rows per block on the CPU: [8192, 128] float32 = 4 MiB, a block that stays in cache
+# on a GPU a block holds up to this many elements ([rows, max(N, D)], 128 MiB in float32): each chunk costs ~30
+# kernel launches, and at 1M classes per rank CPU-sized chunks would be ~120 chunks, ~3,700 launches per step
+DEVICE_CHUNK_ELEMENTS = 1 << 25
+
+
+def chunk_rows(width: int, on_gpu: bool) -> int:
+    """Class rows per block for blocks ``[rows, width]`` (``width = max(N, D)``): ``CHUNK_ROWS`` on the CPU (cache
+    sized); on a GPU as many as ``DEVICE_CHUNK_ELEMENTS`` allow, never fewer than ``CHUNK_ROWS`` (the memory plan
+    counts the same figure)."""
+    if not on_gpu:
+        return CHUNK_ROWS
+    return max(CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS // max(int(width), 1))
 _LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
 
 
@@ -116,9 +129,10 @@ class ClassRows:
         local = local if self.index is None else paddle.gather(self.index, local)
         return paddle.where(columns >= 0, local + self.first_id, paddle.full_like(columns, -1))
 
-    def chunks(self):
-        """``(begin, end)`` of every block of ``CHUNK_ROWS`` rows."""
-        return [(b, min(b + CHUNK_ROWS, self.count)) for b in range(0, self.count, CHUNK_ROWS)]
+    def chunks(self, width: int = 0):
+        """``(begin, end)`` of every block of :func:`chunk_rows` rows (``width``: the blocks' columns, max(N, D))."""
+        size = chunk_rows(width, self.weight.place.is_gpu_place())
+        return [(b, min(b + size, self.count)) for b in range(0, self.count, size)]
 
 
 def inverse_norm(rows):
@@ -177,17 +191,20 @@ class _ChunkedMarginSoftmax(PyLayer):
             plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
             best_column = paddle.where(plain > best, column, best_column)
             best = paddle.maximum(plain, best)
-        # one MAX for the row maxima and the best scores, one SUM for the exp-sums, the target terms and the top-1
-        peaks = distributed.all_reduce_max(paddle.stack([paddle.maximum(running, z_t), best]))
-        row_max, ids = peaks[0], rows.global_ids(best_column)
+        # one MAX for the row maxima and the best scores, one SUM for the exp-sums, the target terms and the top-1;
+        # float32 scores go into the MAX as rank keys (float64): ties then go to the lowest rank without a host read
+        keyed = distributed.is_distributed() and best.dtype == paddle.float32
+        score = topk.rank_key(best, distributed.rank()) if keyed else best
+        peaks = distributed.all_reduce_max(paddle.stack([paddle.maximum(running, z_t).astype(score.dtype), score]))
+        row_max, ids = peaks[0].astype(x_hat.dtype), rows.global_ids(best_column)
         total = total * paddle.exp(running - row_max)
         target_shifted = paddle.where(owned, z_t - row_max, paddle.zeros_like(z_t))
         sums = [paddle.stack([total + paddle.exp(z_t - row_max), target_shifted])]
         if distributed.is_distributed():
-            sums.append(topk.top1_votes(best, peaks[1], ids))
+            sums.append(topk.top1_votes(score, peaks[1], ids).astype(x_hat.dtype))
         both = distributed.all_reduce_sum(paddle.concat(sums, axis=0))
         exp_sum, target_shifted = both[0], both[1]
-        rows.predicted = topk.top1_from_votes(both[2:], best, ids) if len(sums) > 1 else ids
+        rows.predicted = topk.top1_from_votes(both[2:], best, ids, keyed) if len(sums) > 1 else ids
         ctx.rows, ctx.scale, ctx.dense, ctx.work, ctx.maxima = rows, scale, weight is not None, work, maxima
         ctx.target = (owned, column, slope, w_t, inv_t, cos_t)
         ctx.save_for_backward(x_hat, row_max, exp_sum, z_t, inverse)
@@ -209,15 +226,16 @@ class _ChunkedMarginSoftmax(PyLayer):
         g_t = paddle.where(owned, coefficient * paddle.exp(z_t - row_max) - grad * (scale / n),
                            paddle.zeros_like(z_t)) * slope
         dx = paddle.zeros_like(x_hat)
-        target_rows = None
-        if rows.count:
-            dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
-            target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
-        targets = (owned, column, target_rows)
         if ctx.host is not None:
+            target_rows = None
+            if rows.count:
+                dx.add_((g_t * inv_t).unsqueeze(1) * w_t)
+                target_rows = (g_t * inv_t).unsqueeze(1) * (x_hat - (cos_t * inv_t).unsqueeze(1) * w_t)
+            targets = (owned, column, target_rows)
             host_chunks.gradient_pass(ctx.host, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
             ctx.host = None
-        else:
+        else:  # the target terms enter G' itself (see _gradient_pass)
+            targets = (owned, column, g_t * inv_t if rows.count else None)
             _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
         dw = work[:rows.count * dim].reshape([rows.count, dim]) if rows.count else paddle.zeros([0, dim], x_hat.dtype)
         ctx.maxima = None
@@ -237,7 +255,7 @@ def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
     best = paddle.full([n], float("-inf"), x_hat.dtype)
     best_column = paddle.full([n], -1, "int64")
     maxima = []
-    for begin, end in rows.chunks():
+    for begin, end in rows.chunks(max(n, x_hat.shape[1])):
         in_chunk, position = _chunk_targets(owned, column, begin, end)
         z, inv, chunk_max, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
         better = chunk_max > best
@@ -255,22 +273,28 @@ def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
 
 def _gradient_pass(rows: ClassRows, x_hat, work, inverse, maxima, coefficient, row_max, targets, dx):
     """The backward over the chunks: ``G'`` from the stored exp values, ``dx += G'^T W`` (in place) and each
-    chunk's gradient rows (target terms added) written over ``work``."""
-    (n, dim), (owned, column, target_rows) = x_hat.shape, targets
-    chunks = list(enumerate(rows.chunks()))
+    chunk's gradient rows written over ``work``.
+
+    The target terms go into ``G'`` itself: the entry of row n's target class is 0 there (its logit was masked to
+    -inf) and becomes ``g_t inv_t``, so that ``G'^T W`` adds ``g_t inv_t w_t`` to dx and ``M = G' x_hat`` with the
+    correction gives ``g_t inv_t (x_hat - cos_t inv_t w_t)``, the target row's term. Each (class, row) entry is
+    written once (a deterministic scatter), where adding rows sharing a class into the gradient (``index_add``) is
+    an atomic add on a GPU, whose order, and so rounding, changes from run to run."""
+    (n, dim), (owned, column, target_coefficient) = x_hat.shape, targets
+    chunks = list(enumerate(rows.chunks(max(n, dim))))
     # chunk c's gradient rows go to work[b D, e D), where its exp values were (work[b N, e N)): in reverse
     # order when D > N, forward when D <= N, nothing is overwritten before it is read
     for index, (begin, end) in reversed(chunks) if dim > n else chunks:
         g = work[begin * n:end * n].reshape([end - begin, n])
         g.multiply_((coefficient * paddle.exp(maxima[index] - row_max)).unsqueeze(0))
         g.multiply_(inverse[begin:end].unsqueeze(1))  # G'_jn = G_jn inv_j
+        in_chunk, position = _chunk_targets(owned, column, begin, end)
+        current = paddle.take_along_axis(g, position, axis=0)
+        g.put_along_axis_(position, paddle.where(in_chunk, target_coefficient.unsqueeze(0), current), axis=0)
         block = rows.block(begin, end)
         dx.add_(paddle.matmul(g, block, transpose_x=True))
         part = paddle.matmul(g, x_hat)
         _correct_(part, block, inverse[begin:end])
-        in_chunk, position = _chunk_targets(owned, column, begin, end)
-        chosen = paddle.where(in_chunk.reshape([-1, 1]), target_rows, paddle.zeros_like(target_rows))
-        paddle.index_add_(part, position.reshape([-1]), 0, chosen)
         work[begin * dim:end * dim] = part.reshape([-1])
 
 

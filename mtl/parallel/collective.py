@@ -19,7 +19,7 @@ def row_counts(num_rows: int):
         return [int(num_rows)]
     parts = []
     dist.all_gather(parts, paddle.to_tensor([int(num_rows)], dtype="int64"))
-    return [int(p.numpy()[0]) for p in parts]
+    return [int(v) for v in paddle.concat(parts).numpy()]  # one host read
 
 
 def _gather_padded(x: paddle.Tensor, counts):
@@ -48,13 +48,35 @@ def pack_ids(ids: paddle.Tensor, dtype) -> paddle.Tensor:
     return paddle.where(valid, columns, paddle.full_like(columns, float("nan")))
 
 
-def unpack_ids(columns: paddle.Tensor) -> paddle.Tensor:
-    """int64 ids ``[n]`` from the ``[n, 2]`` float columns of :func:`pack_ids`; ValueError for an id out of range."""
-    if bool(paddle.isnan(columns).any()):
-        raise ValueError(f"a class id of {ID_LIMIT} or more in absolute value cannot travel with the features (the "
-                         f"labels of a head are class ids in [0, num_classes))")
+def unpack_ids(columns: paddle.Tensor, check: bool = True) -> paddle.Tensor:
+    """int64 ids ``[n]`` from the ``[n, 2]`` float columns of :func:`pack_ids`; ValueError for an id out of range
+    (``check=False``: no check, so no host read, for columns that cannot hold one)."""
+    if check and bool(paddle.isnan(columns).any()):
+        _refuse_ids()
     columns = columns.astype("int64")
     return columns[:, 0] * ID_BASE + columns[:, 1]
+
+
+def _refuse_ids():
+    raise ValueError(f"a class id of {ID_LIMIT} or more in absolute value cannot travel with the features (the "
+                     f"labels of a head are class ids in [0, num_classes))")
+
+
+def _check_gathered(both, dim: int, own_count, rank: int):
+    """Raise, alike on every rank, when a gathered id column is NaN (an id out of range, :func:`pack_ids`) or, with
+    ``own_count``, when a row carries another rank's row count than the one assumed: one host read for both checks
+    (a second one only to word the error)."""
+    bad = paddle.isnan(both[:, dim:dim + 2]).any()
+    if own_count is not None:
+        wrong = (both[:, dim + 2] != own_count).any()
+        bad = paddle.logical_or(bad, wrong)
+    if not bool(bad):
+        return
+    if own_count is not None and bool(wrong):
+        raise RuntimeError(f"rank {rank} passed {own_count} rows to a head told that every rank passes as many "
+                           f"(equal_rows), but another rank passed a different count; the gathered batch would be "
+                           f"garbage (gloo does not check shapes reliably)")
+    _refuse_ids()
 
 
 class _AllGatherRows(PyLayer):
@@ -76,11 +98,8 @@ class _AllGatherRows(PyLayer):
             parts.append(paddle.full([x.shape[0], 1], x.shape[0], dtype=x.dtype))
         both = _gather_padded(paddle.concat(parts, axis=1), counts)
         dim = x.shape[1]
-        if check_rows and not bool((both[:, dim + 2] == counts[rank]).all()):
-            raise RuntimeError(f"rank {rank} passed {counts[rank]} rows to a head told that every rank passes as "
-                               f"many (equal_rows), but another rank passed a different count; the gathered batch "
-                               f"would be garbage (gloo does not check shapes reliably)")
-        gathered_labels = unpack_ids(both[:, dim:dim + 2])
+        _check_gathered(both, dim, counts[rank] if check_rows else None, rank)
+        gathered_labels = unpack_ids(both[:, dim:dim + 2], check=False)
         ctx.mark_non_differentiable(gathered_labels)
         return both[:, :dim], gathered_labels
 
@@ -120,4 +139,7 @@ def gather_batch(features: paddle.Tensor, labels: paddle.Tensor, equal_rows: boo
         counts = row_counts(features.shape[0])
         return all_gather_rows(features, counts), all_gather_rows(labels, counts)
     counts = [features.shape[0]] * distributed.world_size() if equal_rows else row_counts(features.shape[0])
-    return _AllGatherRows.apply(features, counts, distributed.rank(), labels, equal_rows)
+    # the count column catches unequal rows after a gloo gather; NCCL would hang or write past its buffer first, so
+    # there the runner checks the rows before the step instead (ParallelStrategy.agree) and the column is left out
+    check = equal_rows and distributed.backend() != "nccl"
+    return _AllGatherRows.apply(features, counts, distributed.rank(), labels, check)

@@ -3,6 +3,7 @@
 Every helper here works identically whether or not the job runs under ``python -m paddle.distributed.launch``; at
 world size 1 nothing communicates.
 """
+import math
 import os
 
 import paddle
@@ -82,28 +83,50 @@ def min_over_ranks(value: float) -> float:
     return -float(all_reduce_max(paddle.to_tensor([-float(value)], dtype="float64"))[0])
 
 
-def agree(message, stop: bool, limit: int = 4096):
-    """``(first error message of any rank or None, whether any rank asked to stop)``, equal on every rank.
+def agree(message, stop: bool, limit: int = 4096, counts=()):
+    """``(first error message of any rank or None, whether any rank asked to stop, indices of uneven counts)``, equal
+    on every rank.
 
-    One all-reduce MAX of two flags per call (an error, a stop request such as SIGTERM); the messages are
-    all-gathered only when some rank has one.
+    One all-reduce MAX per call of two flags (an error, a stop request such as SIGTERM) and of ``counts`` and their
+    negatives: integers every rank must hold alike (the rows of each task in this step), so that a difference is
+    seen *before* a collective whose shapes depend on them (NCCL's all-gather with unequal shapes hangs or writes
+    past its buffer, where gloo returns garbage or aborts). The messages are all-gathered only when some rank has one.
     """
+    counts = [int(c) for c in counts]
     if not is_distributed():
-        return message, bool(stop)
+        return message, bool(stop), []
+    flags = paddle.to_tensor([1 if message else 0, 1 if stop else 0, *counts, *[-c for c in counts]], dtype="int64")
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    values = flags.numpy()
+    has_error, stop, n = bool(values[0]), bool(values[1]), len(counts)
+    uneven = [i for i in range(n) if values[2 + i] != -values[2 + n + i]]
+    if not has_error:
+        return None, stop, uneven
+    return _first_text(message, limit), stop, uneven
+
+
+def _first_text(message, limit):
+    """The lowest rank's non-empty ``message`` (one all-gather of ``limit`` bytes per rank)."""
     import numpy as np
 
-    flags = paddle.to_tensor([1 if message else 0, 1 if stop else 0], dtype="int32")
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    has_error, stop = (bool(v) for v in flags.numpy())
-    if not has_error:
-        return None, stop
     buf = np.zeros(limit, dtype=np.uint8)
     raw = (message or "").encode()[:limit]
     buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     parts = []
     dist.all_gather(parts, paddle.to_tensor(buf))
     texts = [bytes(part.numpy()).rstrip(b"\0").decode(errors="replace") for part in parts]
-    return next((text for text in texts if text), None), stop
+    return next((text for text in texts if text), None)
+
+
+def backend() -> str:
+    """The process group's collective backend in lower case (``gloo``, ``nccl``), or ``""`` at world 1 (or when no
+    global group exists)."""
+    if not is_distributed():
+        return ""
+    try:
+        return str(dist.get_backend()).lower()
+    except RuntimeError:  # "The global group is not initialized."
+        return ""
 
 
 @paddle.no_grad()
@@ -123,6 +146,6 @@ def all_reduce_flat(tensors, divisor=None):
         flat = flat / divisor
     offset = 0
     for t in tensors:
-        n = int(t.numel())
+        n = math.prod(t.shape)  # int(t.numel()) would read a device tensor
         t.set_value(flat[offset:offset + n].reshape(t.shape).astype(t.dtype))
         offset += n

@@ -56,11 +56,12 @@ class ParallelStrategy:
 
     def __init__(self, model):
         self.rank, self.world = distributed.rank(), distributed.world_size()
+        self.tasks = list(model.heads.keys())  # job order: the layout of the per-step row check (agree)
         self.sharded = [p for head in model.heads.values() if head.sharded for p in head.parameters()]
         ids = {id(p) for p in self.sharded}
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
         tensors = list(model.backbone.named_parameters()) + list(model.backbone.named_buffers())
-        self.statistics = [t for name, t in tensors if is_running_statistic(name, t) and int(t.numel()) > 0]
+        self.statistics = [t for name, t in tensors if is_running_statistic(name, t) and math.prod(t.shape) > 0]
 
     @property
     def is_main(self) -> bool:
@@ -124,15 +125,27 @@ class ParallelStrategy:
         """Rank 0's ``text`` on every rank (the other ranks' values are ignored): one rank decides, all follow."""
         return distributed.lowest_rank_text(text if self.is_main else None)
 
-    def agree(self, text: Optional[str], stop: bool = False):
+    def agree(self, text: Optional[str], stop: bool = False, batch=None):
         """``(error, stop)`` agreed by every rank in one small all-reduce per step: the first error any rank met
-        (``kind\nmessage`` text, or None) and whether any rank was asked to stop (a pre-emption signal)."""
+        (``kind\nmessage`` text, or None) and whether any rank was asked to stop (a pre-emption signal). With the
+        step's ``batch`` the same all-reduce checks that every rank holds as many rows of each task, before any head
+        gathers them (RuntimeError on every rank alike otherwise)."""
         if self.world <= 1:
             return text, bool(stop)
         if text:
             kind, message = text.split("\n", 1)
             text = f"{kind}\nrank {self.rank} met: {message}"
-        return distributed.agree(text, stop)
+        rows = self.batch_rows(batch) if batch is not None and not text else [0] * len(self.tasks)
+        text, stop, uneven = distributed.agree(text, stop, counts=rows)
+        if uneven and not text:
+            raise RuntimeError(f"the ranks hold different numbers of rows of task(s) "
+                               f"{[self.tasks[i] for i in uneven]} in this step (this rank: "
+                               f"{[rows[i] for i in uneven]}); gathering them would hang or corrupt the batch")
+        return text, stop
+
+    def batch_rows(self, batch):
+        """This rank's row count of every task of the job in ``batch`` (0 for a task absent from the step)."""
+        return [len(next(iter(batch[t].values()))) if t in batch and batch[t] else 0 for t in self.tasks]
 
     # ---- per-task gradients (gradient-based task weighting) -----------------------------------------------------
     def shared_parameters(self, model):
@@ -147,7 +160,7 @@ class ParallelStrategy:
         T copies of the backbone gradient (``bench/bench_weighting.py`` measures it).
         """
         params = self.shared_parameters(model)
-        sizes = [int(p.numel()) for p in params]
+        sizes = [math.prod(p.shape) for p in params]
         buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
         for task in model.backward_backbone_per_task():
             grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
@@ -173,7 +186,7 @@ class ParallelStrategy:
             vector = paddle.to_tensor(np.asarray(vector, dtype=np.float32))
         offset = 0
         for p in self.shared_parameters(model):
-            n = int(p.numel())
+            n = math.prod(p.shape)
             p.grad = vector[offset:offset + n].reshape(p.shape).astype(p.dtype)
             offset += n
 

@@ -115,6 +115,10 @@ class SyncBatchNorm(paddle.nn.Layer):
         super().__init__()
         if not isinstance(source, BATCH_NORM_TYPES):
             raise TypeError(f"expected a Paddle BatchNorm layer, got {type(source).__name__}")
+        # amp_level O2 (paddle.amp.decorate) keeps only Paddle's own BatchNorm classes in float32 (need_keep_fp32):
+        # this flag keeps ours too, so the running statistics and the row count stay float32 (float16 overflows
+        # past 65504 rows per channel)
+        self._cast_to_low_precision = False
         self.weight = source.weight
         self.bias = source.bias
         self._mean = source._mean
@@ -155,6 +159,10 @@ class SyncBatchNorm(paddle.nn.Layer):
         dtype = x.dtype
         if dtype in LOW_PRECISION:  # statistics and normalisation in the parameters' precision
             x = x.astype(self._mean.dtype)
+        with paddle.amp.auto_cast(enable=False):  # O2 would run these ops in the low precision again
+            return self._normalize(x, axis, dtype)
+
+    def _normalize(self, x, axis, dtype):
         mean, var, count = global_moments(x, axis)
         inv_std = 1.0 / paddle.sqrt(var + self._epsilon)
         with paddle.no_grad():  # running = momentum * running + (1 - momentum) * batch (biased variance)

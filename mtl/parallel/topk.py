@@ -57,20 +57,40 @@ def sharded_top1(scores: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
     return paddle.take_along_axis(stacked[:, 1], best, axis=0)[0].astype("int64")
 
 
+FLOAT32_MAX = float(3.4028234663852886e38)
+KEY_STEP = 2.0 ** -48  # per rank, relative: below half of float32's spacing (2**-24 relative) for up to 2**23 ranks
+KEY_FLOOR = 2.0 ** -126  # the magnitude the step is taken of near zero (float32's denormals are 2**-149 apart)
+
+
+def rank_key(scores: paddle.Tensor, rank: int) -> paddle.Tensor:
+    """float64 keys of float32 ``scores`` whose MAX over ranks is the best score and, among equal scores, the lowest
+    rank's: ``s - rank * 2**-48 * max(|s|, 2**-126)`` (``s`` clipped to float32's range, so that -inf ranks too).
+
+    Two different float32 scores lie at least 2**-24 (relative) or 2**-149 apart, more than any rank's offset, so
+    the keys keep their order; equal scores get keys that fall strictly with the rank (float64 rounds at 2**-53).
+    Every rank's key then differs from every other's, and exactly one rank holds the MAX (none for a NaN score):
+    the votes need no tie-break, no host read and no all-gather. NaN stays NaN.
+    """
+    s = paddle.clip(scores.astype("float64"), -FLOAT32_MAX, FLOAT32_MAX)
+    return s - (int(rank) * KEY_STEP) * paddle.maximum(paddle.abs(s), paddle.full_like(s, KEY_FLOOR))
+
+
 def top1_votes(best: paddle.Tensor, global_best: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
     """This rank's rows of the SUM all-reduce that settles the global top-1 without an all-gather of its own:
     ``[3, N]`` = (hi, lo, 1) of its best id (:func:`pack_ids`) where its best score equals ``global_best`` (the
     scores' all-reduce MAX, folded into the softmax's), else zeros. Summed over ranks, a row with one voter holds
-    that rank's id exactly; see :func:`top1_from_votes`."""
+    that rank's id exactly; see :func:`top1_from_votes`. With :func:`rank_key` scores only one rank votes."""
     mine = (best == global_best).astype(best.dtype)
     return paddle.concat([pack_ids(ids, best.dtype).T * mine, mine.unsqueeze(0)], axis=0)
 
 
-def top1_from_votes(votes: paddle.Tensor, best: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+def top1_from_votes(votes: paddle.Tensor, best: paddle.Tensor, ids: paddle.Tensor,
+                    exclusive: bool = False) -> paddle.Tensor:
     """Global top-1 ids ``[N]`` from the summed :func:`top1_votes`: the one voter's id. Where ranks tie on the best
-    score, the lowest rank's, as :func:`sharded_top1` decides (one all-gather, taken by every rank alike since the
-    sums are equal everywhere; exact ties across shards are rare); -1 where no rank voted (a NaN score)."""
+    score, the lowest rank's, as :func:`sharded_top1` decides (one host read to find ties, then one all-gather,
+    taken by every rank alike since the sums are equal everywhere); ``exclusive`` (the votes of :func:`rank_key`
+    scores, which cannot tie): neither. -1 where no rank voted (a NaN score)."""
     count = votes[2]
-    tied = distributed.is_distributed() and bool((count > 1).any())
-    predicted = sharded_top1(best, ids) if tied else unpack_ids(votes[:2].T)
+    tied = not exclusive and distributed.is_distributed() and bool((count > 1).any())
+    predicted = sharded_top1(best, ids) if tied else unpack_ids(votes[:2].T, check=False)
     return paddle.where(count > 0, predicted, paddle.full_like(ids, -1))

@@ -23,6 +23,7 @@ import paddle
 
 from mtl.errors import ConfigError
 from mtl.train import integrity, reshard
+from mtl.train.precision import portable_state, state_for
 
 log = logging.getLogger("mtl")
 
@@ -98,12 +99,12 @@ def _save(obj, path):
 
 def _write_weights(tmp, model, rank, world, suffix=".pdparams"):
     """Backbone (rank 0), replicated heads (rank 0) and this rank's head shards into ``tmp``."""
-    if rank == 0:
-        _save(model.backbone.state_dict(), os.path.join(tmp, "backbone" + suffix))
+    if rank == 0:  # float32 files whatever the precision (O2 keeps bfloat16 weights): export and eval read them
+        _save(portable_state(model.backbone.state_dict()), os.path.join(tmp, "backbone" + suffix))
     for task, head in model.heads.items():
         if head.sharded or rank == 0:
             path = os.path.join(tmp, _head_file(task, head, rank, world))
-            _save(head.state_dict(), path.replace(".pdparams", suffix))
+            _save(portable_state(head.state_dict()), path.replace(".pdparams", suffix))
 
 
 def _missing_shards(tmp, model, world, step):
@@ -154,7 +155,7 @@ def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, 
     if averager is not None:
         _save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
     # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
-    _save({"paddle": paddle.get_rng_state()}, os.path.join(tmp, f"rng.rank{rank}.pdparams"))
+    _save(random_state(), os.path.join(tmp, f"rng.rank{rank}.pdparams"))
     strategy.barrier()
     problem = strategy.agree_on_error(_missing_shards(tmp, model, world, step) if rank == 0 else None)
     if problem:
@@ -164,6 +165,38 @@ def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, 
         _publish(output_dir, tmp, final, state, keep)
     strategy.barrier()
     return final
+
+
+def random_state() -> dict:
+    """This process's random state for its checkpoint: the generators of its device (``paddle``: one per GPU of the
+    machine on a GPU, the CPU's on the CPU), which device that is (``device``, ``index``) and, on a GPU, the CPU
+    generator's too (``cpu``)."""
+    kind, _, index = paddle.get_device().partition(":")
+    state = {"device": kind, "index": int(index or 0), "paddle": paddle.get_rng_state()}
+    if kind != "cpu":
+        state["cpu"] = paddle.get_rng_state("cpu")
+    return state
+
+
+def restore_random_state(saved: dict):
+    """Restore :func:`random_state` output (or the ``{"paddle": cpu state}`` of older checkpoints); None, or the
+    sentence saying why this device's generator keeps its seed: a state written on another kind of device (a CUDA
+    generator's state is not the CPU's, and ``paddle.set_rng_state`` on the CPU takes one state only). The CPU
+    generator is restored whenever the file has its state."""
+    kind, _, index = paddle.get_device().partition(":")
+    saved_kind = saved.get("device", "cpu")  # checkpoints written before the key came from CPU runs
+    cpu = saved.get("cpu", saved["paddle"] if saved_kind == "cpu" else None)
+    if cpu is not None:
+        paddle.set_rng_state(cpu, "cpu")
+    if saved_kind != kind:
+        return (f"the checkpoint's random state is a {saved_kind} generator's and this process runs on {kind}: its "
+                f"{kind} generator keeps the job's seed, so random draws on the device (dropout) differ from those "
+                f"of the run that wrote the checkpoint")
+    if kind != "cpu":
+        states = paddle.get_rng_state()  # every GPU's; this process draws from its own device's only
+        states[int(index or 0)] = saved["paddle"][saved.get("index", 0)]  # the generator the saving rank used
+        paddle.set_rng_state(states)
+    return None
 
 
 def _check_compatible(path, state, schedule):
@@ -196,13 +229,16 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     if problem:
         raise ConfigError(f"checkpoint '{path}' is damaged: {problem}; remove it to resume from an older one")
     _check_compatible(path, state, schedule)
-    model.backbone.set_state_dict(paddle.load(os.path.join(path, "backbone.pdparams")))
+    model.backbone.set_state_dict(state_for(model.backbone, paddle.load(os.path.join(path, "backbone.pdparams"))))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
     per_rank = reshard.rank_state(path, saved_world, world, rank)
     optimizer.set_state_dict(per_rank["optimizer"])
-    if per_rank["rng"] is not None:
-        paddle.set_rng_state(per_rank["rng"]["paddle"])
+    note = restore_random_state(per_rank["rng"]) if per_rank["rng"] is not None else None
+    if note:
+        log.warning(note)
+        if rank == 0:
+            print(f"warning: {note}", file=sys.stderr, flush=True)
     if averager is not None and per_rank["averager"] is not None:
         averager.set_state_dict(per_rank["averager"])
     return state

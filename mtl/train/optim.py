@@ -52,20 +52,51 @@ def _param_names(model):
     return sorted(pairs, key=lambda x: -len(x[0]))
 
 
+_MASTER = "master_weights"  # Paddle nests the float32 master weights of low-precision parameters (amp O2) here
+
+
 def structured_optimizer_state(state, model):
     """Re-key optimizer state from Paddle's generated names (``linear_3.w_0_velocity_0``) to structured ones
-    (``heads.a.weight::velocity_0``), so that a checkpoint loads in another process or next to other models."""
+    (``heads.a.weight::velocity_0``), so that a checkpoint loads in another process or next to other models. The
+    master weights Paddle nests under ``master_weights`` (keyed by the parameter's name, the tensor named
+    ``<param>_fp32_master_0``) become ``{"<structured>::fp32_master_0": tensor}``."""
     names = _param_names(model)
     out = {}
     for key, value in state.items():
+        if key == _MASTER and isinstance(value, dict):
+            out[key] = _structured_masters(value, dict(names))
+            continue
         for runtime, structured in names:
             if isinstance(key, str) and key.startswith(runtime + "_"):
                 key = structured + _SEP + key[len(runtime) + 1:]
                 break
-            if key == runtime:  # master weights are keyed by the parameter name itself
-                key = structured
-                break
         out[key] = value
+    return out
+
+
+def _structured_masters(masters, structured_of):
+    """``{parameter name: master tensor}`` -> ``{"<structured>::<the tensor's name after the parameter's>": tensor}``
+    (the name's suffix is what Paddle names the master's own accumulators after)."""
+    out = {}
+    for runtime, tensor in masters.items():
+        suffix = tensor.name[len(runtime) + 1:] if tensor.name.startswith(runtime + "_") else "fp32_master_0"
+        out[structured_of.get(runtime, runtime) + _SEP + suffix] = tensor
+    return out
+
+
+def _runtime_masters(masters, lookup):
+    """Inverse of :func:`_structured_masters` for this process: keyed by the parameter's name, each tensor named
+    ``<param>_<suffix>`` (renamed on a copy when it had another name), so that the velocity or moments Paddle
+    creates for it are found under the re-keyed names of :func:`runtime_optimizer_state`."""
+    out = {}
+    for key, tensor in masters.items():
+        structured, suffix = key.split(_SEP, 1) if _SEP in key else (key, "fp32_master_0")
+        runtime = lookup.get(structured, structured)
+        name = f"{runtime}_{suffix}"
+        if tensor.name != name:
+            tensor = tensor.clone()
+            tensor.name = name
+        out[runtime] = tensor
     return out
 
 
@@ -74,6 +105,9 @@ def runtime_optimizer_state(state, model):
     lookup = {n: p.name for n, p in model.named_parameters()}
     out = {}
     for key, value in state.items():
+        if key == _MASTER and isinstance(value, dict):
+            out[key] = _runtime_masters(value, lookup)
+            continue
         if isinstance(key, str) and _SEP in key:
             structured, acc = key.split(_SEP, 1)
             if structured in lookup:

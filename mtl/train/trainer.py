@@ -16,6 +16,7 @@ import time
 import paddle
 
 from mtl import registry
+from mtl.arrays import host_floats
 from mtl.contracts import check_batch
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
 from mtl.errors import ConfigError, MtlError
@@ -45,6 +46,14 @@ def _log_stop(exc, step):
         log.warning("stopped after step %d: interrupted (a second Ctrl-C)", step)
     else:
         log.exception("stopped after step %d by an unexpected error", step)
+
+
+def _read_records(pending):
+    """The loss and metric tensors of every pending step record replaced by their floats, in one host read."""
+    slots = [(item.losses, t) for item in pending for t in item.losses]
+    slots += [(metrics, k) for item in pending for metrics in item.metrics.values() for k in metrics]
+    for (table, key), value in zip(slots, host_floats(table[key] for table, key in slots)):
+        table[key] = value
 
 
 class Trainer:
@@ -136,7 +145,8 @@ class Trainer:
         """
         step = self.start_step if step is None else step
         total, outputs = self.job.model(batch, step=step)
-        losses = {t: float(o.global_loss) for t, o in outputs.items()}  # global: equal on every rank
+        # global: equal on every rank; one host read for every task
+        losses = dict(zip(outputs, host_floats(o.global_loss for o in outputs.values())))
         self.last_bad = NonFiniteGuard.bad_losses(losses)
         self.last_overflow = False
         if self.last_bad:  # global losses: every rank skips the backward (and its collectives) alike
@@ -256,7 +266,7 @@ class Trainer:
     def _agree(self, batch, step, loop, stop):
         """Before a step: every rank learns any rank's data error (raised on all) or stop request (the last step
         is saved, then :class:`Preempted`) — one tiny all-reduce per step at world > 1."""
-        text, stopping = self.strategy.agree(error_text(batch), stop.requested)
+        text, stopping = self.strategy.agree(error_text(batch), stop.requested, batch)
         if text:
             raise_error_text(text)
         if stopping:
@@ -296,6 +306,7 @@ class Trainer:
             return
         samples_per_s = loop.window.rate()
         record = None
+        _read_records(loop.pending)
         for item in loop.pending:
             record = self._record(item, samples_per_s)
             self.metrics.write(record)

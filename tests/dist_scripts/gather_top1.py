@@ -53,6 +53,10 @@ def main(out_dir, *flags):
     votes = distributed.all_reduce_sum(topk.top1_votes(best, peak, ids))
     out["top1"] = topk.top1_from_votes(votes, best, ids).numpy()
     out["top1_no_tie"] = topk.top1_from_votes(votes[:, 1:3], best[1:3], ids[1:3]).numpy()
+    keys = topk.rank_key(best, rank)  # the margin heads' form: float64 rank keys, one voter per row, no tie-break
+    keyed = distributed.all_reduce_sum(topk.top1_votes(keys, distributed.all_reduce_max(keys), ids))
+    out["top1_keyed"] = topk.top1_from_votes(keyed, best, ids, exclusive=True).numpy()
+    out["keyed_voters"] = keyed[2].numpy()
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **out)
     print(f"rank {rank} saved", flush=True)
 

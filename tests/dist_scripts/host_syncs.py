@@ -1,0 +1,72 @@
+"""The host synchronisations of each training step, counted (tests/host_syncs.py) on the device path (the Paddle-op
+passes a GPU runs; ``mtl.arrays.HOST_PATHS`` off) for the job of ``JOB``: ``main(OUT_DIR)`` writes
+``OUT_DIR/rank{k}.json`` ({"counts": [per step], "sites": [per step {site: count}]}). Runs at 1 process in the test
+process and at 2 in the session's launch (tests/shared_runs.py)."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+STEPS = 6
+
+
+def job_data(output_dir, log_every=1):
+    """Four tasks: ArcFace (full softmax), ArcFace with Partial FC, softmax (sharded), regression (replicated)."""
+    def reader(seed, **extra):
+        return {"type": "synthetic", "num_samples": 64, "seed": seed, **extra}
+
+    return {"seed": 0, "output_dir": str(output_dir), "device": "cpu",
+            "tasks": [{"name": "arc", "reader": reader(1, num_classes=20), "head": {"type": "arcface", "scale": 8.0}},
+                      {"name": "pfc", "reader": reader(2, num_classes=40),
+                       "head": {"type": "arcface", "scale": 8.0, "sample_ratio": 0.2}},
+                      {"name": "soft", "reader": reader(3, num_classes=10), "head": {"type": "softmax"}},
+                      {"name": "reg", "reader": reader(4, target="regression"), "head": {"type": "regression"}}],
+            "backbone": {"type": "mlp", "hidden": [16], "embedding_size": 8},
+            "schedule": {"batch_size": 8, "steps": STEPS + 1, "mode": "joint"},
+            "optimizer": {"type": "momentum", "lr": 0.05, "decay": "none", "clip_norm": 1.0},
+            "log": {"every": log_every, "progress": False, "plot": False}, "data": {"num_workers": 0}}
+
+
+def count_steps(output_dir, log_every=1):
+    """Train ``STEPS`` steps of the job (``until``: no final evaluation) and count every step's syncs: the step's
+    agreement (``Trainer._agree``) and the step itself (``Trainer._step``: forward, backward, update, its record).
+    Returns ``{"counts": [...], "sites": [...]}``."""
+    from mtl import arrays
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.runtime import init_distributed, select_device
+    from mtl.train.trainer import Trainer
+    from tests.host_syncs import HostSyncCounter
+
+    select_device("cpu")
+    init_distributed()
+    host_paths, arrays.HOST_PATHS = arrays.HOST_PATHS, False
+    try:
+        trainer = Trainer(build_job(load_job(data=job_data(output_dir, log_every)), announce_plan=False),
+                          console=lambda *a: None)
+        counter, steps = HostSyncCounter(), []
+        trainer._agree, trainer._step = _counted(trainer._agree, counter, None), _counted(trainer._step, counter, steps)
+        trainer.run(until=STEPS)
+    finally:
+        arrays.HOST_PATHS = host_paths
+    return {"counts": [count for count, _ in steps], "sites": [sites for _, sites in steps]}
+
+
+def _counted(method, counter, steps):
+    """``method`` counted; ``steps`` given: each call closes a step's count (agreement included)."""
+    def wrapped(*args):
+        with counter:
+            result = method(*args)
+        if steps is not None:
+            steps.append((counter.count, dict(counter.sites)))
+            counter.reset()
+        return result
+    return wrapped
+
+
+def main(out_dir):
+    rank = os.environ.get("PADDLE_TRAINER_ID", "0")
+    result = count_steps(os.path.join(out_dir, "run"))
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
