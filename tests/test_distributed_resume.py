@@ -1,5 +1,7 @@
-"""Exact resume at 2 processes: stopped after step 5 (last checkpoint at 3) and resumed, the run ends bit for bit
-where an uninterrupted one does; mid-run evaluation and checkpoints with an empty head shard and averaging.
+"""Exact resume at 2 processes: stopped by --until after step 5 (periodic checkpoint at 3, --until's at 5) and
+resumed, the run ends bit for bit where an uninterrupted one does (BatchNorm statistics included: saving and
+evaluating average them over ranks only while they write or score); mid-run evaluation and checkpoints with an empty
+head shard and averaging.
 
 The uninterrupted run and the run stopped after step 5 are in the session's one launch of 2-process runs
 (tests/shared_runs.py); the resume is a launch of its own, so it starts in processes that never trained the job."""
@@ -42,7 +44,8 @@ def _cut(folder):
 
 def test_resume_at_two_processes_is_exact(two_process):
     full, cut = two_process["resume_full"], two_process["resume_cut"]
-    assert os.path.isdir(os.path.join(cut, "checkpoints", "step_3"))
+    assert os.path.isdir(os.path.join(cut, "checkpoints", "step_3")) and os.path.isdir(os.path.join(cut, "checkpoints",
+                                                                                                     "step_5"))
     assert not os.path.isdir(os.path.join(cut, "checkpoints", "step_8"))
     launch(cut, "--resume")
     files = checkpoint_files(full, 8)
@@ -59,4 +62,4 @@ def test_resume_at_two_processes_is_exact(two_process):
     assert ra == [dict(r, samples_per_s=x.get("samples_per_s")) if "samples_per_s" in r else r
                   for r, x in zip(rb, ra)]
     summary = json.load(open(os.path.join(cut, "summary.json")))
-    assert summary["resumed_from"].endswith("step_3") and summary["tasks"]["pfc"]["eval_averaged"]
+    assert summary["resumed_from"].endswith("step_5") and summary["tasks"]["pfc"]["eval_averaged"]

@@ -13,6 +13,7 @@ runs the loop and asks this object everything that involves other processes.
   folder use the strategy's barrier, its agreement on errors and rank 0's decisions (``from_main``), so that the
   loop communicates through this object only.
 """
+import contextlib
 import math
 from typing import Optional
 
@@ -61,7 +62,7 @@ class ParallelStrategy:
         ids = {id(p) for p in self.sharded}
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
         tensors = list(model.backbone.named_parameters()) + list(model.backbone.named_buffers())
-        self.statistics = [t for name, t in tensors if is_running_statistic(name, t) and math.prod(t.shape) > 0]
+        self.statistics = {name: t for name, t in tensors if is_running_statistic(name, t) and math.prod(t.shape) > 0}
 
     @property
     def is_main(self) -> bool:
@@ -82,15 +83,27 @@ class ParallelStrategy:
             distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None])
 
     @paddle.no_grad()
-    def average_statistics(self):
-        """Average the backbone's BatchNorm running statistics over ranks (before evaluating or saving).
+    @contextlib.contextmanager
+    def agreed_statistics(self):
+        """Inside: the backbone's BatchNorm running statistics averaged over ranks; after: each rank's own again.
 
         Without synchronised BatchNorm each rank's running mean and variance follow its own rows; evaluation (every
         rank embeds the eval split for the model-parallel heads), checkpoints (rank 0 saves the backbone) and export
-        must all see one set, the same on every rank: their mean over ranks.
+        must all see one set, the same on every rank: their mean over ranks. Each rank's own statistics come back
+        afterwards, so that evaluating or saving never changes the training that follows (a run saved at step N
+        and resumed equals one that was not saved there).
         """
-        if self.world > 1:
-            distributed.all_reduce_flat(self.statistics, divisor=self.world)
+        if self.world <= 1 or not self.statistics:
+            yield
+            return
+        tensors = list(self.statistics.values())
+        own = [t.clone() for t in tensors]
+        distributed.all_reduce_flat(tensors, divisor=self.world)
+        try:
+            yield
+        finally:
+            for tensor, value in zip(tensors, own):
+                tensor.set_value(value)
 
     def grad_norm(self, row_gradients=()) -> float:
         """Global norm of every gradient of this step, equal on every rank (one scalar all-reduce).

@@ -131,12 +131,12 @@ def _publish(output_dir, tmp, final, state, keep):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, keep=3, sync=None, extra=None):
+def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, keep=3, extra=None):
     """Save a checkpoint of ``step`` (collective: every rank must call it; ``strategy`` holds the barriers).
 
-    ``sync`` (collective, optional) runs after the averaged weights are applied and before they are written: the
-    trainer averages BatchNorm statistics over ranks there. ``extra``: JSON-able state equal on every rank (the task
-    weighting's), stored in ``state.json``.
+    The backbone files hold BatchNorm statistics averaged over ranks (what evaluation and export use); each rank's
+    own statistics go to ``statistics.rank<k>.pdparams`` too, so that a resume at the same process count continues
+    exactly. ``extra``: JSON-able state equal on every rank (the task weighting's), stored in ``state.json``.
     """
     rank, world = strategy.rank, strategy.world
     root = checkpoint_root(output_dir)
@@ -145,11 +145,11 @@ def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, 
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(os.path.join(tmp, "heads"), exist_ok=True)
     strategy.barrier()
-    _write_weights(tmp, model, rank, world)
+    _save(dict(strategy.statistics), os.path.join(tmp, f"statistics.rank{rank}.pdparams"))  # this rank's own
+    with strategy.agreed_statistics():
+        _write_weights(tmp, model, rank, world)
     if averager is not None:  # the averaged weights themselves, for evaluation and export without re-deriving them
-        with averager.apply():
-            if sync is not None:
-                sync()
+        with averager.apply(), strategy.agreed_statistics():
             _write_weights(tmp, model, rank, world, ".averaged.pdparams")
     _save(optimizer.state_dict(), os.path.join(tmp, f"optimizer.rank{rank}.pdopt"))
     if averager is not None:
@@ -206,11 +206,13 @@ def _check_compatible(path, state, schedule):
                           f"with the same schedule, tasks and seed")
 
 
-def _files_read(model, rank, world, saved_world, averager):
+def _files_read(path, model, rank, world, saved_world, averager):
     """Relative paths of the files rank ``rank`` of ``world`` loads from a checkpoint of ``saved_world`` ranks (the
     ones it verifies first): its own per-rank files, or every rank's when the shards are re-split."""
     ranks = [rank] if saved_world == world else list(range(saved_world))
     files = ["backbone.pdparams", f"rng.rank{rank}.pdparams"] + [f"optimizer.rank{k}.pdopt" for k in ranks]
+    if saved_world == world and os.path.isfile(os.path.join(path, f"statistics.rank{rank}.pdparams")):
+        files.append(f"statistics.rank{rank}.pdparams")
     files += [_head_file(task, head, k, saved_world).replace(os.sep, "/") for task, head in model.heads.items()
               for k in (ranks if head.sharded else [0])]
     return files + ([f"averager.rank{k}.pdparams" for k in ranks] if averager is not None else [])
@@ -225,11 +227,14 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     """
     state, problem = integrity.read_state(path)
     saved_world = int(state["world_size"]) if state else world
-    problem = problem or integrity.verify(path, _files_read(model, rank, world, saved_world, averager))
+    problem = problem or integrity.verify(path, _files_read(path, model, rank, world, saved_world, averager))
     if problem:
         raise ConfigError(f"checkpoint '{path}' is damaged: {problem}; remove it to resume from an older one")
     _check_compatible(path, state, schedule)
     model.backbone.set_state_dict(state_for(model.backbone, paddle.load(os.path.join(path, "backbone.pdparams"))))
+    own = os.path.join(path, f"statistics.rank{rank}.pdparams")
+    if saved_world == world and os.path.isfile(own):  # this rank's own BatchNorm statistics, not the average
+        model.backbone.set_state_dict(state_for(model.backbone, paddle.load(own)))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
     per_rank = reshard.rank_state(path, saved_world, world, rank)

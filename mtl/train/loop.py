@@ -23,20 +23,21 @@ class StepRecord:
 
 
 class AveragedWeights:
-    """Swap in the averaged weights (when there is an averager), then average BatchNorm statistics over ranks once
-    (the averaged statistics are per rank too)."""
+    """Swap in the averaged weights (when there is an averager) with BatchNorm statistics agreed by every rank;
+    on exit the live weights and each rank's own statistics come back."""
 
     def __init__(self, averager, strategy):
-        self.context = averager.apply() if averager is not None else contextlib.nullcontext()
-        self.strategy = strategy
+        self.stack = contextlib.ExitStack()
+        self.averager, self.strategy = averager, strategy
 
     def __enter__(self):
-        self.context.__enter__()
-        self.strategy.average_statistics()
+        if self.averager is not None:
+            self.stack.enter_context(self.averager.apply())
+        self.stack.enter_context(self.strategy.agreed_statistics())
         return self
 
     def __exit__(self, *exc):
-        return self.context.__exit__(*exc)
+        return self.stack.__exit__(*exc)
 
 
 class Loop:

@@ -160,8 +160,9 @@ def reshard(path, world, out):
 
 
 def _per_rank(name):
-    """Files that belong to one rank (written again by :func:`reshard`)."""
-    return bool(_SHARD_FILE.match(name)) or bool(re.match(r"^(optimizer|averager|rng)\.rank\d+\.", name))
+    """Files that belong to one rank (written again by :func:`reshard`; a rank's own BatchNorm statistics are
+    dropped: at another process count every rank starts from the averaged ones of the backbone file)."""
+    return bool(_SHARD_FILE.match(name)) or bool(re.match(r"^(optimizer|averager|rng|statistics)\.rank\d+\.", name))
 
 
 def describe(path):

@@ -363,17 +363,14 @@ class Trainer:
         return results
 
     def _save(self, step):
-        self.strategy.average_statistics()
         checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.strategy,
-                        self.averager,
-                        keep=self.cfg["checkpoint"]["keep"], sync=self.strategy.average_statistics,
-                        extra=self._extra_state())
+                        self.averager, keep=self.cfg["checkpoint"]["keep"], extra=self._extra_state())
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
         step = self.steps if step is None else step
-        self.strategy.average_statistics()
-        live = self.evaluator.evaluate()
+        with self.strategy.agreed_statistics():
+            live = self.evaluator.evaluate()
         averaged = None
         if self.averager is not None:
             with self._averaged():
