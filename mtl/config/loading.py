@@ -8,7 +8,7 @@ import os
 import yaml
 
 from mtl import registry
-from mtl.config.keys import JOB, TASK
+from mtl.config.keys import JOB, TASK, resolve_milestones
 from mtl.config.schema import validate
 from mtl.errors import ConfigError
 
@@ -344,6 +344,20 @@ def _check_components(job, tasks, source):
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
 
 
+def _check_optimizer(job, source):
+    """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps."""
+    opt = job["optimizer"]
+    if opt["decay"] != "multistep":
+        return
+    if not opt["milestones"]:
+        raise ConfigError("decay multistep needs milestones (steps, or fractions of schedule.steps)", source,
+                          "optimizer.milestones")
+    try:
+        resolve_milestones(opt["milestones"], job["schedule"]["steps"])
+    except ValueError as exc:
+        raise ConfigError(str(exc), source, "optimizer.milestones") from None
+
+
 def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
@@ -365,6 +379,7 @@ def load_job(path=None, overrides=(), data=None):
     job["backbone"] = registry.as_component(job["backbone"])
     job["weighting"] = registry.as_component(job["weighting"])
     _check_components(job, tasks, source)
+    _check_optimizer(job, source)
     job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,
                source=source, plugin_folders=plugin_folders)
     return job
