@@ -76,6 +76,15 @@ class ArcFaceHead(ShardedClassHead):
         return {"sampled rows: exp values, then gradient": Workspace.capacity(scored * width) * item,
                 "chunk buffers": chunks}
 
+    @classmethod
+    def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots):
+        """The sharded head's plan; with Partial FC under AdamW (2 optimizer slots) also the rows' own step
+        counts (``[C_k]`` int32, ``mtl.train.sparse``)."""
+        plan = super().planned_bytes(options, global_rows, world_size, rank, optimizer_slots)
+        if plan and optimizer_slots == 2 and float(options.get("sample_ratio", 1.0)) < 1.0:
+            plan["row step counts"] = 4 * distributed.shard_range(int(options["num_classes"]), world_size, rank)[1]
+        return plan
+
     def _resolve_fused(self, fused) -> bool:
         choice = str(fused).lower()
         if choice not in ("auto", "true", "false"):

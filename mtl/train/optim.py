@@ -59,7 +59,7 @@ def build_optimizer(cfg: dict, parameters, total_steps: int):
 
 
 _SEP = "::"
-_SPARSE_VELOCITY = "sparse_velocity"
+_SPARSE = "sparse_"  # <parameter>::sparse_<slot>: the row-sparse optimizer's state (sparse_velocity, ...)
 
 
 def _param_names(model):
@@ -129,22 +129,25 @@ class JointOptimizer:
         self.dense.clear_grad(set_to_zero=False)
 
     def state_dict(self) -> dict:
-        """Dense state with structured keys, plus ``<parameter>::sparse_velocity`` for every row velocity."""
+        """Dense state with structured keys, plus ``<parameter>::sparse_<slot>`` for the row-sparse state (velocity;
+        moment1, moment2, steps)."""
         state = structured_optimizer_state(self.dense.state_dict(), self.model)
         names = {p.name: n for n, p in self.model.named_parameters()}
-        for runtime, velocity in self.sparse.velocities.items():
-            state[f"{names[runtime]}{_SEP}{_SPARSE_VELOCITY}"] = velocity
+        for runtime, slots in self.sparse.slots.items():
+            for slot, value in slots.items():
+                state[f"{names[runtime]}{_SEP}{_SPARSE}{slot}"] = value
         return state
 
     def set_state_dict(self, state: dict):
         """Restore :meth:`state_dict` output (written by this process count)."""
         params = dict(self.model.named_parameters())
-        suffix = _SEP + _SPARSE_VELOCITY
         dense = {}
         for key, value in state.items():
-            if isinstance(key, str) and key.endswith(suffix) and key[:-len(suffix)] in params:
-                self.sparse.velocities[params[key[:-len(suffix)]].name] = value if isinstance(value, paddle.Tensor) \
-                    else paddle.to_tensor(value)
+            structured, _, accumulator = key.partition(_SEP) if isinstance(key, str) else (key, "", "")
+            if accumulator.startswith(_SPARSE) and structured in params:
+                slot = accumulator[len(_SPARSE):]
+                self.sparse.slots.setdefault(params[structured].name, {})[slot] = \
+                    value if isinstance(value, paddle.Tensor) else paddle.to_tensor(value)
             else:
                 dense[key] = value
         with warnings.catch_warnings():
