@@ -13,6 +13,9 @@ One step, as named pieces:
    (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
    ``[K, D]`` but the sampled rows' gradient. On CPU tensors the chunk passes run in numpy on the tensors' own
    memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower there).
+   Inter-class filtering (``interclass_filtering_threshold``, ``interclass_filtering_mode``) and known same-person
+   class pairs (``same_person``) take negatives out of a sample's softmax inside those passes
+   (``mtl.heads.filtering``).
 The fused path (``fused``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and no
 fallback past ``m1*theta + m2 > pi``); the composed path is the reference and runs on every device.
 """
@@ -26,6 +29,7 @@ from mtl.arrays import to_numpy, unit_rows
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
 from mtl.heads.chunked_softmax import CHUNK_ROWS, ClassRows, Workspace, chunked_margin_softmax, inverse_norm
+from mtl.heads.filtering import check_filtering, chunk_mask
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.heads.sharded_loss import local_targets
@@ -44,8 +48,11 @@ class ArcFaceHead(ShardedClassHead):
     default_margin = (1.0, 0.5, 0.0)
 
     def __init__(self, num_classes=None, feature_size=None, margin=None, scale=64.0, sample_ratio=1.0,
-                 label_field="label", fused="auto", seed=0):
+                 label_field="label", fused="auto", seed=0, interclass_filtering_threshold=0.0,
+                 interclass_filtering_mode="zero", same_person=None):
         super().__init__(num_classes, feature_size, label_field, seed)
+        self.filtering = check_filtering(interclass_filtering_threshold, interclass_filtering_mode, same_person,
+                                         self.num_classes)
         self.margin = check_margin(self.default_margin if margin is None else margin)
         self.scale = float(scale)
         if not self.scale > 0:
@@ -93,13 +100,15 @@ class ArcFaceHead(ShardedClassHead):
         if choice == "auto":
             # only where the fused kernel computes exactly our function: it has no monotone fallback past pi, which
             # an additive angular margin (m2 > 0) reaches for target angles above pi - m2; fused: true opts in anyway
-            return on_gpu and self.sample_ratio == 1.0 and self.margin[0] == 1.0 and self.margin[1] == 0.0
+            return on_gpu and self.sample_ratio == 1.0 and self.margin[0] == 1.0 and self.margin[1] == 0.0 and \
+                not self.filtering.active
         if choice == "true":
             if not on_gpu:
                 raise ValueError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "
                                  "use 'auto' or false")
-            if self.sample_ratio < 1.0:
-                raise ValueError("fused=true does not support Partial FC (sample_ratio < 1)")
+            if self.sample_ratio < 1.0 or self.filtering.active:
+                raise ValueError("fused=true does not support Partial FC (sample_ratio < 1) nor inter-class "
+                                 "filtering (interclass_filtering_threshold, same_person)")
             return True
         return False
 
@@ -152,7 +161,10 @@ class ArcFaceHead(ShardedClassHead):
                                           group=group, reduction="mean")
             predicted = sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         else:
-            loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None)
+            mask = chunk_mask(self.filtering, y.numpy(), class_ids.numpy(), self.scale) if self.filtering.active \
+                else None
+            loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None,
+                                          mask=mask)
             predicted = rows.predicted
         # Partial FC in training: the optimizer updates the sampled rows from rows.grad (mtl.train.sparse)
         self._sampled = RowGradient(self.weight, rows.index, rows) if self.training and rows.index is not None \
