@@ -259,9 +259,13 @@ def resolve_reader_paths(cfg, task_source):
 
 def _normalise_components(task):
     """Reader and head become ``{type: ...}`` dicts; the reader's data paths (and those of its evaluation
-    overrides) are resolved against the task file, once, here."""
+    overrides) and the head's ``same_person.pairs`` file are resolved against the task file, once, here."""
     task["reader"] = resolve_reader_paths(registry.as_component(task["reader"]), task["source"])
     task["head"] = registry.as_component(task["head"])
+    same = task["head"].get("same_person")
+    if isinstance(same, dict) and isinstance(same.get("pairs"), str) and os.path.isfile(str(task["source"])):
+        same = dict(same, pairs=resolve_path(same["pairs"], os.path.dirname(os.path.abspath(task["source"]))))
+        task["head"]["same_person"] = same  # a pairs file is taken relative to the task file, as data paths are
     if task["eval"]["reader"]:
         task["eval"]["reader"] = resolve_reader_paths(dict(task["eval"]["reader"]), task["source"])
 
