@@ -34,6 +34,7 @@ from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.heads.sharded_loss import local_targets
 from mtl.parallel import distributed
+from mtl.parallel.collective import all_gather_rows
 from mtl.parallel.topk import sharded_topk
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
@@ -67,6 +68,8 @@ class ArcFaceHead(ShardedClassHead):
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
         self._sampled = None  # Partial FC in training: the RowGradient of the last forward
         self._workspace = Workspace()  # Partial FC: the step's work buffer, reused from step to step
+        self._step_sample = None  # accumulated step: (step, sorted global ids) drawn over all its micro-batches
+        self._summed = None  # accumulated step: the sampled rows' gradient summed over its finished micro-batches
 
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
@@ -133,7 +136,10 @@ class ArcFaceHead(ShardedClassHead):
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         if count >= self.num_classes:
             return ClassRows(self.weight, first_id=self.shard_start), self.class_ids, target
-        sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
+        if self.training and self._step_sample is not None and self._step_sample[0] == self.sample_step:
+            sampled = self._step_sample[1]  # an accumulated step: the sample drawn over all its micro-batches
+        else:
+            sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
         index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
@@ -144,8 +150,36 @@ class ArcFaceHead(ShardedClassHead):
         """Partial FC draws its sample from (seed, step): take the runner's global step."""
         self.sample_step = int(step)
 
+    def prepare_step(self, step: int, labels, accumulate: int):
+        """Partial FC over ``accumulate`` micro-batches: one class sample for the step, drawn from (seed, step) with
+        the labels of every micro-batch and rank as positives (one all-gather of the labels), which every micro-batch
+        then scores; the sampled rows' gradient is summed over the micro-batches (:meth:`row_gradients`)."""
+        self._step_sample, self._summed, self._sampled = None, None, None  # the last step's rows are applied
+        if self.sample_ratio >= 1.0 or not self.training:
+            return
+        labels = labels if isinstance(labels, paddle.Tensor) else paddle.to_tensor(np.asarray(labels))
+        labels = labels.reshape([-1]).astype("int64")
+        if distributed.is_distributed():
+            labels = all_gather_rows(labels, [labels.shape[0]] * distributed.world_size())
+        count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
+        self._step_sample = (int(step), sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed,
+                                                                int(step)))
+
+    def _fold_rows(self):
+        """Accumulated step: add the last micro-batch's sampled-row gradient (in the reused work buffer) into the
+        step's sum, which then stands as that micro-batch's gradient (idempotent)."""
+        last = self._sampled
+        if self._step_sample is None or last is None or last.rows.grad is None or last.rows.grad is self._summed:
+            return
+        if self._summed is None:
+            self._summed = last.rows.grad.clone()  # the buffer is reused by the next micro-batch
+        else:
+            self._summed.add_(last.rows.grad)
+        last.rows.grad = self._summed
+
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
+        self._fold_rows()  # an accumulated step: the last micro-batch's row gradient, before the buffer is reused
         self._sampled = None  # the last step's row gradient: released before this step allocates its own
         x, y = self.gather_batch(features, labels)
         rows, class_ids, target = self.sample_classes(y)
@@ -177,7 +211,9 @@ class ArcFaceHead(ShardedClassHead):
         verification_pairs(np.asarray(labels))
 
     def row_gradients(self):
-        """Partial FC in training: the sampled rows of the last forward; the optimizer updates only them."""
+        """Partial FC in training: the sampled rows of the last forward (of an accumulated step: their gradient
+        summed over its micro-batches); the optimizer updates only them."""
+        self._fold_rows()
         return [self._sampled] if self._sampled is not None else []
 
     def weight_gradient(self) -> np.ndarray:
@@ -186,6 +222,7 @@ class ArcFaceHead(ShardedClassHead):
         With Partial FC in training only the sampled rows have a gradient (the others are zero here); otherwise it
         is ``weight.grad``.
         """
+        self._fold_rows()
         if self._sampled is not None and self._sampled.rows.grad is not None:
             grad = self._sampled.rows.grad.numpy()
             dense = np.zeros(self.weight.shape, dtype=grad.dtype)

@@ -37,7 +37,9 @@ def resolve_milestones(milestones, total_steps: int):
 
 SCHEDULE = {
     "mode": Opt(str, "joint", choices=["joint", "sample"], doc="joint: every task in every step; sample: one task"),
-    "batch_size": Opt(int, 64, min=1, doc="global batch size (all processes together)"),
+    "batch_size": Opt(int, 64, min=1, doc="global batch size of one optimizer step (all processes together)"),
+    "accumulate": Opt(int, 1, min=1, doc="read each step's batch as this many micro-batches (gradient "
+                                         "accumulation); every task's sub-batch must be a multiple of it x processes"),
     "steps": Opt(int, 1000, min=1, doc="training steps"),
     "sampling": Opt(str, "ratio", choices=["ratio", "proportional", "temperature", "uniform"],
                     doc="sample mode: how the task of a step is drawn"),

@@ -362,6 +362,22 @@ def _check_optimizer(job, source):
         raise ConfigError(str(exc), source, "optimizer.milestones") from None
 
 
+def _check_accumulate(job, tasks, source):
+    """``schedule.accumulate`` K: every task's sub-batch of a step splits into K equal micro-batches (the process
+    count is checked again at start-up, :func:`mtl.data.steps.check_divisible`)."""
+    from mtl.data.scheduler import JointSchedule, SampleSchedule
+    from mtl.data.steps import check_divisible
+
+    schedule, names = job["schedule"], [t["name"] for t in tasks]
+    if schedule["accumulate"] == 1:
+        return
+    if schedule["mode"] == "joint":
+        plan = JointSchedule(names, [t["ratio"] for t in tasks], schedule["batch_size"], job["seed"])
+    else:
+        plan = SampleSchedule(names, [1.0 / len(names)] * len(names), schedule["batch_size"], job["seed"])
+    check_divisible(plan, 1, source, schedule["accumulate"])
+
+
 def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
@@ -384,6 +400,7 @@ def load_job(path=None, overrides=(), data=None):
     job["weighting"] = registry.as_component(job["weighting"])
     _check_components(job, tasks, source)
     _check_optimizer(job, source)
+    _check_accumulate(job, tasks, source)
     job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,
                source=source, plugin_folders=plugin_folders)
     return job

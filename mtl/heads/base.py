@@ -23,6 +23,10 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
   config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
 * ``set_step(step)``: the global step of the next training forward, given by the joint model.
+* ``prepare_step(step, labels, accumulate)``: called once per training step before its first micro-batch when the
+  step is read as ``accumulate`` > 1 micro-batches (``schedule.accumulate``), with this rank's labels of the whole
+  step: Partial FC draws its one class sample of the step from them and sums the sampled rows' gradient over the
+  micro-batches.
 * ``equal_rows`` (set by the joint model): every rank passes the same number of rows to each forward, so a head that
   gathers rows need not exchange row counts first (the runner's batches guarantee it:
   ``mtl.data.steps.check_divisible``). False for a head used on its own.
@@ -84,6 +88,10 @@ class Head(paddle.nn.Layer):
         Heads whose randomness depends on the step (Partial FC's class sampling) derive it from this, so that a
         resumed run draws exactly what an uninterrupted one would. Default: nothing.
         """
+
+    def prepare_step(self, step: int, labels, accumulate: int):
+        """Before the first of ``accumulate`` micro-batches of training step ``step``; ``labels``: this rank's labels
+        of all of them. Default: nothing (a head whose forward does not depend on the rest of the step)."""
 
     def check_eval_labels(self, labels):
         """Raise (any exception, with a sentence) when ``evaluate`` could not score a split with these labels.
