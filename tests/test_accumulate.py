@@ -218,3 +218,15 @@ def test_each_rank_reads_its_slice_of_every_micro_batch():
     assert [len(p) for p in parts] == [4, 4]
     merged = np.concatenate([parts[r][k * 2:(k + 1) * 2] for k in (0, 1) for r in (0, 1)])
     assert np.array_equal(merged, whole)
+
+
+def test_an_accumulated_run_resumes_bit_identically(tmp_path):
+    """Stopped after step 4 and resumed in new Trainers: every logged number equals the uninterrupted run's."""
+    full, cut = str(tmp_path / "full"), str(tmp_path / "cut")
+    common = ["schedule.accumulate=2", "weighting=famo", "checkpoint.every=4"]
+    train_here(JOB, "--set", f"output_dir={full}", *common)
+    train_here(JOB, "--set", f"output_dir={cut}", *common, "--until", "4")
+    train_here(JOB, "--set", f"output_dir={cut}", *common, "--resume")
+    drop = ("samples_per_s",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in records(full)] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in records(cut)]
