@@ -8,6 +8,7 @@ import numpy as np
 import paddle
 import pytest
 from test_margin_heads import assert_close, float64, np_ce, np_dpsi, np_psi, run_head  # noqa: F401
+from test_sharded_heads import script  # registers the shared 2-process run "sharded_heads"
 
 from mtl import arrays
 from mtl.heads import chunked_softmax
@@ -141,8 +142,6 @@ def test_two_ranks_with_sharded_centres_match_numpy(passes, two_process, name):
     samples for Partial FC)."""
     import os
 
-    from test_sharded_heads import script
-
     if passes == "device":
         pytest.skip("the 2-rank run uses the default passes (host on CPU); both paths are compared above")
     ranks = [dict(np.load(os.path.join(two_process["sharded_heads"], f"rank{k}.npz"))) for k in range(2)]
@@ -161,5 +160,10 @@ def test_two_ranks_with_sharded_centres_match_numpy(passes, two_process, name):
     assert dirty.any() and listed
     for rank in ranks:
         assert abs(float(rank[f"{name}/loss"]) - loss) <= 1e-5 * loss
-    assert_close(np.concatenate([r[f"{name}/feature_grad"] for r in ranks]), dx, 1e-4, "feature gradient")
-    assert_close(np.concatenate([r[f"{name}/weight_grad"] for r in ranks])[scored], dw, 1e-4, "centre gradient")
+    got_dx = np.concatenate([r[f"{name}/feature_grad"] for r in ranks])
+    got_dw = np.concatenate([r[f"{name}/weight_grad"] for r in ranks])[scored]
+    assert_close(got_dx, dx, 1e-4, "feature gradient")
+    assert_close(got_dw, dw, 1e-4, "centre gradient")
+    print(f"\n{name}, 2 ranks vs numpy: loss {abs(float(ranks[0][f'{name}/loss']) - loss) / loss:.1e}, gradients "
+          f"{np.abs(got_dx - dx).max() / np.abs(dx).max():.1e} (features), "
+          f"{np.abs(got_dw - dw).max() / np.abs(dw).max():.1e} (centres), relative")
