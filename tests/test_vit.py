@@ -141,3 +141,18 @@ def test_size_options_are_checked():
         small_vit(embed_dim=18, num_heads=4)
     with pytest.raises(ValueError, match="embed_dim must be a positive integer"):
         plugin_class("backbone", "vit")()
+
+
+def test_exports_with_a_dynamic_batch_as_mtl_export_does(tmp_path):
+    """paddle.jit.save of the backbone (as ``mtl export``: ``field_adapter``, batch axis None) reloads to the eager
+    forward; masking, drop path and recompute are training-only."""
+    from mtl.export import field_adapter
+
+    model = small_vit(mask_ratio=0.2, drop_path_rate=0.2, recompute=True)
+    model.eval()
+    images = paddle.randn([3, 3, 18, 18])
+    eager = model({"image": images}).numpy()
+    spec = paddle.static.InputSpec([None, 3, 18, 18], "float32", name="image")
+    paddle.jit.save(paddle.jit.to_static(field_adapter(model, "image", True), input_spec=[spec], full_graph=True),
+                    str(tmp_path / "vit"))
+    np.testing.assert_array_equal(paddle.jit.load(str(tmp_path / "vit"))(images).numpy(), eager)
