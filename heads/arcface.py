@@ -87,12 +87,21 @@ class ArcFaceHead(ShardedClassHead):
                 "chunk buffers": chunks}
 
     @classmethod
-    def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots):
-        """The sharded head's plan; with Partial FC under AdamW (2 optimizer slots) also the rows' own step
-        counts (``[C_k]`` int32, ``mtl.train.sparse``)."""
-        plan = super().planned_bytes(options, global_rows, world_size, rank, optimizer_slots)
-        if plan and optimizer_slots == 2 and float(options.get("sample_ratio", 1.0)) < 1.0:
-            plan["row step counts"] = 4 * distributed.shard_range(int(options["num_classes"]), world_size, rank)[1]
+    def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots, accumulate=1):
+        """The sharded head's plan; with Partial FC under AdamW (2 optimizer slots) also the rows' own step counts
+        (``[C_k]`` int32, ``mtl.train.sparse``), and over ``accumulate`` > 1 micro-batches the sampled rows'
+        gradient summed over them (``[K_k, D]``, as the step's sample)."""
+        plan = super().planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate)
+        ratio = float(options.get("sample_ratio", 1.0))
+        if not plan or ratio >= 1.0:
+            return plan
+        shard = distributed.shard_range(int(options["num_classes"]), world_size, rank)[1]
+        if optimizer_slots == 2:
+            plan["row step counts"] = 4 * shard
+        if accumulate > 1:
+            sampled = min(shard, math.ceil(ratio * shard) + int(global_rows) * int(accumulate))
+            item = np.dtype(paddle.get_default_dtype()).itemsize
+            plan["summed rows' gradient"] = sampled * int(options["feature_size"]) * item
         return plan
 
     def _resolve_fused(self, fused) -> bool:

@@ -185,6 +185,9 @@ def test_the_memory_plan_counts_one_micro_batch():
         "activations (16 rows, estimate)"]  # 128 / (K x 2 processes) rows
     buffers = [plans[k]["tasks.1.head"]["exp values, then the gradient"] for k in (1, 4)]
     assert buffers[0] == 3 * 128 * 4 and buffers[1] == 3 * 32 * 4  # cos5 at rank 0: 3 classes x max(N, D) floats
+    # arc13 (Partial FC 0.3, rank 0 holds 7 classes): the rows' gradient summed over the micro-batches, K = 4 only
+    assert "summed rows' gradient" not in plans[1]["tasks.0.head"]
+    assert plans[4]["tasks.0.head"]["summed rows' gradient"] == 7 * 16 * 4  # min(7, ceil(0.3 x 7) + 32 x 4) rows
 
 
 @two_process_run("accumulate_k2")

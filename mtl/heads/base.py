@@ -30,8 +30,9 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``equal_rows`` (set by the joint model): every rank passes the same number of rows to each forward, so a head that
   gathers rows need not exchange row counts first (the runner's batches guarantee it:
   ``mtl.data.steps.check_divisible``). False for a head used on its own.
-* ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots)`` (class method): the memory the head
-  will hold in one process, by part, computed from its options before it is built (``mtl.train.memory_plan``).
+* ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate=1)`` (class method): the memory
+  the head will hold in one process, by part, computed from its options before it is built
+  (``mtl.train.memory_plan``); ``global_rows`` are those of one micro-batch when a step is read as ``accumulate``.
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -101,10 +102,11 @@ class Head(paddle.nn.Layer):
 
     @classmethod
     def planned_bytes(cls, options: dict, global_rows: int, world_size: int, rank: int,
-                      optimizer_slots: int) -> Dict[str, int]:
+                      optimizer_slots: int, accumulate: int = 1) -> Dict[str, int]:
         """Bytes this head will hold in process ``rank`` of ``world_size``, by part (``{"weight": n, ...}``), from its
-        constructor ``options`` alone, before it is built; ``global_rows`` = rows of its sub-batch over all ranks,
-        ``optimizer_slots`` = float copies the optimizer keeps per parameter. Default: {} (a small head)."""
+        constructor ``options`` alone, before it is built; ``global_rows`` = rows of its sub-batch (of one
+        micro-batch) over all ranks, ``optimizer_slots`` = float copies the optimizer keeps per parameter,
+        ``accumulate`` = micro-batches per step. Default: {} (a small head)."""
         return {}
 
     def row_gradients(self) -> List:

@@ -76,13 +76,14 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) 
     from mtl.train.averaging.config import KINDS, averaging_options
 
     slots = OPTIMIZER_SLOTS.get(cfg["optimizer"]["type"], 2)
-    micro = int(cfg["schedule"]["batch_size"]) // int(cfg["schedule"].get("accumulate", 1))
+    accumulate = int(cfg["schedule"].get("accumulate", 1))
+    micro = int(cfg["schedule"]["batch_size"]) // accumulate
     rows = max(1, micro)  # a task's sub-batch of a micro-batch is at most the micro-batch
     entries = [PlanEntry("backbone", "backbone", backbone_parts(backbone, slots, max(1, micro // world_size)))]
     for tcfg in cfg["tasks"]:
         options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]), lambda t=tcfg: reader_sizes(t))
         head_cls = registry.get("head", tcfg["head"]["type"]).cls
-        parts = head_cls.planned_bytes(options, rows, world_size, rank, slots)
+        parts = head_cls.planned_bytes(options, rows, world_size, rank, slots, accumulate)
         key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
         entries.append(PlanEntry(f"task '{tcfg['name']}' head '{tcfg['head']['type']}'", key, parts))
     kind, _ = averaging_options(cfg.get("averaging"), cfg["source"])
