@@ -204,8 +204,8 @@ class ArcFaceHead(ShardedClassHead):
                                           group=group, reduction="mean")
             predicted = sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         else:
-            mask = chunk_mask(self.filtering, y.numpy(), class_ids.numpy(), self.scale) if self.filtering.active \
-                else None
+            mask = chunk_mask(self.filtering, y.numpy(), self.scale, self.shard_start, rows.count,
+                              None if rows.index is None else rows.index.numpy()) if self.filtering.active else None
             loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None,
                                           mask=mask)
             predicted = rows.predicted

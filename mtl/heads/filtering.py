@@ -104,15 +104,20 @@ class ChunkMask:
         return self.columns[inside] - begin, self.rows[inside]
 
 
-def chunk_mask(filtering: Filtering, labels: np.ndarray, scored_ids: np.ndarray, scale: float):
+def chunk_mask(filtering: Filtering, labels: np.ndarray, scale: float, first_id: int, count: int, index=None):
     """The :class:`ChunkMask` of one forward (None when nothing can be filtered): the pairs' partners of the gathered
-    ``labels`` that are among this rank's scored classes ``scored_ids`` (sorted global ids of the scored rows)."""
+    ``labels`` that are among this rank's scored rows — rows ``[0, count)`` of the shard whose first class is
+    ``first_id``, or (Partial FC) the sorted local ids ``index`` of the shard."""
     if filtering is None or not filtering.active:
         return None
     rows, partners = filtering.partners(labels)
-    columns = np.searchsorted(scored_ids, partners)
-    hit = columns < len(scored_ids)
-    hit[hit] = scored_ids[columns[hit]] == partners[hit]
+    local = partners - int(first_id)
+    if index is None:
+        hit, columns = (local >= 0) & (local < int(count)), local
+    else:
+        columns = np.searchsorted(index, local)
+        hit = columns < len(index)
+        hit[hit] = index[columns[hit]] == local[hit]
     limit = None if filtering.threshold is None else float(scale) * float(filtering.threshold)
     return ChunkMask(limit, filtering.mode, columns[hit].astype(np.int64), rows[hit].astype(np.int64))
 
