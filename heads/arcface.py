@@ -13,11 +13,14 @@ One step, as named pieces:
    (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
    ``[K, D]`` but the sampled rows' gradient. On CPU tensors the chunk passes run in numpy on the tensors' own
    memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower there).
-The fused path (``fused: true``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, and
-no fallback past ``m1*theta + m2 > pi``); the composed path is the reference, runs on every device and is the
-default everywhere (``fused: auto``): the fused one has not run in this project yet (``tools/gpu_check.py`` compares
-it with the composed one on a GPU), holds dense ``[N, C_k]`` logits, softmax and gradients plus a dense weight
-gradient (the memory plan counts them), and adds one all-gather per step for its top-1.
+   Inter-class filtering (``interclass_filtering_threshold``, ``interclass_filtering_mode``) and known same-person
+   class pairs (``same_person``) take negatives out of a sample's softmax inside those passes
+   (``mtl.heads.filtering``).
+The fused path (``fused: true``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, no
+inter-class filtering, and no fallback past ``m1*theta + m2 > pi``); the composed path is the reference, runs on
+every device and is the default everywhere (``fused: auto``): the fused one has not run in this project yet
+(``tools/gpu_check.py`` compares it with the composed one on a GPU), holds dense ``[N, C_k]`` logits, softmax and
+gradients plus a dense weight gradient (the memory plan counts them), and adds one all-gather per step for its top-1.
 """
 import math
 
@@ -29,10 +32,12 @@ from mtl.arrays import to_numpy, unit_rows
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
 from mtl.heads.chunked_softmax import ClassRows, Workspace, chunk_rows, chunked_margin_softmax, inverse_norm
+from mtl.heads.filtering import check_filtering, chunk_mask
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.heads.sharded_loss import local_targets
 from mtl.parallel import distributed
+from mtl.parallel.collective import all_gather_rows
 from mtl.parallel.topk import sharded_topk
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
@@ -47,8 +52,11 @@ class ArcFaceHead(ShardedClassHead):
     default_margin = (1.0, 0.5, 0.0)
 
     def __init__(self, num_classes=None, feature_size=None, margin=None, scale=64.0, sample_ratio=1.0,
-                 label_field="label", fused="auto", seed=0):
+                 label_field="label", fused="auto", seed=0, interclass_filtering_threshold=0.0,
+                 interclass_filtering_mode="zero", same_person=None):
         super().__init__(num_classes, feature_size, label_field, seed)
+        self.filtering = check_filtering(interclass_filtering_threshold, interclass_filtering_mode, same_person,
+                                         self.num_classes)
         self.margin = check_margin(self.default_margin if margin is None else margin)
         self.scale = float(scale)
         if not self.scale > 0:
@@ -63,6 +71,8 @@ class ArcFaceHead(ShardedClassHead):
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
         self._sampled = None  # Partial FC in training: the RowGradient of the last forward
         self._workspace = Workspace()  # Partial FC: the step's work buffer, reused from step to step
+        self._step_sample = None  # accumulated step: (step, sorted global ids) drawn over all its micro-batches
+        self._summed = None  # accumulated step: the sampled rows' gradient summed over its finished micro-batches
 
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
@@ -82,6 +92,24 @@ class ArcFaceHead(ShardedClassHead):
         return {"sampled rows: exp values, then gradient": Workspace.capacity(scored * width) * item,
                 "chunk buffers": chunks}
 
+    @classmethod
+    def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots, accumulate=1):
+        """The sharded head's plan; with Partial FC under AdamW (2 optimizer slots) also the rows' own step counts
+        (``[C_k]`` int32, ``mtl.train.sparse``), and over ``accumulate`` > 1 micro-batches the sampled rows'
+        gradient summed over them (``[K_k, D]``, as the step's sample)."""
+        plan = super().planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate)
+        ratio = float(options.get("sample_ratio", 1.0))
+        if not plan or ratio >= 1.0:
+            return plan
+        shard = distributed.shard_range(int(options["num_classes"]), world_size, rank)[1]
+        if optimizer_slots == 2:
+            plan["row step counts"] = 4 * shard
+        if accumulate > 1:
+            sampled = min(shard, math.ceil(ratio * shard) + int(global_rows) * int(accumulate))
+            item = np.dtype(paddle.get_default_dtype()).itemsize
+            plan["summed rows' gradient"] = sampled * int(options["feature_size"]) * item
+        return plan
+
     def _resolve_fused(self, fused) -> bool:
         """``fused: auto`` is the composed path on every device (the fused one has not run here yet); ``true`` opts
         in on a GPU, refused with a sentence where Paddle's kernel cannot compute this head's function."""
@@ -93,8 +121,9 @@ class ArcFaceHead(ShardedClassHead):
         if not (paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu")):
             raise ValueError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "
                              "use 'auto' or false")
-        if self.sample_ratio < 1.0:
-            raise ValueError("fused=true does not support Partial FC (sample_ratio < 1)")
+        if self.sample_ratio < 1.0 or self.filtering.active:
+            raise ValueError("fused=true does not support Partial FC (sample_ratio < 1) nor inter-class "
+                             "filtering (interclass_filtering_threshold, same_person)")
         return True
 
     def cosine(self, normalized_features, weight):
@@ -118,7 +147,10 @@ class ArcFaceHead(ShardedClassHead):
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         if count >= self.num_classes:
             return ClassRows(self.weight, first_id=self.shard_start), self.class_ids, target
-        sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
+        if self.training and self._step_sample is not None and self._step_sample[0] == self.sample_step:
+            sampled = self._step_sample[1]  # an accumulated step: the sample drawn over all its micro-batches
+        else:
+            sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
         index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
@@ -129,8 +161,36 @@ class ArcFaceHead(ShardedClassHead):
         """Partial FC draws its sample from (seed, step): take the runner's global step."""
         self.sample_step = int(step)
 
+    def prepare_step(self, step: int, labels, accumulate: int):
+        """Partial FC over ``accumulate`` micro-batches: one class sample for the step, drawn from (seed, step) with
+        the labels of every micro-batch and rank as positives (one all-gather of the labels), which every micro-batch
+        then scores; the sampled rows' gradient is summed over the micro-batches (:meth:`row_gradients`)."""
+        self._step_sample, self._summed, self._sampled = None, None, None  # the last step's rows are applied
+        if self.sample_ratio >= 1.0 or not self.training:
+            return
+        labels = labels if isinstance(labels, paddle.Tensor) else paddle.to_tensor(np.asarray(labels))
+        labels = labels.reshape([-1]).astype("int64")
+        if distributed.is_distributed():
+            labels = all_gather_rows(labels, [labels.shape[0]] * distributed.world_size())
+        count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
+        self._step_sample = (int(step), sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed,
+                                                                int(step)))
+
+    def _fold_rows(self):
+        """Accumulated step: add the last micro-batch's sampled-row gradient (in the reused work buffer) into the
+        step's sum, which then stands as that micro-batch's gradient (idempotent)."""
+        last = self._sampled
+        if self._step_sample is None or last is None or last.rows.grad is None or last.rows.grad is self._summed:
+            return
+        if self._summed is None:
+            self._summed = last.rows.grad.clone()  # the buffer is reused by the next micro-batch
+        else:
+            self._summed.add_(last.rows.grad)
+        last.rows.grad = self._summed
+
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
+        self._fold_rows()  # an accumulated step: the last micro-batch's row gradient, before the buffer is reused
         self._sampled = None  # the last step's row gradient: released before this step allocates its own
         x, y = self.gather_batch(features, labels)
         rows, class_ids, target = self.sample_classes(y)
@@ -146,7 +206,10 @@ class ArcFaceHead(ShardedClassHead):
                                           group=group, reduction="mean")
             predicted = sharded_topk(cos.detach(), class_ids, 1)[:, 0]
         else:
-            loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None)
+            mask = chunk_mask(self.filtering, y.numpy(), self.scale, self.shard_start, rows.count,
+                              None if rows.index is None else rows.index.numpy()) if self.filtering.active else None
+            loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None,
+                                          mask=mask)
             predicted = rows.predicted
         # Partial FC in training: the optimizer updates the sampled rows from rows.grad (mtl.train.sparse)
         self._sampled = RowGradient(self.weight, rows.index, rows) if self.training and rows.index is not None \
@@ -159,7 +222,9 @@ class ArcFaceHead(ShardedClassHead):
         verification_pairs(np.asarray(labels))
 
     def row_gradients(self):
-        """Partial FC in training: the sampled rows of the last forward; the optimizer updates only them."""
+        """Partial FC in training: the sampled rows of the last forward (of an accumulated step: their gradient
+        summed over its micro-batches); the optimizer updates only them."""
+        self._fold_rows()
         return [self._sampled] if self._sampled is not None else []
 
     def weight_gradient(self) -> np.ndarray:
@@ -168,6 +233,7 @@ class ArcFaceHead(ShardedClassHead):
         With Partial FC in training only the sampled rows have a gradient (the others are zero here); otherwise it
         is ``weight.grad``.
         """
+        self._fold_rows()
         if self._sampled is not None and self._sampled.rows.grad is not None:
             grad = self._sampled.rows.grad.numpy()
             dense = np.zeros(self.weight.shape, dtype=grad.dtype)

@@ -19,3 +19,13 @@ def test_overhead_benchmark_runs_and_both_sides_agree():
     toolkit, reference = float(m.group(1)), float(m.group(2))
     assert abs(toolkit - reference) <= 1e-5 * abs(reference)
     assert re.search(r"overhead ratio [0-9.]+", proc.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_accumulation_benchmark_runs():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_accumulate.py"), "--steps", "1",
+                           "--batch", "16", "--ks", "1,2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"K=2: step \d+ ms \(x[0-9.]+\), peak RSS \d+ MiB, of which training adds -?\d+ MiB",
+                     proc.stdout), proc.stdout

@@ -62,3 +62,65 @@ def test_clip_global_norm_matches_numpy():
     scale_to_norm(params, global_grad_norm(params, []), max_norm=100.0)
     for p, g in zip(params, grads):
         np.testing.assert_allclose(p.grad.numpy(), g / norm, rtol=1e-5)
+
+
+def arcface_torch_poly(step, base, warmup, total, power):
+    """arcface_torch's PolynomialLRWarmup._get_closed_form_lr (lr_scheduler.py), transcribed: the rate of step l."""
+    if step <= warmup:
+        return base * step / warmup
+    return base * (1.0 - (min(total, step) - warmup) / (total - warmup)) ** power
+
+
+def plsc_poly(step, base, warmup, total, warmup_end):
+    """PLSC's Poly.get_lr (plsc/scheduler/lr_scheduler.py, decay_unit step, warmup_start_lr 0), transcribed."""
+    if step < warmup:
+        return warmup_end * step / warmup
+    return base * (1 - (step - warmup) / (total - warmup)) ** 2
+
+
+@pytest.mark.parametrize("warmup", [0, 5])
+@pytest.mark.parametrize("power", [1.0, 2.0, 0.5])
+def test_poly_decay_equals_arcface_torch_closed_form(warmup, power):
+    """Every step's rate against arcface_torch's closed form (for step 0 its recursive get_lr returns the base rate
+    before the first scheduler.step(); ours is the closed form's 0 when there is a warm-up: docs/large-scale.md)."""
+    got = lrs(build_lr(cfg(lr=0.1, warmup_steps=warmup, decay="poly", power=power), total_steps=30), 30)
+    want = [arcface_torch_poly(t, 0.1, warmup, 30, power) if warmup else 0.1 * (1 - t / 30) ** power
+            for t in range(30)]
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
+
+
+def test_poly_decay_with_power_two_equals_plsc_poly_and_ends_at_min_lr():
+    got = lrs(build_lr(cfg(lr=0.001, warmup_steps=4, decay="poly", power=2.0), total_steps=20), 20)
+    np.testing.assert_allclose(got, [plsc_poly(t, 0.001, 4, 20, 0.001) for t in range(20)], rtol=1e-9, atol=1e-15)
+    got = lrs(build_lr(cfg(lr=1.0, decay="poly", power=1.0, min_lr=0.1), total_steps=10), 12)
+    np.testing.assert_allclose(got, [0.9 * (1 - min(t, 10) / 10) + 0.1 for t in range(12)], rtol=1e-9)
+
+
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_multistep_decay_by_steps_and_by_fractions(warmup):
+    """lr gamma^(number of milestones <= t), milestones counted from step 0 (the warm-up included); fractions of the
+    steps round to the same milestones."""
+    def want(t):
+        if t < warmup:
+            return 0.5 * t / warmup
+        return 0.5 * 0.1 ** sum(m <= t for m in (4, 8))
+    for milestones in ([4, 8], [0.2, 0.4]):
+        c = cfg(lr=0.5, warmup_steps=warmup, decay="multistep", milestones=milestones, gamma=0.1)
+        np.testing.assert_allclose(lrs(build_lr(c, total_steps=20), 12), [want(t) for t in range(12)], rtol=1e-9)
+
+
+def test_schedule_errors_are_caught_at_load_time_naming_the_key():
+    from mtl.config.loading import load_job
+    from mtl.errors import ConfigError
+
+    def job(**optimizer):
+        return {"tasks": [{"name": "a", "reader": {"type": "synthetic"}, "head": "softmax"}], "backbone": "mlp",
+                "schedule": {"steps": 10}, "optimizer": optimizer}
+    with pytest.raises(ConfigError, match="optimizer.milestones.*not a mix"):
+        load_job(data=job(decay="multistep", milestones=[2, 0.5]))
+    with pytest.raises(ConfigError, match="optimizer.milestones.*needs milestones"):
+        load_job(data=job(decay="multistep"))
+    with pytest.raises(ConfigError, match=r"optimizer.milestones.*steps \[5, 5\]"):
+        load_job(data=job(decay="multistep", milestones=[0.5, 0.52]))
+    with pytest.raises(ConfigError, match="optimizer.power"):
+        load_job(data=job(decay="poly", power=0))

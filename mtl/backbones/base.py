@@ -1,5 +1,5 @@
 """Backbone base class: reads named input fields, returns one feature vector per sample."""
-from typing import List
+from typing import List, Optional
 
 import paddle
 
@@ -21,6 +21,11 @@ class Backbone(paddle.nn.Layer):
         depend on the batch, are not counted), for the memory plan (``mtl.train.memory_plan``)."""
         weights = sum(int(p.numel()) * p.element_size() for p in self.parameters())
         return {"parameters": weights, "gradients": weights, "optimizer state": optimizer_slots * weights}
+
+    def activation_bytes(self, rows: int) -> Optional[int]:
+        """Bytes of the activations one training forward of ``rows`` samples keeps for its backward, for the memory
+        plan; None (the default): the backbone does not say, and the plan does not count them."""
+        return None
 
     def input_fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError

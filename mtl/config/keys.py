@@ -14,9 +14,32 @@ def _component(value):
     return None
 
 
+def _check_milestones(value):
+    """Milestones are all integers >= 1 (steps) or all numbers in (0, 1) (fractions of schedule.steps)."""
+    steps = all(isinstance(m, int) and not isinstance(m, bool) and m >= 1 for m in value)
+    fractions = all(isinstance(m, float) and 0.0 < m < 1.0 for m in value)
+    if not (steps or fractions):
+        return (f"expected integers >= 1 (steps) or numbers in (0, 1) (fractions of schedule.steps), not a mix, got "
+                f"{value!r}")
+    return None
+
+
+def resolve_milestones(milestones, total_steps: int):
+    """Multistep milestones as step numbers: integers as they are, fractions f in (0, 1) as round(f * steps).
+
+    Raises ValueError (with the resolved steps) unless they increase strictly."""
+    steps = [int(m) if isinstance(m, int) else int(round(float(m) * total_steps)) for m in milestones]
+    if any(b <= a for a, b in zip(steps, steps[1:])) or (steps and steps[0] < 1):
+        raise ValueError(f"milestones {list(milestones)} give steps {steps} of {total_steps}, which must be >= 1 and "
+                         "increase strictly")
+    return steps
+
+
 SCHEDULE = {
     "mode": Opt(str, "joint", choices=["joint", "sample"], doc="joint: every task in every step; sample: one task"),
-    "batch_size": Opt(int, 64, min=1, doc="global batch size (all processes together)"),
+    "batch_size": Opt(int, 64, min=1, doc="global batch size of one optimizer step (all processes together)"),
+    "accumulate": Opt(int, 1, min=1, doc="read each step's batch as this many micro-batches (gradient "
+                                         "accumulation); every task's sub-batch must be a multiple of it x processes"),
     "steps": Opt(int, 1000, min=1, doc="training steps"),
     "sampling": Opt(str, "ratio", choices=["ratio", "proportional", "temperature", "uniform"],
                     doc="sample mode: how the task of a step is drawn"),
@@ -66,10 +89,16 @@ OPTIMIZER = {
         isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v)
         else f"expected two numbers in [0, 1), got {v!r}", doc="adamw betas"),
     "warmup_steps": Opt(int, 0, min=0, doc="linear warm-up steps"),
-    "decay": Opt(str, "cosine", choices=["none", "cosine", "step"], doc="learning-rate decay after warm-up"),
-    "min_lr": Opt(float, 0.0, min=0.0, doc="cosine: final learning rate"),
+    "decay": Opt(str, "cosine", choices=["none", "cosine", "step", "poly", "multistep"],
+                 doc="learning-rate decay after warm-up (docs/large-scale.md has the formulas)"),
+    "min_lr": Opt(float, 0.0, min=0.0, doc="cosine, poly: final learning rate"),
     "step_size": Opt(int, 1000, min=1, doc="step decay: steps between decays"),
-    "gamma": Opt(float, 0.1, min=0.0, max=0.999999, doc="step decay: factor (< 1)"),
+    "gamma": Opt(float, 0.1, min=0.0, max=0.999999, doc="step, multistep decay: factor (< 1)"),
+    "power": Opt(float, 1.0, min=0.0, min_exclusive=True,
+                 doc="poly: lr_t = (lr - min_lr) (1 - (t - warmup) / (steps - warmup))^power + min_lr"),
+    "milestones": Opt(list, [], check=_check_milestones,
+                      doc="multistep: steps where the rate is multiplied by gamma (integers >= 1, counted from step "
+                          "0 with the warm-up), or fractions of schedule.steps (numbers in (0, 1))"),
     "clip_norm": Opt(float, None, nullable=True, min=0.0, min_exclusive=True, doc="global-norm gradient clipping"),
     "lr_mult": Opt(dict, {}, check=_check_lr_mult,
                    doc="learning-rate multipliers by parameter-name prefix of the joint model, the longest prefix "

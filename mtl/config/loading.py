@@ -8,7 +8,7 @@ import os
 import yaml
 
 from mtl import registry
-from mtl.config.keys import BACKBONE, JOB, TASK
+from mtl.config.keys import BACKBONE, JOB, TASK, resolve_milestones
 from mtl.config.schema import validate
 from mtl.errors import ConfigError
 
@@ -259,9 +259,13 @@ def resolve_reader_paths(cfg, task_source):
 
 def _normalise_components(task):
     """Reader and head become ``{type: ...}`` dicts; the reader's data paths (and those of its evaluation
-    overrides) are resolved against the task file, once, here."""
+    overrides) and the head's ``same_person.pairs`` file are resolved against the task file, once, here."""
     task["reader"] = resolve_reader_paths(registry.as_component(task["reader"]), task["source"])
     task["head"] = registry.as_component(task["head"])
+    same = task["head"].get("same_person")
+    if isinstance(same, dict) and isinstance(same.get("pairs"), str) and os.path.isfile(str(task["source"])):
+        same = dict(same, pairs=resolve_path(same["pairs"], os.path.dirname(os.path.abspath(task["source"]))))
+        task["head"]["same_person"] = same  # a pairs file is taken relative to the task file, as data paths are
     if task["eval"]["reader"]:
         task["eval"]["reader"] = resolve_reader_paths(dict(task["eval"]["reader"]), task["source"])
 
@@ -347,6 +351,36 @@ def _check_components(job, tasks, source):
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
 
 
+def _check_optimizer(job, source):
+    """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps."""
+    opt = job["optimizer"]
+    if opt["decay"] != "multistep":
+        return
+    if not opt["milestones"]:
+        raise ConfigError("decay multistep needs milestones (steps, or fractions of schedule.steps)", source,
+                          "optimizer.milestones")
+    try:
+        resolve_milestones(opt["milestones"], job["schedule"]["steps"])
+    except ValueError as exc:
+        raise ConfigError(str(exc), source, "optimizer.milestones") from None
+
+
+def _check_accumulate(job, tasks, source):
+    """``schedule.accumulate`` K: every task's sub-batch of a step splits into K equal micro-batches (the process
+    count is checked again at start-up, :func:`mtl.data.steps.check_divisible`)."""
+    from mtl.data.scheduler import JointSchedule, SampleSchedule
+    from mtl.data.steps import check_divisible
+
+    schedule, names = job["schedule"], [t["name"] for t in tasks]
+    if schedule["accumulate"] == 1:
+        return
+    if schedule["mode"] == "joint":
+        plan = JointSchedule(names, [t["ratio"] for t in tasks], schedule["batch_size"], job["seed"])
+    else:
+        plan = SampleSchedule(names, [1.0 / len(names)] * len(names), schedule["batch_size"], job["seed"])
+    check_divisible(plan, 1, source, schedule["accumulate"])
+
+
 def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
@@ -368,6 +402,8 @@ def load_job(path=None, overrides=(), data=None):
     job["backbone"] = registry.as_component(job["backbone"])
     job["weighting"] = registry.as_component(job["weighting"])
     _check_components(job, tasks, source)
+    _check_optimizer(job, source)
+    _check_accumulate(job, tasks, source)
     job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,
                source=source, plugin_folders=plugin_folders)
     return job

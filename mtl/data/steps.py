@@ -3,7 +3,10 @@
 A task's samples are read in epochs; epoch ``e`` of task ``t`` visits the training set in the order
 ``RandomState(seed_t + e).permutation(N)``, so global position ``p`` maps to sample ``perm_{p // N}[p % N]``.
 The step's sub-batch of task ``t`` covers positions ``[consumed_t(step), consumed_t(step) + n_t)``; rank ``r`` of
-``W`` takes rows ``[r * n_t / W, (r + 1) * n_t / W)`` of it, so that the global batch never depends on ``W``.
+``W`` takes rows ``[r * n_t / W, (r + 1) * n_t / W)`` of it, so that the global batch never depends on ``W``. With
+gradient accumulation (``schedule.accumulate`` K) the sub-batch is read as K micro-batches of ``m = n_t / K`` rows
+(micro-batch k: rows ``[k m, (k + 1) m)``) and rank r takes rows ``[k m + r m / W, k m + (r + 1) m / W)`` of each,
+concatenated in micro-batch order: the union over micro-batches and ranks is still the whole sub-batch.
 One ``StepDataset`` item is a whole step, collated per task; ``paddle.io.DataLoader(batch_size=None)`` runs it in
 worker processes and keeps the steps in order.
 """
@@ -16,7 +19,7 @@ from mtl.data.loader import ERROR_KEY, error_item, error_text, format_fault, mak
 from mtl.errors import ConfigError, DataError, MtlError
 
 __all__ = ["ERROR_KEY", "StepDataset", "SampleOrder", "check_divisible", "check_labels", "collate", "error_item",
-           "error_text", "make_loader", "raise_error_text", "rank_slice", "task_seed"]
+           "error_text", "make_loader", "raise_error_text", "rank_rows", "rank_slice", "task_seed"]
 
 
 def task_seed(seed: int, task_name: str) -> int:
@@ -59,31 +62,51 @@ def rank_slice(n: int, world: int, rank: int):
     return slice(rank * per, (rank + 1) * per)
 
 
-def _splits_evenly(schedule, world):
-    return all(n % world == 0 for task in schedule.tasks for n in schedule.possible_sizes(task))
+def rank_rows(n: int, world: int, rank: int, accumulate: int = 1):
+    """Rows of a sub-batch of ``n`` that rank ``rank`` takes when it is read as ``accumulate`` micro-batches: its
+    slice of every micro-batch, in micro-batch order (a slice for one micro-batch, else an index array)."""
+    if accumulate == 1:
+        return rank_slice(n, world, rank)
+    micro = n // accumulate
+    part = rank_slice(micro, world, rank)
+    return np.concatenate([np.arange(k * micro + part.start, k * micro + part.stop) for k in range(accumulate)])
 
 
-def check_divisible(schedule, world: int, source=None):
-    """Start-up check: every sub-batch size must split evenly over ``world`` processes.
+def _splits_evenly(schedule, world, accumulate=1):
+    return all(n % (world * accumulate) == 0 for task in schedule.tasks for n in schedule.possible_sizes(task))
 
-    The error names the task and its size, and suggests global batch sizes near the current one for which every
-    task's sub-batch (with the same ratios) splits evenly.
+
+def check_divisible(schedule, world: int, source=None, accumulate: int = 1):
+    """Start-up check: every sub-batch size must split evenly into ``accumulate`` micro-batches and each of those
+    over ``world`` processes.
+
+    The error names the task and its size, the micro-batch rows every task would get per process, and suggests
+    global batch sizes near the current one for which every task's sub-batch (with the same ratios) splits evenly.
     """
-    if world <= 1 or _splits_evenly(schedule, world):
+    if _splits_evenly(schedule, world, accumulate):
         return
-    task, n = next((t, n) for t in schedule.tasks for n in schedule.possible_sizes(t) if n % world)
+    parts = world * accumulate
+    task, n = next((t, n) for t in schedule.tasks for n in schedule.possible_sizes(t) if n % parts)
     total = schedule.batch_size
-    candidates = sorted((b for b in range(max(len(schedule.tasks), 1), total + 64 * world + 1)
-                         if _fits(schedule, b, world)), key=lambda b: (abs(b - total), b))[:6]
+    candidates = sorted((b for b in range(max(len(schedule.tasks), 1), total + 64 * parts + 1)
+                         if _fits(schedule, b, world, accumulate)), key=lambda b: (abs(b - total), b))[:6]
     hint = f"e.g. schedule.batch_size one of {sorted(candidates)}" if candidates else "adjust the task ratios"
+    if accumulate == 1:
+        raise ConfigError(
+            f"task '{task}' gets a sub-batch of {n} samples per step, which does not split evenly over {world} "
+            f"processes; every task's sub-batch must be a multiple of {world} ({hint})", source, "schedule.batch_size")
+    sizes = ", ".join(f"'{t}' {m} / {accumulate} / {world} = {m / parts:g}" for t in schedule.tasks
+                      for m in schedule.possible_sizes(t)[:1])
     raise ConfigError(
-        f"task '{task}' gets a sub-batch of {n} samples per step, which does not split evenly over {world} "
-        f"processes; every task's sub-batch must be a multiple of {world} ({hint})", source, "schedule.batch_size")
+        f"task '{task}' gets a sub-batch of {n} samples per step, read as {accumulate} micro-batches "
+        f"(schedule.accumulate) of {n / accumulate:g} samples, which do not split evenly over {world} process(es); "
+        f"every task's sub-batch must be a multiple of accumulate x processes = {parts} (samples per micro-batch and "
+        f"process: {sizes}; {hint})", source, "schedule.batch_size")
 
 
-def _fits(schedule, batch_size, world):
+def _fits(schedule, batch_size, world, accumulate=1):
     try:
-        return _splits_evenly(schedule.with_batch_size(batch_size), world)
+        return _splits_evenly(schedule.with_batch_size(batch_size), world, accumulate)
     except ValueError:  # fewer samples than tasks
         return False
 
@@ -97,8 +120,9 @@ class StepDataset(paddle.io.Dataset):
     """Item ``i`` is the batch of step ``start_step + i`` for this rank: ``{task: {field: array}}``."""
 
     def __init__(self, schedule, readers: dict, seed: int, start_step: int, end_step: int, world: int = 1,
-                 rank: int = 0, label_ranges=None):
+                 rank: int = 0, label_ranges=None, accumulate: int = 1):
         super().__init__()
+        self.accumulate = int(accumulate)  # the step's rows of this rank: its share of each micro-batch, in order
         self.label_ranges = dict(label_ranges or {})  # {task: (field, num_classes)}: labels must be in [0, C)
         self.schedule = schedule
         self.readers = readers
@@ -131,7 +155,7 @@ class StepDataset(paddle.io.Dataset):
         batch = {}
         for task, n in self.schedule.plan(step).items():
             start = self.schedule.consumed(task, step)
-            part = rank_slice(n, self.world, self.rank)
+            part = rank_rows(n, self.world, self.rank, self.accumulate)
             idx = self.orders[task].indices(start, n)[part]
             if self.readers[task].epoch_aware:  # epoch-aware readers take (index, epoch): random flips per epoch
                 keys = [(int(j), int(e)) for j, e in zip(idx, self.orders[task].epochs(start, n)[part])]

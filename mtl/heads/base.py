@@ -23,11 +23,16 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
   config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
 * ``set_step(step)``: the global step of the next training forward, given by the joint model.
+* ``prepare_step(step, labels, accumulate)``: called once per training step before its first micro-batch when the
+  step is read as ``accumulate`` > 1 micro-batches (``schedule.accumulate``), with this rank's labels of the whole
+  step: Partial FC draws its one class sample of the step from them and sums the sampled rows' gradient over the
+  micro-batches.
 * ``equal_rows`` (set by the joint model): every rank passes the same number of rows to each forward, so a head that
   gathers rows need not exchange row counts first (the runner's batches guarantee it:
   ``mtl.data.steps.check_divisible``). False for a head used on its own.
-* ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots)`` (class method): the memory the head
-  will hold in one process, by part, computed from its options before it is built (``mtl.train.memory_plan``).
+* ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate=1)`` (class method): the memory
+  the head will hold in one process, by part, computed from its options before it is built
+  (``mtl.train.memory_plan``); ``global_rows`` are those of one micro-batch when a step is read as ``accumulate``.
 """
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -85,6 +90,10 @@ class Head(paddle.nn.Layer):
         resumed run draws exactly what an uninterrupted one would. Default: nothing.
         """
 
+    def prepare_step(self, step: int, labels, accumulate: int):
+        """Before the first of ``accumulate`` micro-batches of training step ``step``; ``labels``: this rank's labels
+        of all of them. Default: nothing (a head whose forward does not depend on the rest of the step)."""
+
     def check_eval_labels(self, labels):
         """Raise (any exception, with a sentence) when ``evaluate`` could not score a split with these labels.
 
@@ -93,10 +102,11 @@ class Head(paddle.nn.Layer):
 
     @classmethod
     def planned_bytes(cls, options: dict, global_rows: int, world_size: int, rank: int,
-                      optimizer_slots: int) -> Dict[str, int]:
+                      optimizer_slots: int, accumulate: int = 1) -> Dict[str, int]:
         """Bytes this head will hold in process ``rank`` of ``world_size``, by part (``{"weight": n, ...}``), from its
-        constructor ``options`` alone, before it is built; ``global_rows`` = rows of its sub-batch over all ranks,
-        ``optimizer_slots`` = float copies the optimizer keeps per parameter. Default: {} (a small head)."""
+        constructor ``options`` alone, before it is built; ``global_rows`` = rows of its sub-batch (of one
+        micro-batch) over all ranks, ``optimizer_slots`` = float copies the optimizer keeps per parameter,
+        ``accumulate`` = micro-batches per step. Default: {} (a small head)."""
         return {}
 
     def row_gradients(self) -> List:

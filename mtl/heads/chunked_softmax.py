@@ -32,6 +32,7 @@ The passes exist twice, with the same math, buffer layout and chunk order: in Pa
 ``_gradient_pass``: GPU, and CPU when ``mtl.arrays.HOST_PATHS`` is off) and in numpy on the CPU tensors' memory
 (:mod:`mtl.heads.host_chunks`, the CPU default). The tests run both against the numpy reference.
 """
+import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
@@ -176,7 +177,7 @@ class _ChunkedMarginSoftmax(PyLayer):
     to ``rows.grad``)."""
 
     @staticmethod
-    def forward(ctx, x_hat, weight, rows, target, scale, transform, host):
+    def forward(ctx, x_hat, weight, rows, target, scale, transform, host, mask):
         n, dim = x_hat.shape
         owned, column, z_t, slope, w_t, inv_t, cos_t = _target_terms(rows, x_hat, target, scale, transform)
         work = rows.buffer(rows.count * max(n, dim), x_hat.dtype)  # exp(z - m_chunk), then dW
@@ -184,9 +185,10 @@ class _ChunkedMarginSoftmax(PyLayer):
         ctx.host = host_chunks.HostRows(rows, CHUNK_ROWS) if host else None
         if host:
             running, total, best, best_column, maxima = host_chunks.online_pass(
-                ctx.host, x_hat, scale, owned, column, work, inverse)
+                ctx.host, x_hat, scale, owned, column, work, inverse, mask)
         else:
-            running, total, best, best_column, maxima = _online_pass(rows, x_hat, scale, owned, column, work, inverse)
+            running, total, best, best_column, maxima = _online_pass(rows, x_hat, scale, owned, column, work, inverse,
+                                                                     mask)
         if rows.count:  # the target's own (margin-free) cosine competes for the top-1 prediction
             plain = paddle.where(owned, cos_t * scale, paddle.full_like(cos_t, float("-inf")))
             best_column = paddle.where(plain > best, column, best_column)
@@ -245,7 +247,23 @@ class _ChunkedMarginSoftmax(PyLayer):
         return dx, None
 
 
-def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
+def _filter_chunk(z, begin: int, end: int, mask, chunk_max):
+    """Paddle-op version of ``host_chunks._filter_chunk``: ``(z, softmax chunk maximum, filtered entries or
+    None)``."""
+    if mask is None:
+        return z, chunk_max, None
+    listed = np.zeros(z.shape, bool)
+    columns, rows = mask.entries(begin, end)
+    listed[columns, rows] = True
+    dirty = paddle.to_tensor(listed, place=z.place)
+    if mask.limit is not None:
+        dirty = paddle.logical_or(dirty, z > mask.limit)
+    fill = paddle.full_like(z, 0.0 if mask.mode == "zero" else float("-inf"))
+    z = paddle.where(dirty, fill, z)
+    return z, z.max(axis=0), dirty
+
+
+def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse, mask=None):
     """The forward over the chunks: each chunk's ``exp(z - m_chunk)`` into ``work``, its inverse norms into
     ``inverse``; returns the running maximum m and exp-sum S (online softmax), the best masked logit and its column
     (top-1), and ``m_chunk`` of every chunk."""
@@ -261,9 +279,12 @@ def _online_pass(rows: ClassRows, x_hat, scale, owned, column, work, inverse):
         better = chunk_max > best
         best = paddle.where(better, chunk_max, best)
         best_column = paddle.where(better, chunk_arg + begin, best_column)
+        z, chunk_max, dirty = _filter_chunk(z, begin, end, mask, chunk_max)
         grown = paddle.maximum(running, chunk_max)
         z.subtract_(grown.unsqueeze(0)).exp_()
         total = total * paddle.exp(running - grown) + z.sum(axis=0)  # S rescaled to the new maximum
+        if dirty is not None and mask.mode == "zero":  # counted in S, but a constant logit: no gradient
+            z = paddle.where(dirty, paddle.zeros_like(z), z)
         running = grown
         work[begin * n:end * n] = z.reshape([-1])
         inverse[begin:end] = inv
@@ -310,17 +331,18 @@ def _correct_(dw, rows, inv):
 
 
 def chunked_margin_softmax(x_hat, rows: ClassRows, target, scale: float, transform=None, dense: bool = True,
-                           host=None):
+                           host=None, mask=None):
     """Mean cross-entropy (equal on every rank) of ``x_hat`` (normalised features of the gathered batch) over the
     class ``rows`` of every shard; ``target [N]`` = column of the label in ``rows`` or -1 (another rank's).
 
     ``dense``: the weight gets its gradient through autograd (``weight.grad``); otherwise the rows' gradient
     ``[K, D]`` is left in ``rows.grad`` by the backward. ``transform(cos_t) -> (value, slope)`` is the margin.
     ``host``: run the chunk passes in numpy on the tensors' memory (:mod:`mtl.heads.host_chunks`) or in Paddle ops;
-    None chooses numpy for CPU tensors (float32/float64) and Paddle ops on a device.
+    None chooses numpy for CPU tensors (float32/float64) and Paddle ops on a device. ``mask``
+    (:class:`mtl.heads.filtering.ChunkMask`): negatives taken out of the softmax (inter-class filtering).
     """
     weight = rows.weight if dense else None
     if host is None:
         host = on_host(x_hat) and on_host(rows.weight) and rows.count > 0
     return _ChunkedMarginSoftmax.apply(x_hat, weight, rows, target.astype("int64"), float(scale), transform,
-                                       bool(host))
+                                       bool(host), mask)

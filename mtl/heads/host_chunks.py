@@ -92,7 +92,21 @@ def _add_transposed_product(out, g, block, scratch):
         out += scratch
 
 
-def online_pass(host: HostRows, x_hat, scale, owned, column, work, inverse):
+def _filter_chunk(z: np.ndarray, begin: int, end: int, mask, chunk_max):
+    """Inter-class filtering of one chunk (``mtl.heads.filtering``), after the top-1 search: the filtered logits
+    become 0 (``zero``) or -inf (``remove``); returns the softmax's chunk maximum and the filtered entries (None)."""
+    if mask is None:
+        return chunk_max, None
+    dirty = z > z.dtype.type(mask.limit) if mask.limit is not None else np.zeros(z.shape, bool)
+    columns, rows = mask.entries(begin, end)
+    dirty[columns, rows] = True
+    if not dirty.any():
+        return chunk_max, None
+    z[dirty] = 0.0 if mask.mode == "zero" else -np.inf
+    return z.max(axis=0), dirty
+
+
+def online_pass(host: HostRows, x_hat, scale, owned, column, work, inverse, mask=None):
     """Host version of ``_online_pass`` (the rows as :class:`HostRows`; the chunk maxima as numpy arrays)."""
     x, n = host_view(x_hat), x_hat.shape[0]
     buffer, inverses = host_view(work), host_view(inverse)
@@ -118,10 +132,13 @@ def online_pass(host: HostRows, x_hat, scale, owned, column, work, inverse):
         elif better.size:
             best_column[better] = z[:, better].argmax(axis=0) + begin
         best[better] = chunk_max[better]
+        chunk_max, dirty = _filter_chunk(z, begin, end, mask, chunk_max)
         grown = np.maximum(running, chunk_max)
         z -= grown
         paddle.utils.dlpack.from_dlpack(z).exp_()  # Paddle's exp, in place on z's memory (no slice of ``work``)
         total = total * np.exp(running - grown) + z.sum(axis=0)  # S rescaled to the new maximum
+        if dirty is not None and mask.mode == "zero":
+            z[dirty] = 0.0  # counted in S, but a constant logit: no gradient
         running = grown
         maxima.append(grown)
     place = x_hat.place

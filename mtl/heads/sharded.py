@@ -135,7 +135,7 @@ class ShardedClassHead(Head):
         return {"gradient": shard * dim * item, "logits and their gradient": 2 * global_rows * shard * item}
 
     @classmethod
-    def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots):
+    def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots, accumulate=1):
         """Per process: the ``[C_k, D]`` weight, its optimizer state and :meth:`step_bytes`; ``{}`` when the options
         lack a size (the constructor will say so)."""
         try:

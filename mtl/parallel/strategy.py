@@ -69,9 +69,10 @@ class ParallelStrategy:
         """True on the rank that writes shared files and prints (rank 0)."""
         return self.rank == 0
 
-    def check_batch_split(self, schedule, source=None):
-        """Start-up check: every sub-batch splits evenly over the processes (a ConfigError suggests sizes)."""
-        check_divisible(schedule, self.world, source)
+    def check_batch_split(self, schedule, source=None, accumulate: int = 1):
+        """Start-up check: every sub-batch splits evenly into ``accumulate`` micro-batches and each over the processes
+        (a ConfigError suggests sizes)."""
+        check_divisible(schedule, self.world, source, accumulate)
 
     def seed_random(self, seed: int):
         """Seed this rank's own random stream (dropout masks) from (seed, rank); checkpoints restore it."""
@@ -165,25 +166,34 @@ class ParallelStrategy:
         """The backbone's trainable parameters: the ones whose per-task gradients a weighting strategy combines."""
         return [p for p in model.backbone.parameters() if not p.stop_gradient]
 
-    def task_gradients(self, model, tasks):
+    def task_gradients(self, model, tasks, buffer=None, reduce: bool = True):
         """``[T, P]``: row t is the gradient of task t's weighted loss w.r.t. the backbone's parameters, summed over
         ranks (one fused all-reduce of the whole buffer); rows of tasks absent from the step are zero.
 
         Runs the backbone backward once per task present (``JointModel.backward_backbone_per_task``). Memory:
-        T copies of the backbone gradient (``bench/bench_weighting.py`` measures it).
+        T copies of the backbone gradient (``bench/bench_weighting.py`` measures it). ``buffer``: add into it (the
+        micro-batches of an accumulated step); ``reduce`` False: this rank's sums only (:meth:`reduce_task_gradients`
+        after the last micro-batch).
         """
         params = self.shared_parameters(model)
         sizes = [math.prod(p.shape) for p in params]
-        buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
+        if buffer is None:
+            buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
         for task in model.backward_backbone_per_task():
             grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
                      for p, n in zip(params, sizes)]
-            buffer[tasks.index(task)] = paddle.concat(grads)
+            row = tasks.index(task)
+            buffer[row] = buffer[row] + paddle.concat(grads)
             for p in params:
                 p.clear_gradient(set_to_zero=False)
+        if reduce:
+            self.reduce_task_gradients(buffer)
+        return buffer
+
+    def reduce_task_gradients(self, buffer):
+        """SUM over ranks of a :meth:`task_gradients` buffer, in place (one all-reduce)."""
         if self.world > 1:
             distributed.all_reduce_flat([buffer])
-        return buffer
 
     @paddle.no_grad()
     def set_shared_gradient(self, model, task_grads, alpha):

@@ -13,6 +13,17 @@ Exact under data + model parallelism (docs/architecture.md, "Task weighting acro
 * Strategies that need the per-task gradients themselves (``needs_gradient_matrix``: GradDrop, DB-MTL) get the same
   summed ``[T, P]`` matrix as float32 numpy and return the shared gradient ``[P]``, written as it is.
 
+Gradient accumulation (``schedule.accumulate`` K, :class:`AccumulatedStep`): a step's losses are the means of its K
+micro-batches' (equal-sized) losses, and each micro-batch is differentiated with its losses divided by K, so the
+gradients summed over the micro-batches are the step's. Weights that do not depend on the step's losses (static,
+RLW: ``Weighting.uses_losses``) are applied in every micro-batch's backward, with one gradient sync at the end.
+Every other strategy needs the step's losses (or its per-task gradients) before anything is combined: each task's
+backbone gradient is then summed apart over the micro-batches into the ``[T, P]`` buffer of the gradient-based path
+(one backbone backward per task and micro-batch, one all-reduce at the end), and the step's weights or alpha combine
+it after the last micro-batch: loss-based strategies ``sum_t (w_t / loss_weight_t) g_t``, Gram-based ones from its
+Gram matrix, matrix-based ones from the matrix, MGDA-UB from the representation Gram summed over the micro-batches
+(rows of different micro-batches never meet, so it is the step's).
+
 The strategy's state goes into the checkpoint's ``state.json``; arrays of more than ``INLINE_ELEMENTS`` numbers
 (DB-MTL's T x P moving average) as base64 of their float64 bytes, which restores them bit for bit at a third of
 the size of a JSON list.
@@ -127,6 +138,10 @@ class TaskBalancer:
             for grad in tensors:
                 grad.scale_(factor)
 
+    def accumulated(self, present, step: int, scale: float, accumulate: int) -> "AccumulatedStep":
+        """The backward of a step read as ``accumulate`` micro-batches of the tasks ``present``."""
+        return AccumulatedStep(self, present, step, scale, accumulate)
+
     def state_dict(self) -> dict:
         """The strategy's state as JSON-able values (equal on every rank; stored in the checkpoint's state.json)."""
         return {k: _to_json(v) for k, v in self.weighting.state_dict().items()}
@@ -142,3 +157,64 @@ class TaskBalancer:
     def restore(self, snapshot: dict):
         """Put back a :meth:`snapshot` (a step whose gradient was not finite must not move the strategy)."""
         self.weighting.set_state_dict(snapshot)
+
+
+class AccumulatedStep:
+    """The backward of one optimizer step read as ``accumulate`` micro-batches (module docstring)."""
+
+    def __init__(self, balancer: TaskBalancer, present, step: int, scale: float, accumulate: int):
+        self.balancer, self.step, self.scale, self.accumulate = balancer, int(step), float(scale), int(accumulate)
+        self.present = np.array([t in present for t in balancer.tasks])
+        self.weights = None  # weights applied per micro-batch (the strategy does not use the step's losses)
+        weighting = balancer.weighting
+        if not weighting.needs_gradients and not weighting.uses_losses:
+            self.weights = weighting.weights(np.zeros(len(balancer.tasks)), self.present, self.step)
+        self.buffer, self.gram = None, None
+
+    def backward(self):
+        """The backward of the last micro-batch's forward, its losses divided by the micro-batch count."""
+        balancer, model = self.balancer, self.balancer.model
+        per = self.scale / self.accumulate
+        if self.weights is not None:
+            model.backward({t: float(w) * per for t, w in zip(balancer.tasks, self.weights)})
+            return
+        model.backward_heads({t: float(w) * per for t, w in zip(balancer.tasks, balancer.static)})
+        if balancer.weighting.uses_representation:
+            gram = balancer.strategy.representation_gram(model.feature_gradients(), balancer.tasks)
+            self.gram = gram if self.gram is None else self.gram + gram
+        self.buffer = balancer.strategy.task_gradients(model, balancer.tasks, self.buffer, reduce=False)
+
+    def finish(self, losses: Dict[str, float]) -> Dict[str, Dict[str, float]]:
+        """After the last micro-batch: the step's weights from its losses (the means over the micro-batches), the
+        shared gradient they combine, the gradient sync. Returns what :meth:`TaskBalancer.backward` returns."""
+        balancer = self.balancer
+        if self.weights is not None:
+            balancer.strategy.reduce_gradients()
+            return {"weight": {t: float(w) for t, w, p in zip(balancer.tasks, self.weights, self.present) if p}}
+        values = np.array([losses[t] if p else np.nan for t, p in zip(balancer.tasks, self.present)])
+        weights = balancer.weighting.weights(values, self.present, self.step)
+        logged = {"weight": {t: float(w) for t, w, p in zip(balancer.tasks, weights, self.present) if p}}
+        balancer._rescale_heads(weights, self.present)
+        strategy, model = balancer.strategy, balancer.model
+        strategy.reduce_task_gradients(self.buffer)
+        alpha = self._alpha(values, weights)
+        if alpha is not None:
+            if balancer.weighting.needs_gradients:
+                logged["alpha"] = {t: float(a) for t, a, p in zip(balancer.tasks, alpha, self.present) if p}
+            strategy.set_shared_gradient(model, self.buffer, alpha)
+            strategy.reduce_gradients_except(strategy.shared_parameters(model))
+        return logged
+
+    def _alpha(self, losses, weights):
+        """The combination of the summed per-task gradients: ``w_t / loss_weight_t`` for a loss-based strategy, the
+        strategy's alpha for a gradient-based one; None when a matrix-based strategy has written it already."""
+        balancer, weighting = self.balancer, self.balancer.weighting
+        if not weighting.needs_gradients:
+            static = balancer.static
+            return np.where(static > 0, weights / np.where(static > 0, static, 1.0), 0.0)
+        if weighting.uses_representation:
+            return balancer._combine(self.gram / self.scale ** 2, losses, self.present, self.step)
+        if weighting.needs_gradient_matrix:
+            return balancer._matrix_step(self.buffer, losses, self.present, self.step, self.scale)
+        gram = paddle.matmul(self.buffer, self.buffer, transpose_y=True).numpy().astype(np.float64)
+        return balancer._combine(gram / self.scale ** 2, losses, self.present, self.step)

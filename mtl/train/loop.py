@@ -22,6 +22,32 @@ class StepRecord:
     loss_scale: Optional[float] = None
 
 
+class StepMeans:
+    """The losses and metrics of an accumulated step: sums over its micro-batches, then their means (the micro-batches
+    of a task are equal-sized, so the mean of their means is the mean over the step's batch)."""
+
+    def __init__(self):
+        self.count, self.losses, self.metrics = 0, {}, {}
+
+    def add(self, outputs, losses):
+        """One micro-batch's ``{task: HeadOutput}`` and global losses."""
+        self.count += 1
+        for task, out in outputs.items():
+            self.losses[task] = self.losses.get(task, 0.0) + losses[task]
+            sums = self.metrics.setdefault(task, {})
+            for name, value in out.metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+
+    def outputs(self):
+        """``{task: HeadOutput}`` of the means (float32 tensors, as a head's outputs are)."""
+        from mtl.heads.base import HeadOutput
+
+        def mean(value):
+            return paddle.to_tensor(value / self.count, dtype="float32")
+        return {task: HeadOutput(loss=mean(loss), metrics={k: mean(v) for k, v in self.metrics[task].items()})
+                for task, loss in self.losses.items()}
+
+
 class AveragedWeights:
     """Swap in the averaged weights (when there is an averager) with BatchNorm statistics agreed by every rank;
     on exit the live weights and each rank's own statistics come back."""

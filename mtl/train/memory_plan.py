@@ -7,7 +7,8 @@ prints the plan of the process with the largest shard (rank 0: the balanced spli
 the memory one process may use: host RAM (``MemAvailable`` shared by this machine's processes) on CPU, the device's
 memory on GPU. A plan that does not fit stops the job before it allocates, with one line naming the largest head
 and the figures (a ``ConfigError``: exit status 2), instead of the system killing it minutes later.
-Not counted: activations of the backbone (they depend on the batch and the network) and the Paddle runtime itself.
+Not counted: the Paddle runtime itself, and the activations of backbones that do not estimate them
+(``Backbone.activation_bytes``: the ViT does).
 """
 from dataclasses import dataclass
 from typing import Dict, List
@@ -54,19 +55,35 @@ def head_options(tcfg: dict, backbone, seed: int, reader_sizes) -> dict:
     return options
 
 
+def backbone_parts(backbone, optimizer_slots: int, rows: int) -> Dict[str, int]:
+    """The backbone's parameters, gradients and optimizer state, and the activations of a forward of ``rows``
+    samples when the backbone estimates them (``Backbone.activation_bytes``)."""
+    parts = dict(backbone.planned_bytes(optimizer_slots))
+    activations = backbone.activation_bytes(rows)
+    if activations is not None:
+        parts[f"activations ({rows} rows, estimate)"] = int(activations)
+    return parts
+
+
 def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) -> List[PlanEntry]:
-    """The plan of process ``rank``: backbone, every head, averager. ``reader_sizes(tcfg)`` -> the reader's sizes."""
+    """The plan of process ``rank``: backbone, every head, averager. ``reader_sizes(tcfg)`` -> the reader's sizes.
+
+    Per-step figures are those of one micro-batch (``schedule.accumulate`` K: the step's batch is read as K
+    micro-batches, each through the backbone and the heads before the next): the backbone's activations for
+    ``batch_size / (K W)`` rows, the heads' buffers for a sub-batch of at most ``batch_size / K`` global rows."""
     from mtl import registry
     from mtl.data.steps import task_seed
     from mtl.train.averaging.config import KINDS, averaging_options
 
     slots = OPTIMIZER_SLOTS.get(cfg["optimizer"]["type"], 2)
-    rows = int(cfg["schedule"]["batch_size"])  # a task's sub-batch is at most the global batch
-    entries = [PlanEntry("backbone", "backbone", backbone.planned_bytes(slots))]
+    accumulate = int(cfg["schedule"].get("accumulate", 1))
+    micro = int(cfg["schedule"]["batch_size"]) // accumulate
+    rows = max(1, micro)  # a task's sub-batch of a micro-batch is at most the micro-batch
+    entries = [PlanEntry("backbone", "backbone", backbone_parts(backbone, slots, max(1, micro // world_size)))]
     for tcfg in cfg["tasks"]:
         options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]), lambda t=tcfg: reader_sizes(t))
         head_cls = registry.get("head", tcfg["head"]["type"]).cls
-        parts = head_cls.planned_bytes(options, rows, world_size, rank, slots)
+        parts = head_cls.planned_bytes(options, rows, world_size, rank, slots, accumulate)
         key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
         entries.append(PlanEntry(f"task '{tcfg['name']}' head '{tcfg['head']['type']}'", key, parts))
     kind, _ = averaging_options(cfg.get("averaging"), cfg["source"])

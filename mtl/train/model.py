@@ -20,6 +20,20 @@ import paddle
 from mtl.heads.base import HeadOutput
 
 
+def micro_batches(batch, accumulate: int):
+    """A step's batch ``{task: {field: [K m, ...]}}`` (this rank's rows of K micro-batches, in micro-batch order:
+    ``mtl.data.steps.rank_rows``) as the list of its K micro-batches ``{task: {field: [m, ...]}}``."""
+    if accumulate == 1:
+        return [batch]
+    out = [{} for _ in range(accumulate)]
+    for task, sub in batch.items():
+        for name, value in sub.items():
+            rows = int(value.shape[0]) // accumulate
+            for k in range(accumulate):
+                out[k].setdefault(task, {})[name] = value[k * rows:(k + 1) * rows]
+    return out
+
+
 class JointModel(paddle.nn.Layer):
     """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``)."""
 
@@ -56,6 +70,14 @@ class JointModel(paddle.nn.Layer):
             for t, f in zip(tasks, paddle.split(feats, sizes, axis=0) if len(tasks) > 1 else [feats]):
                 out[t] = f
         return out
+
+    def prepare_step(self, batch, step: int, accumulate: int):
+        """Before the micro-batches of an accumulated training step: every head present gets this rank's labels of
+        the whole step (``Head.prepare_step``: Partial FC draws one class sample for the step), in job order."""
+        for task in self.heads.keys():
+            if task in batch:
+                head = self.heads[task]
+                head.prepare_step(step, batch[task][head.label_field], accumulate)
 
     def forward(self, batch, step=None):
         """Joint forward; returns (total loss, ``{task: HeadOutput}``). Call :meth:`backward` afterwards.

@@ -3,26 +3,42 @@ import warnings
 
 import paddle
 
+from mtl.config.keys import resolve_milestones
 from mtl.train.sparse import RowSparseOptimizer
 
 
-def build_lr(cfg: dict, total_steps: int):
-    """Warm-up (linear from 0) followed by cosine / step / constant decay, as a ``paddle.optimizer.lr`` scheduler.
+def _decay(cfg: dict, total_steps: int):
+    """The schedule after warm-up (``t`` counts from the end of the warm-up, ``T = steps - warmup``), or the
+    constant ``lr``:
 
-    cosine: lr_t = min_lr + (lr - min_lr) * (1 + cos(pi * t / T)) / 2 over the T = steps - warmup steps after warm-up.
+    cosine: lr_t = min_lr + (lr - min_lr) (1 + cos(pi t / T)) / 2;  step: lr gamma^floor(t / step_size);
+    poly: lr_t = (lr - min_lr) (1 - min(t, T) / T)^power + min_lr (arcface_torch's PolynomialLRWarmup, PLSC's Poly
+    with power 2); multistep: lr gamma^(number of milestones m <= warmup + t), milestones counted from step 0.
     """
-    lr = cfg["lr"]
-    decay_steps = max(1, total_steps - cfg["warmup_steps"])
+    lr, warmup = cfg["lr"], cfg["warmup_steps"]
+    decay_steps = max(1, total_steps - warmup)
     if cfg["decay"] == "cosine":
-        sched = paddle.optimizer.lr.CosineAnnealingDecay(lr, T_max=decay_steps, eta_min=cfg["min_lr"])
-    elif cfg["decay"] == "step":
-        sched = paddle.optimizer.lr.StepDecay(lr, step_size=cfg["step_size"], gamma=cfg["gamma"])
-    else:
-        sched = lr
+        return paddle.optimizer.lr.CosineAnnealingDecay(lr, T_max=decay_steps, eta_min=cfg["min_lr"])
+    if cfg["decay"] == "step":
+        return paddle.optimizer.lr.StepDecay(lr, step_size=cfg["step_size"], gamma=cfg["gamma"])
+    if cfg["decay"] == "poly":
+        return paddle.optimizer.lr.PolynomialDecay(lr, decay_steps=decay_steps, end_lr=cfg["min_lr"],
+                                                   power=cfg["power"])
+    if cfg["decay"] == "multistep":  # the inner scheduler counts from the end of the warm-up
+        milestones = [m - warmup for m in resolve_milestones(cfg["milestones"], total_steps)]
+        return paddle.optimizer.lr.MultiStepDecay(lr, milestones=milestones, gamma=cfg["gamma"])
+    return lr
+
+
+def build_lr(cfg: dict, total_steps: int):
+    """Warm-up (linear from 0 over ``warmup_steps``: lr_t = lr t / warmup) followed by :func:`_decay`, as a
+    ``paddle.optimizer.lr`` scheduler whose ``get_lr()`` before step t (0-based) is the rate of that step."""
+    sched = _decay(cfg, total_steps)
     if cfg["warmup_steps"] > 0:
-        sched = paddle.optimizer.lr.LinearWarmup(sched, warmup_steps=cfg["warmup_steps"], start_lr=0.0, end_lr=lr)
+        sched = paddle.optimizer.lr.LinearWarmup(sched, warmup_steps=cfg["warmup_steps"], start_lr=0.0,
+                                                 end_lr=cfg["lr"])
     elif not isinstance(sched, paddle.optimizer.lr.LRScheduler):
-        sched = paddle.optimizer.lr.LambdaDecay(lr, lambda _: 1.0)
+        sched = paddle.optimizer.lr.LambdaDecay(sched, lambda _: 1.0)
     return sched
 
 
@@ -43,7 +59,7 @@ def build_optimizer(cfg: dict, parameters, total_steps: int):
 
 
 _SEP = "::"
-_SPARSE_VELOCITY = "sparse_velocity"
+_SPARSE = "sparse_"  # <parameter>::sparse_<slot>: the row-sparse optimizer's state (sparse_velocity, ...)
 
 
 def _param_names(model):
@@ -149,22 +165,25 @@ class JointOptimizer:
         self.dense.clear_grad(set_to_zero=False)
 
     def state_dict(self) -> dict:
-        """Dense state with structured keys, plus ``<parameter>::sparse_velocity`` for every row velocity."""
+        """Dense state with structured keys, plus ``<parameter>::sparse_<slot>`` for the row-sparse state (velocity;
+        moment1, moment2, steps)."""
         state = structured_optimizer_state(self.dense.state_dict(), self.model)
         names = {p.name: n for n, p in self.model.named_parameters()}
-        for runtime, velocity in self.sparse.velocities.items():
-            state[f"{names[runtime]}{_SEP}{_SPARSE_VELOCITY}"] = velocity
+        for runtime, slots in self.sparse.slots.items():
+            for slot, value in slots.items():
+                state[f"{names[runtime]}{_SEP}{_SPARSE}{slot}"] = value
         return state
 
     def set_state_dict(self, state: dict):
         """Restore :meth:`state_dict` output (written by this process count)."""
         params = dict(self.model.named_parameters())
-        suffix = _SEP + _SPARSE_VELOCITY
         dense = {}
         for key, value in state.items():
-            if isinstance(key, str) and key.endswith(suffix) and key[:-len(suffix)] in params:
-                self.sparse.velocities[params[key[:-len(suffix)]].name] = value if isinstance(value, paddle.Tensor) \
-                    else paddle.to_tensor(value)
+            structured, _, accumulator = key.partition(_SEP) if isinstance(key, str) else (key, "", "")
+            if accumulator.startswith(_SPARSE) and structured in params:
+                slot = accumulator[len(_SPARSE):]
+                self.sparse.slots.setdefault(params[structured].name, {})[slot] = \
+                    value if isinstance(value, paddle.Tensor) else paddle.to_tensor(value)
             else:
                 dense[key] = value
         with warnings.catch_warnings():

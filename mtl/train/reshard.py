@@ -6,8 +6,9 @@ What is per rank in a checkpoint and how it moves (``mtl/train/checkpoint.py`` h
   class axis in rank order (the full ``[C, ...]`` arrays), then cut again with the balanced split
   ``C_k = C // W' + (k < C % W')`` (``mtl.parallel.distributed.shard_range``);
 * optimizer state (``optimizer.rank<k>.pdopt``): the accumulators of sharded parameters (momentum velocities, Adam
-  moments, Partial FC's row velocities) the same way; per-parameter scalars (``*_pow_acc``), the learning-rate
-  schedule and everything of replicated parameters come from rank 0 (they are equal on every rank);
+  moments, Partial FC's row velocities, moments and per-row step counts) the same way; per-parameter scalars
+  (``*_pow_acc``), the learning-rate schedule and everything of replicated parameters come from rank 0 (they are
+  equal on every rank);
 * averager sums (``averager.rank<k>.pdparams``): sums of sharded tensors re-split, counters and replicated sums
   from rank 0;
 * random state (``rng.rank<k>.pdparams``): rank k keeps rank k's when it existed; a new rank keeps the stream the
@@ -182,8 +183,8 @@ def describe(path):
         if not _SHARD_FILE.match(name):
             rows.append((f"head {name.split('.')[0]}", f"replicated ({name})"))
     optimizer = paddle.load(os.path.join(path, "optimizer.rank0.pdopt"))
-    rows.append(("optimizer", f"{len(optimizer)} entries on rank 0 (sparse velocities: "
-                              f"{sum(1 for k in optimizer if str(k).endswith('::sparse_velocity'))})"))
+    rows.append(("optimizer", f"{len(optimizer)} entries on rank 0 (row-sparse state: "
+                              f"{sum(1 for k in optimizer if '::sparse_' in str(k))})"))
     rows.append(("averager", "yes" if os.path.isfile(os.path.join(path, "averager.rank0.pdparams")) else "no"))
     rows.extend((key, json.dumps(state[key])) for key in ("weighting", "nonfinite") if key in state)
     return rows

@@ -7,6 +7,22 @@ momentum. Instead the head scores a detached copy of the sampled rows (its gradi
 only, :class:`RowSparseOptimizer` applies the update Paddle's ``Momentum`` (L2 ``weight_decay``) / ``SGD`` would:
 
     g' = g + weight_decay * w;   v = momentum * v + g';   w = w - lr * v        (SGD: momentum 0, no v kept)
+
+or the one Paddle's ``AdamW`` would (decoupled ``weight_decay``), with every row counting its own steps c:
+
+    c = c + 1;   w = w - lr * weight_decay * w;   m = b1 m + (1 - b1) g;   v = b2 v + (1 - b2) g^2
+    w = w - lr sqrt(1 - b2^c) / (1 - b1^c) * m / (sqrt(v) + eps sqrt(1 - b2^c))
+
+Semantics of a row not sampled for n steps (both optimizers): nothing of it moves — no momentum or moment decay, no
+weight decay, no update from its old momentum — and its Adam bias correction counts only the steps it was sampled
+in. A row's trajectory is then exactly what the dense optimizer would do on the sub-sequence of steps that sampled
+it (with those steps' learning rates), which is what the tests check. Why the row's own count: Adam's correction
+1 / (1 - b^c) undoes the zero start of m and v, which for a row starts at its first sample, not at step 1; with the
+global count (PLSC's plsc/optimizer/adamw.py: one ``state['step']`` per parameter; it also freezes unsampled
+rows) a row first sampled at step t >> 1 / (1 - b2) moves by lr (1 - b1) / sqrt(1 - b2) = 3.2 lr per coordinate
+(betas 0.9, 0.999) instead of Adam's first step of lr. arcface_torch
+(PartialFC_V2 + torch.optim.AdamW) takes the dense road: ``weight[index]`` gives every row a gradient (zero when not
+sampled), so every row's moments decay, every row keeps moving on its old moments and is weight-decayed each step.
 """
 from dataclasses import dataclass
 
@@ -16,7 +32,8 @@ import paddle
 from mtl.arrays import host_view, on_host
 from mtl.errors import ConfigError
 
-SPARSE_OPTIMIZERS = ("sgd", "momentum")
+SPARSE_OPTIMIZERS = ("sgd", "momentum", "adamw")
+ADAM_EPSILON = 1e-8  # Paddle's AdamW default (the dense optimizer of the job uses it too)
 
 
 @dataclass
@@ -80,36 +97,112 @@ def _row_sparse_momentum_host(weight, velocity, index, grad, lr, momentum, weigh
         w[ids] = rows
 
 
+def _adam_factors(steps, lr, betas, epsilon):
+    """Per row with step count ``c`` (float64): ``(lr sqrt(1 - b2^c) / (1 - b1^c), eps sqrt(1 - b2^c))``."""
+    b1, b2 = betas
+    root = np.sqrt(1.0 - np.power(b2, steps))
+    return lr * root / (1.0 - np.power(b1, steps)), epsilon * root
+
+
+@paddle.no_grad()
+def row_sparse_adamw_(weight, moments, index, grad, lr, betas=(0.9, 0.999), epsilon=ADAM_EPSILON, weight_decay=0.0):
+    """AdamW on rows ``index`` of ``weight`` from their gradient ``grad`` (module docstring), in place.
+
+    ``moments`` = ``(m [C_k, D], v [C_k, D], steps [C_k] int32)``: the rows' moments and own step counts, updated
+    in place. ``UPDATE_CHUNK_ROWS`` rows at a time; CPU tensors in numpy on their memory, with the same float steps.
+    """
+    if on_host(weight):
+        _row_sparse_adamw_host(weight, moments, index, grad, lr, betas, epsilon, weight_decay)
+        return
+    m_all, v_all, steps_all = moments
+    b1, b2 = (float(b) for b in betas)
+    for begin in range(0, index.shape[0], UPDATE_CHUNK_ROWS):
+        ids = index[begin:begin + UPDATE_CHUNK_ROWS]
+        rows, g = paddle.gather(weight, ids), grad[begin:begin + UPDATE_CHUNK_ROWS].astype(weight.dtype)
+        steps = paddle.gather(steps_all, ids) + 1
+        paddle.scatter_(steps_all, ids, steps, overwrite=True)
+        size, eps = _adam_factors(steps.astype("float64").numpy(), lr, (b1, b2), epsilon)
+        m = paddle.gather(m_all, ids).scale_(b1).add_(g.scale(1.0 - b1))
+        v = paddle.gather(v_all, ids).scale_(b2).add_((g * g).scale_(1.0 - b2))
+        paddle.scatter_(m_all, ids, m, overwrite=True)
+        paddle.scatter_(v_all, ids, v, overwrite=True)
+        if weight_decay:
+            rows = rows.subtract_(rows.scale(lr * weight_decay))
+        size, eps = (paddle.to_tensor(a, dtype=rows.dtype, place=rows.place).unsqueeze(1) for a in (size, eps))
+        rows = rows.subtract_(m.divide(v.sqrt().add_(eps)).multiply_(size))
+        paddle.scatter_(weight, ids, rows, overwrite=True)
+
+
+def _row_sparse_adamw_host(weight, moments, index, grad, lr, betas, epsilon, weight_decay):
+    """:func:`row_sparse_adamw_` in numpy on the tensors' memory, chunk by chunk, with the same float steps."""
+    w, ids_all, g_all = host_view(weight), host_view(index), host_view(grad)
+    m_all, v_all, steps_all = (host_view(t) for t in moments)
+    b1, b2, c1, c2 = (w.dtype.type(b) for b in (betas[0], betas[1], 1.0 - betas[0], 1.0 - betas[1]))
+    for begin in range(0, ids_all.shape[0], UPDATE_CHUNK_ROWS):
+        ids = ids_all[begin:begin + UPDATE_CHUNK_ROWS]
+        rows = np.take(w, ids, axis=0)
+        g = np.asarray(g_all[begin:begin + UPDATE_CHUNK_ROWS], dtype=w.dtype)
+        steps = np.take(steps_all, ids) + 1
+        steps_all[ids] = steps
+        size, eps = (a.astype(w.dtype)[:, None] for a in _adam_factors(steps.astype(np.float64), lr, betas, epsilon))
+        m = np.take(m_all, ids, axis=0) * b1 + g * c1
+        v = np.take(v_all, ids, axis=0) * b2 + (g * g) * c2
+        m_all[ids], v_all[ids] = m, v
+        if weight_decay:
+            rows -= rows * w.dtype.type(lr * weight_decay)
+        rows -= m / (np.sqrt(v) + eps) * size
+        w[ids] = rows
+
+
 def check_sparse_optimizer(cfg, what, source=None):
     """Row-sparse heads support the optimizers whose row-wise update is written above; say so at start-up."""
     if cfg["type"] not in SPARSE_OPTIMIZERS:
         raise ConfigError(f"{what} uses Partial FC (sample_ratio < 1), which updates only the sampled class centres "
-                          f"and supports optimizer.type sgd or momentum, not {cfg['type']!r}", source,
+                          f"and supports optimizer.type {', '.join(SPARSE_OPTIMIZERS)}, not {cfg['type']!r}", source,
                           "optimizer.type")
 
 
+SLOTS = {"sgd": (), "momentum": ("velocity",), "adamw": ("moment1", "moment2", "steps")}
+
+
 class RowSparseOptimizer:
-    """Momentum / SGD on the rows heads declare, with the job's optimizer hyper-parameters; owns the velocities."""
+    """Momentum / SGD / AdamW on the rows heads declare, with the job's optimizer hyper-parameters; owns the rows'
+    optimizer state (``slots``: parameter name -> {slot: tensor}; velocity, or moments and step counts)."""
 
     def __init__(self, cfg):
-        self.momentum = cfg["momentum"] if cfg["type"] == "momentum" else 0.0
+        self.kind = cfg["type"]
+        self.momentum = cfg["momentum"] if self.kind == "momentum" else 0.0
         self.weight_decay = cfg["weight_decay"]
-        self.velocities = {}  # parameter name -> velocity [C_k, D] (created on the parameter's first update)
+        self.betas = tuple(float(b) for b in cfg.get("betas", (0.9, 0.999)))
+        self.slots = {}  # parameter name -> {slot: tensor [C_k, D] (steps: [C_k] int32)}, made at its first update
 
     def velocity(self, parameter):
         """The velocity of ``parameter`` (None before its first update or without momentum)."""
-        return self.velocities.get(parameter.name)
+        return self.slots.get(parameter.name, {}).get("velocity")
+
+    def state(self, parameter) -> dict:
+        """``{slot: tensor}`` of ``parameter`` (empty before its first update)."""
+        return self.slots.get(parameter.name, {})
+
+    def _slots_of(self, parameter):
+        if parameter.name not in self.slots:
+            made = {name: paddle.zeros_like(parameter) for name in SLOTS[self.kind] if name != "steps"}
+            if "steps" in SLOTS[self.kind]:
+                made["steps"] = paddle.zeros([parameter.shape[0]], dtype="int32")
+            self.slots[parameter.name] = made
+        return self.slots[parameter.name]
 
     def step(self, row_gradients, lr: float):
         """Apply the update to every declared row gradient."""
         for row in row_gradients:
             if row.rows.grad is None:
                 continue
-            velocity = None
-            if self.momentum:
-                if row.parameter.name not in self.velocities:
-                    self.velocities[row.parameter.name] = paddle.zeros_like(row.parameter)
-                velocity = self.velocities[row.parameter.name]
+            slots = self._slots_of(row.parameter)
             scaled = lr * row.parameter.optimize_attr.get("learning_rate", 1.0)  # optimizer.lr_mult
-            row_sparse_momentum_(row.parameter, velocity, row.index, row.rows.grad, scaled, self.momentum,
-                                 self.weight_decay)
+            if self.kind == "adamw":
+                moments = (slots["moment1"], slots["moment2"], slots["steps"])
+                row_sparse_adamw_(row.parameter, moments, row.index, row.rows.grad, scaled, self.betas, ADAM_EPSILON,
+                                  self.weight_decay)
+            else:
+                row_sparse_momentum_(row.parameter, slots.get("velocity"), row.index, row.rows.grad, scaled,
+                                     self.momentum, self.weight_decay)

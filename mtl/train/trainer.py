@@ -4,7 +4,8 @@ One step = one joint forward over every task present, total loss = sum_t w_t * l
 weighting strategy (default: the static loss_weight_t), one backward, the parallel strategy's gradient sync
 (replicated parameters summed over ranks; head shards never; per-task gradients combined for gradient-based
 strategies, :mod:`mtl.train.balancing`), optional global-norm clipping, one optimizer step (dense and row-sparse),
-one averager update. Everything that involves other processes
+one averager update. With ``schedule.accumulate`` K the step's batch is read as K micro-batches whose gradients add
+up before that one update (:meth:`Trainer._accumulated_step`). Everything that involves other processes
 goes through :class:`mtl.parallel.strategy.ParallelStrategy`; the loop itself never communicates.
 """
 import json
@@ -26,7 +27,8 @@ from mtl.train import checkpoint, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.guard import NonFiniteGuard
-from mtl.train.loop import AveragedWeights, Loop, StepRecord
+from mtl.train.loop import AveragedWeights, Loop, StepMeans, StepRecord
+from mtl.train.model import micro_batches
 from mtl.train.optim import JointOptimizer
 from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
@@ -67,7 +69,8 @@ class Trainer:
         self.output_dir = self.cfg["output_dir"]
         os.makedirs(self.output_dir, exist_ok=True)
         self.steps = self.cfg["schedule"]["steps"]
-        self.strategy.check_batch_split(job.schedule, self.cfg["source"])
+        self.accumulate = self.cfg["schedule"]["accumulate"]  # micro-batches per optimizer step
+        self.strategy.check_batch_split(job.schedule, self.cfg["source"], self.accumulate)
         self.optimizer = JointOptimizer(self.cfg["optimizer"], job.model, self.steps)
         self.strategy.seed_random(self.cfg["seed"])  # dropout masks per rank; a checkpoint restores them
         self.averager = build_averager(self.cfg["averaging"], job.model, source=self.cfg["source"])
@@ -144,6 +147,8 @@ class Trainer:
         gradient is an overflow first: the step is skipped and the scale lowered (``last_overflow``).
         """
         step = self.start_step if step is None else step
+        if self.accumulate > 1:
+            return self._accumulated_step(batch, step)
         total, outputs = self.job.model(batch, step=step)
         # global: equal on every rank; one host read for every task
         losses = dict(zip(outputs, host_floats(o.global_loss for o in outputs.values())))
@@ -160,6 +165,40 @@ class Trainer:
         scale = self.scaler.scale if self.scaler is not None else 1.0
         weighting = self.balancer.snapshot()
         self.last_weights = self.balancer.backward(outputs, losses, step, scale)
+        self._apply(weighting, scale)
+
+    def _accumulated_step(self, batch, step):
+        """One optimizer step read as ``accumulate`` micro-batches (``mtl.train.balancing.AccumulatedStep``): each
+        micro-batch's forward and backward (gradients add up; heads that sample prepare for the whole step), then
+        the step's weighting, the loss-scale, non-finite and clipping decisions and the update, once. Returns the
+        static-weighted total and ``{task: HeadOutput}`` of the means over the micro-batches (a step stopped at a
+        non-finite loss: over those run)."""
+        model = self.job.model
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        model.prepare_step(batch, step, self.accumulate)
+        weighting = self.balancer.snapshot()
+        plan = self.balancer.accumulated(list(batch), step, scale, self.accumulate)
+        sums, self.last_bad, self.last_overflow = StepMeans(), [], False
+        for part in micro_batches(batch, self.accumulate):
+            _, outputs = model(part, step=step)
+            losses = {t: float(o.global_loss) for t, o in outputs.items()}  # global: equal on every rank
+            sums.add(outputs, losses)
+            self.last_bad = NonFiniteGuard.bad_losses(losses)
+            if self.last_bad:  # every rank alike: the rest of the step is not run, nothing is applied
+                break
+            plan.backward()
+        outputs = sums.outputs()
+        if self.last_bad:
+            self.optimizer.discard()
+            self.last_grad_norm, self.last_weights = None, {"weight": {}}
+        else:
+            self.last_weights = plan.finish({t: float(o.global_loss) for t, o in outputs.items()})
+            self._apply(weighting, scale)
+        return sum(o.loss * model.loss_weights[t] for t, o in outputs.items()), outputs
+
+    def _apply(self, weighting, scale):
+        """After the backward of a step: unscale, the global norm (non-finite: the guard or an fp16 overflow, the
+        weighting's state put back), clip, the optimizer step and the averager."""
         rows = self.job.model.row_gradients()
         if scale != 1.0:
             self.strategy.unscale_gradients(1.0 / scale, rows)
@@ -291,7 +330,7 @@ class Trainer:
         ranges = {t.name: (t.head.label_field, t.head.class_count()) for t in job.tasks
                   if t.head.class_count() is not None}
         return StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.strategy.world,
-                           self.strategy.rank, ranges)
+                           self.strategy.rank, ranges, self.accumulate)
 
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):

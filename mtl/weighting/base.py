@@ -23,6 +23,10 @@ class Weighting:
       the job loader then refuses the combination.
     * ``uses_representation``: True when the Gram matrix must be taken over the gradients with respect to the shared
       representation (the backbone's output) instead of the shared parameters (MGDA-UB).
+    * ``uses_losses``: False when :meth:`weights` depends neither on the losses it is given nor changes the state
+      with them (static, RLW): with gradient accumulation the weights of a step are then taken before its
+      micro-batches and applied in each micro-batch's backward; otherwise they are taken after the last one from the
+      step's losses, and each task's gradient is accumulated apart (``mtl.train.balancing.AccumulatedStep``).
     * ``description``: one line for ``mtl plugins``.
 
     Subclasses keep all their mutable numbers in ``self.state`` (a dict of numpy arrays and python scalars), which
@@ -31,6 +35,7 @@ class Weighting:
 
     needs_gradients = False
     needs_gradient_matrix = False
+    uses_losses = True
     sample_mode = True
     uses_representation = False
     description = ""

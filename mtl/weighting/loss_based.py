@@ -16,6 +16,7 @@ class Static(Weighting):
     """Fixed weights: every present task's loss is multiplied by its ``loss_weight`` (the default)."""
 
     description = "fixed loss_weight per task (default)"
+    uses_losses = False
 
     def weights(self, losses, present, step):
         """w_t = loss_weight_t for present tasks, 0 for absent ones."""
@@ -114,6 +115,7 @@ class RandomLossWeighting(Weighting):
     """
 
     description = "softmax of a normal draw from (seed, step) (Lin et al. 2022)"
+    uses_losses = False
 
     def weights(self, losses, present, step):
         """w = softmax(z) over present tasks, z ~ N(0, I) drawn from (seed, step)."""

@@ -27,6 +27,16 @@ CASES = {
     # as the joint model runs them: no exchange of row counts (Head.equal_rows)
     "arcface7_equal_rows": ({"type": "arcface", "num_classes": 7, "scale": 16.0, "seed": 1}, "half"),
     "softmax5_equal_rows": ({"type": "softmax", "num_classes": 5, "topk": 3, "seed": 3}, "half"),
+    # inter-class filtering (tests/test_interclass_filtering.py): classes 2 ~ 6 are one person, on different ranks
+    "filter7_pairs": ({"type": "arcface", "num_classes": 7, "scale": 16.0, "seed": 1,
+                       "interclass_filtering_threshold": 0.3, "same_person": {
+                           "pairs": [{"task_a": "a", "class_a": 2, "task_b": "b", "class_b": 2}],
+                           "offsets": {"a": 0, "b": 4}}}, "half"),
+    "partial_fc10_filter_remove": ({"type": "arcface", "num_classes": 10, "scale": 16.0, "sample_ratio": 0.5,
+                                    "interclass_filtering_threshold": 0.3, "interclass_filtering_mode": "remove",
+                                    "same_person": {"pairs": [{"task_a": "a", "class_a": 1, "task_b": "b",
+                                                               "class_b": 1}], "offsets": {"a": 0, "b": 5}}},
+                                   "half"),
 }
 
 

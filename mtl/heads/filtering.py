@@ -1,0 +1,133 @@
+"""Negatives taken out of a sample's margin softmax: inter-class filtering and known same-person class pairs.
+
+* **Inter-class filtering** (Partial FC v2, arcface_torch's ``CombinedMarginLoss(interclass_filtering_threshold)``):
+  a negative class j of sample n whose cosine exceeds ``threshold`` (``cos_jn > t``, the target never) is treated
+  as a likely mislabelled duplicate of the sample's identity.
+* **Known same-person pairs** (``same_person``): pairs of classes of this head known to be one person (from
+  ``mtl overlap --json``, mapped into the head's class ids by per-task offsets: a merged head over a ``concat``
+  reader). For a sample of class a, every class paired with a is such a negative, whatever its cosine.
+
+What happens to such a negative is ``mode``:
+
+* ``zero`` (the peer's, the default): its logit is set to 0 (``s * 0``), a constant. It still adds ``exp(0 - m_n)``
+  to the sample's softmax denominator, and gets no gradient (nor does the sample's feature through it). This is
+  arcface_torch's ``logits = (1 - dirty) * logits`` on the cosines before the margin and the scale.
+* ``remove``: the class leaves the sample's softmax (logit -inf): no term in the denominator, no gradient. This is
+  what "the class is the same person, not a negative" means; ``zero`` keeps a term that pushes the loss up by
+  ``log(1 + sum of exp(-m_n))`` (small at s = 64 when the sample is well classified, large early in training).
+
+The top-1 prediction the head logs is taken before the filtering (it is a property of the model, not of the loss).
+Pairs are used as listed, in both directions, not transitively. Pairs whose two classes belong to two different
+heads have no effect and are dropped: no sample of one task is ever scored against another head's classes, so such
+a class is never its negative (each head's softmax runs over its own classes only).
+"""
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+MODES = ("zero", "remove")
+
+
+def same_person_pairs(spec, num_classes: int) -> np.ndarray:
+    """``[E, 2]`` int64 class ids of this head, both directions, sorted, from ``{pairs: FILE or list, offsets:
+    {task: first class id of that task in this head}}`` (pairs are ``mtl overlap --json`` entries
+    ``{task_a, class_a, task_b, class_b, ...}``); pairs naming a task without an offset are dropped."""
+    if not isinstance(spec, dict) or set(spec) - {"pairs", "offsets"} or "pairs" not in spec:
+        raise ValueError(f"same_person must be {{pairs: FILE or list, offsets: {{task: offset}}}}, got {spec!r}")
+    pairs, offsets = spec["pairs"], spec.get("offsets") or {}
+    if isinstance(pairs, str):
+        if not os.path.isfile(pairs):
+            raise ValueError(f"same_person.pairs: file '{pairs}' does not exist")
+        with open(pairs) as f:
+            pairs = json.load(f)
+    if not isinstance(offsets, dict) or not offsets:
+        raise ValueError("same_person.offsets must map task names (as in the pairs) to their first class id in this "
+                         f"head, e.g. {{webface: 0, vggface2: 10572}}, got {offsets!r}")
+    found = []
+    for i, pair in enumerate(pairs if isinstance(pairs, list) else [None]):
+        if not isinstance(pair, dict) or not {"task_a", "class_a", "task_b", "class_b"} <= set(pair):
+            raise ValueError(f"same_person.pairs[{i}] must be a mapping with task_a, class_a, task_b, class_b "
+                             f"(mtl overlap --json), got {pair!r}")
+        if pair["task_a"] in offsets and pair["task_b"] in offsets:
+            found.append((int(offsets[pair["task_a"]]) + int(pair["class_a"]),
+                          int(offsets[pair["task_b"]]) + int(pair["class_b"])))
+    ids = np.array(found, dtype=np.int64).reshape(-1, 2)
+    bad = ids[(ids < 0) | (ids >= num_classes)]
+    if bad.size:
+        raise ValueError(f"same_person: class {int(bad[0])} (offset + class) is outside this head's "
+                         f"[0, {num_classes})")
+    ids = ids[ids[:, 0] != ids[:, 1]]
+    both = np.unique(np.concatenate([ids, ids[:, ::-1]]), axis=0)
+    return both
+
+
+@dataclass
+class Filtering:
+    """A head's filtering: ``threshold`` on the cosine (None: off), ``mode`` and the ``[E, 2]`` same-person pairs."""
+
+    threshold: Optional[float] = None
+    mode: str = "zero"
+    pairs: Optional[np.ndarray] = None
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is ever filtered."""
+        return self.threshold is not None or (self.pairs is not None and len(self.pairs) > 0)
+
+    def partners(self, labels: np.ndarray):
+        """``(batch rows [F], partner class ids [F])``: every (sample, class paired with its label)."""
+        if self.pairs is None or not len(self.pairs):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        low = np.searchsorted(self.pairs[:, 0], labels, side="left")
+        high = np.searchsorted(self.pairs[:, 0], labels, side="right")
+        rows = np.repeat(np.arange(len(labels), dtype=np.int64), high - low)
+        index = np.concatenate([np.arange(a, b) for a, b in zip(low, high)] + [np.zeros(0, np.int64)])
+        return rows, self.pairs[index.astype(np.int64), 1]
+
+
+@dataclass
+class ChunkMask:
+    """What the chunk passes filter in one forward: logits above ``limit`` (= scale * threshold, or None) and the
+    listed entries (``columns`` of the scored rows, batch ``rows``; numpy), with ``mode``."""
+
+    limit: Optional[float]
+    mode: str
+    columns: np.ndarray
+    rows: np.ndarray
+
+    def entries(self, begin: int, end: int):
+        """``(columns - begin, rows)`` of the listed entries inside the chunk ``[begin, end)``."""
+        inside = (self.columns >= begin) & (self.columns < end)
+        return self.columns[inside] - begin, self.rows[inside]
+
+
+def chunk_mask(filtering: Filtering, labels: np.ndarray, scale: float, first_id: int, count: int, index=None):
+    """The :class:`ChunkMask` of one forward (None when nothing can be filtered): the pairs' partners of the gathered
+    ``labels`` that are among this rank's scored rows — rows ``[0, count)`` of the shard whose first class is
+    ``first_id``, or (Partial FC) the sorted local ids ``index`` of the shard."""
+    if filtering is None or not filtering.active:
+        return None
+    rows, partners = filtering.partners(labels)
+    local = partners - int(first_id)
+    if index is None:
+        hit, columns = (local >= 0) & (local < int(count)), local
+    else:
+        columns = np.searchsorted(index, local)
+        hit = columns < len(index)
+        hit[hit] = index[columns[hit]] == local[hit]
+    limit = None if filtering.threshold is None else float(scale) * float(filtering.threshold)
+    return ChunkMask(limit, filtering.mode, columns[hit].astype(np.int64), rows[hit].astype(np.int64))
+
+
+def check_filtering(threshold, mode, same_person, num_classes: int) -> Filtering:
+    """The head options as a :class:`Filtering` (ValueError naming the option otherwise); threshold 0 is off, as
+    in the peer."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold < 1.0:
+        raise ValueError(f"interclass_filtering_threshold must be a cosine in [0, 1) (0: off), got {threshold!r}")
+    if mode not in MODES:
+        raise ValueError(f"interclass_filtering_mode must be one of {', '.join(MODES)}, got {mode!r}")
+    pairs = None if same_person is None else same_person_pairs(same_person, num_classes)
+    return Filtering(float(threshold) if threshold > 0 else None, mode, pairs)
