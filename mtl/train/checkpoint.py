@@ -233,7 +233,7 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     _check_compatible(path, state, schedule)
     model.backbone.set_state_dict(state_for(model.backbone, paddle.load(os.path.join(path, "backbone.pdparams"))))
     own = os.path.join(path, f"statistics.rank{rank}.pdparams")
-    if saved_world == world and os.path.isfile(own):  # this rank's own BatchNorm statistics, not the average
+    if saved_world == world and os.path.isfile(own):  # this rank's own BatchNorm statistics (resharded: the average)
         model.backbone.set_state_dict(state_for(model.backbone, paddle.load(own)))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))

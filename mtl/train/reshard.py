@@ -151,6 +151,7 @@ def reshard(path, world, out):
                 name = {"optimizer": "optimizer.rank{}.pdopt", "averager": "averager.rank{}.pdparams",
                         "rng": "rng.rank{}.pdparams"}[kind].format(rank)
                 paddle.save(value, os.path.join(out, name))
+    _write_statistics(path, out, world)
     from mtl.train import integrity
 
     state["world_size"] = world
@@ -160,9 +161,24 @@ def reshard(path, world, out):
     return out
 
 
+def _write_statistics(path, out, world):
+    """Every new rank's own BatchNorm statistics: the averaged ones of the backbone file (what a rank of another
+    process count starts from), under the names the source's ``statistics.rank0`` holds (none in older
+    checkpoints)."""
+    import paddle
+
+    source = os.path.join(path, "statistics.rank0.pdparams")
+    if not os.path.isfile(source):
+        return
+    backbone = paddle.load(os.path.join(path, "backbone.pdparams"))
+    averaged = {name: backbone[name] for name in paddle.load(source)}
+    for rank in range(world):
+        paddle.save(averaged, os.path.join(out, f"statistics.rank{rank}.pdparams"))
+
+
 def _per_rank(name):
-    """Files that belong to one rank (written again by :func:`reshard`; a rank's own BatchNorm statistics are
-    dropped: at another process count every rank starts from the averaged ones of the backbone file)."""
+    """Files that belong to one rank (written again by :func:`reshard`; at another process count every rank's own
+    BatchNorm statistics are the averaged ones of the backbone file)."""
     return bool(_SHARD_FILE.match(name)) or bool(re.match(r"^(optimizer|averager|rng|statistics)\.rank\d+\.", name))
 
 
