@@ -34,8 +34,8 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
     import paddle
 
     from mtl import registry
+    from mtl.low_precision import state_for
     from mtl.train import checkpoint
-    from mtl.train.precision import state_for
 
     cfg = _load_job_cfg(run_dir)
     ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)

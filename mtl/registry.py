@@ -66,10 +66,6 @@ def register(kind: str, name: str):
             raise ConfigError(
                 f"{kind} '{name}' is registered twice: by {old.origin} and by {_origin_of(cls)}"
             )
-        if kind == "reader":
-            from mtl.readers.base import check_reserved_names
-
-            check_reserved_names(cls)
         cls.registered_name = name
         _REGISTRY[kind][name] = Entry(kind, name, cls, _origin_of(cls), _first_line(cls.__doc__))
         return cls

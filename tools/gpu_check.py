@@ -189,7 +189,7 @@ def _export_difference(run_dir, trainer):
     import paddle
 
     from mtl.export import embed, export
-    from mtl.train.precision import float32, inference_autocast
+    from mtl.low_precision import float32, inference_autocast
 
     out = run_dir + "_export"
     export(run_dir, out)

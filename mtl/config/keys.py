@@ -107,7 +107,7 @@ OPTIMIZER = {
 
 def _check_averaging(section, source, key):
     """The averaging keys fit its type (imported late: Paddle must not start before the thread count is set)."""
-    from mtl.train.averaging.config import check_averaging
+    from mtl.config.averaging import check_averaging
 
     check_averaging(section, source, key)
 

@@ -10,8 +10,8 @@ import paddle
 
 from mtl.arrays import to_numpy
 from mtl.data.steps import check_labels, iterate_eval
+from mtl.low_precision import float32, inference_autocast
 from mtl.parallel import distributed
-from mtl.train.precision import float32, inference_autocast
 
 
 @paddle.no_grad()

@@ -11,7 +11,7 @@ import paddle
 
 from mtl.arrays import unit_rows
 from mtl.evaluation.metrics import pair_distances, roc_curve, verification
-from mtl.train.precision import float32, inference_autocast
+from mtl.low_precision import float32, inference_autocast
 
 
 @paddle.no_grad()

@@ -60,6 +60,11 @@ class Reader:
         """All labels of the split, in sample order (default: read every sample)."""
         return np.array([self[i]["label"] for i in range(len(self))])
 
+    def __init_subclass__(cls, **kwargs):
+        """Every reader class is checked when it is defined: no class attribute hides a method of ``Reader``."""
+        super().__init_subclass__(**kwargs)
+        check_reserved_names(cls)
+
     def __setattr__(self, name, value):
         """Refuse an instance attribute that would hide a method or property of ``Reader`` (see
         :func:`check_reserved_names`); every other attribute is set as usual."""
@@ -109,7 +114,7 @@ def _shadow_sentence(cls, name, instance) -> str:
 
 
 def check_reserved_names(cls):
-    """Refuse, at registration, a reader class whose class attributes hide a method or property of ``Reader`` with
+    """Refuse, when it is defined, a reader class whose class attributes hide a method or property of ``Reader`` with
     a value (``labels = [...]``); overriding a method with a method, or a property with a property, is fine.
 
     Attributes set on instances (``self.labels = ...`` in ``__init__`` or anywhere else) are caught by

@@ -22,8 +22,8 @@ import numpy as np
 import paddle
 
 from mtl.errors import ConfigError
+from mtl.low_precision import portable_state, state_for
 from mtl.train import integrity, reshard
-from mtl.train.precision import portable_state, state_for
 
 log = logging.getLogger("mtl")
 

@@ -72,8 +72,9 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) 
     micro-batches, each through the backbone and the heads before the next): the backbone's activations for
     ``batch_size / (K W)`` rows, the heads' buffers for a sub-batch of at most ``batch_size / K`` global rows."""
     from mtl import registry
+    from mtl.config.averaging import averaging_options
     from mtl.data.steps import task_seed
-    from mtl.train.averaging.config import KINDS, averaging_options
+    from mtl.train.averaging.config import KINDS
 
     slots = OPTIMIZER_SLOTS.get(cfg["optimizer"]["type"], 2)
     accumulate = int(cfg["schedule"].get("accumulate", 1))
@@ -89,9 +90,9 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) 
     kind, _ = averaging_options(cfg.get("averaging"), cfg["source"])
     if kind != "none":
         tracked = entries[0].parts["parameters"] + sum(e.parts.get("weight", 0) for e in entries[1:])
-        copies = KINDS[kind][0].peak_copies
+        copies = KINDS[kind].peak_copies
         entries.append(PlanEntry(f"averager '{kind}'", "averaging", {f"{copies} copies": copies * tracked},
-                                 KINDS[kind][0].copies_note()))
+                                 KINDS[kind].copies_note()))
     return entries
 
 
