@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
 # `make test` runs the whole suite; `make test-fast` (under a minute, for the edit-test loop) leaves out the tests
 # marked distributed, slow or subprocess in pyproject.toml: every launcher run and every training in a subprocess.
+# Both run TEST_JOBS pytest-xdist workers (2; a test file stays in one; the shared runs train once: tests/shared_runs.py).
 # The Paddle wheel: DEVICE=auto (GPU wheel when nvidia-smi works), gpu or cpu; CUDA=cu118|cu126|cu129 picks the GPU
 # build (default: the newest the driver runs). `make paddle-wheel` prints the choice and the pip commands only.
 PYTHON ?= python3
@@ -12,6 +13,7 @@ STAMP := $(VENV)/.installed-$(DEVICE)
 EXTRAS := $(VENV)/.installed-extras
 SELECT_PADDLE = tools/select_paddle.py --device $(DEVICE) $(if $(CUDA),--cuda $(CUDA))
 PYTEST_ARGS ?=
+TEST_JOBS ?= 2
 
 .PHONY: demo test test-fast bench lint venv clean paddle-wheel
 
@@ -41,10 +43,10 @@ demo-faces: $(STAMP)  ## six real face datasets, open set: the joint run of one 
 	$(PY) examples/faces_report.py --seeds 0 --only joint --overlap --out runs/faces_demo
 
 test: $(STAMP) $(EXTRAS)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP) $(EXTRAS)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not distributed and not slow and not subprocess" $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not distributed and not slow and not subprocess" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,5 +1,6 @@
 """Test set-up: the repository root on sys.path, one intra-op thread per test process, plug-ins registered; the
-session's shared training runs (tests/shared_runs.py); ``MTL_TEST_DEVICE`` (e.g. ``gpu:0``) as Paddle's device."""
+session's shared training runs (tests/shared_runs.py, trained once for all pytest-xdist workers);
+``MTL_TEST_DEVICE`` (e.g. ``gpu:0``) as Paddle's device."""
 import os
 import sys
 
@@ -14,3 +15,4 @@ if os.environ.get("MTL_TEST_DEVICE"):  # tools/gpu_check.py: the in-process test
     import paddle
 
     paddle.set_device(os.environ["MTL_TEST_DEVICE"])
+

@@ -17,10 +17,16 @@ the small jobs of the tests train in about a second each. So:
   a later launch (or in this process), never in this one.
 * ``one_process[name]`` (runs registered with ``@one_process_run``) trains a 1-process reference once per session,
   in this process: nothing about a 1-process run needs a process of its own (``train_here``).
+* Under pytest-xdist (``make test`` runs two workers) the runs live in a folder of the session that every worker
+  shares: the first worker that needs a launch (or a 1-process run) makes it under a file lock and records its
+  results there; a worker that comes later waits for the lock and reads them. Each run trains once per session.
 """
 import argparse
+import contextlib
+import fcntl
 import json
 import os
+import pickle
 import re
 import time
 
@@ -93,20 +99,55 @@ class TwoProcessRuns:
         return self.outputs[name][1]
 
     def launch(self, names, needed):
+        """Launch ``names`` (and ``needed``) in one launch, unless a pytest-xdist worker of this session already has:
+        the launches are recorded in the shared folder, under a lock, so each run trains once per session."""
         if needed not in names:
             names = names + [needed]
-        spec, started = [], time.time()
+        with shared_lock(self.root):
+            record = self.root / "launched.pickle"
+            launched = pickle.loads(record.read_bytes()) if record.is_file() else {}
+            fresh = [name for name in names if name not in launched]
+            if needed not in launched:
+                launched.update(self.launch_here(fresh))
+                record.write_bytes(pickle.dumps(launched))
+        for name, (result, code, output) in launched.items():
+            self.results[name], self.outputs[name] = result, (code, output)
+
+    def launch_here(self, names):
+        """One launch of ``names`` from this process: ``{name: (result, exit code, output)}``."""
+        spec, results, started = [], {}, time.time()
         for name in names:
             folder = self.root / name
             folder.mkdir()
-            entry, self.results[name] = TWO_PROCESS_RUNS[name](folder)
+            entry, results[name] = TWO_PROCESS_RUNS[name](folder)
             spec.append(dict(entry, name=name))
-        path = self.root / f"batch_{len(self.outputs)}.json"
+        path = self.root / f"batch_{len(list(self.root.glob('batch_*.json')))}.json"
         path.write_text(json.dumps(spec, indent=1))
         code, output = run_distributed(RUN_BATCH, 2, [str(path)], timeout=1800)
         output = f"{len(names)} runs in one launch ({time.time() - started:.1f} s): {', '.join(names)}\n{output}"
-        for name in names:
-            self.outputs[name] = (code, output)
+        return {name: (results[name], code, output) for name in names}
+
+
+@contextlib.contextmanager
+def shared_lock(folder, name="all"):
+    """An exclusive lock ``name`` in ``folder`` among the processes of the session (pytest-xdist workers)."""
+    with open(folder / f".{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def shared_folder(tmp_path_factory, name):
+    """``name`` under the session's base folder, shared by its pytest-xdist workers (each has a base of its own
+    inside the session's); created once."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / name
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def failed_in(output):
@@ -129,11 +170,15 @@ class OneProcessRuns:
 
     def __getitem__(self, name):
         if name not in self.results:
-            folder = self.root / name
-            folder.mkdir()
-            argv, result = ONE_PROCESS_RUNS[name](folder)
-            train_here(*argv)
-            self.results[name] = result
+            with shared_lock(self.root, name):  # trained once per session, by the first worker that asks
+                record = self.root / f"{name}.pickle"
+                if not record.is_file():
+                    folder = self.root / name
+                    folder.mkdir()
+                    argv, result = ONE_PROCESS_RUNS[name](folder)
+                    train_here(*argv)
+                    record.write_bytes(pickle.dumps(result))
+                self.results[name] = pickle.loads(record.read_bytes())
         return self.results[name]
 
 
@@ -141,7 +186,7 @@ class OneProcessRuns:
 def two_process(request, tmp_path_factory):
     """The session's 2-process runs (:class:`TwoProcessRuns`), launched when the fixture is set up (its time shows
     as the setup of the first test that uses it)."""
-    runs = TwoProcessRuns(request.session, tmp_path_factory.mktemp("two_process"))
+    runs = TwoProcessRuns(request.session, shared_folder(tmp_path_factory, "two_process"))
     wanted = runs.wanted()
     if wanted:
         runs.launch(wanted, wanted[0])
@@ -151,4 +196,4 @@ def two_process(request, tmp_path_factory):
 @pytest.fixture(scope="session")
 def one_process(tmp_path_factory):
     """The session's shared 1-process runs (:class:`OneProcessRuns`)."""
-    return OneProcessRuns(tmp_path_factory.mktemp("one_process"))
+    return OneProcessRuns(shared_folder(tmp_path_factory, "one_process"))

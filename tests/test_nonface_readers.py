@@ -7,7 +7,7 @@ from sklearn.preprocessing import StandardScaler
 from mtl.contracts import Field, check_task, conversion_problem, convert
 from mtl.errors import ConfigError, ContractError, DataError
 from mtl.readers.csv_reader import CsvReader
-from mtl.readers.digits import DigitsReader
+from mtl.readers.digits import DigitsReader, load_digits_arrays
 from mtl.readers.numpy_reader import NumpyReader
 from mtl.readers.table import SklearnTableReader
 
@@ -35,6 +35,13 @@ def reference_properties(image):
 
 def is_prime(d):
     return d > 1 and all(d % k for k in range(2, d))
+
+
+def test_digits_read_without_scikit_learn_equal_its_load_digits():
+    images, targets = load_digits_arrays()
+    np.testing.assert_array_equal(images, DIGITS.images)
+    np.testing.assert_array_equal(targets, DIGITS.target)
+    assert images.shape == (1797, 8, 8) and not images.flags.writeable
 
 
 def test_digit_properties_match_a_loop_reference_on_a_few_digits():

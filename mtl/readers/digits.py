@@ -1,4 +1,8 @@
 """scikit-learn's bundled handwritten digits (1797 8x8 images, 10 classes) as a reader: real data, no download."""
+import functools
+import importlib.util
+import os
+
 import numpy as np
 
 from mtl.contracts import Field
@@ -6,6 +10,21 @@ from mtl.errors import ConfigError
 from mtl.readers.base import Reader
 from mtl.readers.digit_features import ATTRIBUTES, PROPERTIES, attribute_matrix, choose, property_matrix
 from mtl.registry import register_reader
+
+
+@functools.lru_cache(maxsize=1)
+def load_digits_arrays():
+    """(images [1797, 8, 8] float64 in 0..16, targets [1797] int64): the file ``sklearn.datasets.load_digits`` reads
+    (``sklearn/datasets/data/digits.csv.gz``, 64 pixels then the digit per row), read once per process without
+    importing scikit-learn (whose import costs more than the rest of a short demo run's set-up)."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the digits reader needs scikit-learn installed (its bundled digits are the data)")
+    path = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
+    table = np.loadtxt(path, delimiter=",")
+    images, targets = table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
+    images.flags.writeable = targets.flags.writeable = False  # shared by every reader of the process
+    return images, targets
 
 
 def _resize_nearest(images: np.ndarray, size: int) -> np.ndarray:
@@ -50,8 +69,6 @@ class DigitsReader(Reader):
     def __init__(self, classes=None, split="train", eval_fraction=0.3, samples="all", image_size=8,
                  channels=1, seed=0, label_field="label", image_field="image", attributes=None, properties=None,
                  labels_field="labels", target_field="target"):
-        from sklearn.datasets import load_digits
-
         if split not in ("train", "eval"):
             raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", key="split")
         if samples not in ("all", "even", "odd"):
@@ -60,13 +77,13 @@ class DigitsReader(Reader):
             raise ConfigError(f"eval_fraction must be in (0, 1), got {eval_fraction!r}", key="eval_fraction")
         self.attribute_names = choose(attributes, ATTRIBUTES, "attributes")
         self.property_names = choose(properties, PROPERTIES, "properties")
-        data = load_digits()
+        all_images, all_targets = load_digits_arrays()
         classes = list(range(10)) if classes is None else [int(c) for c in classes]
         bad = [c for c in classes if not 0 <= c <= 9]
         if bad or len(set(classes)) != len(classes) or not classes:
             raise ConfigError(f"classes must be distinct digits 0..9, got {classes}", key="classes")
-        order, self._labels = _select(data.target, classes, samples, split, float(eval_fraction), seed)
-        images = data.images[order].astype(np.float32) / 8.0 - 1.0
+        order, self._labels = _select(all_targets, classes, samples, split, float(eval_fraction), seed)
+        images = all_images[order].astype(np.float32) / 8.0 - 1.0
         if int(image_size) != 8:
             images = _resize_nearest(images, int(image_size))
         images = images[:, None]
@@ -75,8 +92,8 @@ class DigitsReader(Reader):
         self._images = np.ascontiguousarray(images, dtype=np.float32)
         self.num_classes = len(classes)
         self.source_indices = order
-        self._attributes = attribute_matrix(data.target[order], self.attribute_names)
-        self._properties = property_matrix(data.images[order], self.property_names)
+        self._attributes = attribute_matrix(all_targets[order], self.attribute_names)
+        self._properties = property_matrix(all_images[order], self.property_names)
         self.num_labels = len(self.attribute_names)
         self.num_outputs = len(self.property_names)
         self.label_field = label_field
