@@ -34,6 +34,22 @@ def test_readme_is_short_and_its_links_exist():
             assert os.path.exists(os.path.join(ROOT, target)), f"README links to a missing file: {target}"
 
 
+def test_every_yaml_block_that_names_its_file_shows_that_file():
+    """A ``yaml`` block whose introducing paragraph names a ``.yaml`` file of the repository (the last one named
+    before the block) holds the same settings as that file (comments aside)."""
+    import yaml
+
+    text = open(README).read()
+    checked = 0
+    for match in re.finditer(r"```yaml\n(.*?)```", text, re.S):
+        before = text[:match.start()].rstrip().rsplit("\n\n", 1)[-1]
+        named = re.findall(r"`([\w/.-]+\.yaml)`", before)
+        if named:
+            assert yaml.safe_load(match.group(1)) == yaml.safe_load(open(os.path.join(ROOT, named[-1]))), named[-1]
+            checked += 1
+    assert checked
+
+
 def test_every_make_target_the_readme_names_exists():
     makefile = open(os.path.join(ROOT, "Makefile")).read()
     targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
