@@ -14,7 +14,10 @@ seed-to-seed standard deviations; otherwise it is noise. ``--write`` puts the ta
 the ``faces-weighting`` markers.
 
     python bench/bench_weighting_faces.py [--seeds 0 1 2] [--steps 300] [--jobs 2] [--out runs/bench_weighting_faces]
-        [--strategies static pcgrad ...] [--write]
+        [--strategies static pcgrad ...] [--write] [--finished-only]
+
+``--finished-only`` trains nothing: it tabulates the strategies whose every seed has finished in ``--out`` (a run
+that was stopped can be continued later by the same command without it) and names the others as not measured.
 """
 import argparse
 import json
@@ -153,6 +156,29 @@ def write(text, path=os.path.join(ROOT, "docs", "weighting.md")):
         f.write(content)
 
 
+def finished_runs(args, names):
+    """``{strategy: [figures per seed]}`` of the strategies whose every seed finished in ``args.out``."""
+    runs = {}
+    for name in names:
+        folders = [os.path.join(args.out, name, f"seed{seed}") for seed in args.seeds]
+        if all(os.path.isfile(os.path.join(folder, "bench.json")) for folder in folders):
+            runs[name] = [figures(folder, json.load(open(os.path.join(folder, "bench.json")))["peak_mib"])
+                          for folder in folders]
+    if "static" not in runs:
+        raise SystemExit(f"--finished-only: static, the reference, has not finished for seeds {args.seeds} in "
+                         f"{args.out}")
+    return runs
+
+
+def train_all(args, names):
+    """Train every strategy and seed (``--jobs`` at a time): ``{strategy: [figures per seed]}``."""
+    threads = 1 if args.jobs > 1 else 0
+    todo = [(n, s) for n in names for s in args.seeds]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        done = list(pool.map(lambda item: train(item[0], item[1], args.out, args.steps, threads), todo))
+    return {n: [done[todo.index((n, s))] for s in args.seeds] for n in names}
+
+
 def main():
     """Train every strategy and seed, print the table (and ``--write`` it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -162,6 +188,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "runs", "bench_weighting_faces"))
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--finished-only", action="store_true", help="tabulate the finished runs, train nothing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--run", help=argparse.SUPPRESS)
@@ -171,16 +198,16 @@ def main():
         return child(args)
     names = ["static"] + [n for n in args.strategies if n != "static"]
     alone = alone_figures(args)
-    threads = 1 if args.jobs > 1 else 0
-    todo = [(n, s) for n in names for s in args.seeds]
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        done = list(pool.map(lambda item: train(item[0], item[1], args.out, args.steps, threads), todo))
-    runs = {n: [done[todo.index((n, s))] for s in args.seeds] for n in names}
+    runs = finished_runs(args, names) if args.finished_only else train_all(args, names)
+    missing = [n for n in names if n not in runs]
     text = table(summarise(runs, alone, args.seeds))
     print(text)
+    if missing:
+        print(f"not measured: {', '.join(missing)}")
     if args.write:
         note = (f"Six face datasets, {len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}), "
-                f"{args.steps or 'the recipe'} steps, {args.jobs} runs at a time on 2 cores:")
+                f"{args.steps or 'the recipe'} steps, {args.jobs} runs at a time on 2 cores")
+        note += f"; not measured (no time left for them): {', '.join(missing)}:" if missing else ":"
         write(f"{note}\n\n{text}")
 
 
