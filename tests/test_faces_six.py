@@ -60,6 +60,23 @@ def test_task_files_hold_out_a_quarter_of_each_datasets_people():
         assert len(held) == round(len(people) / 4)
 
 
+def test_the_test_variant_differs_only_in_other_held_out_people_drawn_as_documented():
+    """faces_six_test.yaml: the recipe unchanged but for the held-out people, as many as the validation people, drawn
+    by numpy's RandomState(2026) from the others; nothing else of the job or its tasks differs."""
+    recipe, test = load_job(SIX), load_job(os.path.join(ROOT, "examples", "configs", "faces_six_test.yaml"))
+    for mine, theirs in zip(recipe["tasks"], test["tasks"]):
+        people = sorted({label for _, label in list_rows(mine["reader"]["list"])})
+        validation = mine["reader"]["holdout_classes"]
+        rest = [p for p in people if p not in validation]
+        drawn = sorted(np.random.RandomState(2026).choice(rest, len(validation), replace=False).tolist())
+        assert theirs["reader"]["holdout_classes"] == drawn, mine["name"]
+        assert {**theirs["reader"], "holdout_classes": None} == {**mine["reader"], "holdout_classes": None}
+        assert {k: v for k, v in theirs.items() if k not in ("reader", "source")} == \
+            {k: v for k, v in mine.items() if k not in ("reader", "source")}
+    assert {k: v for k, v in test.items() if k not in ("tasks", "output_dir")} == \
+        {k: v for k, v in recipe.items() if k not in ("tasks", "output_dir")}
+
+
 def test_held_out_people_never_reach_a_training_batch():
     """Every sample of the first 60 steps (more than an epoch of every dataset) belongs to a training person, and
     every training person shows up."""
