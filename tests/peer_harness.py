@@ -48,14 +48,27 @@ def randomize(model, seed):
                 module.num_batches_tracked.fill_(7)
             elif isinstance(module, torch.nn.PReLU):
                 module.weight.copy_(0.5 * torch.rand(module.weight.shape, generator=gen))
+            elif isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(0.5 + torch.rand(module.weight.shape, generator=gen))
+                module.bias.copy_(0.1 * torch.randn(module.bias.shape, generator=gen))
+        for name in ("pos_embed", "mask_token"):  # the ViT's own parameters
+            if hasattr(model, name):
+                getattr(model, name).copy_(0.5 * torch.randn(getattr(model, name).shape, generator=gen))
     return model
 
 
 def build_peer(network):
-    """The peer's model by its own ``get_model`` name (r18, r34, r50, r100, mbf), 512-d, float32."""
+    """The peer's model by its own ``get_model`` name (r18, r34, r50, r100, mbf, vit_t, ...), 512-d, float32."""
+    if network.startswith("vit"):  # the peer's vit.py imports three helpers of timm, which is not installed
+        import os
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_scripts"))
+        from peer_vit import install_timm_stub
+
+        install_timm_stub()
     from backbones import get_model
 
-    return get_model(network, fp16=False, num_features=512, dropout=0.0) if network != "mbf" \
+    return get_model(network, fp16=False, num_features=512, dropout=0.0) if network.startswith("r") \
         else get_model(network, fp16=False, num_features=512)
 
 

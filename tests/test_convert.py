@@ -129,7 +129,8 @@ def test_plsc_layout_converts_by_name(tmp_path):
 PEER_ARCHS = [("iresnet18", "r18", 2), pytest.param("iresnet34", "r34", 2, marks=pytest.mark.slow),
               pytest.param("iresnet50", "r50", 1, marks=pytest.mark.slow),
               pytest.param("iresnet100", "r100", 1, marks=pytest.mark.slow), ("mobilefacenet", "mbf", 2),
-              pytest.param("mobilefacenet", "mbf_large", 1, marks=pytest.mark.slow)]  # scale 4, blocks 2, 8, 12, 4
+              pytest.param("mobilefacenet", "mbf_large", 1, marks=pytest.mark.slow),  # scale 4, blocks 2, 8, 12, 4
+              pytest.param("vit_t", "vit_t", 1, marks=pytest.mark.slow)]
 
 
 @pytest.mark.subprocess

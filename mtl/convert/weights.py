@@ -1,13 +1,14 @@
 """Convert face models trained elsewhere into this project's backbones: insightface's arcface_torch ``.pth``
-state_dicts and PLSC's ``.pdparams``, for IResNet-18/34/50/100 and MobileFaceNet.
+state_dicts and PLSC's ``.pdparams``, for IResNet-18/34/50/100, MobileFaceNet and arcface_torch's ViT-T/S/B.
 
-Our ``iresnet*`` and ``mobilefacenet`` have insightface's module tree (same layers, same order, same names), so a
+Our ``iresnet*``, ``mobilefacenet`` and ``vit_*`` have insightface's module tree (same layers, same order, same names), so a
 tensor maps by its name; only the framework's conventions differ and are translated per layer type:
 
     BatchNorm   weight, bias, running_mean -> _mean, running_var -> _variance; num_batches_tracked dropped
     PReLU       weight -> _weight (one slope per channel in both)
     Linear      weight [out, in] (torch) -> [in, out] (Paddle), bias as is
     Conv2D      weight [out, in / groups, kh, kw] in both, as is
+    LayerNorm, the ViT's pos_embed and mask_token: as is
 
 PLSC's IResNet and MobileFaceNet are Paddle layers with the same names (plus its Partial FC head ``head.*``, which is
 dropped): a renaming of nothing. Every tensor must find its place with the right shape and every weight of the
@@ -23,7 +24,7 @@ import numpy as np
 from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
 
-ARCHS = ("iresnet18", "iresnet34", "iresnet50", "iresnet100", "mobilefacenet")
+ARCHS = ("iresnet18", "iresnet34", "iresnet50", "iresnet100", "mobilefacenet", "vit_t", "vit_s", "vit_b")
 SOURCES = ("insightface", "plsc")
 BATCH_NORM_NAMES = {"weight": "weight", "bias": "bias", "running_mean": "_mean", "running_var": "_variance",
                     "num_batches_tracked": None}
@@ -159,9 +160,22 @@ def _shape(state, name, path):
     return state[name].shape
 
 
+def _vit_options(state, path) -> dict:
+    """A ViT's sizes from its tensors: width and patch from the patch convolution, input side from the number of
+    position embeddings (side = patch x sqrt(tokens)), depth from the numbered blocks, embedding from the last
+    BatchNorm. The number of attention heads leaves no trace in the shapes: the preset's (8) is kept."""
+    width, channels, patch, _ = _shape(state, "patch_embed.proj.weight", path)
+    tokens = _shape(state, "pos_embed", path)[1]
+    return {"embedding_size": int(_shape(state, "feature.3.weight", path)[0]),
+            "input_size": int(patch * round(np.sqrt(tokens))), "in_channels": int(channels),
+            "patch_size": int(patch), "embed_dim": int(width), "depth": _units(state, "blocks.")}
+
+
 def infer_options(arch, state, path, framework="torch") -> dict:
     """The backbone options that give ``arch`` the file's shapes: embedding size, input size (from the width of the
-    last layer: 16 x the final map's side), MobileFaceNet's scale and blocks."""
+    last layer: 16 x the final map's side), MobileFaceNet's scale and blocks, the ViT's sizes."""
+    if arch.startswith("vit"):
+        return _vit_options(state, path)
     if arch.startswith("iresnet"):
         embedding, fc = _shape(state, "features.bias", path)[0], _shape(state, "fc.weight", path)
         side = int(round(np.sqrt((fc[1] if framework == "torch" else fc[0]) / 512)))
