@@ -1,8 +1,8 @@
 """Convert face models trained elsewhere into this project's backbones: insightface's arcface_torch ``.pth``
 state_dicts and PLSC's ``.pdparams``, for IResNet-18/34/50/100, MobileFaceNet and arcface_torch's ViT-T/S/B.
 
-Our ``iresnet*``, ``mobilefacenet`` and ``vit_*`` have insightface's module tree (same layers, same order, same names), so a
-tensor maps by its name; only the framework's conventions differ and are translated per layer type:
+Our ``iresnet*``, ``mobilefacenet`` and ``vit_*`` have insightface's module tree (same layers, same order, same
+names), so a tensor maps by its name; only the framework's conventions differ and are translated per layer type:
 
     BatchNorm   weight, bias, running_mean -> _mean, running_var -> _variance; num_batches_tracked dropped
     PReLU       weight -> _weight (one slope per channel in both)
