@@ -32,17 +32,19 @@ from mtl.registry import register_backbone
 LAST_CHANNELS = 512
 
 
+def _conv_bn(in_channels, out_channels, kernel, stride, padding, groups):
+    """Conv (no bias) and BatchNorm: the first two layers of both blocks."""
+    return [nn.Conv2D(in_channels, out_channels, kernel, stride=stride, padding=padding, groups=groups,
+                      bias_attr=False), nn.BatchNorm2D(out_channels, epsilon=1e-5)]
+
+
 class ConvBlock(nn.Layer):
     """Conv (no bias) - BatchNorm - PReLU (``layers.0/1/2``)."""
 
     def __init__(self, in_channels, out_channels, kernel=1, stride=1, padding=0, groups=1):
         super().__init__()
-        self.layers = nn.Sequential(
-            nn.Conv2D(in_channels, out_channels, kernel, stride=stride, padding=padding, groups=groups,
-                      bias_attr=False),
-            nn.BatchNorm2D(out_channels, epsilon=1e-5),
-            nn.PReLU(out_channels),
-        )
+        self.layers = nn.Sequential(*_conv_bn(in_channels, out_channels, kernel, stride, padding, groups),
+                                    nn.PReLU(out_channels))
 
     def forward(self, x):
         """conv - BN - PReLU."""
@@ -54,11 +56,7 @@ class LinearBlock(nn.Layer):
 
     def __init__(self, in_channels, out_channels, kernel=1, stride=1, padding=0, groups=1):
         super().__init__()
-        self.layers = nn.Sequential(
-            nn.Conv2D(in_channels, out_channels, kernel, stride=stride, padding=padding, groups=groups,
-                      bias_attr=False),
-            nn.BatchNorm2D(out_channels, epsilon=1e-5),
-        )
+        self.layers = nn.Sequential(*_conv_bn(in_channels, out_channels, kernel, stride, padding, groups))
 
     def forward(self, x):
         """conv - BN."""
