@@ -31,10 +31,10 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
 
     ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
     """
-    import paddle
 
     from mtl import registry
     from mtl.low_precision import state_for
+    from mtl.safe_pickle import load_paddle_file
     from mtl.train import checkpoint
 
     cfg = _load_job_cfg(run_dir)
@@ -50,7 +50,7 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
 
     backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
-    state = paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams"))
+    state = load_paddle_file(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams"))
     backbone.set_state_dict(state_for(backbone, state))  # an O2 run's older checkpoints hold bfloat16 weights
     backbone.eval()
     return backbone, backbone_cfg, ckpt, use_avg

@@ -12,6 +12,7 @@ from mtl.config.loading import load_job
 from mtl.errors import ConfigError
 from mtl.export import embed, export
 from mtl.job import build_job
+from mtl.safe_pickle import load_paddle_file
 from mtl.train.checkpoint import latest_checkpoint
 from mtl.train.trainer import Trainer
 
@@ -61,7 +62,7 @@ def test_exported_model_matches_training_backbone(tmp_path, averaging):
     assert kind["weight"].shape == (4, 16) and kind["bias"].shape == (4,)
     ckpt = latest_checkpoint(str(tmp_path / "run"))
     name = "kind.shard0of1.averaged.pdparams" if averaging else "kind.shard0of1.pdparams"
-    np.testing.assert_array_equal(kind["weight"], paddle.load(os.path.join(ckpt, "heads", name))["weight"].numpy())
+    np.testing.assert_array_equal(kind["weight"], load_paddle_file(os.path.join(ckpt, "heads", name))["weight"])
 
 
 @pytest.mark.subprocess

@@ -6,6 +6,7 @@ import paddle
 import pytest
 from paddle.amp.auto_cast import amp_initialize
 
+from mtl.safe_pickle import load_paddle_file
 from mtl.train.optim import JointOptimizer
 
 CFG = {"type": "momentum", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0, "warmup_steps": 0, "decay": "none"}
@@ -67,7 +68,7 @@ def test_master_weights_and_their_velocities_resume_in_another_process(tmp_path)
     other = _o2_model(shift=3)
     assert [p.name for p in other.parameters()] != [p.name for p in model.parameters()]
     restored = _o2_optimizer(other)
-    restored.set_state_dict(paddle.load(str(tmp_path / "optimizer.pdopt")))
+    restored.set_state_dict(load_paddle_file(str(tmp_path / "optimizer.pdopt")))
     _materialise(restored, other)
     got = _masters_and_velocities(restored, other)
     assert got.keys() == saved.keys() and sum(m is not None for m, _ in saved.values()) == 2

@@ -13,6 +13,7 @@ from mtl import arrays
 from mtl.config.loading import load_job
 from mtl.data.steps import StepDataset
 from mtl.job import build_job
+from mtl.safe_pickle import load_paddle_file
 from mtl.train import checkpoint
 from mtl.train.sparse import row_sparse_adamw_
 from mtl.train.trainer import Trainer
@@ -123,7 +124,7 @@ def _row_state(ckpt, task="arc11"):
     with open(os.path.join(ckpt, "state.json")) as f:
         world = json.load(f)["world_size"]
     state = {"weight": checkpoint.merged_head_state(ckpt, task)["weight"]}
-    optimizers = [paddle.load(os.path.join(ckpt, f"optimizer.rank{k}.pdopt")) for k in range(world)]
+    optimizers = [load_paddle_file(os.path.join(ckpt, f"optimizer.rank{k}.pdopt")) for k in range(world)]
     for slot in ("moment1", "moment2", "steps"):
         key = f"heads.{task}.weight::sparse_{slot}"
         state[slot] = np.concatenate([np.asarray(o[key].numpy() if hasattr(o[key], "numpy") else o[key])

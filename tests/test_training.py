@@ -10,6 +10,7 @@ import pytest
 from mtl.config.loading import load_job
 from mtl.errors import ContractError
 from mtl.job import build_job
+from mtl.safe_pickle import load_paddle_file
 from mtl.train.trainer import Trainer
 
 TASKS = [
@@ -104,10 +105,10 @@ def test_exact_resume(tmp_path):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     for name in ("backbone.averaged.pdparams", "heads/pfc.shard0of1.averaged.pdparams"):
-        pa = paddle.load(str(tmp_path / "a" / "run" / "checkpoints" / "step_6" / name))
-        pb = paddle.load(str(tmp_path / "b" / "run" / "checkpoints" / "step_6" / name))
+        pa = load_paddle_file(str(tmp_path / "a" / "run" / "checkpoints" / "step_6" / name))
+        pb = load_paddle_file(str(tmp_path / "b" / "run" / "checkpoints" / "step_6" / name))
         for k in pa:
-            np.testing.assert_array_equal(pa[k].numpy(), pb[k].numpy(), err_msg=f"{name} {k}")
+            np.testing.assert_array_equal(pa[k], pb[k], err_msg=f"{name} {k}")
     la = [json.loads(x) for x in open(tmp_path / "a" / "run" / "metrics.jsonl")]
     lb = [json.loads(x) for x in open(tmp_path / "b" / "run" / "metrics.jsonl")]
     assert [r.get("loss") for r in la] == [r.get("loss") for r in lb]

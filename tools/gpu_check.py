@@ -30,6 +30,8 @@ import tempfile
 import time
 import traceback
 
+from mtl.safe_pickle import load_paddle_file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -214,7 +216,6 @@ def check_export(device, sizes, args):
 def check_resume(device, sizes, args):
     """Stopped half-way and resumed (a new Trainer) against uninterrupted: every step's loss and the final weights."""
     import numpy as np
-    import paddle
 
     from mtl.train.checkpoint import latest_checkpoint
 
@@ -225,10 +226,11 @@ def check_resume(device, sizes, args):
             train(data, until=sizes["steps"] // 2)
         _, records = train(data, resume=name == "resumed")
         ckpt = latest_checkpoint(data["output_dir"])
-        runs[name] = ({r["step"]: r["loss"] for r in records}, paddle.load(os.path.join(ckpt, "backbone.pdparams")))
+        weights = load_paddle_file(os.path.join(ckpt, "backbone.pdparams"))
+        runs[name] = ({r["step"]: r["loss"] for r in records}, weights)
     (losses_a, weights_a), (losses_b, weights_b) = runs["uninterrupted"], runs["resumed"]
     steps_equal = sorted(losses_a) == sorted(losses_b) and all(losses_a[s] == losses_b[s] for s in losses_a)
-    differing = [k for k in weights_a if not np.array_equal(weights_a[k].numpy(), weights_b[k].numpy())]
+    differing = [k for k in weights_a if not np.array_equal(weights_a[k], weights_b[k])]
     return {"status": "pass" if steps_equal and not differing else "fail", "steps": len(losses_a),
             "losses_bit_identical": steps_equal, "weights_differing": differing[:10],
             "largest_loss_difference": max(abs(losses_a[s] - losses_b.get(s, float("nan"))) for s in losses_a)}

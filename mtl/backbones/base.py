@@ -71,7 +71,9 @@ def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
 
     if not os.path.isfile(path):
         raise ConfigError(f"pretrained weights '{path}' do not exist", source, key)
-    state = paddle.load(path)
+    from mtl.safe_pickle import load_state_dict
+
+    state = load_state_dict(path, "pretrained weights")
     own = backbone.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

@@ -274,10 +274,12 @@ def _inspect_bin(path, out_png, samples):
 
 def _first_bin_size(path: str) -> int:
     """Side of the first image of a ``.bin`` set (so that inspect shows the stored size, not a resized one)."""
-    from mtl.data.verification_sets import BinUnpickler, as_bytes
+    from mtl.data.verification_sets import as_bytes, load_bin_content
 
-    with open(path, "rb") as f:
-        images, _ = BinUnpickler(f, encoding="bytes").load()
+    content = load_bin_content(path)
+    if not isinstance(content, (tuple, list)) or len(content) != 2:
+        raise DataError(f"verification set '{path}': expected a pickle of (images, issame)")
+    images = content[0]
     try:
         return decode_rgb(as_bytes(images[0])).size[0] if len(images) else 112
     except DecodeError as exc:

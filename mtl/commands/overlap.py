@@ -56,10 +56,10 @@ def match_classes(centres_a, centres_b, threshold: float = CENTRES_THRESHOLD, al
 def load_run(run_dir: str):
     """``(job, checkpoint folder, averaged)`` of a finished run: the job rebuilt from ``job.json``, its backbone
     loaded with the averaged weights when the checkpoint has them (else the live ones)."""
-    import paddle
 
     from mtl import registry
     from mtl.job import build_job
+    from mtl.safe_pickle import load_paddle_file
     from mtl.train import checkpoint
 
     path = os.path.join(run_dir, "job.json")
@@ -74,7 +74,7 @@ def load_run(run_dir: str):
     job = build_job(cfg, announce_plan=False)
     averaged = os.path.isfile(os.path.join(ckpt, "backbone.averaged.pdparams"))
     weights = "backbone.averaged.pdparams" if averaged else "backbone.pdparams"
-    job.backbone.set_state_dict(paddle.load(os.path.join(ckpt, weights)))
+    job.backbone.set_state_dict(load_paddle_file(os.path.join(ckpt, weights)))
     job.backbone.eval()
     return job, ckpt, averaged
 

@@ -23,6 +23,7 @@ import paddle
 
 from mtl.errors import ConfigError
 from mtl.low_precision import portable_state, state_for
+from mtl.safe_pickle import GeneratorRecord, generator_state, load_paddle_file
 from mtl.train import integrity, reshard
 
 log = logging.getLogger("mtl")
@@ -172,10 +173,22 @@ def random_state() -> dict:
     machine on a GPU, the CPU's on the CPU), which device that is (``device``, ``index``) and, on a GPU, the CPU
     generator's too (``cpu``)."""
     kind, _, index = paddle.get_device().partition(":")
-    state = {"device": kind, "index": int(index or 0), "paddle": paddle.get_rng_state()}
+    state = {"device": kind, "index": int(index or 0), "paddle": _plain(paddle.get_rng_state())}
     if kind != "cpu":
-        state["cpu"] = paddle.get_rng_state("cpu")
+        state["cpu"] = _plain(paddle.get_rng_state("cpu"))
     return state
+
+
+def _plain(states):
+    """Paddle's generator states as their plain state tuples (the file then holds no Paddle object)."""
+    return [s.__getstate__() for s in states]
+
+
+def _generators(states):
+    """Paddle's ``GeneratorState`` objects of saved states: plain tuples (this module writes them), the records of
+    older files (:class:`mtl.safe_pickle.GeneratorRecord`), or Paddle's objects themselves (a state in memory)."""
+    return [s.to_paddle() if isinstance(s, GeneratorRecord) else generator_state(s) if isinstance(s, (tuple, list))
+            else s for s in states]
 
 
 def restore_random_state(saved: dict):
@@ -187,14 +200,14 @@ def restore_random_state(saved: dict):
     saved_kind = saved.get("device", "cpu")  # checkpoints written before the key came from CPU runs
     cpu = saved.get("cpu", saved["paddle"] if saved_kind == "cpu" else None)
     if cpu is not None:
-        paddle.set_rng_state(cpu, "cpu")
+        paddle.set_rng_state(_generators(cpu), "cpu")
     if saved_kind != kind:
         return (f"the checkpoint's random state is a {saved_kind} generator's and this process runs on {kind}: its "
                 f"{kind} generator keeps the job's seed, so random draws on the device (dropout) differ from those "
                 f"of the run that wrote the checkpoint")
     if kind != "cpu":
         states = paddle.get_rng_state()  # every GPU's; this process draws from its own device's only
-        states[int(index or 0)] = saved["paddle"][saved.get("index", 0)]  # the generator the saving rank used
+        states[int(index or 0)] = _generators(saved["paddle"])[saved.get("index", 0)]  # the saving rank's own
         paddle.set_rng_state(states)
     return None
 
@@ -231,10 +244,10 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     if problem:
         raise ConfigError(f"checkpoint '{path}' is damaged: {problem}; remove it to resume from an older one")
     _check_compatible(path, state, schedule)
-    model.backbone.set_state_dict(state_for(model.backbone, paddle.load(os.path.join(path, "backbone.pdparams"))))
+    model.backbone.set_state_dict(state_for(model.backbone, load_paddle_file(os.path.join(path, "backbone.pdparams"))))
     own = os.path.join(path, f"statistics.rank{rank}.pdparams")
     if saved_world == world and os.path.isfile(own):  # this rank's own BatchNorm statistics (resharded: the average)
-        model.backbone.set_state_dict(state_for(model.backbone, paddle.load(own)))
+        model.backbone.set_state_dict(state_for(model.backbone, load_paddle_file(own)))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
     per_rank = reshard.rank_state(path, saved_world, world, rank)
@@ -256,7 +269,7 @@ def _head_state(path, task, head, saved_world, world, rank):
     file = os.path.join(path, _head_file(task, head, rank, saved_world))
     if not os.path.isfile(file):
         raise ConfigError(f"checkpoint '{path}' has no weights for task '{task}' ({file})")
-    return paddle.load(file)
+    return load_paddle_file(file)
 
 
 def head_files(path, task, averaged=False):
@@ -289,10 +302,8 @@ def merged_head_state(path, task, averaged=False):
     files = head_files(path, task, averaged)
     if not files:
         raise ConfigError(f"checkpoint '{path}' has no {'averaged ' if averaged else ''}weights for task '{task}'")
-    states = [paddle.load(f) for f in files]
-    return {k: np.concatenate([np.asarray(s[k].numpy() if hasattr(s[k], "numpy") else s[k]) for s in states],
-                              axis=0) if len(states) > 1 else np.asarray(states[0][k].numpy())
-            for k in states[0]}
+    states = [load_paddle_file(f) for f in files]
+    return {k: np.concatenate([np.asarray(s[k]) for s in states], axis=0) for k in states[0]}
 
 
 def _jsonable(obj):

@@ -21,6 +21,7 @@ import numpy as np
 
 from mtl.arrays import to_numpy
 from mtl.errors import ConfigError
+from mtl.safe_pickle import load_paddle_file
 
 # Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
 # before the console is configured (mtl.console.configure_console).
@@ -84,12 +85,11 @@ def _reshard_mapping(per_rank, tasks, world, rank, drop_empty=False):
 
 
 def _load_all(path, pattern, saved_world):
-    import paddle
 
     files = [os.path.join(path, pattern.format(rank=k)) for k in range(saved_world)]
     if not all(os.path.isfile(f) for f in files):
         return None
-    return [paddle.load(f) for f in files]
+    return [load_paddle_file(f) for f in files]
 
 
 def head_state(path, task, saved_world, world, rank, averaged=False):
@@ -105,13 +105,12 @@ def head_state(path, task, saved_world, world, rank, averaged=False):
 def rank_state(path, saved_world, world, rank):
     """``{"optimizer", "averager", "rng"}`` of ``rank`` of ``world`` from a checkpoint of ``saved_world`` ranks
     (``averager`` / ``rng`` None when the checkpoint has none for this rank)."""
-    import paddle
 
     tasks = set(sharded_tasks(path))
     if saved_world == world:
         def own(name):
             file = os.path.join(path, name.format(rank=rank))
-            return paddle.load(file) if os.path.isfile(file) else None
+            return load_paddle_file(file) if os.path.isfile(file) else None
 
         return {"optimizer": own("optimizer.rank{rank}.pdopt"), "averager": own("averager.rank{rank}.pdparams"),
                 "rng": own("rng.rank{rank}.pdparams")}
@@ -122,7 +121,7 @@ def rank_state(path, saved_world, world, rank):
     rng = os.path.join(path, f"rng.rank{rank}.pdparams")
     return {"optimizer": _reshard_mapping(optimizer, tasks, world, rank),
             "averager": _reshard_mapping(averager, tasks, world, rank, drop_empty=True) if averager else None,
-            "rng": paddle.load(rng) if rank < saved_world and os.path.isfile(rng) else None}
+            "rng": load_paddle_file(rng) if rank < saved_world and os.path.isfile(rng) else None}
 
 
 def reshard(path, world, out):
@@ -170,8 +169,8 @@ def _write_statistics(path, out, world):
     source = os.path.join(path, "statistics.rank0.pdparams")
     if not os.path.isfile(source):
         return
-    backbone = paddle.load(os.path.join(path, "backbone.pdparams"))
-    averaged = {name: backbone[name] for name in paddle.load(source)}
+    backbone = load_paddle_file(os.path.join(path, "backbone.pdparams"))
+    averaged = {name: backbone[name] for name in load_paddle_file(source)}
     for rank in range(world):
         paddle.save(averaged, os.path.join(out, f"statistics.rank{rank}.pdparams"))
 
@@ -186,19 +185,19 @@ def describe(path):
     """Rows (what, detail) saying what a checkpoint holds: step, process count, heads, optimizer, averager."""
     import json
 
-    import paddle
 
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)
     rows = [("step", state["step"]), ("written by", f"{state['world_size']} process(es)")]
     for task, saved in sorted(sharded_tasks(path).items()):
-        parts = [paddle.load(os.path.join(path, "heads", f"{task}.shard{k}of{saved}.pdparams")) for k in range(saved)]
+        parts = [load_paddle_file(os.path.join(path, "heads", f"{task}.shard{k}of{saved}.pdparams"))
+                 for k in range(saved)]
         shapes = {k: list(merge_rows([p[k] for p in parts]).shape) for k in parts[0]}
         rows.append((f"head {task}", f"sharded over {saved}: " + ", ".join(f"{k} {v}" for k, v in shapes.items())))
     for name in sorted(os.listdir(os.path.join(path, "heads"))):
         if not _SHARD_FILE.match(name):
             rows.append((f"head {name.split('.')[0]}", f"replicated ({name})"))
-    optimizer = paddle.load(os.path.join(path, "optimizer.rank0.pdopt"))
+    optimizer = load_paddle_file(os.path.join(path, "optimizer.rank0.pdopt"))
     rows.append(("optimizer", f"{len(optimizer)} entries on rank 0 (row-sparse state: "
                               f"{sum(1 for k in optimizer if '::sparse_' in str(k))})"))
     rows.append(("averager", "yes" if os.path.isfile(os.path.join(path, "averager.rank0.pdparams")) else "no"))
