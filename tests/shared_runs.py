@@ -26,7 +26,6 @@ import contextlib
 import fcntl
 import json
 import os
-import pathlib
 import pickle
 import re
 import time
