@@ -301,9 +301,11 @@ def tables(result) -> str:
                  f"{sum(g >= 0 for g in gaps)} of {len(gaps)} datasets")
     found = result.get("duplicates")
     if found:
-        text += (f"\n\nEstimated duplicates ({found['arm']} run; {found['true']} true pairs): pairs found "
-                 f"{found['pairs']}, correct {found['correct']}, precision {cell(found['precision'])}, recall "
-                 f"{cell(found['recall'])}")
+        per_seed = {k: ", ".join("-" if v is None else str(v) for v in found[k]) for k in ("pairs", "correct")}
+        true = "no true pairs known" if found["true"] is None else f"{found['true']} true pairs"
+        text += (f"\n\nEstimated duplicates ({found['arm']} run, {found['from'][0]}; {true}): "
+                 f"pairs found {per_seed['pairs']}, correct {per_seed['correct']} (per seed); precision "
+                 f"{cell(found['precision']) or '-'}, recall {cell(found['recall']) or '-'}")
     return text
 
 
