@@ -6,6 +6,10 @@ source in turn (source 0's, then source 1's, ...). Class labels stay apart: sour
 assumes no person is in two of them (the de-duplicated case). Each source keeps its own options (its crop, its
 held-out people, its augmentation), so that merging changes nothing but the labels. An evaluation split is open-set
 (verification) when every source's is.
+
+``shared_labels: true`` keeps every source's labels as they are: the sources are already labelled in one label space
+(the same person has the same label in every source, as the overlap benchmark's true-person lists are,
+``tools/make_overlap_benchmark.py``), and the class count is the largest source's.
 """
 import numpy as np
 
@@ -17,9 +21,13 @@ from mtl.registry import register_reader
 
 @register_reader("concat")
 class ConcatReader(Reader):
-    """The samples of several readers, one after another, with class labels offset per source."""
+    """The samples of several readers, one after another, with class labels offset per source (none with
+    ``shared_labels``)."""
 
-    def __init__(self, readers, split="train", image_size=None, channels=None, shape=None, label_field="label"):
+    def __init__(self, readers, split="train", image_size=None, channels=None, shape=None, label_field="label",
+                 shared_labels=False):
+        if not isinstance(shared_labels, bool):
+            raise ConfigError(f"shared_labels must be true or false, got {shared_labels!r}", key="shared_labels")
         if not isinstance(readers, (list, tuple)) or not readers:
             raise ConfigError(f"readers must be a non-empty list of reader configs, got {readers!r}", key="readers")
         context = {k: v for k, v in (("image_size", image_size), ("channels", channels), ("shape", shape))
@@ -34,8 +42,12 @@ class ConcatReader(Reader):
         self.label_field = label_field
         self._check_sources()
         counts = [int(s.num_classes) for s in self.sources]
-        self.offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self.num_classes = int(sum(counts))
+        if shared_labels:
+            self.offsets = np.zeros(len(counts), dtype=np.int64)
+            self.num_classes = int(max(counts))
+        else:
+            self.offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.num_classes = int(sum(counts))
         self.starts = np.concatenate([[0], np.cumsum([len(s) for s in self.sources])]).astype(np.int64)
         self.open_set = all(s.open_set for s in self.sources)
         self.max_positive_pairs = max(s.max_positive_pairs for s in self.sources)
