@@ -153,9 +153,9 @@ def train_all(args, runs):
 def embeddings(run_dir, readers, batch_size=256):
     """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights)."""
     from mtl.evaluation.evaluator import embed
-    from mtl.export import load_run_backbone
+    from mtl.inference import open_run
 
-    backbone = load_run_backbone(run_dir)[0]
+    backbone = open_run(run_dir).backbone()
     out = {}
     for name, reader in readers.items():
         features, rest = embed(backbone, reader, batch_size)

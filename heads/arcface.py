@@ -29,6 +29,7 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.arrays import to_numpy, unit_rows
+from mtl.errors import ParameterError
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
 from mtl.heads.chunked_softmax import ClassRows, Workspace, chunk_rows, chunked_margin_softmax, inverse_norm
@@ -60,10 +61,10 @@ class ArcFaceHead(ShardedClassHead):
         self.margin = check_margin(self.default_margin if margin is None else margin)
         self.scale = float(scale)
         if not self.scale > 0:
-            raise ValueError(f"scale must be > 0, got {scale!r}")
+            raise ParameterError(f"scale must be > 0, got {scale!r}")
         self.sample_ratio = float(sample_ratio)
         if not 0.0 < self.sample_ratio <= 1.0:
-            raise ValueError(f"sample_ratio must be in (0, 1], got {sample_ratio!r}")
+            raise ParameterError(f"sample_ratio must be in (0, 1], got {sample_ratio!r}")
         self.fused = self._resolve_fused(fused)
         self._margin = margin_transform(*self.margin)
         self.row_sparse = self.sample_ratio < 1.0  # the optimizer updates only the sampled rows
@@ -115,15 +116,15 @@ class ArcFaceHead(ShardedClassHead):
         in on a GPU, refused with a sentence where Paddle's kernel cannot compute this head's function."""
         choice = str(fused).lower()
         if choice not in ("auto", "true", "false"):
-            raise ValueError(f"fused must be 'auto', true or false, got {fused!r}")
+            raise ParameterError(f"fused must be 'auto', true or false, got {fused!r}")
         if choice != "true":
             return False
         if not (paddle.is_compiled_with_cuda() and paddle.get_device().startswith("gpu")):
-            raise ValueError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "
-                             "use 'auto' or false")
+            raise ParameterError("fused=true needs a CUDA device (margin_cross_entropy has no CPU kernel); "
+                                 "use 'auto' or false")
         if self.sample_ratio < 1.0 or self.filtering.active:
-            raise ValueError("fused=true does not support Partial FC (sample_ratio < 1) nor inter-class "
-                             "filtering (interclass_filtering_threshold, same_person)")
+            raise ParameterError("fused=true does not support Partial FC (sample_ratio < 1) nor inter-class "
+                                 "filtering (interclass_filtering_threshold, same_person)")
         return True
 
     def cosine(self, normalized_features, weight):

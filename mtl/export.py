@@ -18,55 +18,18 @@ from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError
 
 
-def _load_job_cfg(run_dir):
-    path = os.path.join(run_dir, "job.json")
-    if not os.path.isfile(path):
-        raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
-    with open(path) as f:
-        return json.load(f)
-
-
-def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
-    """(backbone in eval mode, its config, checkpoint folder, averaged?) of a run's latest (or given) checkpoint.
-
-    ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
-    """
-
-    from mtl import registry
-    from mtl.low_precision import state_for
-    from mtl.safe_pickle import load_paddle_file
-    from mtl.train import checkpoint
-
-    cfg = _load_job_cfg(run_dir)
-    ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)
-    if ckpt is None or not os.path.isfile(os.path.join(ckpt, "state.json")):
-        raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")
-    avg_file = os.path.join(ckpt, "backbone.averaged.pdparams")
-    use_avg = os.path.isfile(avg_file) if averaged is None else bool(averaged)
-    if use_avg and not os.path.isfile(avg_file):
-        raise ConfigError(f"checkpoint '{ckpt}' has no averaged weights (the run did not average)")
-    registry.load_all(cfg.get("plugin_folders", []))
-    from mtl.backbones.base import constructor_config
-
-    backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
-    backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
-    state = load_paddle_file(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams"))
-    backbone.set_state_dict(state_for(backbone, state))  # an O2 run's older checkpoints hold bfloat16 weights
-    backbone.eval()
-    return backbone, backbone_cfg, ckpt, use_avg
-
-
-def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
+def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False):
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
-    ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
+    ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``.
+    The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.inference.import_plugins`).
     """
     import paddle
 
-    from mtl.train import checkpoint
+    from mtl.inference import field_adapter, open_run
 
-    cfg = _load_job_cfg(run_dir)
-    backbone, backbone_cfg, ckpt, use_avg = load_run_backbone(run_dir, checkpoint_path, averaged)
+    run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
+    backbone = run.backbone()
     field = backbone.input_fields()[0]
     model = field_adapter(backbone, field.name, to_dict=True)
     spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
@@ -75,16 +38,15 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     paddle.jit.save(paddle.jit.to_static(model, input_spec=[spec], full_graph=True),
                     os.path.join(out_dir, "backbone"))
     heads = {}
-    for task in cfg["tasks"]:
+    for task in run.cfg["tasks"]:
         name = task["name"]
-        state = checkpoint.merged_head_state(ckpt, name, averaged=use_avg)
+        state = run.head_state(name)
         np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
         heads[name] = {k: list(v.shape) for k, v in state.items()}
-    with open(os.path.join(ckpt, "state.json")) as f:
-        step = json.load(f)["step"]
     meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
-            "feature_size": int(backbone.feature_size), "backbone": backbone_cfg, "averaged": use_avg, "step": step,
-            "checkpoint": os.path.abspath(ckpt), "heads": heads, "preprocess": task_preprocessing(cfg["tasks"])}
+            "feature_size": int(backbone.feature_size), "backbone": run.backbone_config(), "averaged": run.averaged,
+            "step": run.step, "checkpoint": os.path.abspath(run.checkpoint), "heads": heads,
+            "preprocess": task_preprocessing(run.cfg["tasks"])}
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta
@@ -118,27 +80,6 @@ def export_onnx(out_dir, opset=13):
     if not os.path.isfile(path):
         raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX (see its error above)")
     return path
-
-
-def field_adapter(model, field, to_dict):
-    """A Layer between the backbone interface (a dict of fields) and a single-tensor model.
-
-    ``to_dict``: ``forward(x) = model({field: x})`` (a backbone made exportable by ``jit.save``); otherwise
-    ``forward(inputs) = model(inputs[field])`` (an exported model used where a backbone is expected).
-    """
-    import paddle
-
-    class FieldAdapter(paddle.nn.Layer):
-        """Converts the input between one tensor and ``{field: tensor}``."""
-
-        def __init__(self):
-            super().__init__()
-            self.inner = model
-
-        def forward(self, x):
-            return self.inner({field: x}) if to_dict else self.inner(x[field])
-
-    return FieldAdapter()
 
 
 def export_preprocess(meta, where, task=None):
@@ -191,16 +132,14 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False,
     """
     import paddle
 
-    meta_path = os.path.join(export_dir, "export.json")
-    if not os.path.isfile(meta_path):
-        raise ConfigError(f"'{export_dir}' is not an export folder (no export.json); run `mtl export` first")
-    with open(meta_path) as f:
-        meta = json.load(f)
+    from mtl.inference import open_export
+
+    loaded = open_export(export_dir)
+    meta = loaded.meta
     if flip and len(meta["input_shape"]) != 3:
         raise ConfigError(f"--flip mirrors images, but this model's input '{meta['input_field']}' has shape "
                           f"{meta['input_shape']}, not [channels, height, width]: drop --flip")
-    model = paddle.jit.load(os.path.join(export_dir, "backbone"))
-    model.eval()
+    model = loaded.model.inner  # the inference program itself, one tensor in and out
     x = read_inputs(inputs, meta["input_shape"], export_preprocess(meta, export_dir, preprocess_task))
     out = []
     with paddle.no_grad():

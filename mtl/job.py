@@ -14,7 +14,7 @@ from mtl import contracts, registry
 from mtl.backbones.base import constructor_config, load_pretrained
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DataError
 from mtl.parallel import distributed, sync_bn
 from mtl.runtime import on_host_generator
 from mtl.train.finetune import apply_lr_multipliers, freeze_batchnorm, freeze_parameters
@@ -170,16 +170,15 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
 
 def _checked_eval_reader(task: Task, context):
     """Build the task's evaluation reader now and let the head check its labels, so that a split the head cannot
-    evaluate (a typo in ``eval.reader``, one class for a verification head) fails before training."""
-    from mtl.errors import MtlError
-
+    evaluate (a typo in ``eval.reader``, one class for a verification head) fails before training. A plug-in's bug
+    (:class:`mtl.errors.PluginError`) is not turned into a config error."""
     prefix = f"{task.cfg['key']}." if task.cfg["key"] else ""
     overrides = copy.deepcopy(task.cfg["eval"]["reader"])
     try:
         reader = build_reader(task.cfg, overrides, context)
-    except MtlError as exc:
+    except (ConfigError, DataError) as exc:
         raise ConfigError(f"task '{task.name}': the evaluation reader (reader + eval.reader {overrides}) fails: "
-                          f"{_bare(exc)}", task.source, prefix + "eval.reader") from None
+                          f"{exc.bare_message}", task.source, prefix + "eval.reader") from None
     limit = task.cfg["eval"]["max_samples"]
     try:
         if task.head.label_field == "label":  # class labels: Reader.labels() reads them without decoding images
@@ -192,15 +191,8 @@ def _checked_eval_reader(task: Task, context):
                 if task.head.class_count() is not None:
                     check_labels(task.name, {"label": labels}, "label", task.head.class_count(), split="evaluation")
                 task.head.check_eval_labels(labels)
-    except Exception as exc:  # the head's own sentence
+    except (ConfigError, DataError) as exc:  # the head's own sentence (anything else is a bug, reported as one)
         raise ConfigError(f"task '{task.name}': head '{task.head.registered_name}' cannot evaluate the evaluation "
                           f"split: {exc}; fix the split or set eval: {{split: false}}", task.source,
                           prefix + "eval") from None
     return reader
-
-
-def _bare(exc) -> str:
-    """A user error's message without its file and key prefix (ConfigError keeps it apart)."""
-    from mtl.errors import MtlError
-
-    return exc.bare_message if isinstance(exc, MtlError) else str(exc)

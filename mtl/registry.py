@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Dict, Optional
 
-from mtl.errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError, MtlError, PluginError
 
 KINDS = ("reader", "backbone", "head", "weighting")
 # Constructor arguments the runner supplies at build time (not required in configs).
@@ -62,10 +62,9 @@ def register(kind: str, name: str):
 
     def wrap(cls):
         old = _REGISTRY[kind].get(name)
-        if old is not None and old.cls.__qualname__ != cls.__qualname__:
-            raise ConfigError(
-                f"{kind} '{name}' is registered twice: by {old.origin} and by {_origin_of(cls)}"
-            )
+        if old is not None and old.cls is not cls:
+            raise ConfigError(f"{kind} '{name}' is registered twice: by {old.origin} ({old.cls.__qualname__}) and by "
+                              f"{_origin_of(cls)} ({cls.__qualname__}); rename one of them")
         cls.registered_name = name
         _REGISTRY[kind][name] = Entry(kind, name, cls, _origin_of(cls), _first_line(cls.__doc__))
         return cls
@@ -262,5 +261,17 @@ def build(kind, cfg, source=None, key=None, **context):
             cls = ConfigError if isinstance(exc, ConfigError) else DataError
             raise cls(f"{kind} '{entry.name}': {exc.located(source)}", source, sub) from None
         raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{kind} '{entry.name}': {exc}", source, key) from exc
+    except MtlError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug in the plug-in, named as one
+        raise plugin_error(kind, entry, exc) from exc
+
+
+def plugin_error(kind: str, entry: Entry, exc: BaseException) -> PluginError:
+    """The one-line report of a bug in a plug-in (``exc`` raised while it was built), its traceback kept in
+    ``traceback_text`` for the run's log."""
+    import traceback
+
+    return PluginError(f"{kind} '{entry.name}' ({entry.origin}) raised {type(exc).__name__}: {exc} while it was "
+                       f"built; this is a bug in the plug-in, not a mistake in the config",
+                       "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))

@@ -13,7 +13,7 @@ from mtl.errors import ConfigError
 from mtl.export import embed, export
 from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
-from mtl.train.checkpoint import latest_checkpoint
+from mtl.train.layout import latest_checkpoint
 from mtl.train.trainer import Trainer
 
 
@@ -100,7 +100,7 @@ def test_export_errors(tmp_path):
         export(str(tmp_path), str(tmp_path / "out"))
     train_run(tmp_path, averaging=False)
     with pytest.raises(ConfigError, match="no averaged weights"):
-        export(str(tmp_path / "run"), str(tmp_path / "out"), averaged=True)
+        export(str(tmp_path / "run"), str(tmp_path / "out"), weights="averaged")
 
 
 def test_export_refuses_an_incomplete_set_of_shards(tmp_path):

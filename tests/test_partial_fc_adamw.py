@@ -14,7 +14,7 @@ from mtl.config.loading import load_job
 from mtl.data.steps import StepDataset
 from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
-from mtl.train import checkpoint
+from mtl.train import layout
 from mtl.train.sparse import row_sparse_adamw_
 from mtl.train.trainer import Trainer
 from tests.dist_util import ROOT
@@ -123,7 +123,7 @@ def _row_state(ckpt, task="arc11"):
     """Weights and row-sparse optimizer state of a head, merged over the checkpoint's ranks."""
     with open(os.path.join(ckpt, "state.json")) as f:
         world = json.load(f)["world_size"]
-    state = {"weight": checkpoint.merged_head_state(ckpt, task)["weight"]}
+    state = {"weight": layout.merged_head_state(ckpt, task)["weight"]}
     optimizers = [load_paddle_file(os.path.join(ckpt, f"optimizer.rank{k}.pdopt")) for k in range(world)]
     for slot in ("moment1", "moment2", "steps"):
         key = f"heads.{task}.weight::sparse_{slot}"

@@ -12,7 +12,7 @@ import pytest
 from mtl.errors import ConfigError
 from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
-from mtl.train import checkpoint, integrity
+from mtl.train import checkpoint, integrity, layout
 from mtl.train.trainer import Trainer
 from tests.test_training import TASKS, job_cfg
 
@@ -112,7 +112,7 @@ def test_no_checkpoint_verifies(finished, tmp_path):
     for step in (3, 6):
         (root / f"step_{step}" / "backbone.pdparams").write_bytes(b"")
     messages = []
-    assert checkpoint.latest_checkpoint(str(tmp_path / "run"), report=messages.append) is None
+    assert layout.latest_checkpoint(str(tmp_path / "run"), report=messages.append) is None
     assert messages == [f"checkpoint '{root / 'step_6'}' is damaged (backbone.pdparams has 0 bytes, "
                         f"{(finished / 'run' / 'checkpoints' / 'step_6' / 'backbone.pdparams').stat().st_size} "
                         f"were written (truncated or replaced)); no older checkpoint verifies"]
@@ -122,7 +122,7 @@ def test_unreadable_state_json_is_damage_and_a_checkpoint_without_checksums_is_a
     root = copy_run(finished, tmp_path)
     (root / "step_6" / "state.json").write_text('{"step": 6, "wor')  # cut short
     assert integrity.verify(str(root / "step_6")).startswith("state.json is unreadable")
-    assert checkpoint.latest_checkpoint(str(tmp_path / "run"), report=lambda m: None) == str(root / "step_3")
+    assert layout.latest_checkpoint(str(tmp_path / "run"), report=lambda m: None) == str(root / "step_3")
     state = json.loads((root / "step_3" / "state.json").read_text())
     del state["files"]  # written before checksums existed
     (root / "step_3" / "state.json").write_text(json.dumps(state))

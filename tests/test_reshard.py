@@ -19,7 +19,7 @@ from mtl.config.loading import load_job
 from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
 from mtl.train import checkpoint
-from mtl.train.checkpoint import merged_head_state
+from mtl.train.layout import merged_head_state
 from mtl.train.optim import JointOptimizer
 from tests import equivalence
 from tests.shared_runs import train_here, two_process_run

@@ -4,6 +4,7 @@ from typing import List, Optional
 import paddle
 
 from mtl.contracts import Field
+from mtl.errors import ParameterError
 
 
 class Backbone(paddle.nn.Layer):
@@ -42,7 +43,7 @@ class ImageBackbone(Backbone):
         for name, value in (("input_size", input_size), ("in_channels", in_channels),
                             ("embedding_size", embedding_size)):
             if isinstance(value, bool) or int(value) != value or int(value) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ParameterError(f"{name} must be a positive integer, got {value!r}")
         self.input_size = int(input_size)
         self.in_channels = int(in_channels)
         self.feature_size = int(embedding_size)

@@ -17,8 +17,9 @@ from typing import Sequence
 import paddle
 from paddle import nn
 
-from mtl.backbones.base import Backbone, ImageBackbone, load_pretrained
+from mtl.backbones.base import Backbone, ImageBackbone
 from mtl.contracts import Field
+from mtl.errors import ParameterError
 from mtl.registry import register_backbone
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
@@ -28,7 +29,7 @@ def _positive_ints(value, name) -> tuple:
     """``value`` as a tuple of positive ints (a single int becomes a 1-tuple); ValueError otherwise."""
     items = (value,) if isinstance(value, int) else tuple(value)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items):
-        raise ValueError(f"{name} must be a list of positive integers, got {value!r}")
+        raise ParameterError(f"{name} must be a list of positive integers, got {value!r}")
     return items
 
 
@@ -44,7 +45,6 @@ class SmallCNN(ImageBackbone):
         input_size: int = 8,
         batch_norm: bool = True,
         input_field: str = "image",
-        pretrained: str = None,
         embedding_bn: bool = False,
         output: str = "pool",
         dropout: float = 0.0,
@@ -53,9 +53,9 @@ class SmallCNN(ImageBackbone):
         channels = _positive_ints(channels, "channels")
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
         if output not in ("pool", "flatten"):
-            raise ValueError(f"output must be 'pool' or 'flatten', got {output!r}")
+            raise ParameterError(f"output must be 'pool' or 'flatten', got {output!r}")
         if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+            raise ParameterError(f"dropout must be in [0, 1), got {dropout!r}")
         layers = []
         previous = self.in_channels
         for i, width in enumerate(channels):
@@ -77,8 +77,6 @@ class SmallCNN(ImageBackbone):
         self.fc = nn.Linear(flat if output == "flatten" else previous, self.feature_size)
         # BN-neck: y = (e - mean) / sqrt(var + eps) * gamma + beta per embedding dimension
         self.neck = nn.BatchNorm1D(self.feature_size) if embedding_bn else None
-        if pretrained:
-            load_pretrained(self, pretrained, key="pretrained")
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; ``pool``: the mean over H and W,
@@ -104,13 +102,12 @@ class MLP(Backbone):
         batch_norm: bool = False,
         dropout: float = 0.0,
         input_field: str = "image",
-        pretrained: str = None,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+            raise ParameterError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
         if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise ParameterError(f"dropout must be in [0, 1), got {dropout}")
         hidden = _positive_ints(hidden, "hidden") if hidden else ()
         self.input_shape = _positive_ints(input_shape, "input_shape")
         (self.feature_size,) = _positive_ints(embedding_size, "embedding_size")
@@ -127,8 +124,6 @@ class MLP(Backbone):
             previous = width
         layers.append(nn.Linear(previous, self.feature_size))
         self.layers = nn.Sequential(*layers)
-        if pretrained:
-            load_pretrained(self, pretrained, key="pretrained")
 
     def input_fields(self):
         """One field of shape ``input_shape`` float32."""

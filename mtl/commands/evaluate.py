@@ -14,63 +14,9 @@ import os
 
 import numpy as np
 
-from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError
 from mtl.export import export_preprocess
-
-
-def load_model(path, weights="auto"):
-    """(backbone-like layer, input field, input shape, step, description, preprocessing ``{task: mapping}``) of a
-    run folder, an export folder or converted weights (``mtl convert``'s ``.pdparams``)."""
-    from mtl.export import field_adapter, load_run_backbone
-
-    if os.path.isfile(os.path.join(path, "export.json")):
-        import paddle
-
-        if weights != "auto":
-            raise ConfigError(f"--weights {weights} applies to a run; the export '{path}' holds the weights it was "
-                              "exported with (see its export.json)")
-        with open(os.path.join(path, "export.json")) as f:
-            meta = json.load(f)
-        model = field_adapter(paddle.jit.load(os.path.join(path, "backbone")), meta["input_field"], to_dict=False)
-        kind = "averaged" if meta.get("averaged") else "live"
-        return (model, meta["input_field"], meta["input_shape"], meta["step"], f"export ({kind} weights)",
-                meta.get("preprocess") or {})
-    if os.path.isfile(path) and path.endswith(".pdparams"):
-        return _converted_model(path, weights)
-    if os.path.isfile(os.path.join(path, "job.json")):
-        averaged = {"auto": None, "averaged": True, "live": False}[weights]
-        backbone, _, ckpt, use_avg = load_run_backbone(path, None, averaged)
-        with open(os.path.join(ckpt, "state.json")) as f:
-            step = json.load(f)["step"]
-        field = backbone.input_fields()[0]
-        with open(os.path.join(path, "job.json")) as f:
-            preprocessing = task_preprocessing(json.load(f)["tasks"])
-        return (backbone, field.name, list(field.shape), step, f"{ckpt} ({'averaged' if use_avg else 'live'} weights)",
-                preprocessing)
-    raise ConfigError(f"'{path}' is neither a training run (job.json), an export (export.json) nor converted weights "
-                      "(a .pdparams file from mtl convert)")
-
-
-def _converted_model(path, weights):
-    """``load_model`` of converted weights (``mtl convert``): the backbone config from the file beside them."""
-    from mtl import registry
-    from mtl.backbones.base import load_pretrained
-    from mtl.convert.weights import sidecar_path
-
-    if weights != "auto":
-        raise ConfigError(f"--weights {weights} applies to a run, not to the weights file '{path}'")
-    config_path = sidecar_path(path)
-    if not os.path.isfile(config_path):
-        raise ConfigError(f"'{path}' needs its backbone config '{config_path}' beside it (mtl convert writes it)")
-    with open(config_path) as f:
-        config = json.load(f)["backbone"]
-    registry.load_builtin()
-    backbone = registry.build("backbone", config, config_path, "backbone")
-    load_pretrained(backbone, path, config_path, "backbone")
-    backbone.eval()
-    field = backbone.input_fields()[0]
-    return backbone, field.name, list(field.shape), 0, f"{path} (converted weights)", {}
+from mtl.inference import add_trust_plugins, load_model
 
 
 def insightface_line(name, step, result, flip):
@@ -80,7 +26,7 @@ def insightface_line(name, step, result, flip):
 
 
 def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_dir=None, console=print,
-             preprocess_task=None):
+             preprocess_task=None, trust_plugins=False):
     """Evaluate ``path`` on every verification set; write ``eval_<set>.json`` and ``roc_<set>.png``; return
     ``{set: {"accuracy", "std", "val_at_far", "threshold", "far", ...}}``. The sets' images are prepared as the
     training images of ``preprocess_task`` were (default: the way all the model's tasks share)."""
@@ -89,7 +35,9 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
     from mtl.data.verification_sets import load_verification_set
     from mtl.evaluation.verify import evaluate_sets
 
-    model, field, shape, step, described, preprocessing = load_model(path, weights)
+    loaded = load_model(path, weights, trust_plugins)
+    model, field, shape, step, described, preprocessing = (loaded.model, loaded.input_field, loaded.input_shape,
+                                                           loaded.step, loaded.description, loaded.preprocessing)
     prepare = export_preprocess({"preprocess": preprocessing}, path, preprocess_task)
     if len(shape) != 3 or shape[0] != 3:
         raise ConfigError(f"'{path}': verification sets hold RGB images, but the backbone's input '{field}' has "
@@ -125,14 +73,16 @@ def _progress(total, desc):
 
 
 def evaluate_ijb(path, root, target="IJBC", weights="auto", batch_size=64, out_dir=None, console=print,
-                 as_json=False):
+                 as_json=False, trust_plugins=False):
     """IJB-B/C 1:1 template verification of ``path`` (:mod:`mtl.evaluation.ijb`): TAR at FAR 1e-6 ... 1e-1 for the
     flip test with and without detector-score weighting (and without the flip test), as a table (or JSON with
     ``as_json``); writes ``ijb_<target>.json`` and ``roc_<target>.png``; returns the results, features included."""
     from mtl.evaluation.ijb import embed_faces, read_ijb
     from mtl.evaluation.ijb_protocol import evaluate_variants
 
-    model, field, shape, step, described, preprocessing = load_model(path, weights)
+    loaded = load_model(path, weights, trust_plugins)
+    model, field, shape, step, described, preprocessing = (loaded.model, loaded.input_field, loaded.input_shape,
+                                                           loaded.step, loaded.description, loaded.preprocessing)
     if any(any((v or {}).values()) for v in preprocessing.values()) and not as_json:
         console(f"note: the model's tasks prepared their images with {preprocessing}; IJB faces are aligned and "
                 "normalised only, as insightface's protocol prepares them")
@@ -205,9 +155,10 @@ def _cmd_eval(args):
         raise ConfigError("mtl eval needs either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C)")
     if args.ijb:
         evaluate_ijb(args.path, args.ijb, args.target, args.weights, args.batch_size, args.out,
-                     as_json=args.json)
+                     as_json=args.json, trust_plugins=args.trust_plugins)
         return
-    evaluate(args.path, args.sets, args.weights, args.flip, args.batch_size, args.out, preprocess_task=args.preprocess)
+    evaluate(args.path, args.sets, args.weights, args.flip, args.batch_size, args.out, preprocess_task=args.preprocess,
+             trust_plugins=args.trust_plugins)
 
 
 def add_cli(sub):
@@ -228,4 +179,5 @@ def add_cli(sub):
     p.add_argument("--out", help="where eval_<set>.json and roc_<set>.png go (default: the evaluated folder)")
     p.add_argument("--preprocess", metavar="TASK",
                    help="prepare images as this task's were (crop, equalisation; default: the way all tasks share)")
+    add_trust_plugins(p)
     p.set_defaults(func=_cmd_eval)

@@ -5,11 +5,11 @@ import os
 import numpy as np
 
 from mtl.export import embed, export, export_onnx
+from mtl.inference import add_trust_plugins
 
 
 def _cmd_export(args):
-    averaged = {"auto": None, "averaged": True, "live": False}[args.weights]
-    meta = export(args.run_dir, args.out_dir, args.checkpoint, averaged)
+    meta = export(args.run_dir, args.out_dir, args.checkpoint, args.weights, args.trust_plugins)
     if args.onnx:
         meta["onnx"] = os.path.basename(export_onnx(args.out_dir, args.opset))
         meta["onnx_opset"] = args.opset
@@ -36,6 +36,7 @@ def add_cli(sub):
                    help="auto: averaged when the run averaged (default)")
     p.add_argument("--onnx", action="store_true", help="also write backbone.onnx (dynamic batch) via paddle2onnx")
     p.add_argument("--opset", type=int, default=13, help="ONNX opset of --onnx (default 13)")
+    add_trust_plugins(p)
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("embed", help="embed images or .npy arrays with an exported model")
     p.add_argument("export_dir")

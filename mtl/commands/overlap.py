@@ -29,6 +29,7 @@ import numpy as np
 
 from mtl.arrays import unit_rows
 from mtl.errors import ConfigError
+from mtl.inference import add_trust_plugins
 
 CENTRES_THRESHOLD = 0.5  # --centres without --threshold
 PERCENTILE = 5.0
@@ -53,30 +54,16 @@ def match_classes(centres_a, centres_b, threshold: float = CENTRES_THRESHOLD, al
     return sorted(found, key=lambda m: -m["similarity"])
 
 
-def load_run(run_dir: str):
-    """``(job, checkpoint folder, averaged)`` of a finished run: the job rebuilt from ``job.json``, its backbone
-    loaded with the averaged weights when the checkpoint has them (else the live ones)."""
-
-    from mtl import registry
+def load_run(run_dir: str, trust_plugins: bool = False):
+    """``(job, run weights)`` of a finished run: the job rebuilt from ``job.json`` (its readers give the training
+    images), its backbone with the averaged weights when the checkpoint has them (else the live ones)."""
+    from mtl.inference import open_run
     from mtl.job import build_job
-    from mtl.safe_pickle import load_paddle_file
-    from mtl.train import checkpoint
 
-    path = os.path.join(run_dir, "job.json")
-    if not os.path.isfile(path):
-        raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
-    with open(path) as f:
-        cfg = json.load(f)
-    ckpt = checkpoint.latest_checkpoint(run_dir)
-    if ckpt is None:
-        raise ConfigError(f"'{run_dir}' has no complete checkpoint (the run did not finish a save)")
-    registry.load_all(cfg.get("plugin_folders", []))
-    job = build_job(cfg, announce_plan=False)
-    averaged = os.path.isfile(os.path.join(ckpt, "backbone.averaged.pdparams"))
-    weights = "backbone.averaged.pdparams" if averaged else "backbone.pdparams"
-    job.backbone.set_state_dict(load_paddle_file(os.path.join(ckpt, weights)))
-    job.backbone.eval()
-    return job, ckpt, averaged
+    run = open_run(run_dir, trust_plugins=trust_plugins)
+    job = build_job(run.cfg, announce_plan=False)
+    run.load_into(job.backbone)
+    return job, run
 
 
 def class_label_tasks(job):
@@ -89,12 +76,9 @@ def class_label_tasks(job):
     return tasks
 
 
-def class_centres(job, ckpt, averaged):
+def class_centres(job, run):
     """``{task: [C, D] class centres}`` of every class-label head (its weights, merged from the shards)."""
-    from mtl.train import checkpoint
-
-    return {t.name: checkpoint.merged_head_state(ckpt, t.name, averaged=averaged)["weight"]
-            for t in class_label_tasks(job)}
+    return {t.name: run.head_state(t.name)["weight"] for t in class_label_tasks(job)}
 
 
 def chosen_images(labels, per_class: int) -> np.ndarray:
@@ -179,14 +163,16 @@ def overlaps(centres, threshold=CENTRES_THRESHOLD, all_mutual=False):
     return found
 
 
-def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_class=IMAGES_PER_CLASS):
+def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_class=IMAGES_PER_CLASS,
+           trust_plugins=False):
     """``(job, centres or templates, matches, decision)`` of a finished run; ``decision`` says how the threshold
     was set: ``{"threshold", "how", ...}``."""
-    job, ckpt, averaged = load_run(run_dir)
+    job, run = load_run(run_dir, trust_plugins)
     if centres:
-        bank = class_centres(job, ckpt, averaged)
+        bank = class_centres(job, run)
         limit = CENTRES_THRESHOLD if threshold is None else float(threshold)
-        decision = {"threshold": limit, "how": f"fixed; class centres ({'averaged' if averaged else 'live'} weights)"}
+        decision = {"threshold": limit,
+                    "how": f"fixed; class centres ({'averaged' if run.averaged else 'live'} weights)"}
     else:
         bank, halves = class_templates(job, per_class)
         identities = int(sum(np.isfinite(h).sum() for h in halves.values()))
@@ -197,7 +183,7 @@ def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_cl
         else:
             limit, how = float(threshold), "fixed"
         decision = {"threshold": limit, "how": how + f"; templates of up to {per_class} training images"}
-    decision["checkpoint"] = ckpt
+    decision["checkpoint"] = run.checkpoint
     return job, bank, overlaps(bank, limit), decision
 
 
@@ -244,11 +230,11 @@ def leaks(job, centres, threshold, batch_size=256):
 
 
 def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, percentile=PERCENTILE,
-           per_class=IMAGES_PER_CLASS):
+           per_class=IMAGES_PER_CLASS, trust_plugins=False):
     """Run the overlap analysis of ``run_dir``; print tables; write ``json_path`` (a list of matches) if given."""
     from tabulate import tabulate
 
-    job, bank, found, decision = decide(run_dir, threshold, centres, percentile, per_class)
+    job, bank, found, decision = decide(run_dir, threshold, centres, percentile, per_class, trust_plugins)
     print(f"{len(found)} likely-same identities (mutual nearest neighbours, cosine >= {decision['threshold']:.3f}, "
           f"{decision['how']}) of {os.path.basename(decision['checkpoint'])}" + (":" if found else ""))
     if found:
@@ -279,7 +265,8 @@ def _cmd_overlap(args):
         raise ConfigError(f"--percentile must be in [0, 100], got {args.percentile}")
     if args.images_per_class < 2:
         raise ConfigError(f"--images-per-class must be at least 2 (two halves), got {args.images_per_class}")
-    report(args.run_dir, args.threshold, args.centres, args.sets, args.json, args.percentile, args.images_per_class)
+    report(args.run_dir, args.threshold, args.centres, args.sets, args.json, args.percentile, args.images_per_class,
+           args.trust_plugins)
 
 
 def add_cli(sub):
@@ -298,4 +285,5 @@ def add_cli(sub):
     p.add_argument("--json", metavar="FILE", help="write the matches as a JSON list")
     p.add_argument("--sets", action="store_true",
                    help="also flag verification images as close to a training identity as its own images (leakage)")
+    add_trust_plugins(p)
     p.set_defaults(func=_cmd_overlap)

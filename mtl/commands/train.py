@@ -86,17 +86,34 @@ def continue_command(argv):
 
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
-    from mtl.errors import ConfigError
+    from mtl.errors import ConfigError, PluginError
     from mtl.job import build_job
     from mtl.train.trainer import Trainer
 
     if args.until is not None and args.until < 1:
         raise ConfigError(f"--until must be a step >= 1, got {args.until}")
     cfg = prepare_job(args)
-    summary = Trainer(build_job(cfg), resume=args.resume, overwrite=args.overwrite).run(until=args.until)
+    try:
+        job = build_job(cfg)
+    except PluginError as exc:  # a bug in a plug-in: one line on the console, its traceback in the run's log
+        raise logged_plugin_error(exc, cfg["output_dir"]) from None
+    summary = Trainer(job, resume=args.resume, overwrite=args.overwrite).run(until=args.until)
     if summary.get("stopped_early") and os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
         print(until_notice(cfg, summary["steps"], summary["checkpoint"]), flush=True)
     return summary
+
+
+def logged_plugin_error(exc, output_dir):
+    """A plug-in's bug with its traceback written to ``output_dir/logs/rank<k>.log``, the console line saying where."""
+    from mtl.errors import PluginError
+    from mtl.parallel import distributed
+
+    folder = os.path.join(output_dir, "logs")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"rank{distributed.rank()}.log")
+    with open(path, "a") as f:
+        f.write(f"{exc}\n{exc.traceback_text}\n")
+    return PluginError(f"{exc.bare_message} (traceback in {path})", exc.traceback_text)
 
 
 def prepare_job(args):

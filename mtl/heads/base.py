@@ -95,7 +95,8 @@ class Head(paddle.nn.Layer):
         of all of them. Default: nothing (a head whose forward does not depend on the rest of the step)."""
 
     def check_eval_labels(self, labels):
-        """Raise (any exception, with a sentence) when ``evaluate`` could not score a split with these labels.
+        """Raise a user error (:class:`mtl.errors.DataError` or ConfigError, a sentence) when ``evaluate`` could not
+        score a split with these labels.
 
         Called when the job is built, so that a split the head cannot evaluate fails before training. Default: fine.
         """

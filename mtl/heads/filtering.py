@@ -28,6 +28,8 @@ from typing import Optional
 
 import numpy as np
 
+from mtl.errors import ParameterError
+
 MODES = ("zero", "remove")
 
 
@@ -36,29 +38,29 @@ def same_person_pairs(spec, num_classes: int) -> np.ndarray:
     {task: first class id of that task in this head}}`` (pairs are ``mtl overlap --json`` entries
     ``{task_a, class_a, task_b, class_b, ...}``); pairs naming a task without an offset are dropped."""
     if not isinstance(spec, dict) or set(spec) - {"pairs", "offsets"} or "pairs" not in spec:
-        raise ValueError(f"same_person must be {{pairs: FILE or list, offsets: {{task: offset}}}}, got {spec!r}")
+        raise ParameterError(f"same_person must be {{pairs: FILE or list, offsets: {{task: offset}}}}, got {spec!r}")
     pairs, offsets = spec["pairs"], spec.get("offsets") or {}
     if isinstance(pairs, str):
         if not os.path.isfile(pairs):
-            raise ValueError(f"same_person.pairs: file '{pairs}' does not exist")
+            raise ParameterError(f"same_person.pairs: file '{pairs}' does not exist")
         with open(pairs) as f:
             pairs = json.load(f)
     if not isinstance(offsets, dict) or not offsets:
-        raise ValueError("same_person.offsets must map task names (as in the pairs) to their first class id in this "
-                         f"head, e.g. {{webface: 0, vggface2: 10572}}, got {offsets!r}")
+        raise ParameterError("same_person.offsets must map task names (as in the pairs) to their first class id in "
+                             f"this head, e.g. {{webface: 0, vggface2: 10572}}, got {offsets!r}")
     found = []
     for i, pair in enumerate(pairs if isinstance(pairs, list) else [None]):
         if not isinstance(pair, dict) or not {"task_a", "class_a", "task_b", "class_b"} <= set(pair):
-            raise ValueError(f"same_person.pairs[{i}] must be a mapping with task_a, class_a, task_b, class_b "
-                             f"(mtl overlap --json), got {pair!r}")
+            raise ParameterError(f"same_person.pairs[{i}] must be a mapping with task_a, class_a, task_b, class_b "
+                                 f"(mtl overlap --json), got {pair!r}")
         if pair["task_a"] in offsets and pair["task_b"] in offsets:
             found.append((int(offsets[pair["task_a"]]) + int(pair["class_a"]),
                           int(offsets[pair["task_b"]]) + int(pair["class_b"])))
     ids = np.array(found, dtype=np.int64).reshape(-1, 2)
     bad = ids[(ids < 0) | (ids >= num_classes)]
     if bad.size:
-        raise ValueError(f"same_person: class {int(bad[0])} (offset + class) is outside this head's "
-                         f"[0, {num_classes})")
+        raise ParameterError(f"same_person: class {int(bad[0])} (offset + class) is outside this head's "
+                             f"[0, {num_classes})")
     ids = ids[ids[:, 0] != ids[:, 1]]
     both = np.unique(np.concatenate([ids, ids[:, ::-1]]), axis=0)
     return both
@@ -126,8 +128,8 @@ def check_filtering(threshold, mode, same_person, num_classes: int) -> Filtering
     """The head options as a :class:`Filtering` (ValueError naming the option otherwise); threshold 0 is off, as
     in the peer."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold < 1.0:
-        raise ValueError(f"interclass_filtering_threshold must be a cosine in [0, 1) (0: off), got {threshold!r}")
+        raise ParameterError(f"interclass_filtering_threshold must be a cosine in [0, 1) (0: off), got {threshold!r}")
     if mode not in MODES:
-        raise ValueError(f"interclass_filtering_mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise ParameterError(f"interclass_filtering_mode must be one of {', '.join(MODES)}, got {mode!r}")
     pairs = None if same_person is None else same_person_pairs(same_person, num_classes)
     return Filtering(float(threshold) if threshold > 0 else None, mode, pairs)

@@ -28,7 +28,7 @@ import numpy as np
 from mtl.contracts import Field
 from mtl.data.preprocess import Preprocess
 from mtl.data.transforms import Augment, DecodeError, FaceTransform
-from mtl.errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError, ParameterError
 from mtl.readers.base import Reader
 
 ON_BAD_SAMPLE = ("error", "skip")
@@ -78,25 +78,25 @@ def choose_holdout(classes: np.ndarray, spec, seed: int) -> np.ndarray:
     classes = np.asarray(classes, dtype=np.int64)
     if isinstance(spec, (list, tuple)):
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in spec) or not spec:
-            raise ValueError(f"holdout_classes as a list must hold integer labels, got {spec!r}")
+            raise ParameterError(f"holdout_classes as a list must hold integer labels, got {spec!r}")
         chosen = np.unique(np.asarray(spec, dtype=np.int64))
         missing = np.setdiff1d(chosen, classes)
         if len(missing):
-            raise ValueError(f"holdout_classes names label(s) {missing[:5].tolist()} that the data does not hold")
+            raise ParameterError(f"holdout_classes names label(s) {missing[:5].tolist()} that the data does not hold")
     elif isinstance(spec, bool) or not isinstance(spec, (int, float)):
-        raise ValueError(f"holdout_classes must be a list of labels, a count or a fraction in (0, 1), got {spec!r}")
+        raise ParameterError(f"holdout_classes must be a list of labels, a count or a fraction in (0, 1), got {spec!r}")
     else:
         if isinstance(spec, float) and 0.0 < spec < 1.0:
             count = max(1, int(round(spec * len(classes))))
         elif float(spec) == int(spec) and spec >= 1:
             count = int(spec)
         else:
-            raise ValueError(f"holdout_classes must be a count >= 1 or a fraction in (0, 1), got {spec!r}")
+            raise ParameterError(f"holdout_classes must be a count >= 1 or a fraction in (0, 1), got {spec!r}")
         if count > len(classes):
-            raise ValueError(f"holdout_classes {spec!r} asks for {count} of only {len(classes)} classes")
+            raise ParameterError(f"holdout_classes {spec!r} asks for {count} of only {len(classes)} classes")
         chosen = np.sort(np.random.default_rng(int(seed)).choice(classes, size=count, replace=False))
     if len(chosen) >= len(classes):
-        raise ValueError(f"holdout_classes holds out all {len(classes)} classes: nothing is left to train on")
+        raise ParameterError(f"holdout_classes holds out all {len(classes)} classes: nothing is left to train on")
     return chosen
 
 

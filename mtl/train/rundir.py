@@ -9,7 +9,7 @@ import os
 import shutil
 
 from mtl.errors import ConfigError
-from mtl.train import checkpoint
+from mtl.train import layout
 
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
 
@@ -40,7 +40,7 @@ def write_jsonl(path, records):
 def refuse_or_clear(output_dir, resume, overwrite, source, strategy):
     """Before a run that does not resume: refuse an output_dir with checkpoints unless ``overwrite`` (collective:
     ``strategy`` holds the barriers around rank 0's clearing)."""
-    existing = checkpoint.list_checkpoints(output_dir)
+    existing = layout.list_checkpoints(output_dir)
     if not existing or resume:
         return
     if not overwrite:
@@ -50,7 +50,7 @@ def refuse_or_clear(output_dir, resume, overwrite, source, strategy):
             f"another output_dir", source, "output_dir")
     strategy.barrier()
     if strategy.is_main:
-        shutil.rmtree(checkpoint.checkpoint_root(output_dir), ignore_errors=True)
+        shutil.rmtree(layout.checkpoint_root(output_dir), ignore_errors=True)
         shutil.rmtree(os.path.join(output_dir, "logs"), ignore_errors=True)
     strategy.barrier()
 

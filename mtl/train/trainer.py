@@ -23,7 +23,7 @@ from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_tex
 from mtl.errors import ConfigError, MtlError
 from mtl.evaluation.evaluator import Evaluator
 from mtl.parallel.strategy import ParallelStrategy
-from mtl.train import checkpoint, rundir
+from mtl.train import checkpoint, layout, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.guard import NonFiniteGuard
@@ -97,9 +97,9 @@ class Trainer:
 
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none."""
-        path = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
+        path = layout.latest_checkpoint(self.output_dir, strategy=self.strategy)
         if path is None:
-            self.console(f"--resume: no checkpoint under {checkpoint.checkpoint_root(self.output_dir)}; "
+            self.console(f"--resume: no checkpoint under {layout.checkpoint_root(self.output_dir)}; "
                          "starting from step 0")
             return 0, None
         state = checkpoint.load(path, self.job.model, self.optimizer, self.job.schedule, self.averager,
@@ -282,7 +282,7 @@ class Trainer:
         checkpoint ``--resume`` continues from (None before any)."""
         if step > self.start_step and not self.should_save(step):
             self._save(step)
-        saved = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
+        saved = layout.latest_checkpoint(self.output_dir, strategy=self.strategy)
         return {"steps": step, "stopped_early": True, "checkpoint": saved}
 
     def _after_step(self, step, loop):
@@ -313,14 +313,14 @@ class Trainer:
             loop.close()
             if step > self.start_step and not self.should_save(step):
                 self._save(step)
-            saved = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
+            saved = layout.latest_checkpoint(self.output_dir, strategy=self.strategy)
             raise Preempted(f"stopped after step {step} on request ({stop.signal_name or 'another rank'}); "
                             f"checkpoint {saved}; continue with --resume")
 
     def _on_bad_step(self, step, loop):
         """A non-finite step: write its record (strict JSON), then stop or count it as ``on_nonfinite`` says."""
         self._flush(loop)
-        self.guard.bad_step(step, self.last_bad, checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy))
+        self.guard.bad_step(step, self.last_bad, layout.latest_checkpoint(self.output_dir, strategy=self.strategy))
         log.warning("step %d skipped: %s not finite", step, ", ".join(self.last_bad))
 
     def _dataset(self, end):

@@ -8,7 +8,7 @@ numbers; random draws come from ``np.random.default_rng([seed, step, constant])`
 """
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, ParameterError
 
 
 class Weighting:
@@ -44,14 +44,14 @@ class Weighting:
     def __init__(self, tasks, loss_weights, seed=0):
         self.tasks = [str(t) for t in tasks]
         if not self.tasks:
-            raise ValueError("tasks must name at least one task")
+            raise ParameterError("tasks must name at least one task")
         self.loss_weights = np.array(loss_weights, dtype=np.float64).reshape(-1)
         if self.loss_weights.shape != (len(self.tasks),):
-            raise ValueError(
+            raise ParameterError(
                 f"loss_weights must hold one value per task ({len(self.tasks)}), got {self.loss_weights.shape[0]}"
             )
         if not np.all(np.isfinite(self.loss_weights)) or np.any(self.loss_weights < 0):
-            raise ValueError(f"loss_weights must be finite and >= 0, got {self.loss_weights.tolist()}")
+            raise ParameterError(f"loss_weights must be finite and >= 0, got {self.loss_weights.tolist()}")
         self.seed = int(seed)
         self.state = {}
 
@@ -156,12 +156,12 @@ def check_range(name, value, low=None, high=None, low_open=False):
         lower = "" if low is None else f"{'>' if low_open else '>='} {low}"
         upper = "" if high is None else f"<= {high}"
         expected = " and ".join(part for part in (lower, upper) if part) or "a finite number"
-        raise ValueError(f"parameter '{name}' must be a number {expected}, got {value!r}")
+        raise ParameterError(f"parameter '{name}' must be a number {expected}, got {value!r}")
     return number
 
 
 def check_integer(name, value, low):
     """Return ``int(value)``; raise a ValueError sentence naming ``name`` unless it is an integer >= ``low``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"parameter '{name}' must be an integer >= {low}, got {value!r}")
+        raise ParameterError(f"parameter '{name}' must be an integer >= {low}, got {value!r}")
     return int(value)

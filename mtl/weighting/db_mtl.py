@@ -1,7 +1,7 @@
 """DB-MTL: log-transformed losses and moving-average gradients rescaled to the largest norm (Lin et al. 2023)."""
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, ParameterError
 from mtl.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.matrix_based import GradientMatrixWeighting
@@ -36,7 +36,7 @@ class DBMTL(GradientMatrixWeighting):
         super().__init__(tasks, loss_weights, seed)
         self.beta = check_range("beta", beta, 0.0, 1.0)
         if self.beta >= 1.0:
-            raise ValueError(f"parameter 'beta' must be a number >= 0.0 and < 1.0, got {beta!r}")
+            raise ParameterError(f"parameter 'beta' must be a number >= 0.0 and < 1.0, got {beta!r}")
         self.beta_sigma = check_range("beta_sigma", beta_sigma, 0.0)
         self.state = {"average": np.zeros((self.num_tasks, 0)), "updates": 0}
 

@@ -1,6 +1,7 @@
 """GradDrop: gradient sign dropout, keep one sign per shared coordinate at random (Chen et al., NeurIPS 2020)."""
 import numpy as np
 
+from mtl.errors import ParameterError
 from mtl.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.matrix_based import GradientMatrixWeighting
@@ -36,8 +37,8 @@ class GradDrop(GradientMatrixWeighting):
         if values.size == 1:
             values = np.repeat(values, self.num_tasks)
         if values.size != self.num_tasks:
-            raise ValueError(f"parameter 'leak' must be a number or a list of {self.num_tasks} numbers "
-                             f"(one per task), got {leak!r}")
+            raise ParameterError(f"parameter 'leak' must be a number or a list of {self.num_tasks} numbers "
+                                 f"(one per task), got {leak!r}")
         self.leak = np.array([check_range("leak", v, 0.0, 1.0) for v in values], dtype=np.float64)
 
     def combine_matrix(self, matrix, losses, present, step):

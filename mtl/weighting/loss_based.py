@@ -5,6 +5,7 @@ head's and the backbone's gradients alike. The state is a few numbers per task.
 """
 import numpy as np
 
+from mtl.errors import ParameterError
 from mtl.registry import register_weighting
 from mtl.weighting.base import Weighting, check_range, masked_softmax
 
@@ -70,7 +71,7 @@ class DynamicWeightAverage(Weighting):
         super().__init__(tasks, loss_weights, seed)
         self.temperature = check_range("temperature", temperature, 0.0, low_open=True)
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
-            raise ValueError(f"parameter 'window' must be an integer >= 1 (steps per window), got {window!r}")
+            raise ParameterError(f"parameter 'window' must be an integer >= 1 (steps per window), got {window!r}")
         self.window = int(window)
         nan = np.full(self.num_tasks, np.nan)
         self.state = {"window_index": 0, "sums": np.zeros(self.num_tasks), "counts": np.zeros(self.num_tasks),
@@ -155,8 +156,8 @@ class FastAdaptiveMultitask(Weighting):
         if values.size == 1:
             values = np.repeat(values, self.num_tasks)
         if values.size != self.num_tasks:
-            raise ValueError(f"parameter 'min_losses' must be a number or a list of {self.num_tasks} numbers "
-                             f"(one per task), got {value!r}")
+            raise ParameterError(f"parameter 'min_losses' must be a number or a list of {self.num_tasks} numbers "
+                                 f"(one per task), got {value!r}")
         return np.array([check_range("min_losses", v) for v in values], dtype=np.float64)
 
     def weights(self, losses, present, step):

@@ -5,6 +5,7 @@ alpha with the applied shared gradient sum_t alpha_t g_t.
 """
 import numpy as np
 
+from mtl.errors import ParameterError
 from mtl.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.gradient_based import GradientWeighting
@@ -71,7 +72,7 @@ class CAGrad(GradientWeighting):
         super().__init__(tasks, loss_weights, seed)
         self.c = check_range("c", c, 0.0)
         if not isinstance(rescale, bool):
-            raise ValueError(f"parameter 'rescale' must be true or false, got {rescale!r}")
+            raise ParameterError(f"parameter 'rescale' must be true or false, got {rescale!r}")
         self.rescale = rescale
 
     def combine(self, gram, losses, present, step):
@@ -113,10 +114,10 @@ class MGDA(GradientWeighting):
     def __init__(self, tasks, loss_weights, seed=0, normalization="none", representation=False):
         super().__init__(tasks, loss_weights, seed)
         if normalization not in NORMALIZATIONS:
-            raise ValueError(f"parameter 'normalization' must be one of {', '.join(NORMALIZATIONS)}, "
-                             f"got {normalization!r}")
+            raise ParameterError(f"parameter 'normalization' must be one of {', '.join(NORMALIZATIONS)}, "
+                                 f"got {normalization!r}")
         if not isinstance(representation, bool):
-            raise ValueError(f"parameter 'representation' must be true or false, got {representation!r}")
+            raise ParameterError(f"parameter 'representation' must be true or false, got {representation!r}")
         self.normalization = normalization
         self.uses_representation = representation
 
