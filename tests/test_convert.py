@@ -21,7 +21,7 @@ from mtl.cli import main as mtl_main
 from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
 from tests.peer_util import run_harness
-from tests.torch_format import Storage, Tensor, insightface_names, randomized, torch_layout, write_torch_file
+from tests.references.torch_format import Storage, Tensor, insightface_names, randomized, torch_layout, write_torch_file
 
 registry.load_builtin()
 

@@ -9,9 +9,9 @@ import os
 import numpy as np
 import paddle
 import pytest
-from dist_util import run_distributed
 
 from mtl.parallel import collective, topk
+from tests.dist_util import run_distributed
 from tests.shared_runs import two_process_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))

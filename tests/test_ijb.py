@@ -140,7 +140,7 @@ def test_meta_files_that_disagree_are_named(tmp_path):
 def test_mtl_eval_ijb_on_converted_weights_prints_a_table_or_json(tmp_path, capsys):
     """``mtl eval WEIGHTS.pdparams --ijb ROOT``: converted weights evaluate directly (their backbone config is written
     beside them); four protocol variants, TAR at the six FARs; --json prints the record it also writes."""
-    from tests.torch_format import insightface_names, randomized, torch_layout, write_torch_file
+    from tests.references.torch_format import insightface_names, randomized, torch_layout, write_torch_file
 
     root = write_ijb(str(tmp_path / "ijb"))
     model = randomized({"type": "mobilefacenet", "input_size": 32, "embedding_size": 16})

@@ -9,12 +9,12 @@ import numpy as np
 import paddle
 import pytest
 import yaml
-from step_util import step_samples
 
 from mtl.config.loading import load_job
 from mtl.data.steps import StepDataset
 from mtl.job import build_job
 from mtl.train.trainer import Trainer
+from tests.references.steps import step_samples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
