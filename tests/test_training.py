@@ -63,7 +63,7 @@ def test_toolkit_step_equals_hand_written_loop(tmp_path):
         for t, w in (("reg", 1.0), ("ml", 0.5)):
             feats = ref.model.backbone({"image": paddle.to_tensor(batch[t]["image"])})
             head = ref.model.heads[t]
-            out = head.linear(feats) if hasattr(head, "linear") else head.fc(feats)
+            out = head.linear(feats)  # both heads (regression, multilabel) are one linear layer
             if t == "reg":
                 loss = paddle.mean((out - paddle.to_tensor(batch[t]["target"])) ** 2)
             else:
