@@ -1,4 +1,4 @@
-"""The one-collective batch gather and the top-1 settled inside the softmax's all-reduces (issue 14: fewer
+"""The one-collective batch gather and the top-1 settled inside the softmax's all-reduces (fewer
 collectives per step), against numpy: ids travel exactly as float columns, two ranks gather what one process holds,
 and the vote gives the global argmax with ties to the lower rank, as ``sharded_top1`` decides. The 2-rank runs that
 succeed are in the session's one launch of 2-process runs (tests/shared_runs.py); the one that must fail is a launch

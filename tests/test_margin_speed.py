@@ -1,4 +1,5 @@
-"""The chunked margin softmax (issue 14.1/14.2) over many class chunks against the independent numpy reference of
+"""The chunked margin softmax (no ``[N, C_k]`` logits; with Partial FC nothing ``[K, D]`` but the rows'
+gradient) over many class chunks against the independent numpy reference of
 tests/test_margin_heads.py, with the passes in numpy (host) and in Paddle ops (device): full softmax and Partial FC,
 targets in different chunks, duplicated targets, a chunk holding only a target, the sphere fallback; and float32
 over many chunks against the float64 reference."""
