@@ -22,10 +22,7 @@ from mtl.readers.image_list import ImageListReader
 from mtl.readers.recordio_reader import RecordIOFaceReader
 
 M = struct.pack("<I", recordio.MAGIC)
-DECODERS = pytest.mark.parametrize("decoder", [
-    "pillow",
-    pytest.param("opencv", marks=pytest.mark.skipif(transforms.opencv() is None, reason="OpenCV not installed")),
-])
+DECODERS = pytest.mark.parametrize("decoder", ["pillow", "opencv"])  # OpenCV is a dependency (requirements.txt)
 
 
 # ----------------------------------------------------------------------------------------------- helpers

@@ -15,7 +15,7 @@ from mtl.errors import ConfigError
 from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
 from mtl.train.trainer import Trainer
-from tests.torch_format import insightface_names, randomized, torch_layout, write_torch_file
+from tests.references.torch_format import insightface_names, randomized, torch_layout, write_torch_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "examples", "configs", "finetune_insightface.yaml")

@@ -1,4 +1,4 @@
-"""Checkpoints of GPU runs, decided on CPU (issue #24, item 6): the float32 master weights of amp_level O2 in
+"""Checkpoints of GPU runs, decided on CPU: the float32 master weights of amp_level O2 in
 the optimizer state. Reference: Paddle's own optimizer tables, restored from what it saved (the random state of
 another device is tests/test_gpu_determinism.py's)."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Determinism and random state on a GPU, decided on CPU (issue #24, item 7): the margin head's device backward
+"""Determinism and random state on a GPU, decided on CPU: the margin head's device backward
 scatters without an atomic add, initial weights are drawn on the CPU's generator whatever the device, and a
 checkpoint's random state of another device is refused with a sentence instead of being set into the wrong
 generator. References: numpy, Paddle's own generator draws, and Paddle's ``set_rng_state``."""

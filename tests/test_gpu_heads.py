@@ -1,4 +1,4 @@
-"""The margin heads on a GPU, decided on CPU (issue #24, items 5 and 9): the chunk size of the device passes, the
+"""The margin heads on a GPU, decided on CPU: the chunk size of the device passes, the
 fused path's choice and its memory. References: arithmetic of the documented formulas, and the same step with the
 CPU's chunking (float64)."""
 import math
@@ -20,7 +20,8 @@ def test_gpu_chunks_hold_up_to_the_device_budget_and_cpu_chunks_stay_cache_sized
 
 
 def test_a_million_classes_per_rank_take_16_gpu_chunks_instead_of_123():
-    """At 1M classes per rank and max(N, D) = 512 (the issue's ~3,000 kernel launches: ~30 per chunk)."""
+    """At 1M classes per rank and max(N, D) = 512 (about 3,000 kernel launches per step with CPU-sized chunks: ~30
+    per chunk)."""
     classes = 1_000_000
     assert math.ceil(classes / chunk_rows(512, False)) == 123
     assert math.ceil(classes / chunk_rows(512, True)) == 16

@@ -1,4 +1,4 @@
-"""amp_level O2 outside training and with the project's SyncBatchNorm, decided on CPU (issue #24, items 1 and 2).
+"""amp_level O2 outside training and with the project's SyncBatchNorm, decided on CPU.
 
 Paddle's CPU build makes ``auto_cast`` and ``amp.decorate`` no-ops (``amp_guard``/``amp_decorate`` check the place
 first), so the tests call what those functions do after that check: ``amp_initialize`` (the O2 cast of a model's

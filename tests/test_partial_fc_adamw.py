@@ -127,8 +127,7 @@ def _row_state(ckpt, task="arc11"):
     optimizers = [load_paddle_file(os.path.join(ckpt, f"optimizer.rank{k}.pdopt")) for k in range(world)]
     for slot in ("moment1", "moment2", "steps"):
         key = f"heads.{task}.weight::sparse_{slot}"
-        state[slot] = np.concatenate([np.asarray(o[key].numpy() if hasattr(o[key], "numpy") else o[key])
-                                      for o in optimizers if key in o])
+        state[slot] = np.concatenate([np.asarray(o[key]) for o in optimizers if key in o])
     return state
 
 

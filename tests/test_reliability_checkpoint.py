@@ -14,7 +14,7 @@ from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
 from mtl.train import checkpoint, integrity, layout
 from mtl.train.trainer import Trainer
-from tests.test_training import TASKS, job_cfg
+from tests.small_runs import TASKS, job_cfg
 
 SHARD = os.path.join("heads", "arc.shard0of1.pdparams")
 ARC = {"name": "arc", "reader": {"type": "synthetic", "num_samples": 36, "num_classes": 5, "seed": 3},

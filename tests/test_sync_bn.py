@@ -1,4 +1,4 @@
-"""Synchronised BatchNorm (mtl/sync_bn.py).
+"""Synchronised BatchNorm (mtl/parallel/sync_bn.py).
 
 One process: the converted layer against Paddle's own BatchNorm1D/2D/3D and paddle.nn.BatchNorm (forward in training
 and evaluation, gradients of x, weight and bias, running statistics), Paddle's running-statistics convention against

@@ -7,30 +7,11 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.config.loading import load_job
 from mtl.errors import ContractError
 from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
 from mtl.train.trainer import Trainer
-
-TASKS = [
-    {"name": "reg", "reader": {"type": "synthetic", "target": "regression", "num_samples": 40, "seed": 1},
-     "head": {"type": "regression"}},
-    {"name": "ml", "reader": {"type": "synthetic", "target": "multilabel", "num_samples": 30, "num_classes": 4,
-                              "seed": 2},
-     "head": {"type": "multilabel"}, "ratio": 2.0, "loss_weight": 0.5},
-]
-
-
-def job_cfg(tmp_path, **over):
-    data = {"seed": 0, "output_dir": str(tmp_path / "run"), "tasks": copy.deepcopy(TASKS),
-            "backbone": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [16], "embedding_size": 8},
-            "schedule": {"batch_size": 12, "steps": 6},
-            "optimizer": {"type": "momentum", "lr": 0.05, "warmup_steps": 2, "decay": "cosine"},
-            "log": {"every": 1, "progress": False, "plot": True}, "data": {"num_workers": 0}}
-    for k, v in over.items():
-        data[k] = v if not isinstance(v, dict) else {**data.get(k, {}), **v}
-    return load_job(data=data)
+from tests.small_runs import TASKS, job_cfg
 
 
 def weights(model):
@@ -64,7 +45,7 @@ def test_toolkit_step_equals_hand_written_loop(tmp_path):
         for t, w in (("reg", 1.0), ("ml", 0.5)):
             feats = ref.model.backbone({"image": paddle.to_tensor(batch[t]["image"])})
             head = ref.model.heads[t]
-            out = head.linear(feats) if hasattr(head, "linear") else head.fc(feats)
+            out = head.linear(feats)  # both heads (regression, multilabel) are one linear layer
             if t == "reg":
                 loss = paddle.mean((out - paddle.to_tensor(batch[t]["target"])) ** 2)
             else:

@@ -1,4 +1,4 @@
-"""What a new user hit (issue #20), each reproduced and checked against an independent reference.
+"""What a new user hit, each reproduced and checked against an independent reference.
 
 1. ``--until N`` stops like a pre-emption at step N: checkpoint of step N, no final evaluation, a line naming the
    checkpoint and the command that continues; ``--resume`` then equals an uninterrupted run exactly.

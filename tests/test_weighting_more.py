@@ -1,4 +1,5 @@
-"""Exact MGDA and the ten strategies of issue #21 against independent references of their papers' formulas.
+"""Exact MGDA and the ten newer strategies (nash_mtl ... db_mtl) against independent references of their papers'
+formulas.
 
 Gradient strategies get explicit gradient VECTORS (float64 numpy); the references work on the vectors (face
 enumeration of the simplex, scipy on the primal problems, SVDs, explicit projections), the strategies on their Gram

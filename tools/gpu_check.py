@@ -1,4 +1,4 @@
-"""One command for a GPU machine: the GPU paths of issue #24, run and measured, into one JSON file (docs/gpu.md).
+"""One command for a GPU machine: the GPU paths, run and measured, into one JSON file (docs/gpu.md).
 
     python tools/gpu_check.py --json gpu_check.json                      # a GPU machine: under 8 minutes on one GPU
     python tools/gpu_check.py --device cpu --tiny --json /tmp/check.json   # the same code on the CPU, tiny sizes

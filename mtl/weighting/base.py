@@ -100,6 +100,12 @@ class Weighting:
             self.state[key] = value
 
     # ---- helpers for subclasses -------------------------------------------------------------------------------
+    def _present_loss_weights(self, losses, present):
+        """loss_weight_t for the present tasks, 0 for the absent ones (the inputs validated): the weights of the
+        strategies that leave the losses alone (static, and those that act on the gradients instead)."""
+        _, present = self._inputs(losses, present)
+        return np.where(present, self.loss_weights, 0.0)
+
     def _inputs(self, losses, present):
         """Validate and convert (losses, present) to float64 [T] and bool [T]; present losses must be finite."""
         losses = np.asarray(losses, dtype=np.float64).reshape(-1)
@@ -132,6 +138,49 @@ class Weighting:
     def _rng(self, step, constant):
         """The generator of this strategy's random draws at ``step``: a pure function of (seed, step, constant)."""
         return np.random.default_rng([self.seed, int(step), int(constant)])
+
+
+def unit_gram(gram, unit_diagonal=True):
+    """``(norms, usable, C)`` of a Gram matrix K of task gradients: n_t = ||g_t|| = sqrt(K_tt) (0 where rounding
+    made K_tt negative), the indices of the tasks with a non-zero gradient, and the Gram matrix of their unit
+    gradients C = K_uu / (n_u n_u^T), whose diagonal is set to exactly 1 with ``unit_diagonal``. The strategies
+    that solve on C (IMTL-G, UPGrad, the fair allocations) see angles, not norms."""
+    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
+    usable = np.flatnonzero(norms > 0.0)
+    n = norms[usable]
+    correlation = gram[np.ix_(usable, usable)] / np.outer(n, n)
+    if unit_diagonal:
+        np.fill_diagonal(correlation, 1.0)
+    return norms, usable, correlation
+
+
+def on_present(solve, gram, index):
+    """``solve`` (a function of the Gram matrix of some tasks, returning one weight per task) applied to the rows
+    and columns ``index`` of ``gram``: its weights at ``index``, 0 for every other task."""
+    alpha = np.zeros(gram.shape[0])
+    alpha[index] = solve(gram[np.ix_(index, index)])
+    return alpha
+
+
+def within_norm(alpha, gram, max_norm):
+    """``alpha`` scaled down so that the update sum_t alpha_t g_t has norm sqrt(alpha^T K alpha) at most
+    ``max_norm`` (0: no limit)."""
+    norm = np.sqrt(max(float(alpha @ gram @ alpha), 0.0))
+    if max_norm > 0.0 and norm > max_norm:
+        alpha = alpha * (max_norm / norm)
+    return alpha
+
+
+def per_task(name, value, num_tasks, low=None, high=None):
+    """A parameter given as one number for every task or a list of one number per task, as float64 [T], each
+    checked by :func:`check_range`; a list of another length is a ValueError sentence naming ``name``."""
+    values = np.atleast_1d(np.asarray(value, dtype=object)).reshape(-1)
+    if values.size == 1:
+        values = np.repeat(values, num_tasks)
+    if values.size != num_tasks:
+        raise ParameterError(f"parameter '{name}' must be a number or a list of {num_tasks} numbers "
+                             f"(one per task), got {value!r}")
+    return np.array([check_range(name, v, low, high) for v in values], dtype=np.float64)
 
 
 def masked_softmax(logits, present):

@@ -1,9 +1,8 @@
 """GradDrop: gradient sign dropout, keep one sign per shared coordinate at random (Chen et al., NeurIPS 2020)."""
 import numpy as np
 
-from mtl.errors import ParameterError
 from mtl.registry import register_weighting
-from mtl.weighting.base import check_range
+from mtl.weighting.base import per_task
 from mtl.weighting.matrix_based import GradientMatrixWeighting
 
 GRADDROP_STREAM = 0x6D0  # the third entry of GradDrop's generator key: (seed, step, GRADDROP_STREAM)
@@ -33,13 +32,7 @@ class GradDrop(GradientMatrixWeighting):
 
     def __init__(self, tasks, loss_weights, seed=0, leak=0.0):
         super().__init__(tasks, loss_weights, seed)
-        values = np.atleast_1d(np.asarray(leak, dtype=object)).reshape(-1)
-        if values.size == 1:
-            values = np.repeat(values, self.num_tasks)
-        if values.size != self.num_tasks:
-            raise ParameterError(f"parameter 'leak' must be a number or a list of {self.num_tasks} numbers "
-                                 f"(one per task), got {leak!r}")
-        self.leak = np.array([check_range("leak", v, 0.0, 1.0) for v in values], dtype=np.float64)
+        self.leak = per_task("leak", leak, self.num_tasks, 0.0, 1.0)
 
     def combine_matrix(self, matrix, losses, present, step):
         """sum_i (l_i + (1 - l_i) M_i) * g_i over the present tasks, M from the purity and this step's draw."""

@@ -21,8 +21,7 @@ class GradientWeighting(Weighting):
 
     def weights(self, losses, present, step):
         """Heads are scaled by their static loss_weight (0 if absent); the backbone gets ``combine``'s result."""
-        _, present = self._inputs(losses, present)
-        return np.where(present, self.loss_weights, 0.0)
+        return self._present_loss_weights(losses, present)
 
 
 @register_weighting("gradnorm")

@@ -3,7 +3,7 @@ import numpy as np
 
 from mtl.registry import register_weighting
 from mtl.weighting.allocation import fair_weights
-from mtl.weighting.base import check_integer, check_range
+from mtl.weighting.base import check_integer, check_range, on_present, within_norm
 from mtl.weighting.gradient_based import GradientWeighting
 
 
@@ -38,11 +38,5 @@ class NashMTL(GradientWeighting):
         """alpha of the bargaining solution (solved this step or reused), scaled to ``max_norm`` if set."""
         _, present, gram, index = self._combine_inputs(gram, losses, present)
         if int(step) % self.every == 0:
-            solved = np.zeros(self.num_tasks)
-            solved[index] = fair_weights(gram[np.ix_(index, index)], 1.0)
-            self.state["alpha"] = solved
-        alpha = np.where(present, self.state["alpha"], 0.0)
-        norm = np.sqrt(max(float(alpha @ gram @ alpha), 0.0))
-        if self.max_norm > 0.0 and norm > self.max_norm:
-            alpha = alpha * (self.max_norm / norm)
-        return alpha
+            self.state["alpha"] = on_present(lambda block: fair_weights(block, 1.0), gram, index)
+        return within_norm(np.where(present, self.state["alpha"], 0.0), gram, self.max_norm)
