@@ -132,14 +132,13 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False,
     """
     import paddle
 
-    from mtl.inference import open_export
+    from mtl.inference import export_meta, open_export
 
-    loaded = open_export(export_dir)
-    meta = loaded.meta
+    meta = export_meta(export_dir)
     if flip and len(meta["input_shape"]) != 3:
         raise ConfigError(f"--flip mirrors images, but this model's input '{meta['input_field']}' has shape "
                           f"{meta['input_shape']}, not [channels, height, width]: drop --flip")
-    model = loaded.model.inner  # the inference program itself, one tensor in and out
+    model = open_export(export_dir).model.inner  # the inference program itself, one tensor in and out
     x = read_inputs(inputs, meta["input_shape"], export_preprocess(meta, export_dir, preprocess_task))
     out = []
     with paddle.no_grad():

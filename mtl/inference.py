@@ -189,14 +189,19 @@ def field_adapter(model, field, to_dict):
     return FieldAdapter()
 
 
+def export_meta(folder: str) -> dict:
+    """An export folder's ``export.json`` (input field and shape, step, heads, preprocessing)."""
+    meta_path = os.path.join(folder, "export.json")
+    if not os.path.isfile(meta_path):
+        raise ConfigError(f"'{folder}' is not an export folder (no export.json); run `mtl export` first")
+    return _read_json(meta_path, "export metadata")
+
+
 def open_export(folder: str) -> LoadedModel:
     """An export folder (``mtl export``): its inference program behind the ``{field: batch}`` interface."""
     import paddle
 
-    meta_path = os.path.join(folder, "export.json")
-    if not os.path.isfile(meta_path):
-        raise ConfigError(f"'{folder}' is not an export folder (no export.json); run `mtl export` first")
-    meta = _read_json(meta_path, "export metadata")
+    meta = export_meta(folder)
     if not os.path.isfile(os.path.join(folder, "backbone.json")):
         raise ConfigError(f"export '{folder}' holds no inference program backbone.json (export it again with "
                           "`mtl export`)")

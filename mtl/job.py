@@ -11,7 +11,7 @@ import numpy as np
 import paddle
 
 from mtl import contracts, registry
-from mtl.backbones.base import constructor_config, load_pretrained
+from mtl.backbones.base import build_backbone
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError, DataError
@@ -95,10 +95,7 @@ def _build_backbone(cfg):
     """The job's backbone (with pretrained weights, and synchronised BatchNorm when asked for at world > 1), its
     ``freeze`` prefixes frozen and, with ``freeze_bn``, its BatchNorm statistics."""
     # drawn on the CPU's generator whatever the device: the same seed gives the same weights on CPU and GPU
-    backbone = on_host_generator(lambda: registry.build("backbone", constructor_config(cfg["backbone"]), cfg["source"],
-                                                        "backbone"))
-    if cfg["backbone"].get("pretrained"):
-        load_pretrained(backbone, cfg["backbone"]["pretrained"], cfg["source"], "backbone.pretrained")
+    backbone = on_host_generator(lambda: build_backbone(cfg["backbone"], cfg["source"]))
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
         backbone = sync_bn.convert_sync_batchnorm(backbone)
     freeze_parameters(backbone, cfg["backbone"].get("freeze") or [], cfg["source"])

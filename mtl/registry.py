@@ -256,7 +256,7 @@ def build(kind, cfg, source=None, key=None, **context):
     try:
         return entry.cls(**params)
     except (ConfigError, DataError) as exc:  # the component's own error: add the file and the key path it lacks
-        if exc.source is None and source is not None:
+        if exc.source is None:
             sub = f"{key}.{exc.key}" if key and exc.key else (exc.key or key)
             cls = ConfigError if isinstance(exc, ConfigError) else DataError
             raise cls(f"{kind} '{entry.name}': {exc.located(source)}", source, sub) from None

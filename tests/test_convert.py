@@ -20,6 +20,7 @@ import paddle
 import pytest
 
 from mtl import registry
+from mtl.backbones.base import build_backbone
 from mtl.cli import main as mtl_main
 from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
@@ -82,8 +83,7 @@ def test_round_trip_without_torch_and_a_misfit_named(tmp_path, capsys):
     write_torch_file(path, state, storages)
     mtl_main(["convert", "insightface", path, dst, "--arch", "iresnet18"])
     assert '"input_size": 32' in capsys.readouterr().out
-    loaded = registry.build("backbone", {"type": "iresnet18", "input_size": 32, "embedding_size": 16,
-                                         "pretrained": dst}).eval()
+    loaded = build_backbone({"type": "iresnet18", "input_size": 32, "embedding_size": 16, "pretrained": dst}).eval()
     x = paddle.to_tensor(np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype("float32"))
     np.testing.assert_array_equal(loaded({"image": x}).numpy(), source({"image": x}).numpy())
     with pytest.raises(SystemExit):
@@ -143,7 +143,7 @@ def converted_embedding(fixture, network, folder, capsys):
     printed = re.search(r"backbone: (\{.*\})", capsys.readouterr().out).group(1)
     config = json.load(open(folder / "ours.json"))["backbone"]  # written beside the weights, for mtl eval
     assert json.loads(printed) == {**config, "pretrained": dst}
-    backbone = registry.build("backbone", {**config, "pretrained": dst}).eval()
+    backbone = build_backbone({**config, "pretrained": dst}).eval()
     with paddle.no_grad():
         return backbone({"image": paddle.to_tensor(fixture["input"])}).numpy()
 

@@ -59,14 +59,20 @@ def small_job(folder, task, **options):
             "averaging": {"type": "none"}, **options}
 
 
+@pytest.fixture(scope="module")
+def int32_plugins(tmp_path_factory):
+    """One plug-in folder for the module: a reader registers its name once per session."""
+    folder = tmp_path_factory.mktemp("plugins")
+    (folder / "int32_labels.py").write_text(INT32_LABELS)
+    return str(folder)
+
+
 @pytest.mark.parametrize("check", [True, False])
-def test_check_batches_checks_the_first_batch_against_the_declared_fields(tmp_path, check):
+def test_check_batches_checks_the_first_batch_against_the_declared_fields(tmp_path, check, int32_plugins):
     """A reader that declares int64 labels and yields int32: with ``data.check_batches`` (the default) the first
     batch stops the job with a sentence naming the task, the reader and both descriptions; without, it trains."""
-    (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / "int32_labels.py").write_text(INT32_LABELS)
     job = small_job(tmp_path, {"name": "t", "reader": {"type": "dk_int32_labels"}, "head": "softmax", "eval": None},
-                    plugins=[str(tmp_path / "plugins")], data={"num_workers": 0, "check_batches": check})
+                    plugins=[int32_plugins], data={"num_workers": 0, "check_batches": check})
     trainer = Trainer(build_job(load_job(data=job)), console=lambda *a: None)
     if not check:
         assert trainer.run()["steps"] == 2

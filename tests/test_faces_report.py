@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 import yaml
-from step_util import step_samples
 
 from examples import faces_report
 from examples.faces_arms import Benchmark, Recipe
@@ -17,6 +16,7 @@ from mtl.config.loading import load_job, parse_override
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import StepDataset
 from mtl.job import build_reader
+from tests.references.steps import step_samples
 from tools import make_overlap_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

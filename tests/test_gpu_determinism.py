@@ -16,7 +16,9 @@ def test_the_device_backward_scatters_target_terms_without_index_add(monkeypatch
     """Root cause: Paddle's GPU ``index_add`` is an atomic add (``CudaAtomicAdd`` in phi's index_add_kernel.cu;
     with FLAGS_cudnn_deterministic it runs on one GPU thread). Rows that share a target class now write their own
     (class, row) entry of G' once; the gradients still match numpy's (float64, duplicated targets)."""
-    from heads.arcface import ArcFaceHead
+    from mtl.registry import plugin_class
+
+    ArcFaceHead = plugin_class("head", "arcface")
 
     def refuse(*args, **kwargs):
         raise AssertionError("index_add_ in the margin head's device path")

@@ -28,7 +28,7 @@ from mtl.convert.torch_file import MAX_EXPANSION, read_torch_file
 from mtl.errors import DataError
 from mtl.safe_pickle import GeneratorRecord, load_paddle_file, load_pickle
 from tests import equivalence  # noqa: F401  (registers the 1-process run read here)
-from tests.torch_format import Storage, Tensor, write_torch_file
+from tests.references.torch_format import Storage, Tensor, write_torch_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAFE_READERS = {"mtl/safe_pickle.py"}  # the one place that unpickles
@@ -238,7 +238,7 @@ def _zip_with(path, members, compression=zipfile.ZIP_STORED):
 def _state_pickle(numel, key="0"):
     storage = Storage(key, np.zeros(numel, np.float32), "FloatStorage")
     buffer = io.BytesIO()
-    from tests.torch_format import TorchPickler
+    from tests.references.torch_format import TorchPickler
 
     TorchPickler(buffer, protocol=2).dump({"w": Tensor(storage, 0, (numel,), (1,))})
     return buffer.getvalue()

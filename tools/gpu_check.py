@@ -78,8 +78,10 @@ def _head_step(device, x, y, weight, sample_ratio=1.0, fused=False, host=True, m
     """Loss, feature gradient, dense class-centre gradient and top-1 of one margin-head step on ``device``."""
     import paddle
 
-    from heads.arcface import ArcFaceHead
     from mtl import arrays
+    from mtl.registry import plugin_class
+
+    ArcFaceHead = plugin_class("head", "arcface")
 
     paddle.set_device(device)
     arrays.HOST_PATHS = host

@@ -64,6 +64,18 @@ def constructor_config(cfg: dict) -> dict:
     return {key: value for key, value in cfg.items() if key not in JOB_KEYS}
 
 
+def build_backbone(cfg: dict, source=None, key="backbone") -> Backbone:
+    """A backbone from a job's backbone mapping (``{type, ..., pretrained}``): built from its constructor keys, then
+    its ``pretrained`` weights loaded (:func:`load_pretrained`): the one way a backbone gets pretrained weights."""
+    from mtl import registry
+
+    cfg = registry.as_component(cfg)
+    backbone = registry.build("backbone", constructor_config(cfg), source, key)
+    if cfg.get("pretrained"):
+        load_pretrained(backbone, cfg["pretrained"], source, f"{key}.pretrained")
+    return backbone
+
+
 def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
     """Load ``path`` (a ``.pdparams`` file) into ``backbone``; every parameter must match by name and shape."""
     import os

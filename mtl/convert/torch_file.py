@@ -122,6 +122,7 @@ class StateDictUnpickler(safe_pickle.RestrictedUnpickler):
                           f"{len(storage)} elements")
         if not size:
             return storage[offset].copy()
+        stride = tuple(s if n > 1 else 0 for n, s in zip(size, stride))  # a dimension of one is never stepped
         view = np.lib.stride_tricks.as_strided(storage[offset:], size, [s * storage.itemsize for s in stride],
                                                writeable=False)
         return np.ascontiguousarray(view)
