@@ -276,7 +276,7 @@ def check_throughput(device, sizes, args):
             if step == size["warmup"]:
                 counter.reset()
             begin = time.time()
-            trainer.train_step(trainer._to_tensors(batch), step)
+            trainer.train_step(batch, step)
         seconds.append(time.time() - begin)
     _synchronize(device)
     elapsed = time.time() - started

@@ -17,7 +17,6 @@ import contextlib
 import math
 from typing import Optional
 
-import numpy as np
 import paddle
 
 from mtl.data.steps import check_divisible, task_seed
@@ -161,69 +160,15 @@ class ParallelStrategy:
         """This rank's row count of every task of the job in ``batch`` (0 for a task absent from the step)."""
         return [len(next(iter(batch[t].values()))) if t in batch and batch[t] else 0 for t in self.tasks]
 
-    # ---- per-task gradients (gradient-based task weighting) -----------------------------------------------------
-    def shared_parameters(self, model):
-        """The backbone's trainable parameters: the ones whose per-task gradients a weighting strategy combines."""
-        return [p for p in model.backbone.parameters() if not p.stop_gradient]
+    # ---- sums the weighting step asks for (mtl.train.balancing does the arithmetic) -----------------------------
+    def sum_over_ranks(self, tensor):
+        """A new tensor: ``tensor`` summed over ranks (one all-reduce; itself at world 1)."""
+        return distributed.all_reduce_sum(tensor) if self.world > 1 else tensor
 
-    def task_gradients(self, model, tasks, buffer=None, reduce: bool = True):
-        """``[T, P]``: row t is the gradient of task t's weighted loss w.r.t. the backbone's parameters, summed over
-        ranks (one fused all-reduce of the whole buffer); rows of tasks absent from the step are zero.
-
-        Runs the backbone backward once per task present (``JointModel.backward_backbone_per_task``). Memory:
-        T copies of the backbone gradient (``bench/bench_weighting.py`` measures it). ``buffer``: add into it (the
-        micro-batches of an accumulated step); ``reduce`` False: this rank's sums only (:meth:`reduce_task_gradients`
-        after the last micro-batch).
-        """
-        params = self.shared_parameters(model)
-        sizes = [math.prod(p.shape) for p in params]
-        if buffer is None:
-            buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
-        for task in model.backward_backbone_per_task():
-            grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
-                     for p, n in zip(params, sizes)]
-            row = tasks.index(task)
-            buffer[row] = buffer[row] + paddle.concat(grads)
-            for p in params:
-                p.clear_gradient(set_to_zero=False)
-        if reduce:
-            self.reduce_task_gradients(buffer)
-        return buffer
-
-    def reduce_task_gradients(self, buffer):
-        """SUM over ranks of a :meth:`task_gradients` buffer, in place (one all-reduce)."""
+    def sum_over_ranks_(self, tensor):
+        """``tensor`` summed over ranks in place (one all-reduce): the per-task gradient matrix."""
         if self.world > 1:
-            distributed.all_reduce_flat([buffer])
-
-    @paddle.no_grad()
-    def set_shared_gradient(self, model, task_grads, alpha):
-        """Write ``sum_t alpha_t g_t`` (``task_grads [T, P]``) into the backbone parameters' gradients."""
-        combined = paddle.matmul(paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), task_grads).reshape([-1])
-        self.set_shared_vector(model, combined)
-
-    @paddle.no_grad()
-    def set_shared_vector(self, model, vector):
-        """Write the flat shared gradient ``vector`` [P] (a tensor or a numpy array, in :meth:`task_gradients`'
-        parameter order) into the backbone parameters' gradients."""
-        if not isinstance(vector, paddle.Tensor):
-            vector = paddle.to_tensor(np.asarray(vector, dtype=np.float32))
-        offset = 0
-        for p in self.shared_parameters(model):
-            n = math.prod(p.shape)
-            p.grad = vector[offset:offset + n].reshape(p.shape).astype(p.dtype)
-            offset += n
-
-    def representation_gram(self, feature_grads, tasks):
-        """``[T, T]`` Gram matrix of the task gradients w.r.t. the shared representation, summed over rows and ranks.
-
-        Every task scores its own rows, so different tasks' gradients never share a row: the matrix is diagonal,
-        ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (one all-reduce of T numbers).
-        """
-        squares = paddle.zeros([len(tasks)], dtype="float32")
-        for task, grad in feature_grads.items():
-            squares[tasks.index(task)] = paddle.sum(paddle.square(grad.astype("float32")))
-        squares = distributed.all_reduce_sum(squares)
-        return np.diag(squares.numpy().astype(np.float64))
+            distributed.all_reduce_flat([tensor])
 
     def reduce_gradients_except(self, skip):
         """SUM over ranks of the replicated gradients, leaving ``skip`` (already global) untouched."""

@@ -47,8 +47,16 @@ def report_damaged(message):
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
+def damaged_checkpoints(output_dir):
+    """``[(path, problem)]`` of every complete checkpoint folder whose files do not match their manifest, newest
+    first (empty when every one verifies)."""
+    return [(path, problem) for _, path in reversed(list_checkpoints(output_dir))
+            for problem in [integrity.verify(path)] if problem]
+
+
 def newest_verified(output_dir, report=report_damaged):
-    """Path of the newest checkpoint whose files match their checksums, or None; each damaged newer one is reported.
+    """Path of the newest checkpoint whose files match their checksums, or None; the newest damaged one newer than
+    it is reported (which one, why, and which one is used instead).
 
     Only the caller's own process reads the files (see :func:`latest_checkpoint` for the collective form).
     """

@@ -151,6 +151,11 @@ class JointModel(paddle.nn.Layer):
                 yield task
         self._feature_grads = {}
 
+    def shared_parameters(self):
+        """The parameters every task's loss reaches (the backbone's trainable ones): those whose per-task gradients a
+        gradient-based weighting strategy combines (:mod:`mtl.train.balancing`)."""
+        return [p for p in self.backbone.parameters() if not p.stop_gradient]
+
     def row_gradients(self):
         """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``)."""
         return [row for task in self._present for row in self.heads[task].row_gradients()]

@@ -37,9 +37,25 @@ def write_jsonl(path, records):
             f.write(json.dumps(r) + "\n")
 
 
+def all_damaged(output_dir):
+    """The sentence refusing ``--resume`` when checkpoints exist and none verifies (the newest one's problem), or
+    None."""
+    damaged = layout.damaged_checkpoints(output_dir)
+    if not damaged or len(damaged) < len(layout.list_checkpoints(output_dir)):
+        return None
+    path, problem = damaged[0]
+    return (f"--resume: every checkpoint under {layout.checkpoint_root(output_dir)} is damaged ({len(damaged)}; the "
+            f"newest, '{path}': {problem}); nothing was started and they are left as they are: repair them, or "
+            f"start again with --overwrite (which removes them)")
+
+
 def refuse_or_clear(output_dir, resume, overwrite, source, strategy):
-    """Before a run that does not resume: refuse an output_dir with checkpoints unless ``overwrite`` (collective:
-    ``strategy`` holds the barriers around rank 0's clearing)."""
+    """Before a run: ``--resume`` with ``--overwrite`` is a contradiction; a run that does not resume refuses an
+    output_dir with checkpoints unless ``overwrite`` (collective: ``strategy`` holds the barriers around rank 0's
+    clearing)."""
+    if resume and overwrite:
+        raise ConfigError("--resume continues the run in output_dir and --overwrite removes it: pass one of them",
+                          source, "output_dir")
     existing = layout.list_checkpoints(output_dir)
     if not existing or resume:
         return
