@@ -103,6 +103,10 @@ def fleet_log_level() -> str:
     return "INFO" if os.environ.get("MTL_VERBOSE") == "1" else FLEET_LOG_LEVEL
 
 
+# the launcher's module: Paddle's own, or ``mtl launch``'s entry to it (mtl.commands.launcher_entry)
+LAUNCHERS = (b"paddle.distributed.launch", b"mtl.commands.launcher_entry")
+
+
 def _launcher_pid():
     """The pid of the ``paddle.distributed.launch`` process that started this one (its parent), or None."""
     if "PADDLE_LOG_DIR" not in os.environ or "PADDLE_TRAINER_ID" not in os.environ:  # set by the launcher
@@ -110,7 +114,8 @@ def _launcher_pid():
     parent = os.getppid()
     try:
         with open(f"/proc/{parent}/cmdline", "rb") as f:
-            return parent if b"paddle.distributed.launch" in f.read() else None
+            command = f.read()
+        return parent if any(name in command for name in LAUNCHERS) else None
     except OSError:  # no /proc (not Linux) or the parent is gone
         return None
 

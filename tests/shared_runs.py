@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import os
+import pathlib
 import pickle
 import re
 import time
@@ -35,7 +36,8 @@ import pytest
 from mtl.safe_pickle import BUILTINS, NUMPY, load_pickle
 from tests.dist_util import ROOT, run_distributed
 
-RESULTS = {**BUILTINS, **NUMPY}  # what the records of the session's runs hold, read back with the safe reader
+# what the records of the session's runs hold (numbers, paths, arrays), read back with the safe reader
+RESULTS = {**BUILTINS, **NUMPY, ("pathlib", "PosixPath"): pathlib.PosixPath}
 
 RUN_BATCH = os.path.join(ROOT, "tests", "dist_scripts", "run_batch.py")
 TWO_PROCESS_RUNS = {}  # name -> function(folder) -> (entry, result)

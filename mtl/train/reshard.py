@@ -189,6 +189,8 @@ def describe(path):
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)
     rows = [("step", state["step"]), ("written by", f"{state['world_size']} process(es)")]
+    backbone = load_paddle_file(os.path.join(path, "backbone.pdparams"), "backbone weights")
+    rows.append(("backbone", f"{len(backbone)} tensors, {sum(int(np.size(v)) for v in backbone.values()):,} values"))
     for task, saved in sorted(sharded_tasks(path).items()):
         parts = [load_paddle_file(os.path.join(path, "heads", f"{task}.shard{k}of{saved}.pdparams"))
                  for k in range(saved)]
