@@ -155,8 +155,10 @@ def _check_compatible(path, state, schedule):
 
 def _files_read(path, model, rank, world, saved_world, averager):
     """Relative paths of the files rank ``rank`` of ``world`` loads from a checkpoint of ``saved_world`` ranks (the
-    ones it verifies first): its own per-rank files, or every rank's when the shards are re-split."""
-    ranks = [rank] if saved_world == world else list(range(saved_world))
+    ones it verifies first): its own per-rank files, or, when the shards are re-split, those of the saved ranks
+    holding any of its rows (and rank 0's, for the replicated state)."""
+    classes = {task: head.class_count() for task, head in model.heads.items() if head.sharded}
+    ranks = [rank] if saved_world == world else reshard.needed_ranks(classes, saved_world, world, rank)
     files = ["backbone.pdparams", f"rng.rank{rank}.pdparams"] + [f"optimizer.rank{k}.pdopt" for k in ranks]
     if saved_world == world and os.path.isfile(os.path.join(path, f"statistics.rank{rank}.pdparams")):
         files.append(f"statistics.rank{rank}.pdparams")
@@ -184,7 +186,8 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
         model.backbone.set_state_dict(state_for(model.backbone, load_paddle_file(own)))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
-    per_rank = reshard.rank_state(path, saved_world, world, rank)
+    classes = {task: head.class_count() for task, head in model.heads.items() if head.sharded}
+    per_rank = reshard.rank_state(path, saved_world, world, rank, classes)
     optimizer.set_state_dict(per_rank["optimizer"])
     note = restore_random_state(per_rank["rng"]) if per_rank["rng"] is not None else None
     if note:
@@ -199,7 +202,7 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
 def _head_state(path, task, head, saved_world, world, rank):
     """This rank's weights of one head (a sharded head's re-split when the process count changed)."""
     if head.sharded and saved_world != world:
-        return reshard.head_state(path, task, saved_world, world, rank)
+        return reshard.head_state(path, task, saved_world, world, rank, total=head.class_count())
     file = os.path.join(path, layout.head_file(task, head, rank, saved_world))
     if not os.path.isfile(file):
         raise ConfigError(f"checkpoint '{path}' has no weights for task '{task}' ({file})")
