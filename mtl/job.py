@@ -3,6 +3,7 @@
 Checks the field contracts of every task once, at build time, before anything trains.
 """
 import copy
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, List
@@ -138,8 +139,9 @@ def check_class_count(task, classes, data_classes, source, key, warn=True):
         return
     data_classes = int(data_classes)
     if classes < data_classes:
-        raise ConfigError(f"task '{task}': head has num_classes {classes} but the reader's labels go up to "
-                          f"{data_classes - 1}", source, key)
+        raise ConfigError(f"task '{task}': head has num_classes {classes} but the reader's labels are "
+                          f"0..{data_classes - 1} ({data_classes} classes): set num_classes to {data_classes} or "
+                          f"leave it out (the reader's count is then used)", source, key)
     if warn:
         print(f"warning: {source}: {key}: task '{task}': the head has {classes} classes but the reader's labels are "
               f"0..{data_classes - 1} ({data_classes} classes), so classes {data_classes}..{classes - 1} get no "
@@ -154,15 +156,30 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     paddle.seed(cfg["seed"])
     backbone = _build_backbone(cfg)
     ctx = reader_context(backbone)
-    # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
+    # the per-process memory plan: stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
-    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan)
+    verbose = os.environ.get("MTL_VERBOSE") == "1"
+    plan = check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan and verbose)
     warn = announce_plan and distributed.rank() == 0
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
+    if warn and not verbose:
+        show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+PLAN_SHOWN_FROM = 1 << 30  # bytes per process from which a training run prints its memory plan (always: --verbose)
+
+
+def show_large_plan(entries):
+    """Print the memory plan of a job that was built (nothing failed) when it needs ``PLAN_SHOWN_FROM`` bytes or
+    more per process: a small job's plan is lines of "0.0 MiB" (``--verbose`` prints every plan, before the build)."""
+    from mtl.train.memory_plan import available_bytes, format_plan
+
+    if sum(e.total for e in entries) >= PLAN_SHOWN_FROM:
+        print(format_plan(entries, available_bytes(), distributed.world_size()), flush=True)
 
 
 def _checked_eval_reader(task: Task, context):

@@ -9,7 +9,11 @@ import subprocess
 import sys
 import warnings
 
+import pytest
+import yaml
+
 from mtl.config.loading import load_job
+from mtl.errors import ConfigError
 from mtl.job import build_job
 from mtl.train.trainer import Trainer
 
@@ -84,3 +88,94 @@ def test_a_checkpoint_of_a_backbone_without_batchnorm_is_written_without_warning
         train_here(data)
     assert not [str(w.message) for w in caught if "state dict is empty" in str(w.message)]
     assert os.path.isfile(tmp_path / "run" / "checkpoints" / "step_2" / "statistics.rank0.pdparams")
+
+
+# ---- 3. the memory plan's advice is a command that works -----------------------------------------------------------
+def write_task_job(folder, head, averaging=None, backbone=None):
+    """A job whose one task comes from a task file (the case where the head's key path is not ``tasks.0.head``)."""
+    (folder / "tasks").mkdir()
+    (folder / "tasks" / "faces.yaml").write_text(yaml.safe_dump(
+        {"name": "faces", "reader": {"type": "synthetic", "num_samples": 16, "num_classes": 4, "shape": [1, 8, 8]},
+         "head": head}))
+    job = image_job(folder / "run", tasks=["tasks/faces.yaml"])
+    job["averaging"] = averaging or {"type": "none"}
+    job["backbone"] = backbone or job["backbone"]
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return str(path)
+
+
+def refusal(path, overrides=(), available=1000):
+    """The ConfigError of the memory plan of ``path`` with ``available`` bytes per process."""
+    from mtl import registry
+    from mtl.train import memory_plan
+
+    cfg = load_job(path, list(overrides))
+    backbone = registry.build("backbone", dict(cfg["backbone"]))
+    original = memory_plan.available_bytes
+    memory_plan.available_bytes = lambda: available
+    try:
+        memory_plan.check_job_memory(cfg, backbone, lambda t: {"num_classes": 4}, announce=False)
+    except ConfigError as exc:
+        return str(exc)
+    finally:
+        memory_plan.available_bytes = original
+    return None
+
+
+def suggested_sets(message):
+    """The ``KEY=VALUE`` of every ``--set KEY=VALUE`` in ``message``, as the shell passes them."""
+    import shlex
+
+    return [shlex.split(part.replace(")", " "))[0] for part in message.split("--set ")[1:]]
+
+
+@pytest.mark.parametrize("head", [{"type": "arcface", "scale": 8.0}, {"type": "softmax"}])
+def test_the_memory_plans_advice_for_a_head_is_a_set_command_the_job_accepts(tmp_path, head):
+    path = write_task_job(tmp_path, {**head, "num_classes": 4})
+    message = refusal(path)
+    assert message and "tasks.0.head" in message, message
+    if head["type"] == "arcface":
+        sets = suggested_sets(message)
+        assert sets == ["tasks.0.head.sample_ratio=0.1"], message
+        cfg = load_job(path, sets)  # accepted: the key exists where the message says
+        assert cfg["tasks"][0]["head"]["sample_ratio"] == 0.1
+        assert "more processes" in message
+    else:  # the softmax head has no sample_ratio: no command that the job would refuse
+        assert "sample_ratio" not in message and "more processes" in message, message
+
+
+def test_the_memory_plans_advice_for_the_averager_is_a_set_command_the_job_accepts(tmp_path):
+    backbone = {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [64], "embedding_size": 8}
+    window = {"type": "window", "average_window_rate": 0.5}
+    path = write_task_job(tmp_path, {"type": "softmax", "num_classes": 4}, window, backbone)
+    message = refusal(path)
+    assert message.startswith(f"{path}: averaging: averager 'window'"), message
+    sets = suggested_sets(message)
+    assert sets == ["averaging={type: ema}", "averaging={type: none}"], message
+    for command in sets:
+        load_job(path, [command])  # every suggestion is accepted
+
+
+# ---- 11. the memory plan of a small job is not printed -------------------------------------------------------------
+def test_a_small_jobs_memory_plan_is_not_printed_a_large_ones_is(tmp_path, capsys, monkeypatch):
+    import mtl.job
+
+    data = image_job(tmp_path / "run")
+    build_job(load_job(data=data))
+    assert "memory plan" not in capsys.readouterr().out
+    monkeypatch.setattr(mtl.job, "PLAN_SHOWN_FROM", 1)
+    build_job(load_job(data=data))
+    out = capsys.readouterr().out
+    assert out.startswith("memory plan per process") and "task 'ids' head 'arcface'" in out, out
+
+
+# ---- 10. messages that mislead ---------------------------------------------------------------------------------
+def test_too_few_head_classes_says_how_many_the_labels_need(tmp_path):
+    data = image_job(tmp_path / "run")
+    data["tasks"][1]["head"] = {"type": "softmax", "num_classes": 2}
+    with pytest.raises(ConfigError) as refused:
+        build_job(load_job(data=data), announce_plan=False)
+    message = str(refused.value)
+    assert "tasks.1.head.num_classes" in message and "labels are 0..2 (3 classes)" in message, message
+    assert "set num_classes to 3" in message and "go up to" not in message
