@@ -42,8 +42,9 @@ def run(func, args):
     try:
         func(args)
     except Preempted as exc:
-        print(f"{exc} (exit status {PREEMPTED_EXIT_STATUS}: run it again)", file=sys.stderr, flush=True)
-        _preempted_under_launcher(exc)
+        line = f"{exc}. To continue from it, run: {train_command.resume_command()}"
+        print(f"{line} (exit status {PREEMPTED_EXIT_STATUS})", file=sys.stderr, flush=True)
+        _preempted_under_launcher(line)
         sys.exit(PREEMPTED_EXIT_STATUS)
     except MtlError as exc:
         rank = os.environ.get("PADDLE_TRAINER_ID")
@@ -67,9 +68,9 @@ def run(func, args):
 LOST_PEER_DELAY = 5.0  # seconds
 
 
-def _preempted_under_launcher(exc):
+def _preempted_under_launcher(line):
     """A pre-empted worker of ``paddle.distributed.launch``: tell ``mtl launch`` (exit status 75), and rank 0 puts
-    its sentence on the launcher's console (a signalled launcher no longer copies the worker logs there)."""
+    its sentence ``line`` on the launcher's console (a signalled launcher no longer copies the worker logs there)."""
     if "PADDLE_TRAINER_ID" not in os.environ:
         return
     from mtl.commands.launch import report_preempted
@@ -78,7 +79,7 @@ def _preempted_under_launcher(exc):
     rank = os.environ["PADDLE_TRAINER_ID"]
     report_preempted(rank)
     if rank == "0":
-        to_launcher_console(f"{exc} under the same launch command")
+        to_launcher_console(line)
 
 
 # What a collective raises on a rank whose peer process is gone, per backend: gloo's transport errors, and NCCL's

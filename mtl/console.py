@@ -154,3 +154,41 @@ def to_launcher_console(line) -> bool:
         return True
     except OSError:
         return False
+
+
+# set by ``mtl launch`` for its workers: the command line it was started with, and a file it writes the name of the
+# signal it was stopped by into, before it passes the stop on to the launcher (which signals the workers SIGTERM)
+LAUNCH_COMMAND_ENV = "MTL_LAUNCH_COMMAND"
+LAUNCH_SIGNAL_ENV = "MTL_LAUNCH_SIGNAL"
+
+
+def launch_command():
+    """The command line of the launcher that started this worker: ``mtl launch ...`` as it was typed (from
+    ``mtl launch``), else the ``python -m paddle.distributed.launch ...`` of the parent process (Linux); None when
+    this process was not started by a launcher (or it cannot be told)."""
+    import shlex
+
+    if os.environ.get(LAUNCH_COMMAND_ENV):
+        return os.environ[LAUNCH_COMMAND_ENV]
+    pid = _launcher_pid()
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = [w.decode() for w in f.read().split(b"\0") if w]
+    except OSError:
+        return None
+    if words[1:3] != ["-m", "paddle.distributed.launch"]:
+        return None
+    return shlex.join(["python", *words[1:]])
+
+
+def launch_signal():
+    """The name of the signal ``mtl launch`` was stopped by (``SIGINT`` for a Ctrl-C), which its launcher passed on
+    to this worker as SIGTERM; None outside ``mtl launch`` or before it was signalled."""
+    path = os.environ.get(LAUNCH_SIGNAL_ENV)
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except (OSError, TypeError):
+        return None

@@ -13,6 +13,7 @@ import paddle
 
 from mtl import contracts, registry
 from mtl.backbones.base import build_backbone
+from mtl.config.loading import blame_set
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError, DataError
@@ -85,7 +86,10 @@ def build_reader(task_cfg, split_overrides=None, context=None):
     cfg = dict(task_cfg["reader"])  # normalised and its paths resolved at load time (mtl.config)
     cfg.update(split_overrides or {})
     key = f"{task_cfg['key']}.reader" if task_cfg["key"] else "reader"
-    reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
+    try:
+        reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
+    except ConfigError as exc:  # a value --set gave is named as --set's
+        raise blame_set(task_cfg, exc) from None
     if len(reader) == 0:
         raise ConfigError(f"task '{task_cfg['name']}': the reader yields no samples for split "
                           f"'{cfg.get('split', 'train')}'", task_cfg["source"], key)
@@ -116,8 +120,11 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
     head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
     head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
     # replicated heads are drawn on the CPU's generator (as the backbone); class-sharded ones draw with numpy
-    head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \
-        on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
+    try:
+        head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \
+            on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
+    except ConfigError as exc:  # a value --set gave is named as --set's
+        raise blame_set(tcfg, exc) from None
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
     check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)

@@ -179,3 +179,104 @@ def test_too_few_head_classes_says_how_many_the_labels_need(tmp_path):
     message = str(refused.value)
     assert "tasks.1.head.num_classes" in message and "labels are 0..2 (3 classes)" in message, message
     assert "set num_classes to 3" in message and "go up to" not in message
+
+
+def task_file_job(tmp_path, reader=None, head=None):
+    """A job whose one task is the file ``tasks/faces.yaml`` (an image list of 6 random images and 2 people)."""
+    from tests.test_user_reports import write_images
+
+    images = tmp_path / "images"
+    write_images(str(images))
+    (images / "list.txt").write_text("".join(f"{'ab'[i % 2]}/{i}.png\t{i % 2}\n" for i in range(6)))
+    task = {"name": "faces", "reader": {"type": "image_list", "list": str(images / "list.txt"), **(reader or {})},
+            "head": head or {"type": "arcface", "scale": 8.0}}
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "faces.yaml").write_text(yaml.safe_dump(task))
+    job = image_job(tmp_path / "run", tasks=["tasks/faces.yaml"])
+    job["backbone"]["in_channels"] = 3
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    return str(tmp_path / "job.yaml"), str(tmp_path / "tasks" / "faces.yaml")
+
+
+def refused(path, overrides=()):
+    with pytest.raises(ConfigError) as caught:
+        build_job(load_job(path, list(overrides)), announce_plan=False)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("override, key, words", [
+    ("tasks.0.head.foo=1", "tasks.0.head.foo", "has no parameter 'foo'"),
+    ("tasks.0.head.scale=-1", "tasks.0.head.scale", "scale must be > 0"),
+    ("tasks.0.reader.preprocess.equalise=true", "tasks.0.reader.preprocess.equalise", "did you mean 'equalize'"),
+    ("tasks.0.reader.holdout_classes=[9]", "tasks.0.reader.holdout_classes", "label(s) [9]"),
+])
+def test_a_bad_value_given_by_set_is_blamed_on_set_not_on_the_task_file(tmp_path, override, key, words):
+    path, task_file = task_file_job(tmp_path)
+    message = refused(path, [override])
+    assert message.startswith(f"--set: {key}: "), message
+    assert words in message and task_file not in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("reader, key, suggestion", [
+    ({"preprocess": {"equalise": True}}, "reader.preprocess.equalise", "equalize"),
+    ({"augment": {"rotat": 5}}, "reader.augment.rotat", "rotate"),
+])
+def test_a_typo_under_preprocess_or_augment_names_the_task_file_and_the_key(tmp_path, reader, key, suggestion):
+    path, task_file = task_file_job(tmp_path, reader)
+    message = refused(path)
+    assert message.startswith(f"{task_file}: {key}: "), message
+    assert f"did you mean '{suggestion}'" in message and "list.txt" not in message, message
+
+
+def test_resume_with_overwrite_is_refused_before_anything_is_loaded(tmp_path):
+    proc = mtl("train", "examples/configs/demo.yaml", "--set", f"output_dir={tmp_path}", "--resume", "--overwrite",
+               expect=2)
+    assert proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stdout + proc.stderr
+    assert "--resume" in proc.stderr and "--overwrite" in proc.stderr and "pass one of them" in proc.stderr
+
+
+def stop_sentence(capsys, monkeypatch, argv, **env):
+    """What ``mtl`` prints when a run is stopped on request, run as ``argv`` (with ``env``): (status, stderr)."""
+    from mtl import cli
+    from mtl.train.preemption import Preempted
+
+    monkeypatch.setattr(sys, "argv", argv)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+
+    def stopped(args):
+        raise Preempted("stopped after step 3 on request (Ctrl-C, SIGINT); checkpoint runs/x/checkpoints/step_3")
+
+    with pytest.raises(SystemExit) as exit_status:
+        cli.run(stopped, None)
+    return exit_status.value.code, capsys.readouterr().err
+
+
+def test_a_stop_on_request_says_the_whole_command_that_continues(capsys, monkeypatch):
+    monkeypatch.delenv("MTL_LAUNCH_COMMAND", raising=False)
+    code, err = stop_sentence(capsys, monkeypatch, ["/venv/bin/mtl", "train", "job.yaml", "--until", "9"])
+    assert code == 75
+    assert err == ("stopped after step 3 on request (Ctrl-C, SIGINT); checkpoint runs/x/checkpoints/step_3. To "
+                   "continue from it, run: mtl train job.yaml --resume (exit status 75)\n")
+    code, err = stop_sentence(capsys, monkeypatch, ["examples/train_joint.py", "job.yaml"], MTL_LAUNCH_COMMAND=
+                              "mtl launch --nproc_per_node 2 examples/train_joint.py job.yaml --overwrite")
+    assert "run: mtl launch --nproc_per_node 2 examples/train_joint.py job.yaml --resume (exit" in err, err
+
+
+def test_a_worker_stopped_through_mtl_launch_names_the_signal_mtl_launch_got(tmp_path, monkeypatch):
+    import signal
+    import time
+
+    from mtl.train.preemption import StopRequest
+
+    names = {}
+    for got in ("SIGINT", "SIGTERM", None):
+        path = tmp_path / f"signal_{got}"
+        if got:
+            path.write_text(got)
+        monkeypatch.setenv("MTL_LAUNCH_SIGNAL", str(path))
+        with StopRequest() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)  # what the launcher sends its workers, whatever it got
+            time.sleep(0.05)
+        names[got] = stop.signal_name
+    assert names == {"SIGINT": "Ctrl-C, SIGINT to mtl launch", "SIGTERM": "SIGTERM", None: "SIGTERM"}

@@ -16,6 +16,7 @@ to the launcher unchanged.
 """
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -80,9 +81,16 @@ def job_output_dir(args):
     return value if isinstance(value, str) else None
 
 
-def launcher_environment(status_path, verbose):
-    """The launcher's (and so its workers') environment: the status file, ``MTL_VERBOSE``, the warning filter."""
+def launcher_environment(status_path, verbose, args=(), signal_path=None):
+    """The launcher's (and so its workers') environment: the status file, ``MTL_VERBOSE``, the warning filter, the
+    command as typed (``mtl launch ARGS``: what a worker's stop sentence tells to run again) and the file this
+    command writes the name of a stopping signal into (the launcher passes every stop on as SIGTERM)."""
+    from mtl.console import LAUNCH_COMMAND_ENV, LAUNCH_SIGNAL_ENV
+
     env = dict(os.environ, **{STATUS_ENV: status_path})
+    env[LAUNCH_COMMAND_ENV] = shlex.join(["mtl", "launch", *(["--verbose"] if verbose else []), *args])
+    if signal_path:
+        env[LAUNCH_SIGNAL_ENV] = signal_path
     if verbose:
         env["MTL_VERBOSE"] = "1"
     else:
@@ -96,11 +104,14 @@ def run_launcher(args, verbose=False) -> int:
     log_dir = (os.path.join(output_dir, "launcher_logs") if output_dir else
                tempfile.mkdtemp(prefix="mtl_launch_logs_"))
     with tempfile.TemporaryDirectory(prefix="mtl_launch_") as folder:
-        status_path = os.path.join(folder, "preempted")
+        status_path, signal_path = os.path.join(folder, "preempted"), os.path.join(folder, "signal")
         proc = subprocess.Popen(launcher_command(args, verbose, log_dir),
-                                env=launcher_environment(status_path, verbose), start_new_session=True)
+                                env=launcher_environment(status_path, verbose, args, signal_path),
+                                start_new_session=True)
 
         def forward(signum, frame):
+            with open(signal_path, "w") as f:  # before the workers get the launcher's SIGTERM
+                f.write(signal.Signals(signum).name)
             proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}

@@ -84,6 +84,16 @@ def continue_command(argv):
     return shlex.join(head + rest)
 
 
+def resume_command(argv=None) -> str:
+    """The command that continues this run from its latest checkpoint: under a launcher the launch command (``mtl
+    launch ...`` as typed, or Paddle's launcher's), else this process's (``argv``, default ``sys.argv``), with
+    ``--resume`` and without ``--until``/``--overwrite`` (:func:`continue_command`)."""
+    from mtl.console import launch_command
+
+    launched = launch_command()
+    return continue_command(shlex.split(launched) if launched else list(argv or sys.argv))
+
+
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
     from mtl.errors import ConfigError, PluginError
@@ -92,6 +102,8 @@ def train(args):
 
     if args.until is not None and args.until < 1:
         raise ConfigError(f"--until must be a step >= 1, got {args.until}")
+    if args.resume and args.overwrite:  # refused before anything is loaded or built
+        raise ConfigError("--resume continues the run in output_dir and --overwrite removes it: pass one of them")
     cfg = prepare_job(args)
     try:
         job = build_job(cfg)
@@ -134,10 +146,13 @@ def prepare_job(args):
 def until_notice(cfg, step, ckpt):
     """The line a run stopped by ``--until`` ends with: where it stopped, its checkpoint ``ckpt`` (of that step) and
     the command that continues it."""
+    from mtl.console import launch_command
+
     start = f"checkpoint {ckpt}" if ckpt else "step 0 (no step was trained)"
-    launcher = " under the same launch command" if "PADDLE_TRAINERS_NUM" in os.environ else ""
+    launcher = " under the same launch command" if "PADDLE_TRAINERS_NUM" in os.environ and not launch_command() \
+        else ""
     return (f"stopped by --until after step {step} of {cfg['schedule']['steps']}. To continue from the latest "
-            f"{start}, run{launcher}: {continue_command(sys.argv)}")
+            f"{start}, run{launcher}: {resume_command()}")
 
 
 def add_cli(sub):

@@ -26,7 +26,7 @@ from typing import Dict
 import numpy as np
 
 from mtl.contracts import Field
-from mtl.data.preprocess import Preprocess
+from mtl.data.preprocess import Preprocess, option_error
 from mtl.data.transforms import Augment, DecodeError, FaceTransform
 from mtl.errors import ConfigError, DataError, ParameterError
 from mtl.readers.base import Reader
@@ -115,28 +115,28 @@ class FaceImageReader(Reader):
     def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
                        decoder="auto", augment=None, holdout_classes=None, max_positive_pairs=3000, preprocess=None):
         if split not in ("train", "eval"):
-            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", self.source, "split")
+            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", None, "split")
         try:
             eval_fraction = float(eval_fraction)
         except (TypeError, ValueError):
             eval_fraction = -1.0
         if not 0.0 <= eval_fraction < 1.0:
-            raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}", self.source, "eval_fraction")
+            raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}", None, "eval_fraction")
         if holdout_classes is not None and eval_fraction > 0.0:
             raise ConfigError("holdout_classes and eval_fraction cannot be combined: with held-out identities the "
-                              "eval split is those identities", self.source, "holdout_classes")
+                              "eval split is those identities", None, "holdout_classes")
         if split == "eval" and eval_fraction == 0.0 and holdout_classes is None:
             raise ConfigError(
                 "split 'eval' needs a held-out part: set eval_fraction (e.g. 0.05) or holdout_classes, or evaluate "
                 "on a verification set (.bin) instead",
-                self.source,
+                None,
                 "eval_fraction",
             )
         if on_bad_sample not in ON_BAD_SAMPLE:
-            raise ConfigError(f"on_bad_sample must be 'error' or 'skip', got {on_bad_sample!r}", self.source,
+            raise ConfigError(f"on_bad_sample must be 'error' or 'skip', got {on_bad_sample!r}", None,
                               "on_bad_sample")
         if int(image_size) <= 0:
-            raise ConfigError(f"image_size must be a positive integer, got {image_size!r}", self.source, "image_size")
+            raise ConfigError(f"image_size must be a positive integer, got {image_size!r}", None, "image_size")
         self.split = split
         self.eval_fraction = eval_fraction
         self.image_size = int(image_size)
@@ -151,7 +151,7 @@ class FaceImageReader(Reader):
             self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder, self._augment,
                                            self.preprocess)
         except ValueError as exc:
-            raise ConfigError(str(exc), self.source, "decoder") from None
+            raise ConfigError(str(exc), None, "decoder") from None
         self._flip_configured = self.flip
 
     def _check_image_options(self, augment, holdout_classes, max_positive_pairs, preprocess):
@@ -160,16 +160,16 @@ class FaceImageReader(Reader):
         try:
             self.preprocess = Preprocess.from_config(preprocess)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc), self.source, "preprocess") from None
+            raise option_error(exc, "preprocess") from None
         self.holdout_classes = holdout_classes
         if isinstance(max_positive_pairs, bool) or not isinstance(max_positive_pairs, int) or max_positive_pairs < 1:
-            raise ConfigError(f"max_positive_pairs must be an integer >= 1, got {max_positive_pairs!r}", self.source,
+            raise ConfigError(f"max_positive_pairs must be an integer >= 1, got {max_positive_pairs!r}", None,
                               "max_positive_pairs")
         self.max_positive_pairs = max_positive_pairs
         try:
             self._augment = Augment.from_config(augment) if self.split == "train" else None
         except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc), self.source, "augment") from None
+            raise option_error(exc, "augment") from None
 
     def set_augmentation(self, enabled: bool):
         """Switch the training flip and augmentation on (as configured) or off (plain decoded images)."""
@@ -232,7 +232,7 @@ class FaceImageReader(Reader):
             if not chosen.any():
                 raise ConfigError(
                     f"eval_fraction {self.eval_fraction} leaves no {self.split} sample (each class holds "
-                    f"floor(n * eval_fraction) of its n images out)", self.source, "eval_fraction")
+                    f"floor(n * eval_fraction) of its n images out)", None, "eval_fraction")
             return candidates[chosen], labels[chosen]
         return candidates, labels
 
@@ -244,7 +244,7 @@ class FaceImageReader(Reader):
         try:
             held = choose_holdout(np.unique(labels), self.holdout_classes, self.seed)
         except ValueError as exc:
-            raise ConfigError(str(exc), self.source, "holdout_classes") from None
+            raise ConfigError(str(exc), None, "holdout_classes") from None
         is_held = np.isin(labels, held)
         chosen = is_held if self.split == "eval" else ~is_held
         self.open_set = self.split == "eval"

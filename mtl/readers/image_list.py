@@ -129,18 +129,18 @@ class ImageListReader(FaceImageReader):
         """The ``[entries, k]`` float32 targets (scaled), or None without ``target_list``."""
         if target_list is None:
             if target_columns is not None:
-                raise ConfigError("target_columns needs target_list (the table that holds them)", self.source,
+                raise ConfigError("target_columns needs target_list (the table that holds them)", None,
                                   "target_columns")
             return None
         if not isinstance(target_columns, (list, tuple)) or not target_columns:
             raise ConfigError(f"target_columns must be a non-empty list of column names or numbers, got "
-                              f"{target_columns!r}", self.source, "target_columns")
+                              f"{target_columns!r}", None, "target_columns")
         try:
             scale = float(target_scale)
         except (TypeError, ValueError):
             scale = float("nan")
         if isinstance(target_scale, bool) or not np.isfinite(scale) or scale == 0.0:
-            raise ConfigError(f"target_scale must be a non-zero number, got {target_scale!r}", self.source,
+            raise ConfigError(f"target_scale must be a non-zero number, got {target_scale!r}", None,
                               "target_scale")
         self.target_field = target_field
         paths = [p.decode("utf-8") for p in self._paths]

@@ -270,7 +270,7 @@ class Trainer:
             if step > self.start_step and not self.should_save(step):
                 self._save(step)  # hashed once, as it is written: the path is known, nothing is read again
             raise Preempted(f"stopped after step {step} on request ({stop.signal_name or 'another rank'}); "
-                            f"checkpoint {self.saved}; continue with --resume")
+                            f"checkpoint {self.saved}")  # the command line adds the command that continues
 
     def _on_bad_step(self, step, result: StepResult, loop):
         """A non-finite step: write its record (strict JSON), then stop or count it as ``on_nonfinite`` says."""
