@@ -183,7 +183,7 @@ def test_too_few_head_classes_says_how_many_the_labels_need(tmp_path):
 
 def task_file_job(tmp_path, reader=None, head=None):
     """A job whose one task is the file ``tasks/faces.yaml`` (an image list of 6 random images and 2 people)."""
-    from tests.test_user_reports import write_images
+    from tests.newcomer_runs import write_images
 
     images = tmp_path / "images"
     write_images(str(images))
@@ -280,3 +280,99 @@ def test_a_worker_stopped_through_mtl_launch_names_the_signal_mtl_launch_got(tmp
             time.sleep(0.05)
         names[got] = stop.signal_name
     assert names == {"SIGINT": "Ctrl-C, SIGINT to mtl launch", "SIGTERM": "SIGTERM", None: "SIGTERM"}
+
+
+# ---- 12. help texts -------------------------------------------------------------------------------------------------
+def test_every_argument_of_every_command_has_a_help_text_and_shows_its_default():
+    from mtl import cli
+
+    parser = cli.build_parser()
+    missing = [(name, words) for name, each in cli.parsers(parser) for words, text in cli.arguments(each)
+               if not text.strip()]
+    assert not missing, missing
+    export_help = dict(cli.parsers(parser))["mtl export"].format_help()
+    assert "(default: 13)" in " ".join(export_help.split()) and "(default: auto)" in export_help
+    assert "(default: None)" not in export_help and "(default: False)" not in export_help
+
+
+@pytest.mark.parametrize("words", [["checkpoint"], ["data"], []])
+def test_a_command_without_its_sub_command_lists_the_choices(words):
+    proc = mtl(*words, expect=2)
+    assert "required" not in proc.stderr and "choose a command:" in proc.stderr, proc.stderr
+    if words == ["checkpoint"]:
+        assert "\n  info     what a checkpoint holds\n  reshard  write the checkpoint again" in proc.stderr
+
+
+def test_mtl_launch_help_says_what_it_does_with_an_example():
+    proc = mtl("launch", "--help")
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("usage: mtl launch") and len(lines) < 30, proc.stdout
+    assert "  mtl launch --nproc_per_node 2 examples/train_joint.py examples/configs/demo.yaml" in proc.stdout
+    assert "--resume" in proc.stdout and "Paddle 3.3's launcher" not in proc.stdout
+    assert mtl("launch", expect=2).stderr.startswith("usage: mtl launch")
+
+
+# ---- 13. display --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def face_run(tmp_path_factory):
+    from tests.newcomer_runs import face_run
+
+    return face_run(tmp_path_factory.mktemp("face"))
+
+
+def saved_figures(monkeypatch):
+    """The matplotlib figures saved from now on (``Figure.savefig`` still writes them)."""
+    import matplotlib.figure
+
+    saved, original = [], matplotlib.figure.Figure.savefig
+
+    def keep(fig, *args, **kw):
+        saved.append(fig)
+        return original(fig, *args, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    return saved
+
+
+def test_mtl_eval_shows_the_far_it_reached_and_names_the_rocs_number(face_run, tmp_path, monkeypatch):
+    from mtl.commands.evaluate import evaluate
+
+    run, export, pairs = face_run
+    printed, figures = [], saved_figures(monkeypatch)
+    result = evaluate(export, [pairs], out_dir=str(tmp_path), console=printed.append)["pairs"]
+    table = next(p for p in printed if p.startswith("| set"))
+    header, _, row = table.splitlines()
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert "VAL@FAR=1e-3" not in header and cells["VAL"] == f"{result['val_at_far']:.5f}"
+    assert cells["at FAR"] == f"{result['far']:.5f}"  # the FAR reached, not the target
+    assert any("FAR 1e-3" in p for p in printed)  # the target is said once, below the table
+    legend = [t.get_text() for t in figures[-1].axes[0].get_legend().get_texts()]
+    assert legend == [f"pairs (accuracy {result['accuracy']:.4f})"]
+
+
+def test_mtl_compare_tick_labels_never_overlap(tmp_path):
+    from mtl.commands.compare import compare_runs, comparison_figure
+
+    tasks = {"t": ("softmax", "accuracy", True, 0.5)}
+    names = ["weighting_uncertainty_seed0", "weighting_famo_seed0", "weighting_static_seed1", "a",
+             "averylongnamewithoutanyseparatorsatall", "x-y"]
+    runs = compare_runs([fake_run(tmp_path / name, tasks) for name in names])
+    fig = comparison_figure(runs)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [label.get_window_extent(renderer) for label in ax.get_xticklabels()]
+        assert len(boxes) == len(names)
+        for left, right in zip(boxes, boxes[1:]):
+            assert left.x1 < right.x0, (left, right)  # a gap between neighbours
+
+
+def fake_run(folder, tasks):
+    """A run folder whose summary.json has ``tasks`` = {name: (head, metric, higher_is_better, value)}."""
+    os.makedirs(folder)
+    summary = {"steps": 10, "tasks": {name: {"head": head, "primary_metric": metric, "higher_is_better": higher,
+                                             "eval": {metric: value}, "eval_averaged": None}
+                                      for name, (head, metric, higher, value) in tasks.items()}}
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    return str(folder)

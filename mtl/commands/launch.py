@@ -27,9 +27,25 @@ STATUS_ENV = "MTL_LAUNCH_STATUS"  # a file each pre-empted worker appends its ra
 QUIET_LAUNCHER = ["--log_level", "WARNING"]
 # the launcher imports paddle (and its C++ extension helper) before it parses anything: a -W filter for it
 LAUNCHER_WARNINGS = "ignore:No ccache found:UserWarning:paddle.utils.cpp_extension.extension_utils"
-USAGE = ("usage: mtl launch [--verbose] [paddle.distributed.launch options] SCRIPT [ARGS]\n\n"
-         + __doc__.split("\n\n")[1].strip()
-         + "\n\nThe launcher's own options: python -m paddle.distributed.launch --help")
+USAGE = """usage: mtl launch [--verbose] [LAUNCHER OPTIONS] SCRIPT [ARGS]
+
+Train on several processes (and machines) with Paddle's launcher (python -m paddle.distributed.launch), with the
+console of a single process: one progress line, one error line when a process fails, and its exit status (75 after
+Ctrl-C or SIGTERM once every process saved a checkpoint: continue with the same command and --resume).
+
+examples:
+  mtl launch --nproc_per_node 2 examples/train_joint.py examples/configs/demo.yaml --set output_dir=runs/demo_2
+  mtl launch --nproc_per_node 2 examples/train_joint.py examples/configs/demo.yaml --set output_dir=runs/demo_2 --resume
+  mtl launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 examples/train_joint.py CONFIG   (on each machine)
+
+options:
+  --verbose             also show the launcher's and Paddle's own log lines (hidden by default)
+  LAUNCHER OPTIONS      passed on unchanged; the usual ones: --nproc_per_node N (processes on this machine),
+                        --nnodes N and --master HOST:PORT (several machines), --devices 0,1 (GPUs), --log_dir DIR
+                        (default: output_dir/launcher_logs of the job); all of them:
+                        python -m paddle.distributed.launch --help
+  SCRIPT [ARGS]         the training script and its arguments, e.g. examples/train_joint.py CONFIG --set ...
+"""
 
 
 def report_preempted(rank):
@@ -193,7 +209,7 @@ def launch_main(argv) -> int:
     """``mtl launch``: our options first (``--verbose``, ``-h``), everything else is the launcher's."""
     argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     verbose = os.environ.get("MTL_VERBOSE") == "1" or "--verbose" in argv
     if argv[0] == "--verbose":

@@ -272,7 +272,7 @@ def _cmd_overlap(args):
 def add_cli(sub):
     """Register ``mtl overlap RUN_DIR [--threshold T] [--centres] [--json FILE] [--sets] ...``."""
     p = sub.add_parser("overlap", help="list likely-same identities across the class heads of a finished run")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a finished run (its output_dir) with two or more class heads")
     p.add_argument("--threshold", type=float, default=None,
                    help="a fixed cosine instead of the calibrated one (default with --centres: "
                         f"{CENTRES_THRESHOLD})")
