@@ -94,6 +94,7 @@ def configure_console(verbose=False):
         warnings.filterwarnings("ignore", message=message, category=UserWarning, module=module)
     if not isinstance(sys.stderr, _DropLines) and "paddle" not in sys.modules:
         sys.stderr = _DropLines(sys.stderr, PADDLE_STDERR_LINES, PADDLE_STDERR_BLOCK)
+    quiet_matplotlib()
     return True
 
 
@@ -192,3 +193,58 @@ def launch_signal():
             return f.read().strip() or None
     except (OSError, TypeError):
         return None
+
+
+class NativeOutput:
+    """While entered, what native code writes to this process's file descriptors 1 and 2 (stdout, stderr) goes to
+    a temporary file instead (Python's own streams are flushed first); ``text`` holds it afterwards, so that a
+    caller can show it when the native call failed. ``MTL_VERBOSE=1``: nothing is captured."""
+
+    def __init__(self):
+        self.text = ""
+        self._saved = None
+
+    def __enter__(self):
+        import sys
+        import tempfile
+
+        if os.environ.get("MTL_VERBOSE") == "1":
+            return self
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = [os.dup(1), os.dup(2)]
+        for fd in (1, 2):
+            os.dup2(self._file.fileno(), fd)
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is None:
+            return False
+        for fd, saved in zip((1, 2), self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode(errors="replace")
+        self._file.close()
+        self._saved = None
+        return False
+
+
+FONT_CACHE_NOTICE = "Matplotlib is building the font cache"
+
+
+def quiet_matplotlib():
+    """Drop matplotlib's one-time "building the font cache" notice (a first plot on a fresh machine), nothing else."""
+    import logging
+
+    logger = logging.getLogger("matplotlib.font_manager")
+    if not any(isinstance(f, _FontCacheFilter) for f in logger.filters):
+        logger.addFilter(_FontCacheFilter())
+
+
+class _FontCacheFilter:
+    """A logging filter that drops the records of :data:`FONT_CACHE_NOTICE`."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith(FONT_CACHE_NOTICE)

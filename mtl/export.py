@@ -73,13 +73,23 @@ def export_onnx(out_dir, opset=13):
     path = os.path.join(out_dir, "backbone.onnx")
     if os.path.exists(path):
         os.remove(path)
+    from mtl.console import NativeOutput
+
+    native = NativeOutput()  # its C++ part prints "[Paddle2ONNX] ..." progress lines: shown only on a failure
     try:
-        paddle2onnx.export(model_file, params_file, path, opset_version=int(opset), optimize_tool="onnxoptimizer")
+        with native:
+            paddle2onnx.export(model_file, params_file, path, opset_version=int(opset), optimize_tool="onnxoptimizer")
     except Exception as exc:  # noqa: BLE001 - paddle2onnx reports unsupported operators as assorted exceptions
-        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX: {exc}") from None
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX: {exc}{_tail(native.text)}") from None
     if not os.path.isfile(path):
-        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX (see its error above)")
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX{_tail(native.text)}")
     return path
+
+
+def _tail(text: str) -> str:
+    """`` (it said: <its last line>)`` of a converter's captured output, or nothing."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f" (it said: {lines[-1]})" if lines else ""
 
 
 def export_preprocess(meta, where, task=None):

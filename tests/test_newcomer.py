@@ -376,3 +376,19 @@ def fake_run(folder, tasks):
     with open(os.path.join(folder, "summary.json"), "w") as f:
         json.dump(summary, f)
     return str(folder)
+
+
+# ---- 11. matplotlib's font-cache notice ----------------------------------------------------------------------------
+FONT_NOTICE = ("import logging, sys\nfrom mtl.console import configure_console\nconfigure_console({verbose})\n"
+               "logging.getLogger('matplotlib.font_manager').warning("
+               "'Matplotlib is building the font cache; this may take a moment.')\n"
+               "logging.getLogger('matplotlib.font_manager').warning('another warning')\n")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_matplotlibs_font_cache_notice_is_hidden_unless_verbose(verbose):
+    """The notice matplotlib logs on its logger when a first plot on a fresh machine builds the font cache."""
+    proc = subprocess.run([sys.executable, "-c", FONT_NOTICE.format(verbose=verbose)], capture_output=True,
+                          text=True, cwd=ROOT, env=environment(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert ("font cache" in proc.stderr) == verbose and "another warning" in proc.stderr, proc.stderr
