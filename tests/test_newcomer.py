@@ -392,3 +392,46 @@ def test_matplotlibs_font_cache_notice_is_hidden_unless_verbose(verbose):
                           text=True, cwd=ROOT, env=environment(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert ("font cache" in proc.stderr) == verbose and "another warning" in proc.stderr, proc.stderr
+
+
+# ---- 9. the docs agree with the tool -------------------------------------------------------------------------------
+def doc(name):
+    with open(os.path.join(ROOT, "docs", name)) as f:
+        return f.read()
+
+
+def test_every_strategy_the_weighting_page_names_in_a_table_is_registered_or_said_to_be_a_variant():
+    """Each table row of docs/weighting.md names a registered strategy, or the page says which config it is (and
+    that config loads)."""
+    import re
+
+    from mtl import registry
+
+    registry.load_builtin()
+    registered = {e.name for e in registry.entries("weighting")}
+    text = doc("weighting.md")
+    rows = set()
+    for table in re.findall(r"(?:^\|.*\n)+", text, re.M):  # the tables whose first column names strategies
+        cells = [line.split("|")[1].strip().strip("`") for line in table.splitlines()]
+        if cells[0] in ("strategy", "weighting"):
+            rows |= {c for c in cells[2:]}
+    assert len(rows) >= 20, rows
+    for name in sorted(rows - registered):
+        said = re.search(rf"`{name}` in this table is `weighting: (\{{[^`]+\}})`", text)
+        assert said, f"docs/weighting.md lists '{name}', which is not a registered strategy and is not explained"
+        load_job(data={**image_job("unused"), "weighting": yaml.safe_load(said.group(1))})
+
+
+def test_the_reliability_page_does_not_say_a_resume_needs_the_same_process_count():
+    text = " ".join(doc("reliability.md").split())
+    assert "needs the same number of processes" not in text
+    assert "A checkpoint of W processes loads on W'" in text  # what tests/test_reshard.py checks
+
+
+def test_the_tasks_page_claims_no_multilabel_class_count_limit_that_is_not_enforced(tmp_path):
+    """A multi-label head's size is the reader's number of labels, whatever the task's class count."""
+    text = " ".join(doc("tasks.md").split())
+    assert "may not be below the task's class count" not in text
+    job = build_job(load_job(os.path.join(ROOT, "examples", "configs", "demo.yaml"),
+                             [f"output_dir={tmp_path}", "tasks.0.head={type: multilabel}"]), announce_plan=False)
+    assert job.tasks[0].head.num_classes == 7 and job.tasks[0].reader.num_classes == 7  # as the page says
