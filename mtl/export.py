@@ -26,7 +26,7 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
     """
     import paddle
 
-    from mtl.inference import field_adapter, open_run
+    from mtl.inference import field_adapter, open_run, read_run_data
 
     run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
     backbone = run.backbone()
@@ -46,7 +46,8 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
     meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
             "feature_size": int(backbone.feature_size), "backbone": run.backbone_config(), "averaged": run.averaged,
             "step": run.step, "checkpoint": os.path.abspath(run.checkpoint), "heads": heads,
-            "preprocess": task_preprocessing(run.cfg["tasks"])}
+            "preprocess": task_preprocessing(run.cfg["tasks"]),
+            "head_configs": {t["name"]: t["head"] for t in run.cfg["tasks"]}, **read_run_data(run_dir)}
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta

@@ -75,6 +75,28 @@ def add_trust_plugins(parser):
                              "trained with plug-ins of its own is refused, naming the files")
 
 
+RUN_DATA = "data.json"  # a run's label names and input preparation, per task (written when training starts)
+
+
+def run_data(job) -> dict:
+    """What predictions need to know of a built job's data: ``{"label_names": {task: {field: names}}, "inputs":
+    {task: input spec}}`` from its training readers (:meth:`mtl.readers.base.Reader.label_names`, ``input_spec``)."""
+    return {"label_names": {t.name: names for t in job.tasks if (names := t.reader.label_names())},
+            "inputs": {t.name: spec for t in job.tasks if (spec := t.reader.input_spec())}}
+
+
+def write_run_data(job, folder: str):
+    """Write :func:`run_data` of ``job`` to ``folder/data.json``."""
+    with open(os.path.join(folder, RUN_DATA), "w") as f:
+        json.dump(run_data(job), f, indent=1)
+
+
+def read_run_data(folder: str) -> dict:
+    """A run's ``data.json`` (``{}`` for a run trained before it was written)."""
+    path = os.path.join(folder, RUN_DATA)
+    return _read_json(path, "run data") if os.path.isfile(path) else {}
+
+
 @dataclass
 class RunWeights:
     """One checkpoint of a finished run, for inference: its job config, folder, step and which weights it reads."""

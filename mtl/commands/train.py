@@ -97,6 +97,7 @@ def resume_command(argv=None) -> str:
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
     from mtl.errors import ConfigError, PluginError
+    from mtl.inference import write_run_data
     from mtl.job import build_job
     from mtl.train.trainer import Trainer
 
@@ -109,7 +110,10 @@ def train(args):
         job = build_job(cfg)
     except PluginError as exc:  # a bug in a plug-in: one line on the console, its traceback in the run's log
         raise logged_plugin_error(exc, cfg["output_dir"]) from None
-    summary = Trainer(job, resume=args.resume, overwrite=args.overwrite).run(until=args.until)
+    trainer = Trainer(job, resume=args.resume, overwrite=args.overwrite)
+    if trainer.is_main:  # the output folder is this run's now: its label names and input preparation go there
+        write_run_data(job, cfg["output_dir"])
+    summary = trainer.run(until=args.until)
     if summary.get("stopped_early") and os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
         print(until_notice(cfg, summary["steps"], summary["checkpoint"]), flush=True)
     return summary

@@ -30,6 +30,7 @@ from mtl.data.preprocess import Preprocess, option_error
 from mtl.data.transforms import Augment, DecodeError, FaceTransform
 from mtl.errors import ConfigError, DataError, ParameterError
 from mtl.readers.base import Reader
+from mtl.readers.label_names import complete, label_index
 
 ON_BAD_SAMPLE = ("error", "skip")
 
@@ -56,6 +57,10 @@ class SkipLog:
     def count(self) -> int:
         """Number of distinct samples skipped at run time."""
         return int(np.frombuffer(self._flags, dtype=np.int8).sum())
+
+    def marked(self) -> np.ndarray:
+        """The samples skipped at run time, in order."""
+        return np.flatnonzero(np.frombuffer(self._flags, dtype=np.int8))
 
 
 def holdout_mask(labels: np.ndarray, eval_fraction: float) -> np.ndarray:
@@ -192,6 +197,7 @@ class FaceImageReader(Reader):
             self.num_classes = int(stated_classes)
         else:
             self.num_classes = int(labels[finite].max()) + 1 if finite.any() else 0
+        self._data_classes = self.num_classes  # the data's class count, before a hold-out relabels
         problems = self._label_problems(candidates, labels, dict(problems))
         if problems and self.on_bad_sample == "error":
             raise DataError(problems[min(problems)] + " (set on_bad_sample: skip to skip such samples)")
@@ -242,7 +248,7 @@ class FaceImageReader(Reader):
         ``class_labels`` maps the new labels back to the data's labels (``class_labels[new] = old``).
         """
         try:
-            held = choose_holdout(np.unique(labels), self.holdout_classes, self.seed)
+            held = choose_holdout(np.unique(labels), self._holdout_labels(self.holdout_classes), self.seed)
         except ValueError as exc:
             raise ConfigError(str(exc), None, "holdout_classes") from None
         is_held = np.isin(labels, held)
@@ -253,7 +259,36 @@ class FaceImageReader(Reader):
         self.num_classes = len(self.class_labels)
         return candidates[chosen], np.searchsorted(self.class_labels, labels[chosen]).astype(np.int64)
 
+    def _holdout_labels(self, spec):
+        """``holdout_classes`` with the names of people (``[s1, s12]``) turned into their labels by the data's label
+        names; numbers, counts and fractions as they are."""
+        if not isinstance(spec, (list, tuple)) or not any(isinstance(v, str) for v in spec):
+            return spec
+        names = self._data_class_names()
+        if names is None:
+            raise ParameterError(f"holdout_classes names {[v for v in spec if isinstance(v, str)][:3]}, but the data "
+                                 f"has no label names ({self._names_hint()}); give labels (numbers)")
+        return [label_index(names, v, "holdout_classes") if isinstance(v, str) else v for v in spec]
+
     # -------------------------------------------------------------------------------- Reader interface
+    def label_names(self):
+        """The names of this split's classes (``label``): the data's names (:meth:`_data_class_names`), those of
+        the identities the split keeps when whole identities are held out; none when the data has none."""
+        names = complete(self._data_class_names(), self._data_classes)
+        if names is None:
+            return {}
+        if self.holdout_classes is not None:
+            names = [names[int(old)] for old in self.class_labels]
+        return {self.label_field: names}
+
+    def _data_class_names(self):
+        """The names of the data's labels ``0..C-1`` (before any hold-out), or None; subclasses read them."""
+        return None
+
+    def _names_hint(self) -> str:
+        """Where the data's label names would be (for the sentence that says there are none)."""
+        return "no labels.json beside it"
+
     def fields(self):
         return [
             Field(self.image_field, (3, self.image_size, self.image_size), "float32"),
@@ -271,6 +306,13 @@ class FaceImageReader(Reader):
     def bad_samples(self) -> int:
         """Samples skipped so far: found at start-up plus distinct samples replaced at run time (all workers)."""
         return self.startup_bad_samples + self._skips.count()
+
+    def skipped_samples(self, limit: int = 10):
+        """The start-up problems, then the samples that failed to decode at run time (in sample order)."""
+        found = list(self.bad_sample_messages[:limit])
+        for i in self._skips.marked()[:max(0, limit - len(found))]:
+            found.append(f"{self._describe(int(self._candidates[i]))}: could not be decoded")
+        return found
 
     def set_epoch(self, epoch: int):
         """Epoch used by the flip coin for integer indices (``reader[(index, epoch)]`` passes it explicitly)."""

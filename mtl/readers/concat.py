@@ -98,6 +98,16 @@ class ConcatReader(Reader):
         return np.concatenate([np.asarray(s.labels(), dtype=np.int64) + off
                                for s, off in zip(self.sources, self.offsets)])
 
+    def label_names(self):
+        """The sources' class names one after another (as their labels are offset), ``<reader i>:<name>`` being
+        unambiguous; with ``shared_labels`` the names the sources agree on. None unless every source has names."""
+        names = [s.label_names().get(self.label_field) for s in self.sources]
+        if any(n is None for n in names):
+            return {}
+        if not self.offsets.any():  # shared labels
+            return {self.label_field: names[0]} if all(n == names[0] for n in names) else {}
+        return {self.label_field: [f"{i}:{name}" for i, source in enumerate(names) for name in source]}
+
     def set_augmentation(self, enabled: bool):
         """Forwarded to every source."""
         for source in self.sources:
@@ -107,3 +117,7 @@ class ConcatReader(Reader):
     def bad_samples(self) -> int:
         """Samples skipped by all sources."""
         return sum(s.bad_samples for s in self.sources)
+
+    def skipped_samples(self, limit: int = 10):
+        """The sources' skipped samples, one source after another."""
+        return [line for s in self.sources for line in s.skipped_samples(limit)][:limit]

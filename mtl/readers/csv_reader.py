@@ -76,6 +76,7 @@ class CsvReader(TableReader):
                     raise ConfigError(f"CSV file '{self.path}' has no column '{name}'{did_you_mean(name, header)}; "
                                       f"its columns: {', '.join(header)}", key=key)
         self.feature_names, self.target_names = features, targets
+        self.output_names = targets or None
         classes = None
         if label is not None:
             cells = [row[header.index(label)].strip() for _, row in rows]

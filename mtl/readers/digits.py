@@ -91,6 +91,7 @@ class DigitsReader(Reader):
             images = np.repeat(images, int(channels), axis=1)
         self._images = np.ascontiguousarray(images, dtype=np.float32)
         self.num_classes = len(classes)
+        self.classes = classes  # the digit of each label
         self.source_indices = order
         self._attributes = attribute_matrix(all_targets[order], self.attribute_names)
         self._properties = property_matrix(all_images[order], self.property_names)
@@ -119,3 +120,8 @@ class DigitsReader(Reader):
 
     def labels(self):
         return self._labels.copy()
+
+    def label_names(self):
+        """The digit of each class label, the attribute of each ``labels`` entry, the property of each ``target``."""
+        return {self.label_field: [str(d) for d in self.classes], self.labels_field: list(self.attribute_names),
+                self.target_field: list(self.property_names)}

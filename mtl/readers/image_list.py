@@ -7,6 +7,7 @@ from mtl.contracts import Field
 from mtl.errors import ConfigError, DataError
 from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
+from mtl.readers.label_names import label_file, names_from_paths, read_label_file
 from mtl.registry import register_reader
 
 
@@ -114,6 +115,7 @@ class ImageListReader(FaceImageReader):
         # one numpy bytes array, not a list of str: forked workers then share it without copy-on-write churn
         self._paths = np.array([e[1].encode("utf-8") for e in entries], dtype=np.bytes_)
         labels = np.array([e[2] for e in entries], dtype=np.float64)
+        self._list_labels = labels  # every line's label (NaN: unreadable), for names read off the list's folders
         if check_files:
             for pos in range(len(entries)):
                 path = self._path(pos)
@@ -155,6 +157,18 @@ class ImageListReader(FaceImageReader):
         if self._targets is None:
             return {}
         return {self.target_field: self._targets[candidate].copy()}
+
+    def _data_class_names(self):
+        """``labels.json`` beside the list, else the folders the list's images are in, when each label has its own
+        (:func:`mtl.readers.label_names.names_from_paths`)."""
+        given = read_label_file(label_file(os.path.dirname(self.list_path)))
+        if given is not None:
+            return given.get(self.label_field)
+        return names_from_paths([p.decode("utf-8") for p in self._paths], self._list_labels)
+
+    def _names_hint(self) -> str:
+        return (f"no {label_file(os.path.dirname(self.list_path))}, and the list's folders do not tell one label from "
+                "another")
 
     def _relative(self, candidate: int) -> str:
         return self._paths[candidate].decode("utf-8")

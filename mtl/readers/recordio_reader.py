@@ -7,6 +7,7 @@ from mtl.data.recordio import RecordIOReader as RecordFile
 from mtl.data.recordio import unpack
 from mtl.errors import DataError
 from mtl.readers._face import FaceImageReader
+from mtl.readers.label_names import label_file, read_label_file
 from mtl.registry import register_reader
 
 
@@ -105,6 +106,14 @@ class RecordIOFaceReader(FaceImageReader):
             problems[int(pos)] = self._record_problem(int(rows[pos]))
         labels = np.where(heads["magic_ok"], heads["label"], np.nan)
         self._finish(rows, labels, problems, num_classes=num_classes, stated_classes=stated)
+
+    def _data_class_names(self):
+        """The ``labels.json`` beside the ``.rec`` (``mtl data pack`` writes it), or None."""
+        given = read_label_file(label_file(os.path.dirname(self.records.rec_path)))
+        return None if given is None else given.get(self.label_field)
+
+    def _names_hint(self) -> str:
+        return f"no {label_file(os.path.dirname(self.records.rec_path))}"
 
     def _record_problem(self, row: int) -> str:
         """The precise message for a record whose header scan failed (bad magic, truncation, ...)."""

@@ -39,5 +39,7 @@ class SklearnTableReader(TableReader):
         targets = bunch.target if kind == "regression" else None
         self.target_names = ([str(n) for n in bunch.target_names] if kind == "class" or dataset == "linnerud"
                              else ["target"])
+        self.class_names = self.target_names if kind == "class" else None
+        self.output_names = self.target_names if kind == "regression" else None
         self._build(bunch.data, classes, targets, split, eval_fraction, seed, standardize, standardize_targets,
                     pad_to, feature_field)
