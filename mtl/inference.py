@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import numpy as np
+
 from mtl.errors import ConfigError
 from mtl.safe_pickle import load_paddle_file
 
@@ -273,3 +275,56 @@ def load_model(path: str, weights: str = "auto", trust_plugins: bool = False) ->
                            task_preprocessing(run.cfg["tasks"]))
     raise ConfigError(f"'{path}' is neither a training run (job.json), an export (export.json) nor converted weights "
                       "(a .pdparams file from mtl convert)")
+
+
+@dataclass
+class PredictionModel:
+    """What predictions need of a run or an export: the backbone behind ``{field: batch}``, each task's head config
+    and weights (numpy, shards merged), the data record (label names, input preparation: :func:`run_data`) and how
+    each task's images were prepared."""
+
+    loaded: LoadedModel
+    head_configs: dict
+    data: dict
+    head_weights: object  # task -> {name: array}
+
+    @property
+    def tasks(self) -> List[str]:
+        return list(self.head_configs)
+
+    def head_state(self, task: str) -> dict:
+        """The head of ``task``'s full weights as numpy arrays."""
+        return self.head_weights(task)
+
+
+def _export_head_state(folder: str, task: str) -> dict:
+    """``heads/<task>.npz`` of an export (plain arrays: read without pickle)."""
+    path = os.path.join(folder, "heads", f"{task}.npz")
+    if not os.path.isfile(path):
+        raise ConfigError(f"export '{folder}' has no head weights for task '{task}' ({path})")
+    with np.load(path, allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def open_for_prediction(path: str, weights: str = "auto", trust_plugins: bool = False) -> PredictionModel:
+    """A run folder or an export folder, ready for :mod:`mtl.prediction`: the same backbone :func:`load_model`
+    gives, and the heads' weights of the same checkpoint (a run) or the export's ``heads/<task>.npz``."""
+    from mtl.data.preprocess import task_preprocessing
+
+    if os.path.isfile(os.path.join(path, "export.json")):
+        loaded = load_model(path, weights, trust_plugins)
+        meta = loaded.meta
+        if "head_configs" not in meta:
+            raise ConfigError(f"export '{path}' was written before exports recorded their heads: export the run "
+                              "again with `mtl export` to predict with it")
+        data = {"label_names": meta.get("label_names") or {}, "inputs": meta.get("inputs") or {}}
+        return PredictionModel(loaded, meta["head_configs"], data, lambda task: _export_head_state(path, task))
+    if os.path.isfile(os.path.join(path, "job.json")):
+        run = open_run(path, None, weights, trust_plugins)
+        backbone = run.backbone()
+        shape = backbone.input_fields()[0]
+        loaded = LoadedModel(backbone, shape.name, list(shape.shape), run.step, run.description,
+                             task_preprocessing(run.cfg["tasks"]))
+        return PredictionModel(loaded, {t["name"]: t["head"] for t in run.cfg["tasks"]}, read_run_data(path),
+                               run.head_state)
+    raise ConfigError(f"'{path}' is neither a training run (job.json) nor an export (export.json)")
