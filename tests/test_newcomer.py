@@ -435,3 +435,41 @@ def test_the_tasks_page_claims_no_multilabel_class_count_limit_that_is_not_enfor
     job = build_job(load_job(os.path.join(ROOT, "examples", "configs", "demo.yaml"),
                              [f"output_dir={tmp_path}", "tasks.0.head={type: multilabel}"]), announce_plan=False)
     assert job.tasks[0].head.num_classes == 7 and job.tasks[0].reader.num_classes == 7  # as the page says
+
+
+# ---- --resume STEP_OR_PATH ---------------------------------------------------------------------------------------
+def step_lines(out):
+    """metrics.jsonl's step records without the wall-clock rate."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    return [{k: v for k, v in r.items() if k != "samples_per_s"} for r in records if "lr" in r]
+
+
+def test_resume_from_a_named_checkpoint_equals_an_uninterrupted_run(tmp_path):
+    full = image_job(tmp_path / "full", steps=6, checkpoint={"every": 2, "keep": 5})
+    train_here(full)
+    said = []
+    job = build_job(load_job(data=full), announce_plan=False)
+    Trainer(job, resume=True, resume_from="step_2", console=said.append).run()  # from step 2 of the finished run
+    assert "removed the later checkpoints step_4, step_6" in " ".join(said), said
+    reference = image_job(tmp_path / "reference", steps=6, checkpoint={"every": 2, "keep": 5})
+    train_here(reference)
+    assert step_lines(full["output_dir"]) == step_lines(reference["output_dir"])
+    elsewhere = image_job(tmp_path / "warm", steps=6, checkpoint={"every": 2, "keep": 5})  # a new folder
+    train_here(elsewhere, resume=True, resume_from=os.path.join(reference["output_dir"], "checkpoints", "step_4"))
+    assert step_lines(elsewhere["output_dir"]) == step_lines(reference["output_dir"])[4:]
+    with pytest.raises(ConfigError, match=r"--resume step_3: .* is not a complete checkpoint .*: step_2, step_4, "
+                                          r"step_6"):
+        train_here(full, resume=True, resume_from="step_3")
+
+
+def test_resume_takes_a_step_number_and_still_reads_a_config_after_it():
+    import argparse
+
+    from mtl.commands.train import add_train_args
+
+    parser = argparse.ArgumentParser()
+    add_train_args(parser)
+    assert parser.parse_args(["job.yaml", "--resume"]).resume == "latest"
+    assert parser.parse_args(["job.yaml", "--resume", "500"]).resume == "500"
+    assert parser.parse_args(["job.yaml"]).resume is None

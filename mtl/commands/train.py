@@ -46,7 +46,10 @@ def add_config_args(parser):
 def add_train_args(parser):
     """Arguments of ``mtl train`` / ``examples/train_joint.py``."""
     add_config_args(parser)
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="STEP_OR_PATH",
+                        help="continue from the latest checkpoint, or from the one named: a step (500 or step_500) "
+                             "or a checkpoint folder; checkpoints after a named one are removed (they belong to the "
+                             "run being replaced)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start over in an output_dir that holds checkpoints of an earlier run (they are removed)")
     parser.add_argument("--until", type=int, metavar="STEP",
@@ -66,22 +69,25 @@ def resolve_config(args):
     return given or args.config or DEFAULT_CONFIG
 
 
+def _resume_value(word) -> bool:
+    """Whether argparse takes ``word`` after ``--resume`` as its value (a step or a checkpoint, not a config)."""
+    return not word.startswith("-") and not word.endswith((".yaml", ".yml", ".json"))
+
+
 def continue_command(argv):
     """The command that continues a run stopped by ``--until``: the same arguments without ``--until STEP`` and
-    ``--overwrite``, with ``--resume``."""
-    rest, skip = [], False
-    for arg in argv[1:]:
-        if skip or arg == "--overwrite" or arg.startswith("--until="):
-            skip = False
-            continue
-        if arg == "--until":
-            skip = True
+    ``--overwrite``, with ``--resume`` (a ``--resume STEP_OR_PATH`` becomes ``--resume``: the latest)."""
+    args, rest, i = list(argv[1:]), [], 0
+    while i < len(args):
+        arg, after = args[i], args[i + 1] if i + 1 < len(args) else None
+        i += 1
+        if after is not None and (arg == "--until" or (arg == "--resume" and _resume_value(after))):
+            i += 1  # its value goes with it
+        if arg in ("--overwrite", "--until", "--resume") or arg.startswith(("--until=", "--resume=")):
             continue
         rest.append(arg)
-    if "--resume" not in rest:
-        rest.append("--resume")
     head = ["python", argv[0]] if argv[0].endswith(".py") else [os.path.basename(argv[0])]
-    return shlex.join(head + rest)
+    return shlex.join(head + rest + ["--resume"])
 
 
 def resume_command(argv=None) -> str:
@@ -105,12 +111,14 @@ def train(args):
         raise ConfigError(f"--until must be a step >= 1, got {args.until}")
     if args.resume and args.overwrite:  # refused before anything is loaded or built
         raise ConfigError("--resume continues the run in output_dir and --overwrite removes it: pass one of them")
+    if args.resume and args.config is None and str(args.resume).endswith((".yaml", ".yml", ".json")):
+        args.config, args.resume = args.resume, "latest"  # `--resume CONFIG`: the config, not a checkpoint
     cfg = prepare_job(args)
     try:
         job = build_job(cfg)
     except PluginError as exc:  # a bug in a plug-in: one line on the console, its traceback in the run's log
         raise logged_plugin_error(exc, cfg["output_dir"]) from None
-    trainer = Trainer(job, resume=args.resume, overwrite=args.overwrite)
+    trainer = Trainer(job, resume=bool(args.resume), overwrite=args.overwrite, resume_from=args.resume)
     if trainer.is_main:  # the output folder is this run's now: its label names and input preparation go there
         write_run_data(job, cfg["output_dir"])
     summary = trainer.run(until=args.until)
