@@ -145,6 +145,15 @@ class RunWeights:
         built = registry.build("backbone", self.backbone_config(), self.cfg.get("source"), "backbone")
         return self.load_into(built)
 
+    def load_heads_into(self, heads: dict):
+        """Load this checkpoint's weights of every head of ``{task: head}`` (heads built in one process, which hold
+        every class: the shards are merged) and set eval mode."""
+        from mtl.low_precision import state_for
+
+        for task, head in heads.items():
+            head.set_state_dict(state_for(head, self.head_state(task)))
+            head.eval()
+
     def head_state(self, task: str) -> dict:
         """A head's full weights as numpy (shards merged along the class axis), each file verified first."""
         from mtl.train import layout

@@ -473,3 +473,24 @@ def test_resume_takes_a_step_number_and_still_reads_a_config_after_it():
     assert parser.parse_args(["job.yaml", "--resume"]).resume == "latest"
     assert parser.parse_args(["job.yaml", "--resume", "500"]).resume == "500"
     assert parser.parse_args(["job.yaml"]).resume is None
+
+
+# ---- mtl eval RUN: the run's own evaluation data --------------------------------------------------------------------
+def test_mtl_eval_of_a_run_without_sets_scores_its_own_split_as_the_run_did(face_run, tmp_path):
+    """The run's final evaluation (summary.json: live and averaged weights) is the reference."""
+    from mtl.commands.evaluate_run import evaluate_run
+
+    run, export, _ = face_run
+    summary = json.load(open(os.path.join(run, "summary.json")))["tasks"]
+    printed = []
+    for weights, column in (("auto", "eval_averaged"), ("live", "eval")):
+        results = evaluate_run(run, weights, str(tmp_path / weights), console=printed.append)
+        for task, metrics in results.items():
+            assert metrics.keys() == summary[task][column].keys()
+            for name, value in metrics.items():
+                assert value == pytest.approx(summary[task][column][name], abs=1e-9), (weights, task, name)
+    assert printed[0].startswith(f"evaluating {run}") and "(averaged weights)" in printed[0]
+    assert "| ids    | arcface | verification_accuracy * ↑ |" in printed[1], printed[1]
+    assert json.load(open(tmp_path / "live" / "eval_run.json"))["tasks"] == results
+    with pytest.raises(ConfigError, match="is an export: it holds no data of its own to score, so mtl eval needs"):
+        evaluate_run(export)

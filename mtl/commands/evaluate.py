@@ -158,8 +158,13 @@ def plot_ijb_roc(variants, path, title):
 
 
 def _cmd_eval(args):
-    if bool(args.sets) == bool(args.ijb):
-        raise ConfigError("mtl eval needs either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C)")
+    if args.sets and args.ijb:
+        raise ConfigError("mtl eval takes either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C), not both")
+    if not args.sets and not args.ijb:  # the run's own evaluation split(s) and sets
+        from mtl.commands.evaluate_run import evaluate_run
+
+        evaluate_run(args.path, args.weights, args.out, trust_plugins=args.trust_plugins)
+        return
     if args.ijb:
         evaluate_ijb(args.path, args.ijb, args.target, args.weights, args.batch_size, args.out,
                      as_json=args.json, trust_plugins=args.trust_plugins)
@@ -170,12 +175,13 @@ def _cmd_eval(args):
 
 def add_cli(sub):
     """Register ``mtl eval``."""
-    p = sub.add_parser("eval", help="verification accuracy of a finished run or an export on .bin / pairs sets, or "
-                                    "TAR at FAR on IJB-B/C")
+    p = sub.add_parser("eval", help="a finished run on its own evaluation data, or a run or an export on .bin / "
+                                    "pairs verification sets (--sets), or TAR at FAR on IJB-B/C (--ijb)")
     p.add_argument("path", metavar="RUN_DIR|EXPORT_DIR", help="a finished run (its output_dir), an export folder or "
                                                           "converted weights (.pdparams)")
     p.add_argument("--sets", nargs="+", metavar="FILE",
-                   help="verification sets: InsightFace .bin files or pairs lists (img1<TAB>img2<TAB>0|1)")
+                   help="verification sets: InsightFace .bin files or pairs lists (img1<TAB>img2<TAB>0|1); without "
+                        "--sets and --ijb a run is scored on its own evaluation splits and sets")
     p.add_argument("--ijb", metavar="ROOT", help="IJB-B/C 1:1 template verification on the set under ROOT (meta/, "
                                                  "loose_crop/), insightface's protocol")
     p.add_argument("--target", choices=["IJBB", "IJBC"], default="IJBC", help="--ijb: which set")
