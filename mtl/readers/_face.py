@@ -110,6 +110,25 @@ class FaceImageReader(Reader):
 
     Subclasses call :meth:`_check_options` first, then :meth:`_finish` with the candidate samples, and implement
     ``_load_bytes(candidate)`` (encoded image bytes) and ``_describe(candidate)`` ("'file' record 7").
+
+    Parameters:
+        split (str): train or eval: which part of the data this reader yields (the job sets eval for evaluation)
+        eval_fraction (float): the images of every class held out for the eval split (floor(n * f) evenly spread
+            per class); 0 with holdout_classes
+        num_classes (int): the class count (default: the data's own statement, else max label + 1)
+        image_size (int): side of the square images the reader yields (the job sets the backbone's)
+        flip (bool): mirror training images at random (default: on for train, off for eval)
+        on_bad_sample (str): error (stop with the file and record) or skip (skip and count bad samples)
+        seed (int): seed of the flips, the augmentation and a drawn holdout_classes
+        image_field (str): name of the image field of a sample
+        label_field (str): name of the class-label field of a sample
+        decoder (str): auto (OpenCV when installed, else Pillow), opencv or pillow
+        augment (mapping): training augmentation: crop_scale, rotate, translate, brightness, contrast, erase,
+            erase_area (off for eval)
+        holdout_classes (list|int|float): whole identities kept out of training and verified on at the end:
+            labels or names ([s1, s12]), a count, or a fraction drawn from seed
+        max_positive_pairs (int): open-set evaluation: at most this many positive pairs (as many negatives)
+        preprocess (mapping): every image of every split: crop [left, top, right, bottom], equalize, standardize
     """
 
     epoch_aware = True  # random flips drawn per (epoch, index)

@@ -49,6 +49,15 @@ class TableReader(Reader):
     training-split statistics, zero-padded to ``pad_to`` columns when asked); with class labels ``label`` int64
     and ``labels`` (the one-hot float32 vector of the class, so the ``multilabel`` head works one-vs-rest); with
     targets ``target`` [K] float32 (standardised too when ``standardize_targets``).
+
+    Parameters:
+        split (str): train or eval (the job sets eval for evaluation)
+        eval_fraction (float): the rows held out for the eval split (stratified by class, drawn from seed)
+        seed (int): seed of the split
+        standardize (bool): standardise every feature with the training split's mean and std
+        standardize_targets (bool): standardise regression targets likewise
+        pad_to (int): zero-pad the features to this many columns (tables of different widths on one backbone)
+        feature_field (str): name of the feature field of a sample
     """
 
     class_names = None  # the name of each class label (a subclass sets them)

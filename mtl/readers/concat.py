@@ -22,7 +22,17 @@ from mtl.registry import register_reader
 @register_reader("concat")
 class ConcatReader(Reader):
     """The samples of several readers, one after another, with class labels offset per source (none with
-    ``shared_labels``)."""
+    ``shared_labels``).
+
+    Parameters:
+        readers (list): the reader configs whose samples follow one another (the same fields each)
+        split (str): train or eval, given to every reader (the job sets eval for evaluation)
+        image_size (int): given to every reader (the job sets the backbone's)
+        channels (int): given to every reader (the job sets the backbone's)
+        shape (list): given to every reader (the job sets the backbone's)
+        label_field (str): the class-label field whose values are offset per reader
+        shared_labels (bool): the readers share one label space (no offset)
+    """
 
     def __init__(self, readers, split="train", image_size=None, channels=None, shape=None, label_field="label",
                  shared_labels=False):

@@ -64,6 +64,21 @@ class DigitsReader(Reader):
     Pixels (0..16) are scaled to [-1, 1]. ``samples`` picks a deterministic part of each class's images ("even":
     every other image starting at 0, "odd": starting at 1, "all"), so that two tasks can share classes but never
     samples. The split holds out ``eval_fraction`` of each class (stratified, seeded by ``seed``).
+
+    Parameters:
+        classes (list): the digits this task classifies (labels 0..C-1 in this order; default all ten)
+        split (str): train or eval (the job sets eval for evaluation)
+        eval_fraction (float): the images of each class held out for the eval split
+        samples (str): all, even or odd: which images of each class (two tasks can share digits, not images)
+        image_size (int): side of the images (8: the data's own; larger ones are resized, nearest neighbour)
+        channels (int): image channels (the grey image repeated)
+        seed (int): seed of the split
+        label_field (str): name of the class-label field
+        image_field (str): name of the image field
+        attributes (list): the digit attributes of the multi-hot labels field (default all)
+        properties (list): the measured properties of the target field (default all)
+        labels_field (str): name of the multi-hot attributes field
+        target_field (str): name of the properties field
     """
 
     def __init__(self, classes=None, split="train", eval_fraction=0.3, samples="all", image_size=8,

@@ -94,6 +94,16 @@ class ImageListReader(FaceImageReader):
     image path as in the list) and ``target_columns`` (names or numbers) add a float32 vector ``target``
     (``target_field``) of ``value * target_scale`` to every sample. The evaluation split of held-out people is then
     scored on those targets (regression), not by verification.
+
+    Parameters:
+        list (str): the label list: relative/path<TAB>label lines (a labels.json beside it names the labels)
+        root (str): the folder the list's paths start from (default: the list's folder)
+        check_files (bool): look for every listed image at start-up (turn off for huge lists on slow disks)
+        target_list (str): a tab-separated table of per-image regression targets (header line, first column the
+            image path)
+        target_columns (list): the columns of target_list to use (names or numbers)
+        target_scale (float): targets are multiplied by this
+        target_field (str): name of the regression target field
     """
 
     def __init__(self, list, root=None, split="train", eval_fraction=0.0, num_classes=None, image_size=112,  # noqa: A002

@@ -82,6 +82,10 @@ class RecordIOFaceReader(FaceImageReader):
     (:class:`mtl.data.transforms.Augment` keys; off for evaluation). ``holdout_classes``: hold out whole identities
     (labels, a count or a fraction; the eval split is then open-set, scored by verification on at most
     ``max_positive_pairs`` positive pairs and as many negatives).
+
+    Parameters:
+        path (str): a folder holding train.rec and train.idx, or their prefix (data/webface/train); a labels.json
+            beside them names the labels
     """
 
     def __init__(self, path, split="train", eval_fraction=0.0, num_classes=None, image_size=112, flip=None,

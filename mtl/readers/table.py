@@ -22,6 +22,9 @@ class SklearnTableReader(TableReader):
     ``standardize_targets``, are standardised with the mean and std of the training split only. ``pad_to`` zero-pads
     the features to a common width, so tables of different widths can share one ``mlp`` backbone
     (``input_shape: [pad_to]``, ``input_field: features``). Nothing is downloaded: the tables ship with scikit-learn.
+
+    Parameters:
+        dataset (str): iris, wine, breast_cancer (classes) or diabetes, linnerud (regression)
     """
 
     def __init__(self, dataset, split="train", eval_fraction=0.25, seed=0, standardize=True,
