@@ -127,7 +127,10 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
         raise blame_set(tcfg, exc) from None
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
-    check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
+    try:
+        check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
+    except ConfigError as exc:  # a class count --set gave is named as --set's
+        raise blame_set(tcfg, exc) from None
     if head.row_sparse:
         check_sparse_optimizer(cfg["optimizer"], f"task '{name}' ({source})", cfg["source"])
     task = Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"])
