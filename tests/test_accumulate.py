@@ -116,7 +116,7 @@ def test_partial_fc_draws_one_sample_over_all_micro_batches_and_sums_the_rows_gr
     for _ in range(2):
         (rows,) = heads[1].row_gradients()
         dense = np.zeros_like(expected)
-        dense[rows.index.numpy()] = rows.rows.grad.numpy()
+        dense[rows.index.numpy()] = rows.grad.numpy()
         np.testing.assert_allclose(dense, expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(heads[1].weight_gradient(), expected, rtol=1e-5, atol=1e-7)
 

@@ -111,19 +111,19 @@ class ParallelStrategy:
         ``row_gradients`` (:class:`mtl.train.sparse.RowGradient`) are the row-sparse gradients heads hand to the
         optimizer (sharded: each rank holds its own rows); they count in the norm.
         """
-        return global_grad_norm(self.replicated, self.sharded + [r.rows for r in row_gradients])
+        return global_grad_norm(self.replicated, self.sharded + list(row_gradients))
 
     @paddle.no_grad()
     def unscale_gradients(self, factor: float, row_gradients=()):
         """Multiply every gradient of this step by ``factor`` (``1 / loss scale`` after an fp16 backward)."""
-        for grad in _grads(self.replicated + self.sharded + [r.rows for r in row_gradients]):
+        for grad in _grads(self.replicated + self.sharded + list(row_gradients)):
             grad.scale_(factor)
 
     def clip_gradients(self, max_norm: Optional[float], norm: float, row_gradients=()):
         """Scale every gradient of this step (row-sparse ones too) to the global norm ``max_norm`` (None: no
         clipping); ``norm`` is :meth:`grad_norm`'s."""
         if max_norm:
-            scale_to_norm(self.replicated + self.sharded + [r.rows for r in row_gradients], norm, max_norm)
+            scale_to_norm(self.replicated + self.sharded + list(row_gradients), norm, max_norm)
 
     def barrier(self):
         """Wait until every rank gets here (checkpoint writing and clearing a run folder)."""

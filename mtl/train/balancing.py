@@ -207,7 +207,7 @@ class TaskBalancer:
             factor = float(w / static) if static else 0.0
             head = self.model.heads[task]
             tensors = [p.grad for p in head.parameters() if p.grad is not None]
-            tensors += [row.rows.grad for row in head.row_gradients() if row.rows.grad is not None]
+            tensors += [row.grad for row in head.row_gradients() if row.grad is not None]
             for grad in tensors:
                 grad.scale_(factor)
 
