@@ -55,6 +55,7 @@ class ArcFaceHead(ShardedClassHead):
 
     primary_metric = "verification_accuracy"
     higher_is_better = True
+    cross_negatives = True
     default_margin = (1.0, 0.5, 0.0)
 
     def __init__(self, num_classes=None, feature_size=None, margin=None, scale=64.0, sample_ratio=1.0,
@@ -79,7 +80,7 @@ class ArcFaceHead(ShardedClassHead):
         self._workspace = Workspace()  # Partial FC: the step's work buffer, reused from step to step
         self._step_sample = None  # accumulated step: (step, sorted global ids) drawn over all its micro-batches
         self._summed = None  # accumulated step: the sampled rows' gradient summed over its finished micro-batches
-        self.cross = None  # cross-head negatives of the job (mtl.heads.cross_negatives), attached when built
+        self.cross = None  # the job's CrossNegatives (mtl.heads.cross_negatives), attached when built
         self.task = ""
 
     @classmethod

@@ -159,10 +159,25 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan)
     warn = announce_plan and distributed.rank() == 0
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn) for tcfg in cfg["tasks"]]
-    model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
+    model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
+                       _cross_negatives(cfg, tasks))
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+def _cross_negatives(cfg, tasks):
+    """The job's :class:`mtl.heads.cross_negatives.CrossNegatives` (attached to its heads), or None when off."""
+    from mtl.heads.cross_negatives import CrossNegatives
+
+    spec = cfg["cross_negatives"]
+    if spec["rate"] <= 0:
+        return None
+    heads = {t.name: t.head for t in tasks if t.head.cross_negatives}
+    cross = CrossNegatives(spec, heads, task_seed(cfg["seed"], "cross_negatives"), cfg["source"])
+    for name in cross.tasks:
+        heads[name].attach_cross_negatives(cross, name)
+    return cross
 
 
 def _checked_eval_reader(task: Task, context):

@@ -351,6 +351,36 @@ def _check_components(job, tasks, source):
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
 
 
+def _check_cross_negatives(job, tasks, base_dir, source):
+    """Cross-head negatives name tasks of the job whose heads can score other heads' classes, at least two; the
+    pairs file of ``mask: pairs`` exists and reads as same-person pairs (its path resolved as data paths are)."""
+    cross = job["cross_negatives"]
+    if cross["rate"] <= 0:
+        return
+    names = [t["name"] for t in tasks]
+    able = [t["name"] for t in tasks if registry.get("head", t["head"]["type"]).cls.cross_negatives]
+    chosen = able if cross["tasks"] == "all" else cross["tasks"]
+    for name in chosen:
+        if name not in names:
+            raise ConfigError(f"task '{name}' is not a task of this job ({', '.join(names)})", source,
+                              "cross_negatives.tasks")
+        if name not in able:
+            head = next(t["head"]["type"] for t in tasks if t["name"] == name)
+            raise ConfigError(f"task '{name}': head '{head}' cannot score other heads' classes as negatives (the "
+                              f"margin heads can: arcface, cosface)", source, "cross_negatives.tasks")
+    if len(chosen) < 2:
+        raise ConfigError(f"cross-head negatives need at least two heads that can take part, the job has "
+                          f"{len(chosen)} ({', '.join(chosen) or 'none'})", source, "cross_negatives.tasks")
+    if cross["mask"] == "pairs":
+        if not cross["pairs"]:
+            raise ConfigError("mask: pairs needs the same-person JSON in cross_negatives.pairs", source,
+                              "cross_negatives.pairs")
+        from mtl.heads.cross_negatives import read_pairs
+
+        cross["pairs"] = os.path.abspath(resolve_path(cross["pairs"], base_dir))
+        read_pairs(cross["pairs"], source)
+
+
 def _check_optimizer(job, source):
     """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps."""
     opt = job["optimizer"]
@@ -402,6 +432,7 @@ def load_job(path=None, overrides=(), data=None):
     job["backbone"] = registry.as_component(job["backbone"])
     job["weighting"] = registry.as_component(job["weighting"])
     _check_components(job, tasks, source)
+    _check_cross_negatives(job, tasks, base_dir, source)
     _check_optimizer(job, source)
     _check_accumulate(job, tasks, source)
     job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,

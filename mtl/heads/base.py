@@ -65,6 +65,7 @@ class Head(paddle.nn.Layer):
 
     sharded = False
     row_sparse = False
+    cross_negatives = False  # can score other heads' classes as negatives (mtl.heads.cross_negatives)
     reader_sizes = {"num_classes": "num_classes"}
     primary_metric = "loss"
     higher_is_better = False
@@ -93,6 +94,11 @@ class Head(paddle.nn.Layer):
     def prepare_step(self, step: int, labels, accumulate: int):
         """Before the first of ``accumulate`` micro-batches of training step ``step``; ``labels``: this rank's labels
         of all of them. Default: nothing (a head whose forward does not depend on the rest of the step)."""
+
+    def attach_cross_negatives(self, cross, task: str):
+        """Score the other heads' classes of ``cross`` (a :class:`mtl.heads.cross_negatives.CrossNegatives`) as
+        negatives of this task's samples; only heads that declare ``cross_negatives`` can (the job checks it)."""
+        raise NotImplementedError(f"head '{type(self).__name__}' does not declare cross_negatives")
 
     def check_eval_labels(self, labels):
         """Raise a user error (:class:`mtl.errors.DataError` or ConfigError, a sentence) when ``evaluate`` could not

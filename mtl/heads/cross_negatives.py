@@ -221,6 +221,22 @@ class CrossNegatives:
                               "similarity": round(min(share, back[0]), 4)})
         return pairs
 
+    def write_estimate(self, path: str, removed_per_rank: List[dict]) -> List[dict]:
+        """Write the estimated same-person pairs (``mtl overlap --json``'s form) from every rank's removal counts
+        (each rank finds the entries of its own shards: summed here); returns them."""
+        import json
+
+        removed: Dict[str, Dict[str, int]] = {}
+        for counts in removed_per_rank:
+            for task, table in counts.items():
+                mine = removed.setdefault(task, {})
+                for key, count in table.items():
+                    mine[key] = mine.get(key, 0) + count
+        pairs = self.estimated_pairs(removed, self.state["seen"])
+        with open(path, "w") as f:
+            json.dump(pairs, f, indent=1)
+        return pairs
+
     def state_dict(self) -> dict:
         """The online rule's threshold statistics (equal on every rank; they decide the masks, so a resumed run
         continues exactly). The removal counts behind ``same_person.json`` are each rank's own (it finds the entries
@@ -232,17 +248,24 @@ class CrossNegatives:
         self.state.update(mean=state.get("mean"), var=state.get("var"))
 
 
-def planned_rows(cfg: dict, classes: Dict[str, int], world_size: int, rank: int) -> Dict[str, int]:
-    """``{task: other heads' rows}`` its chunk passes add on process ``rank`` (for the memory plan: each row costs
-    ``max(N, D)`` floats of the work buffer)."""
+def planned_bytes(cfg: dict, classes: Dict[str, int], global_rows: int, dim: int, world_size: int,
+                  rank: int) -> Dict[str, Dict[str, int]]:
+    """``{task: {part: bytes}}`` the other heads' rows add to a task's step on process ``rank``: their exp values
+    (``max(N, D)`` floats per row of the work buffer), their inverse norms, and (a sampled rate) the gathered
+    block; ``classes``: ``{task: class count}`` of the heads that can take part."""
     from mtl.parallel.distributed import shard_range
 
     if not cfg or float(cfg.get("rate", 0.0)) <= 0:
         return {}
     names = list(classes) if cfg.get("tasks", "all") == "all" else [t for t in cfg["tasks"] if t in classes]
-    rate = float(cfg["rate"])
+    rate, item = float(cfg["rate"]), np.dtype(paddle.get_default_dtype()).itemsize
     out = {}
     for task in names:
-        out[task] = sum(min(shard_range(c, world_size, rank)[1], math.ceil(rate * shard_range(c, world_size, rank)[1])
-                            + 1) for other, c in classes.items() if other in names and other != task)
+        rows = 0
+        for other in names:
+            if other != task:
+                shard = shard_range(classes[other], world_size, rank)[1]
+                rows += shard if rate >= 1.0 else min(shard, math.ceil(rate * shard) + 1)
+        out[task] = {"other heads' rows: exp values": rows * max(int(global_rows), int(dim)) * item,
+                     "their norms": rows * item}
     return out

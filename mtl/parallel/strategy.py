@@ -134,6 +134,10 @@ class ParallelStrategy:
         together instead of leaving the others waiting in the next collective."""
         return distributed.lowest_rank_text(text)
 
+    def gather_texts(self, text: str) -> list:
+        """Every rank's ``text`` in rank order, on every rank (results each rank holds alone, merged once)."""
+        return distributed.gather_texts(text)
+
     def from_main(self, text: Optional[str]) -> Optional[str]:
         """Rank 0's ``text`` on every rank (the other ranks' values are ignored): one rank decides, all follow."""
         return distributed.lowest_rank_text(text if self.is_main else None)

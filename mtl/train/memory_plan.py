@@ -87,6 +87,7 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) 
         parts = head_cls.planned_bytes(options, rows, world_size, rank, slots, accumulate)
         key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
         entries.append(PlanEntry(f"task '{tcfg['name']}' head '{tcfg['head']['type']}'", key, parts))
+    entries += _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank)
     kind, _ = averaging_options(cfg.get("averaging"), cfg["source"])
     if kind != "none":
         tracked = entries[0].parts["parameters"] + sum(e.parts.get("weight", 0) for e in entries[1:])
@@ -94,6 +95,26 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) 
         entries.append(PlanEntry(f"averager '{kind}'", "averaging", {f"{copies} copies": copies * tracked},
                                  KINDS[kind].copies_note()))
     return entries
+
+
+def _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank) -> List[PlanEntry]:
+    """What cross-head negatives add to each task's step (:func:`mtl.heads.cross_negatives.planned_bytes`)."""
+    from mtl import registry
+    from mtl.data.steps import task_seed
+    from mtl.heads.cross_negatives import planned_bytes
+
+    cross = cfg.get("cross_negatives") or {}
+    if float(cross.get("rate", 0.0)) <= 0:
+        return []
+    classes = {}
+    for tcfg in cfg["tasks"]:
+        if registry.get("head", tcfg["head"]["type"]).cls.cross_negatives:
+            options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]),
+                                   lambda t=tcfg: reader_sizes(t))
+            if options.get("num_classes"):
+                classes[tcfg["name"]] = int(options["num_classes"])
+    parts = planned_bytes(cross, classes, rows, backbone.feature_size, world_size, rank)
+    return [PlanEntry(f"task '{task}' cross-head negatives", "cross_negatives.rate", p) for task, p in parts.items()]
 
 
 def available_bytes() -> int:

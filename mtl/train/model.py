@@ -37,9 +37,11 @@ def micro_batches(batch, accumulate: int):
 class JointModel(paddle.nn.Layer):
     """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``)."""
 
-    def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float]):
+    def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],
+                 cross_negatives=None):
         super().__init__()
         self.backbone = backbone
+        self.cross_negatives = cross_negatives  # the heads' CrossNegatives (mtl.heads.cross_negatives), or None
         self.heads = paddle.nn.LayerDict(heads)
         for head in heads.values():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
             head.equal_rows = True

@@ -349,9 +349,22 @@ class Trainer:
         """Checkpoint ``step`` (every rank); it becomes the one ``--resume`` continues from."""
         self.saved = self.state.save(self.output_dir, step)
 
+    def _write_same_person(self):
+        """Cross-head negatives with the online rule: the same-person pairs it estimated, to
+        ``output_dir/same_person.json`` (every rank's counts merged on rank 0)."""
+        cross = self.job.model.cross_negatives
+        if cross is None or cross.mask != "online":
+            return
+        texts = self.strategy.gather_texts(json.dumps(cross.state["removed"]))
+        if self.is_main:
+            path = os.path.join(self.output_dir, "same_person.json")
+            pairs = cross.write_estimate(path, [json.loads(text) for text in texts])
+            self.console(f"cross-head negatives: {len(pairs)} likely-same people across heads ({path})")
+
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
         step = self.steps if step is None else step
+        self._write_same_person()
         with self.strategy.agreed_statistics():
             live = self.evaluator.evaluate()
         averaged = None
