@@ -251,6 +251,8 @@ def resolve_reader_paths(cfg, task_source):
     for key in PATH_KEYS:
         if isinstance(cfg.get(key), str):
             cfg[key] = resolve_path(cfg[key], base, suffixes=("", ".rec"))  # a RecordIO prefix names train.rec
+    if isinstance(cfg.get("source"), dict):  # a reader over another reader (masked_lm)
+        cfg["source"] = resolve_reader_paths(dict(cfg["source"]), task_source)
     if isinstance(cfg.get("readers"), list):
         cfg["readers"] = [resolve_reader_paths(dict(r), task_source) if isinstance(r, dict) else r
                           for r in cfg["readers"]]

@@ -10,7 +10,6 @@ import paddle
 
 from mtl.arrays import to_numpy
 from mtl.data.steps import check_labels, iterate_eval
-from mtl.low_precision import float32, inference_autocast
 from mtl.parallel import distributed
 
 
@@ -20,12 +19,13 @@ def embed(backbone, reader, batch_size: int, max_samples=None):
     (a backbone with low-precision weights runs under ``auto_cast`` O2, as in training)."""
     was_training = backbone.training
     backbone.eval()
+    from mtl.evaluation.batches import backbone_output
+
     names = [f.name for f in backbone.input_fields()]
     feats, rest = [], {}
     try:
-        for batch in iterate_eval(reader, batch_size, max_samples):
-            with inference_autocast(backbone):  # O2: the backbone's weights are bfloat16/float16
-                feats.append(float32(backbone({n: paddle.to_tensor(batch[n]) for n in names})))
+        for batch in iterate_eval(reader, batch_size, max_samples):  # O2: the weights are bfloat16/float16
+            feats.append(backbone_output(backbone, {n: paddle.to_tensor(batch[n]) for n in names}, None))
             for k, v in batch.items():
                 if k not in names:
                     rest.setdefault(k, []).append(v)
@@ -89,6 +89,11 @@ class Evaluator:
     def _evaluate_split(self, task, batch_size):
         """The head's own metrics on the task's evaluation split."""
         reader = self.reader(task)
+        if task.head.evaluates_batches:  # variable-length text: predictions batch by batch
+            from mtl.evaluation.batches import evaluate_batches
+
+            return evaluate_batches(self.job.model.backbone, task.head, reader, batch_size,
+                                    task.cfg["eval"]["max_samples"])
         feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
         if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them

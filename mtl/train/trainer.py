@@ -229,8 +229,9 @@ class Trainer:
             if task not in seen:
                 seen.add(task)
                 t = self.job.task(task)
-                fields = self.job.backbone.input_fields() + t.head.fields()
-                check_batch(task, f"reader '{t.cfg['reader']['type']}'", fields, batch[task])
+                inputs = self.job.backbone.input_fields()
+                check_batch(task, f"reader '{t.cfg['reader']['type']}'", inputs + t.head.fields(), batch[task],
+                            groups={f.name for f in inputs})
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self, until=None):
@@ -330,7 +331,7 @@ class Trainer:
         ranges = {t.name: (t.head.label_field, t.head.class_count()) for t in job.tasks
                   if t.head.class_count() is not None}
         return StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.strategy.world,
-                           self.strategy.rank, ranges, self.accumulate)
+                           self.strategy.rank, ranges, self.accumulate, self.cfg["data"]["bucket_batches"])
 
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):
