@@ -239,6 +239,7 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
 
 
 PATH_KEYS = ("path", "root", "list", "eval_path", "target_list")
+BACKBONE_PATH_KEYS = ("tokenizer", "weights")
 
 
 def resolve_reader_paths(cfg, task_source):
@@ -402,6 +403,9 @@ def load_job(path=None, overrides=(), data=None):
     registry.load_all(plugin_folders + [f for f in folders if f not in plugin_folders], source, "plugins")
     tasks = _load_tasks(job, base_dir, folders, source, task_overrides)
     job["backbone"] = registry.as_component(job["backbone"])
+    for key in BACKBONE_PATH_KEYS:  # a text encoder's files, taken relative to the job config when they are there
+        if isinstance(job["backbone"].get(key), str):
+            job["backbone"][key] = resolve_path(job["backbone"][key], base_dir)
     job["weighting"] = registry.as_component(job["weighting"])
     _check_components(job, tasks, source)
     _check_optimizer(job, source)

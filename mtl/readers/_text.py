@@ -132,7 +132,9 @@ class WordReader(TextReader):
 
     @staticmethod
     def _sample(ids, starts, labels, extra):
-        sample = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "word_index": starts}
+        sample = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+        if labels:  # word-level labels: where each word starts
+            sample["word_index"] = starts
         sample.update(labels)
         sample.update(extra)
         return sample

@@ -7,6 +7,7 @@ gives the surface form of words 3 and 4 and is kept apart (``Sentence.multiword`
 to the enhanced graph only (``Sentence.empty_nodes``) and is not a word. Any other ID, a wrong column count, IDs that
 do not run 1..n, or a HEAD outside 0..n is a DataError naming the file and the line.
 """
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
@@ -102,7 +103,21 @@ def _new(line):
 
 
 def read_conllu(path: str) -> List[Sentence]:
-    """Every sentence of a CoNLL-U file, in order; a DataError for a malformed line or tree."""
+    """Every sentence of a CoNLL-U file, in order; a DataError for a malformed line or tree. A file read before
+    (same path, size and modification time) is not parsed again: the tasks of a job share their treebank."""
+    stat = os.stat(path)
+    key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _CACHE:
+        if len(_CACHE) >= 4:
+            _CACHE.clear()
+        _CACHE[key] = _parse(path)
+    return _CACHE[key]
+
+
+_CACHE = {}
+
+
+def _parse(path: str) -> List[Sentence]:
     sentences, current = [], None
     with open(path, encoding="utf-8") as f:
         for number, raw in enumerate(f, start=1):
