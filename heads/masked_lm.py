@@ -50,9 +50,9 @@ class MaskedLmHead(TextHead):
     def forward(self, features, labels):
         """Mean cross-entropy over the masked pieces of the global sub-batch, and their accuracy."""
         logits, y = self._masked(features, labels)
-        if y.shape[0] == 0:
+        if y.shape[0] == 0:  # no masked piece in this rank's rows (the other ranks may have some)
             zero = (features * 0).sum()
-            return global_mean(zero, paddle.full([], 0, "int64"), {"accuracy": zero})
+            return global_mean(zero, paddle.full([], 0, "int64"), {"accuracy": paddle.zeros([])})
         total = F.cross_entropy(logits, y.reshape([-1, 1]), reduction="sum")
         return global_mean(total, paddle.full([], y.shape[0], "int64"), {"accuracy": (logits.argmax(-1) == y).sum()})
 

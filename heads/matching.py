@@ -30,12 +30,8 @@ class MatchingHead(TextHead):
         self.scorer = mlp(self.feature_size, hidden, 2 if mode == "pointwise" else 1, float(dropout))
 
     def fields(self):
-        """Pointwise: the ``label`` (0/1); pairwise: nothing (the order of the group is the label)."""
-        return [Field(self.label_field, (), "int64")] if self.mode == "pointwise" else []
-
-    def labels_of(self, sub_batch):
-        """Pointwise: ``{label}``; pairwise: ``{}``."""
-        return {f.name: sub_batch[f.name] for f in self.fields()}
+        """The ``label``: 0/1 (pointwise), the matching row of the group (pairwise: 0, unused by the loss)."""
+        return [Field(self.label_field, (), "int64")]
 
     def forward(self, features, labels):
         """Cross-entropy or hinge, mean over the global sub-batch; accuracy."""

@@ -49,6 +49,8 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
     from mtl.backbones.base import constructor_config
 
     backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
+    entry, _ = registry.split_cfg("backbone", backbone_cfg, cfg.get("source"), "backbone")
+    backbone_cfg = entry.cls.run_config(backbone_cfg, run_dir)  # the run's own assets (a text encoder's tokenizer)
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
     state = paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams"))
     backbone.set_state_dict(state_for(backbone, state))  # an O2 run's older checkpoints hold bfloat16 weights

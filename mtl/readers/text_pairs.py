@@ -105,18 +105,15 @@ class MatchingReader(TsvTextReader):
                 continue
             pos, neg = self._encode(r["text_a"], r["text_b"], where), self._encode(r["text_a"], r["text_c"], where)
             self._samples.append({"token_ids": pad_stack([pos[0], neg[0]], self.tokenizer.pad_id),
-                                  "segment_ids": pad_stack([pos[1], neg[1]], 0)})
+                                  "segment_ids": pad_stack([pos[1], neg[1]], 0), "label": np.int64(0)})
 
     def fields(self):
-        """Pointwise: text fields and ``label``; pairwise: text fields of two rows ``[2, T]``."""
-        if self.mode == "pointwise":
-            return self.text_fields() + [Field("label", (), "int64")]
-        return self.text_fields(grouped=2)
+        """Text fields (pairwise: of two rows ``[2, T]``) and ``label``: 1 = the texts match (pointwise), or the row
+        of the group that matches (pairwise: always 0, the positive comes first)."""
+        return self.text_fields(grouped=0 if self.mode == "pointwise" else 2) + [Field("label", (), "int64")]
 
     def labels(self):
-        """Pointwise labels (1 = match)."""
-        if self.mode != "pointwise":
-            raise ConfigError("a pairwise matching reader has no labels (its samples are ranked pairs)")
+        """The labels of the split (pointwise: 1 = match; pairwise: 0, the matching row)."""
         return np.array([s["label"] for s in self._samples], np.int64)
 
 

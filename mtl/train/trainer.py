@@ -94,6 +94,7 @@ class Trainer:
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
                 json.dump(self.cfg, f, indent=1, default=str)
+            job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
 
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none."""
