@@ -68,6 +68,12 @@ def masked_mean(values, mask):
 
 
 def masked_max(values, mask):
-    """Maximum over the True positions of ``mask`` [B, T] of ``values`` [B, T, D]."""
-    fill = paddle.full_like(values, -1e4)
-    return paddle.where(mask.unsqueeze(-1), values, fill).max(axis=1)
+    """Maximum over the True positions of ``mask`` [B, T] of ``values`` [B, T, D].
+
+    Taken as the values at the argmax positions (``take_along_axis``): Paddle 3.3's CPU backward of ``max(axis=1)``
+    took 1.6 s at [88, 60, 256] and 26 s at [88, 200, 256]; the gather's backward (a scatter) takes milliseconds
+    and gives the same gradient (all of it to the maximum; ties go to the first position)."""
+    with paddle.no_grad():
+        fill = paddle.full_like(values, -1e4)
+        where = paddle.argmax(paddle.where(mask.unsqueeze(-1), values, fill), axis=1, keepdim=True)
+    return paddle.take_along_axis(values, where, axis=1).squeeze(1)
