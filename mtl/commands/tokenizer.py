@@ -5,6 +5,8 @@ tokenizer offline (Hugging Face ``tokenizers``) on training text, for a text enc
 ``--conllu`` reads the words of CoNLL-U files (the syntactic words, joined by spaces), ``--text`` plain text files
 (one sentence or paragraph per line). Training is not bit-reproducible across runs of ``tokenizers`` (ties between
 equally frequent pairs), so a recipe keeps the file it trained once."""
+import os
+
 from mtl.errors import ConfigError
 
 
@@ -27,6 +29,7 @@ def _cmd_train(args):
 
     texts = _texts(args)
     tokenizer = train_wordpiece(texts, args.vocab_size, args.lowercase, args.min_frequency)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     tokenizer.save(args.output)
     print(f"trained WordPiece on {len(texts)} texts: {tokenizer_summary(tokenizer)} -> {args.output}")
 
