@@ -35,3 +35,18 @@ def test_text_export_tokenises_as_training_did(tmp_path):
                                                                                                 "int64")})
         np.testing.assert_allclose(vector, ref["pooled"].numpy()[0], rtol=1e-5, atol=1e-6)
     assert got.shape == (3, 32)
+
+
+def test_bert_reading_comprehension_end_to_end(tmp_path):
+    """The bert backbone (loaded from the transformers fixture) trains in a joint job with the span head on the
+    hand-made SQuAD file and a first-token classifier; evaluation reports SQuAD's EM/F1 in percent."""
+    import json
+
+    run = str(tmp_path / "run")
+    train_here(os.path.join(ROOT, "tests", "dist_scripts", "text_bert_squad.yaml"), "--set", f"output_dir={run}")
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    squad = summary["tasks"]["squad"]["eval"]
+    assert set(squad) == {"exact_match", "f1"} and 0 <= squad["exact_match"] <= squad["f1"] <= 100
+    assert summary["tasks"]["genre"]["primary_metric"] == "accuracy"
+    meta = export(run, str(tmp_path / "export"))
+    assert meta["text"] and meta["feature_size"] == 32
