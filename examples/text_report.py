@@ -1,7 +1,7 @@
 """Joint vs alone report of a text recipe (default: the English Web Treebank recipe, examples/configs/text_ewt.yaml).
 
     python examples/text_report.py [--config CFG] [--seeds 0 1 2] [--json FILE] [--out runs/text_report]
-        [--steps N] [--nproc 2] [--set KEY=VALUE ...] [--only joint alone noaux]
+        [--steps N] [--nproc 2] [--set KEY=VALUE ...] [--only joint alone noaux] [--reuse]
 
 For every seed it trains, one run at a time (each in its own process, under ``mtl launch`` when ``--nproc`` > 1):
 
@@ -12,7 +12,8 @@ For every seed it trains, one run at a time (each in its own process, under ``mt
   sub-batches: the auxiliary task's effect is joint - noaux.
 
 Each run's score of a task is its head's primary metric on the task's evaluation file (``eval_path`` of its reader:
-change that one key to score another split), in percent (``accuracy``, ``las``, ``f1``). ``--json`` writes
+change that one key to score another split), in percent (``accuracy``, ``las``, ``f1``). ``--reuse`` keeps a run folder
+that already holds a finished run of the same steps (``summary.json``) instead of training it again. ``--json`` writes
 ``{"seeds": [...], "tasks": {TASK: {"metric": NAME, "joint": [per seed], "alone": [...], "noaux": [...]}},
 "delta_m": [per seed], "seconds": {run: [per seed]}}`` with Δm (Maninis et al., 2019) = the mean over main tasks of
 ``100 (joint - alone) / alone`` (every metric here is higher-better).
@@ -122,7 +123,9 @@ def main(argv=None):
     parser.add_argument("--nproc", type=int, default=1, help="processes per run (mtl launch when > 1)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides of every run (KEY=VALUE)")
     parser.add_argument("--only", nargs="+", default=["joint", "alone", "noaux"], choices=["joint", "alone", "noaux"])
+    parser.add_argument("--reuse", action="store_true", help="keep finished runs of the same steps")
     args = parser.parse_args(argv)
+    from mtl.commands.compare import finished
     from mtl.config.loading import load_job
 
     sets = list(args.set) + ([f"schedule.steps={args.steps}"] if args.steps else [])
@@ -132,6 +135,10 @@ def main(argv=None):
     for seed in args.seeds:
         for name, overrides in runs(cfg, args.only):
             out_dir = os.path.join(args.out, f"seed{seed}", name)
+            if args.reuse and finished(out_dir, cfg["schedule"]["steps"]):
+                print(f"seed {seed}: {name} (finished before, kept)", flush=True)
+                done[seed][name] = out_dir
+                continue
             print(f"seed {seed}: {name}", flush=True)
             took, failure = train(args.config, out_dir, seed, [*sets, *overrides], args.nproc)
             if failure:
