@@ -75,3 +75,22 @@ def test_text_job_resumes_bit_for_bit(tmp_path):
     ra, rb = losses(full), losses(cut)
     assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
     assert os.path.isfile(os.path.join(full, "tokenizer.json"))
+
+
+@two_process_run("missing_gradients")
+def _missing(folder):
+    return {"call": [os.path.join(ROOT, "tests", "dist_scripts", "missing_gradients.py"), "main", str(folder)]}, \
+        str(folder)
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("missing_gradients")
+def test_a_parameter_one_rank_used_gets_the_same_gradient_on_both(two_process):
+    folder = two_process["missing_gradients"]
+    a, b = (np.load(os.path.join(folder, f"rank{k}.npz")) for k in (0, 1))
+    assert sorted(a.files) == sorted(b.files)
+    assert "extra.weight" in a.files and not any(name.startswith("unused") for name in a.files)
+    for name in a.files:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    # the extra layer's gradient is rank 1's alone: d/dW sum(W^T h) = h summed over rank 1's two rows
+    np.testing.assert_allclose(a["extra.bias"], np.full(5, 2.0))
