@@ -30,10 +30,15 @@ def pad_stack(arrays, pad, name: str = "field") -> np.ndarray:
 
 
 def collate_padded(samples, fields: Optional[Dict[str, object]] = None):
-    """``{field: [n, ...]}`` of a list of samples, padded as their fields declare (``fields``: name -> Field)."""
-    fields = fields or {}
+    """``{field: [n, ...]}`` of a list of samples, padded as their fields declare (``fields``: name -> Field, or a
+    function returning that mapping, called only when some field's samples differ in shape)."""
     out = {}
     for name in samples[0]:
+        arrays = [s[name] for s in samples]
+        if len({np.shape(a) for a in arrays}) == 1:
+            out[name] = np.stack([np.asarray(a) for a in arrays])
+            continue
+        fields = fields() if callable(fields) else (fields or {})
         declared = fields.get(name)
-        out[name] = pad_stack([s[name] for s in samples], declared.pad if declared is not None else None, name)
+        out[name] = pad_stack(arrays, declared.pad if declared is not None else None, name)
     return out

@@ -228,6 +228,8 @@ def check_labels(task, batch, field, num_classes, indices=None, step=None, split
 def iterate_eval(reader, batch_size: int, max_samples=None):
     """Batches ``{field: array}`` of a whole evaluation split, in order (no shuffling, no rank slicing)."""
     n = len(reader) if max_samples is None else min(len(reader), int(max_samples))
-    fields = {f.name: f for f in reader.fields()}
+    def fields():  # asked for only when a batch needs padding
+        return {f.name: f for f in reader.fields()}
+
     for start in range(0, n, batch_size):
         yield collate([reader[i] for i in range(start, min(n, start + batch_size))], fields)

@@ -10,6 +10,7 @@ import paddle
 
 from mtl.arrays import to_numpy
 from mtl.data.steps import check_labels, iterate_eval
+from mtl.low_precision import float32, inference_autocast
 from mtl.parallel import distributed
 
 
@@ -19,13 +20,13 @@ def embed(backbone, reader, batch_size: int, max_samples=None):
     (a backbone with low-precision weights runs under ``auto_cast`` O2, as in training)."""
     was_training = backbone.training
     backbone.eval()
-    from mtl.evaluation.batches import backbone_output
-
     names = [f.name for f in backbone.input_fields()]
     feats, rest = [], {}
     try:
-        for batch in iterate_eval(reader, batch_size, max_samples):  # O2: the weights are bfloat16/float16
-            feats.append(backbone_output(backbone, {n: paddle.to_tensor(batch[n]) for n in names}, None))
+        for batch in iterate_eval(reader, batch_size, max_samples):
+            with inference_autocast(backbone):  # O2: the backbone's weights are bfloat16/float16
+                out = backbone({n: paddle.to_tensor(batch[n]) for n in names})
+            feats.append(float32(out[backbone.default_output] if isinstance(out, dict) else out))  # text: pooled
             for k, v in batch.items():
                 if k not in names:
                     rest.setdefault(k, []).append(v)
