@@ -13,7 +13,8 @@ For every seed it trains, one run at a time (each in its own process, under ``mt
 
 Each run's score of a task is its head's primary metric on the task's evaluation file (``eval_path`` of its reader:
 change that one key to score another split), in percent (``accuracy``, ``las``, ``f1``). ``--reuse`` keeps a run folder
-that already holds a finished run of the same steps (``summary.json``) instead of training it again. ``--json`` writes
+that already holds a finished run of the same steps (``summary.json``) instead of training it again, and continues
+(``--resume``) a run that was stopped before its end. ``--json`` writes
 ``{"seeds": [...], "tasks": {TASK: {"metric": NAME, "joint": [per seed], "alone": [...], "noaux": [...]}},
 "delta_m": [per seed], "seconds": {run: [per seed]}}`` with Δm (Maninis et al., 2019) = the mean over main tasks of
 ``100 (joint - alone) / alone`` (every metric here is higher-better).
@@ -55,11 +56,13 @@ def runs(cfg, kinds):
     return out
 
 
-def train(config, out_dir, seed, sets, nproc):
+def train(config, out_dir, seed, sets, nproc, resume=False):
     """One run in fresh processes; (seconds, None) or (seconds, the failure's command and stderr tail)."""
     sets = [*sets, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    script = [os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
+    cut_short = resume and os.path.isdir(os.path.join(out_dir, "checkpoints"))  # stopped before: continue it
+    script = [os.path.join(ROOT, "examples", "train_joint.py"), config, "--resume" if cut_short else "--overwrite",
+              "--set", *sets]
     cmd = [sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", str(nproc), *script] if nproc > 1 \
         else [sys.executable, *script]
     started = time.time()
@@ -123,7 +126,8 @@ def main(argv=None):
     parser.add_argument("--nproc", type=int, default=1, help="processes per run (mtl launch when > 1)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides of every run (KEY=VALUE)")
     parser.add_argument("--only", nargs="+", default=["joint", "alone", "noaux"], choices=["joint", "alone", "noaux"])
-    parser.add_argument("--reuse", action="store_true", help="keep finished runs of the same steps")
+    parser.add_argument("--reuse", action="store_true", help="keep finished runs of the same steps, continue stopped "
+                        "ones")
     args = parser.parse_args(argv)
     from mtl.commands.compare import finished
     from mtl.config.loading import load_job
@@ -140,7 +144,7 @@ def main(argv=None):
                 done[seed][name] = out_dir
                 continue
             print(f"seed {seed}: {name}", flush=True)
-            took, failure = train(args.config, out_dir, seed, [*sets, *overrides], args.nproc)
+            took, failure = train(args.config, out_dir, seed, [*sets, *overrides], args.nproc, args.reuse)
             if failure:
                 raise SystemExit(f"error: a run failed:\n{failure}")
             done[seed][name] = out_dir
