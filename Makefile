@@ -44,7 +44,7 @@ demo-faces: $(STAMP)  ## six real face datasets, open set: the joint run of one 
 
 .PHONY: demo-text
 demo-text: $(STAMP)  ## the English Web Treebank recipe, one seed, shortened: joint and each task alone (under 5 minutes)
-	OMP_NUM_THREADS=1 $(PY) examples/text_report.py --seeds 0 --steps 150 --only joint alone --out runs/text_demo \
+	OMP_NUM_THREADS=1 $(PY) examples/text_report.py --seeds 0 --steps 100 --only joint alone --out runs/text_demo \
 		--json runs/text_demo/report.json
 
 test: $(STAMP) $(EXTRAS)
