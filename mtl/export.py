@@ -30,13 +30,15 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
 
     run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
     backbone = run.backbone()
-    field = backbone.input_fields()[0]
-    model = field_adapter(backbone, field.name, to_dict=True)
-    spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
-                                   name=field.name)
+    fields = backbone.input_fields()
+    field = fields[0]
+    model = field_adapter(backbone, field.name, to_dict=True) if len(fields) == 1 else fields_adapter(backbone)
+    specs = [paddle.static.InputSpec([None] + [d if d is not None else -1 for d in f.shape], f.dtype, name=f.name)
+             for f in fields]
     os.makedirs(os.path.join(out_dir, "heads"), exist_ok=True)
-    paddle.jit.save(paddle.jit.to_static(model, input_spec=[spec], full_graph=True),
+    paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True),
                     os.path.join(out_dir, "backbone"))
+    backbone.save_assets(out_dir)  # a text encoder's tokenizer.json: `mtl embed` tokenises as training did
     heads = {}
     for task in run.cfg["tasks"]:
         name = task["name"]
@@ -44,6 +46,7 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
         np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
         heads[name] = {k: list(v.shape) for k, v in state.items()}
     meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
+            "input_fields": [f.name for f in fields], "text": backbone.tokenizer is not None,
             "feature_size": int(backbone.feature_size), "backbone": run.backbone_config(), "averaged": run.averaged,
             "step": run.step, "checkpoint": os.path.abspath(run.checkpoint), "heads": heads,
             "preprocess": task_preprocessing(run.cfg["tasks"])}
@@ -80,6 +83,32 @@ def export_onnx(out_dir, opset=13):
     if not os.path.isfile(path):
         raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX (see its error above)")
     return path
+
+
+def fields_adapter(backbone):
+    """A Layer ``forward(token_ids, segment_ids)`` over a text encoder (the backbones of two input fields),
+    returning its default output (the pooled vector)."""
+    import paddle
+
+    from mtl.backbones.rows import select
+
+    names = [f.name for f in backbone.input_fields()]
+    if names != ["token_ids", "segment_ids"]:
+        raise ConfigError(f"export of a backbone with the inputs {names}: only one input, or a text encoder's "
+                          "token_ids and segment_ids, can be exported")
+
+    class TextAdapter(paddle.nn.Layer):
+        """Two tensors -> ``{field: tensor}``; a dict of outputs -> the default one."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = backbone
+
+        def forward(self, token_ids, segment_ids):
+            outputs = self.inner({"token_ids": token_ids, "segment_ids": segment_ids})
+            return select(outputs, None, backbone.default_output)
+
+    return TextAdapter()
 
 
 def export_preprocess(meta, where, task=None):
@@ -138,7 +167,12 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False,
     if flip and len(meta["input_shape"]) != 3:
         raise ConfigError(f"--flip mirrors images, but this model's input '{meta['input_field']}' has shape "
                           f"{meta['input_shape']}, not [channels, height, width]: drop --flip")
-    model = open_export(export_dir).model.inner  # the inference program itself, one tensor in and out
+    model = open_export(export_dir).model.inner  # the inference program itself
+    if meta.get("text"):  # text files, one text per line, tokenised with the export's own tokenizer.json
+        from mtl.text.embed import embed_texts
+
+        emb = embed_texts(model, export_dir, inputs, batch_size)
+        return unit_rows(emb) if normalize_output else emb
     x = read_inputs(inputs, meta["input_shape"], export_preprocess(meta, export_dir, preprocess_task))
     out = []
     with paddle.no_grad():

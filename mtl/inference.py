@@ -99,11 +99,14 @@ class RunWeights:
         return os.path.join(self.checkpoint, name)
 
     def backbone_config(self) -> dict:
-        """The backbone's constructor config (the job's ``pretrained``/``freeze`` keys removed)."""
+        """The backbone's constructor config (the job's ``pretrained``/``freeze`` keys removed), pointed at the run's
+        own assets where the backbone has some (a text encoder's tokenizer: ``Backbone.run_config``)."""
         from mtl import registry
         from mtl.backbones.base import constructor_config
 
-        return constructor_config(registry.as_component(self.cfg["backbone"]))
+        cfg = constructor_config(registry.as_component(self.cfg["backbone"]))
+        entry, _ = registry.split_cfg("backbone", cfg, self.cfg.get("source"), "backbone")
+        return entry.cls.run_config(cfg, self.run_dir)
 
     def load_into(self, backbone):
         """Load this checkpoint's backbone weights into ``backbone`` (cast to its dtypes) and set eval mode."""

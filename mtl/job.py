@@ -69,7 +69,7 @@ class Job:
 def reader_context(backbone) -> dict:
     """Keyword arguments offered to readers so that their samples fit the backbone (image size, channels, shape)."""
     fields = backbone.input_fields()
-    ctx = {}
+    ctx = {} if backbone.tokenizer is None else {"tokenizer": backbone.tokenizer}  # text: every task tokenises alike
     if fields:
         shape = fields[0].shape
         ctx["shape"] = tuple(shape)
@@ -119,6 +119,10 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
         on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
+    contracts.check_output(name, backbone.registered_name, backbone.output_fields(), backbone.default_output,
+                           tcfg["head"]["type"], head.reads)
+    if head.ties_input_embeddings:
+        head.tie_input_embeddings(backbone.input_embeddings())
     check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
     if head.row_sparse:
         check_sparse_optimizer(cfg["optimizer"], f"task '{name}' ({source})", cfg["source"])

@@ -19,7 +19,7 @@ from mtl.errors import ConfigError, DataError, MtlError, PluginError
 KINDS = ("reader", "backbone", "head", "weighting")
 # Constructor arguments the runner supplies at build time (not required in configs).
 CONTEXT_KEYS = frozenset({"feature_size", "num_classes", "num_outputs", "seed", "split", "image_size", "channels",
-                          "shape", "tasks", "loss_weights"})
+                          "shape", "tasks", "loss_weights", "tokenizer"})
 ENTRY_POINT_GROUP = "mtl.plugins"
 
 

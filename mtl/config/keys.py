@@ -202,6 +202,9 @@ JOB = {
     "data": Section({
         "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank"),
         "check_batches": Opt(bool, True, doc="check the first batch of every task against the declared fields"),
+        "bucket_batches": Opt(int, 20, min=0, doc="readers that know their samples' lengths (text): the samples of "
+                                                   "every N steps are sorted by length, so a step pads little "
+                                                   "(mtl.data.buckets); 0: plain random batches"),
     }, doc="data loading"),
     "distributed": Section({
         "sync_bn": Opt(bool, False, doc="synchronised BatchNorm across processes"),

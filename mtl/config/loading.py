@@ -230,7 +230,7 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
     task["key"] = task_key
     if task["eval"] is None:
         task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None, "sets": [], "split": True}
-    _normalise_components(task)
+    _normalise_components(task, base_dir)
     base = os.path.dirname(os.path.abspath(task_source)) if os.path.isfile(str(task_source)) else base_dir
     task["eval"]["sets"] = [_verification_set(entry, base, task_source, f"{task_key + '.' if task_key else ''}"
                                                                         f"eval.sets.{i}")
@@ -239,35 +239,43 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
 
 
 PATH_KEYS = ("path", "root", "list", "eval_path", "target_list")
+BACKBONE_PATH_KEYS = ("tokenizer", "weights")
 
 
-def resolve_reader_paths(cfg, task_source):
+def resolve_reader_paths(cfg, task_source, base_dir=None):
     """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``, and
-    those of the sources of a ``concat`` reader's ``readers``) are taken relative to the task file's folder when they
-    exist there, else left as they are (relative to the working directory)."""
-    if not task_source or not os.path.isfile(str(task_source)):
+    those of the sources of a ``concat`` reader's ``readers`` and of a ``masked_lm`` reader's ``source``) are taken
+    relative to the task file's folder (``base_dir`` for a task written inline in a job config whose source label is
+    not a file, e.g. with ``--set``) when they exist there, else left as they are (relative to the working
+    directory)."""
+    if task_source and os.path.isfile(str(task_source)):
+        base_dir = os.path.dirname(os.path.abspath(task_source))
+    if not base_dir:
         return cfg
-    base = os.path.dirname(os.path.abspath(task_source))
+    base = base_dir
     for key in PATH_KEYS:
         if isinstance(cfg.get(key), str):
             cfg[key] = resolve_path(cfg[key], base, suffixes=("", ".rec"))  # a RecordIO prefix names train.rec
+    if isinstance(cfg.get("source"), dict):  # a reader over another reader (masked_lm)
+        cfg["source"] = resolve_reader_paths(dict(cfg["source"]), None, base)
     if isinstance(cfg.get("readers"), list):
-        cfg["readers"] = [resolve_reader_paths(dict(r), task_source) if isinstance(r, dict) else r
+        cfg["readers"] = [resolve_reader_paths(dict(r), None, base) if isinstance(r, dict) else r
                           for r in cfg["readers"]]
     return cfg
 
 
-def _normalise_components(task):
+def _normalise_components(task, base_dir=None):
     """Reader and head become ``{type: ...}`` dicts; the reader's data paths (and those of its evaluation
-    overrides) and the head's ``same_person.pairs`` file are resolved against the task file, once, here."""
-    task["reader"] = resolve_reader_paths(registry.as_component(task["reader"]), task["source"])
+    overrides) and the head's ``same_person.pairs`` file are resolved against the task file (an inline task's:
+    ``base_dir``, its job config's folder), once, here."""
+    task["reader"] = resolve_reader_paths(registry.as_component(task["reader"]), task["source"], base_dir)
     task["head"] = registry.as_component(task["head"])
     same = task["head"].get("same_person")
     if isinstance(same, dict) and isinstance(same.get("pairs"), str) and os.path.isfile(str(task["source"])):
         same = dict(same, pairs=resolve_path(same["pairs"], os.path.dirname(os.path.abspath(task["source"]))))
         task["head"]["same_person"] = same  # a pairs file is taken relative to the task file, as data paths are
     if task["eval"]["reader"]:
-        task["eval"]["reader"] = resolve_reader_paths(dict(task["eval"]["reader"]), task["source"])
+        task["eval"]["reader"] = resolve_reader_paths(dict(task["eval"]["reader"]), task["source"], base_dir)
 
 
 def _verification_set(entry, base_dir, source, key):
@@ -430,6 +438,9 @@ def load_job(path=None, overrides=(), data=None):
     registry.load_all(plugin_folders + [f for f in folders if f not in plugin_folders], source, "plugins")
     tasks = _load_tasks(job, base_dir, folders, source, task_overrides)
     job["backbone"] = registry.as_component(job["backbone"])
+    for key in BACKBONE_PATH_KEYS:  # a text encoder's files, taken relative to the job config when they are there
+        if isinstance(job["backbone"].get(key), str):
+            job["backbone"][key] = resolve_path(job["backbone"][key], base_dir)
     job["weighting"] = registry.as_component(job["weighting"])
     _check_components(job, tasks, source)
     _check_cross_negatives(job, tasks, base_dir, source)

@@ -80,7 +80,22 @@ class ParallelStrategy:
     def reduce_gradients(self):
         """SUM of every replicated parameter's gradient over ranks, in one fused all-reduce."""
         if self.world > 1:
+            self.fill_missing_gradients()
             distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None])
+
+    def fill_missing_gradients(self):
+        """A replicated parameter that got a gradient on some rank but not on this one (its use depended on this
+        rank's rows: a CRF's transitions for a slice of one-word sentences) gets a zero gradient here, so that
+        every rank all-reduces the same tensors; one all-reduce of a flag per parameter. A parameter no rank used
+        keeps no gradient, as at one process."""
+        params = list(self.replicated)
+        if not params:
+            return
+        flags = paddle.to_tensor([0.0 if p.grad is None else 1.0 for p in params], dtype="float32")
+        anywhere = distributed.all_reduce_sum(flags).numpy() > 0
+        missing = [p for p, used in zip(params, anywhere) if used and p.grad is None]
+        if missing:
+            paddle.autograd.backward([paddle.add_n([(p * 0.0).sum() for p in missing])])
 
     @paddle.no_grad()
     @contextlib.contextmanager
@@ -177,5 +192,6 @@ class ParallelStrategy:
     def reduce_gradients_except(self, skip):
         """SUM over ranks of the replicated gradients, leaving ``skip`` (already global) untouched."""
         if self.world > 1:
+            self.fill_missing_gradients()
             ids = {id(p) for p in skip}
             distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None and id(p) not in ids])

@@ -2,6 +2,9 @@
 
 Sub-batches whose backbone inputs have the same signature (field names, per-sample shapes, dtypes) are concatenated
 and go through the backbone in one pass; the features are split back per task and each head scores its own rows.
+Text sub-batches of different lengths share a signature: they are padded to the longest and each task's sequence
+features are cut back to its own length; a head reads the backbone output it names (``Head.reads``: ``sequence``
+[B, T, D] or ``pooled`` [B, D] of a text encoder) (:mod:`mtl.backbones.rows`).
 Total loss = sum_t loss_weight_t * loss_t over the tasks present in the step; absent tasks cost nothing.
 
 Backward (:meth:`JointModel.backward`) runs in two phases: each head's loss is differentiated alone, in job order, down
@@ -17,6 +20,7 @@ from typing import Dict
 
 import paddle
 
+from mtl.backbones import rows
 from mtl.heads.base import HeadOutput
 
 
@@ -46,30 +50,33 @@ class JointModel(paddle.nn.Layer):
         for head in heads.values():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
             head.equal_rows = True
         self.loss_weights = dict(loss_weights)
-        self._input_names = [f.name for f in backbone.input_fields()]
+        self._input_fields = list(backbone.input_fields())
         self._pending, self._present, self._groups, self._feature_grads = [], [], [], {}
         self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
     def signature(self, sub_batch) -> tuple:
-        """(name, per-sample shape, dtype) of every backbone input of a sub-batch."""
-        return tuple((n, tuple(sub_batch[n].shape[1:]), str(sub_batch[n].dtype)) for n in self._input_names)
+        """(name, per-row shape, dtype) of every backbone input of a sub-batch; declared variable axes (token
+        length) are None, so text sub-batches of any length share one pass (:mod:`mtl.backbones.rows`)."""
+        return rows.input_signature(self._input_fields, sub_batch)
 
-    def features(self, batch) -> Dict[str, paddle.Tensor]:
-        """Backbone features per task, one backbone pass per input signature."""
+    def features(self, batch) -> Dict[str, object]:
+        """Backbone output per task (a tensor, or ``{name: tensor}``), one backbone pass per input signature."""
         groups = OrderedDict()
         for task, sub in batch.items():
             groups.setdefault(self.signature(sub), []).append(task)
         out = {}
         self._groups = list(groups.values())
+        fields = self._input_fields
         for tasks in groups.values():
-            inputs = {n: paddle.concat([batch[t][n] for t in tasks], axis=0) if len(tasks) > 1 else batch[tasks[0]][n]
-                      for n in self._input_names}
+            subs = [batch[t] for t in tasks]
             with self.autocast():
-                feats = self.backbone(inputs)
-            if feats.dtype != paddle.float32 and paddle.get_default_dtype() == "float32":
-                feats = feats.astype("float32")  # heads, margins and class centres stay in float32
-            sizes = [int(batch[t][self._input_names[0]].shape[0]) for t in tasks]
-            for t, f in zip(tasks, paddle.split(feats, sizes, axis=0) if len(tasks) > 1 else [feats]):
+                feats = self.backbone(rows.concat_rows(fields, subs))
+            feats = rows.to_float32(feats) if paddle.get_default_dtype() == "float32" else feats
+            groups_of = [rows.group_size(fields, sub) for sub in subs]
+            counts = [int(sub[fields[0].name].shape[0]) * k for sub, k in zip(subs, groups_of)]
+            sizes = [rows.variable_size(fields, sub) for sub in subs]
+            for t, f in zip(tasks, rows.split_outputs(feats, self.backbone.output_fields(), counts, groups_of,
+                                                      sizes)):
                 out[t] = f
         return out
 
@@ -98,12 +105,13 @@ class JointModel(paddle.nn.Layer):
             head = self.heads[task]
             if step is not None:
                 head.set_step(step)
-            leaf = feats[task].detach()
+            feature = rows.select(feats[task], head.reads, self.backbone.default_output)
+            leaf = feature.detach()
             leaf.stop_gradient = False
-            out = head(leaf, batch[task][head.label_field])
+            out = head(leaf, head.labels_of(batch[task]))
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
-            self._pending.append((task, feats[task], leaf, out))
+            self._pending.append((task, feature, leaf, out))
             self._present.append(task)
             total = term if total is None else total + term
         return total, outputs

@@ -127,6 +127,7 @@ class Trainer:
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
                 json.dump(self.cfg, f, indent=1, default=str)
+            job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
 
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none; a
@@ -182,8 +183,9 @@ class Trainer:
             if task not in seen:
                 seen.add(task)
                 t = self.job.task(task)
-                fields = self.job.backbone.input_fields() + t.head.fields()
-                check_batch(task, f"reader '{t.cfg['reader']['type']}'", fields, batch[task])
+                inputs = self.job.backbone.input_fields()
+                check_batch(task, f"reader '{t.cfg['reader']['type']}'", inputs + t.head.fields(), batch[task],
+                            groups={f.name for f in inputs})
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self, until=None):
@@ -285,7 +287,8 @@ class Trainer:
         ranges = {t.name: (t.head.label_field, t.head.class_count()) for t in job.tasks
                   if t.head.class_count() is not None}
         return StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.strategy.world,
-                           self.strategy.rank, ranges, self.optimizer_step.accumulate)
+                           self.strategy.rank, ranges, self.optimizer_step.accumulate,
+                           self.cfg["data"]["bucket_batches"])
 
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):
