@@ -1,5 +1,5 @@
 """Open-set face verification report of a multi-dataset recipe: arms of training on several face datasets, scored on
-the held-out people of every dataset, one dataset at a time and all people together (issue #29, item 5).
+the held-out people of every dataset, one dataset at a time and all people together.
 
     python examples/faces_report.py [--config examples/configs/faces_six.yaml] [--arms ARM,...] [--seeds 0 1 2]
         [--json FILE] [--plot FILE] [--out runs/faces_report] [--jobs 2] [--steps N] [--set KEY=VALUE ...]

@@ -158,7 +158,7 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     paddle.seed(cfg["seed"])
     backbone = _build_backbone(cfg)
     ctx = reader_context(backbone)
-    # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
+    # print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
     check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan)
     warn = announce_plan and distributed.rank() == 0
