@@ -1,4 +1,5 @@
-"""The memory plan of a job, per process, made before the heads allocate anything: a job that does not fit stops in one line before it allocates.
+"""The memory plan of a job, per process, made before the heads allocate anything: a job that does not fit stops in
+one line before it allocates.
 
 Every head declares what it will hold from its options alone (``Head.planned_bytes``: weight, optimizer state,
 sampled rows, logits and their gradient per step), the backbone counts its parameters, gradients and optimizer state
