@@ -73,7 +73,7 @@ def main():
     opt = paddle.optimizer.AdamW(0.002, parameters=reference.model.parameters(), weight_decay=0.0,
                                  grad_clip=paddle.nn.ClipGradByGlobalNorm(5.0))
     data = StepDataset(toolkit.schedule, {"upos": toolkit.task("upos").reader}, 0, 0, 50, bucket_batches=20)
-    batches = [trainer._to_tensors(data[i]) for i in range(10)]
+    batches = [trainer.as_tensors(data[i]) for i in range(10)]
     tokens = [int((b["upos"]["token_ids"] != 0).sum()) for b in batches]
     toolkit.model.train()
     reference.model.train()
