@@ -26,7 +26,7 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
     """
     import paddle
 
-    from mtl.inference import field_adapter, open_run
+    from mtl.inference import field_adapter, open_run, read_run_data
 
     run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
     backbone = run.backbone()
@@ -49,7 +49,8 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
             "input_fields": [f.name for f in fields], "text": backbone.tokenizer is not None,
             "feature_size": int(backbone.feature_size), "backbone": run.backbone_config(), "averaged": run.averaged,
             "step": run.step, "checkpoint": os.path.abspath(run.checkpoint), "heads": heads,
-            "preprocess": task_preprocessing(run.cfg["tasks"])}
+            "preprocess": task_preprocessing(run.cfg["tasks"]),
+            "head_configs": {t["name"]: t["head"] for t in run.cfg["tasks"]}, **read_run_data(run_dir)}
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta
@@ -76,12 +77,16 @@ def export_onnx(out_dir, opset=13):
     path = os.path.join(out_dir, "backbone.onnx")
     if os.path.exists(path):
         os.remove(path)
+    from mtl.console import NativeOutput
+
+    native = NativeOutput()  # its C++ part prints "[Paddle2ONNX] ..." progress lines: shown only on a failure
     try:
-        paddle2onnx.export(model_file, params_file, path, opset_version=int(opset), optimize_tool="onnxoptimizer")
+        with native:
+            paddle2onnx.export(model_file, params_file, path, opset_version=int(opset), optimize_tool="onnxoptimizer")
     except Exception as exc:  # noqa: BLE001 - paddle2onnx reports unsupported operators as assorted exceptions
-        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX: {exc}") from None
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX: {exc}{_tail(native.text)}") from None
     if not os.path.isfile(path):
-        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX (see its error above)")
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX{_tail(native.text)}")
     return path
 
 
@@ -109,6 +114,12 @@ def fields_adapter(backbone):
             return select(outputs, None, backbone.default_output)
 
     return TextAdapter()
+
+
+def _tail(text: str) -> str:
+    """`` (it said: <its last line>)`` of a converter's captured output, or nothing."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f" (it said: {lines[-1]})" if lines else ""
 
 
 def export_preprocess(meta, where, task=None):

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import numpy as np
+
 from mtl.errors import ConfigError
 from mtl.safe_pickle import load_paddle_file
 
@@ -75,6 +77,28 @@ def add_trust_plugins(parser):
                              "trained with plug-ins of its own is refused, naming the files")
 
 
+RUN_DATA = "data.json"  # a run's label names and input preparation, per task (written when training starts)
+
+
+def run_data(job) -> dict:
+    """What predictions need to know of a built job's data: ``{"label_names": {task: {field: names}}, "inputs":
+    {task: input spec}}`` from its training readers (:meth:`mtl.readers.base.Reader.label_names`, ``input_spec``)."""
+    return {"label_names": {t.name: names for t in job.tasks if (names := t.reader.label_names())},
+            "inputs": {t.name: spec for t in job.tasks if (spec := t.reader.input_spec())}}
+
+
+def write_run_data(job, folder: str):
+    """Write :func:`run_data` of ``job`` to ``folder/data.json``."""
+    with open(os.path.join(folder, RUN_DATA), "w") as f:
+        json.dump(run_data(job), f, indent=1)
+
+
+def read_run_data(folder: str) -> dict:
+    """A run's ``data.json`` (``{}`` for a run trained before it was written)."""
+    path = os.path.join(folder, RUN_DATA)
+    return _read_json(path, "run data") if os.path.isfile(path) else {}
+
+
 @dataclass
 class RunWeights:
     """One checkpoint of a finished run, for inference: its job config, folder, step and which weights it reads."""
@@ -123,6 +147,15 @@ class RunWeights:
 
         built = registry.build("backbone", self.backbone_config(), self.cfg.get("source"), "backbone")
         return self.load_into(built)
+
+    def load_heads_into(self, heads: dict):
+        """Load this checkpoint's weights of every head of ``{task: head}`` (heads built in one process, which hold
+        every class: the shards are merged) and set eval mode."""
+        from mtl.low_precision import state_for
+
+        for task, head in heads.items():
+            head.set_state_dict(state_for(head, self.head_state(task)))
+            head.eval()
 
     def head_state(self, task: str) -> dict:
         """A head's full weights as numpy (shards merged along the class axis), each file verified first."""
@@ -254,3 +287,56 @@ def load_model(path: str, weights: str = "auto", trust_plugins: bool = False) ->
                            task_preprocessing(run.cfg["tasks"]))
     raise ConfigError(f"'{path}' is neither a training run (job.json), an export (export.json) nor converted weights "
                       "(a .pdparams file from mtl convert)")
+
+
+@dataclass
+class PredictionModel:
+    """What predictions need of a run or an export: the backbone behind ``{field: batch}``, each task's head config
+    and weights (numpy, shards merged), the data record (label names, input preparation: :func:`run_data`) and how
+    each task's images were prepared."""
+
+    loaded: LoadedModel
+    head_configs: dict
+    data: dict
+    head_weights: object  # task -> {name: array}
+
+    @property
+    def tasks(self) -> List[str]:
+        return list(self.head_configs)
+
+    def head_state(self, task: str) -> dict:
+        """The head of ``task``'s full weights as numpy arrays."""
+        return self.head_weights(task)
+
+
+def _export_head_state(folder: str, task: str) -> dict:
+    """``heads/<task>.npz`` of an export (plain arrays: read without pickle)."""
+    path = os.path.join(folder, "heads", f"{task}.npz")
+    if not os.path.isfile(path):
+        raise ConfigError(f"export '{folder}' has no head weights for task '{task}' ({path})")
+    with np.load(path, allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def open_for_prediction(path: str, weights: str = "auto", trust_plugins: bool = False) -> PredictionModel:
+    """A run folder or an export folder, ready for :mod:`mtl.prediction`: the same backbone :func:`load_model`
+    gives, and the heads' weights of the same checkpoint (a run) or the export's ``heads/<task>.npz``."""
+    from mtl.data.preprocess import task_preprocessing
+
+    if os.path.isfile(os.path.join(path, "export.json")):
+        loaded = load_model(path, weights, trust_plugins)
+        meta = loaded.meta
+        if "head_configs" not in meta:
+            raise ConfigError(f"export '{path}' was written before exports recorded their heads: export the run "
+                              "again with `mtl export` to predict with it")
+        data = {"label_names": meta.get("label_names") or {}, "inputs": meta.get("inputs") or {}}
+        return PredictionModel(loaded, meta["head_configs"], data, lambda task: _export_head_state(path, task))
+    if os.path.isfile(os.path.join(path, "job.json")):
+        run = open_run(path, None, weights, trust_plugins)
+        backbone = run.backbone()
+        shape = backbone.input_fields()[0]
+        loaded = LoadedModel(backbone, shape.name, list(shape.shape), run.step, run.description,
+                             task_preprocessing(run.cfg["tasks"]))
+        return PredictionModel(loaded, {t["name"]: t["head"] for t in run.cfg["tasks"]}, read_run_data(path),
+                               run.head_state)
+    raise ConfigError(f"'{path}' is neither a training run (job.json) nor an export (export.json)")

@@ -3,6 +3,7 @@
 Checks the field contracts of every task once, at build time, before anything trains.
 """
 import copy
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, List
@@ -12,6 +13,7 @@ import paddle
 
 from mtl import contracts, registry
 from mtl.backbones.base import build_backbone
+from mtl.config.loading import blame_set
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError, DataError
@@ -84,7 +86,10 @@ def build_reader(task_cfg, split_overrides=None, context=None):
     cfg = dict(task_cfg["reader"])  # normalised and its paths resolved at load time (mtl.config)
     cfg.update(split_overrides or {})
     key = f"{task_cfg['key']}.reader" if task_cfg["key"] else "reader"
-    reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
+    try:
+        reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
+    except ConfigError as exc:  # a value --set gave is named as --set's
+        raise blame_set(task_cfg, exc) from None
     if len(reader) == 0:
         raise ConfigError(f"task '{task_cfg['name']}': the reader yields no samples for split "
                           f"'{cfg.get('split', 'train')}'", task_cfg["source"], key)
@@ -115,8 +120,11 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
     head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
     head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
     # replicated heads are drawn on the CPU's generator (as the backbone); class-sharded ones draw with numpy
-    head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \
-        on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
+    try:
+        head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \
+            on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
+    except ConfigError as exc:  # a value --set gave is named as --set's
+        raise blame_set(tcfg, exc) from None
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
     contracts.check_output(name, backbone.registered_name, backbone.output_fields(), backbone.default_output,
@@ -142,8 +150,9 @@ def check_class_count(task, classes, data_classes, source, key, warn=True):
         return
     data_classes = int(data_classes)
     if classes < data_classes:
-        raise ConfigError(f"task '{task}': head has num_classes {classes} but the reader's labels go up to "
-                          f"{data_classes - 1}", source, key)
+        raise ConfigError(f"task '{task}': head has num_classes {classes} but the reader's labels are "
+                          f"0..{data_classes - 1} ({data_classes} classes): set num_classes to {data_classes} or "
+                          f"leave it out (the reader's count is then used)", source, key)
     if warn:
         print(f"warning: {source}: {key}: task '{task}': the head has {classes} classes but the reader's labels are "
               f"0..{data_classes - 1} ({data_classes} classes), so classes {data_classes}..{classes - 1} get no "
@@ -158,15 +167,18 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     paddle.seed(cfg["seed"])
     backbone = _build_backbone(cfg)
     ctx = reader_context(backbone)
-    # print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
+    # the per-process memory plan: stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
-    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan)
+    verbose = os.environ.get("MTL_VERBOSE") == "1"
+    plan = check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan and verbose)
     warn = announce_plan and distributed.rank() == 0
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn) for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
                        _cross_negatives(cfg, tasks))
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
+    if warn and not verbose:
+        show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
 
 
@@ -182,6 +194,18 @@ def _cross_negatives(cfg, tasks):
     for name in cross.tasks:
         heads[name].attach_cross_negatives(cross, name)
     return cross
+
+
+PLAN_SHOWN_FROM = 1 << 30  # bytes per process from which a training run prints its memory plan (always: --verbose)
+
+
+def show_large_plan(entries):
+    """Print the memory plan of a job that was built (nothing failed) when it needs ``PLAN_SHOWN_FROM`` bytes or
+    more per process: a small job's plan is lines of "0.0 MiB" (``--verbose`` prints every plan, before the build)."""
+    from mtl.train.memory_plan import available_bytes, format_plan
+
+    if sum(e.total for e in entries) >= PLAN_SHOWN_FROM:
+        print(format_plan(entries, available_bytes(), distributed.world_size()), flush=True)
 
 
 def _checked_eval_reader(task: Task, context):

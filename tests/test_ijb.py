@@ -123,7 +123,7 @@ def test_mtl_eval_ijb_on_converted_weights_prints_a_table_or_json(tmp_path, caps
     assert list(printed["variants"]["flip"]["tar_at_far"]) == ["1e-06", "1e-05", "1e-04", "1e-03", "1e-02", "1e-01"]
     with pytest.raises(SystemExit):
         mtl_main(["eval", weights])
-    assert "needs either --sets FILE ... (verification sets) or --ijb ROOT" in capsys.readouterr().err
+    assert "mtl eval needs --sets FILE ... (verification sets) or --ijb ROOT" in capsys.readouterr().err
 
 
 def converted_peer_model(folder, capsys):

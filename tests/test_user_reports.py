@@ -357,7 +357,7 @@ def test_a_failed_pack_leaves_nothing_and_keeps_a_good_pack(tmp_path):
     out = tmp_path / "packed"
     pack(str(source), str(out / "train"))
     good = {name: (out / name).read_bytes() for name in os.listdir(out)}
-    assert set(good) == {"train.rec", "train.idx", "property"}
+    assert set(good) == {"train.rec", "train.idx", "property", "labels.json"}
     write_images(str(source), corrupt="b/zz_bad.png")  # the last image of class b: written after every good one
     with pytest.raises(DataError, match="zz_bad.png"):
         pack(str(source), str(out / "train"))

@@ -13,6 +13,10 @@ class Backbone(paddle.nn.Layer):
     ``input_fields()`` declares what the backbone reads (name, per-sample shape, dtype); ``feature_size`` is the
     width of the features it returns; ``forward(inputs)`` takes a dict of batched tensors and returns [B, feature_size].
     ``pretrained`` (a ``.pdparams`` path) is loaded by :func:`load_pretrained` after construction.
+
+    Parameters:
+        embedding_size (int): width of the features (the embedding) the backbone returns
+        input_field (str): the sample field the backbone reads
     """
 
     feature_size: int = 0
@@ -60,7 +64,12 @@ class Backbone(paddle.nn.Layer):
 
 
 class ImageBackbone(Backbone):
-    """A backbone that reads one square image field ``(in_channels, input_size, input_size)`` float32."""
+    """A backbone that reads one square image field ``(in_channels, input_size, input_size)`` float32.
+
+    Parameters:
+        input_size (int): side of the square input images
+        in_channels (int): channels of the input images (3: RGB, 1: grey)
+    """
 
     def set_image_input(self, input_size, in_channels, input_field, embedding_size):
         """Validate and store the image geometry, the field name and the embedding size."""

@@ -67,7 +67,11 @@ class IBasicBlock(nn.Layer):
 
 
 class IResNet(ImageBackbone):
-    """Improved ResNet for faces; subclasses fix the depth (blocks per stage)."""
+    """Improved ResNet for faces; subclasses fix the depth (blocks per stage).
+
+    Parameters:
+        dropout (float): dropout before the fully connected layer to the embedding (arcface_torch's fp16 recipe: 0)
+    """
 
     depths = (2, 2, 2, 2)
 

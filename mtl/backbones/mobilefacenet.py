@@ -123,7 +123,12 @@ def _check_blocks(blocks, scale):
 
 @register_backbone("mobilefacenet")
 class MobileFaceNet(ImageBackbone):
-    """MobileFaceNet: depthwise-separable bottlenecks and a global depthwise conv (GDConv) to the embedding."""
+    """MobileFaceNet: depthwise-separable bottlenecks and a global depthwise conv (GDConv) to the embedding.
+
+    Parameters:
+        scale (int): width multiplier of every stage (mbf: 1, mbf_large: 2)
+        blocks (list): bottleneck units of the four stages (mbf: [1, 4, 6, 2], mbf_large: [2, 8, 12, 4])
+    """
 
     def __init__(self, embedding_size: int = 128, input_size: int = 112, in_channels: int = 3,
                  input_field: str = "image", scale: int = 1,

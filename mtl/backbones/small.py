@@ -35,7 +35,15 @@ def _positive_ints(value, name) -> tuple:
 
 @register_backbone("cnn")
 class SmallCNN(ImageBackbone):
-    """A few conv3x3-BN-ReLU blocks, global average pooling and a linear layer to the embedding."""
+    """A few conv3x3-BN-ReLU blocks, global average pooling and a linear layer to the embedding.
+
+    Parameters:
+        channels (list): output channels of each conv3x3-BN-ReLU block (every block but the first halves the map)
+        batch_norm (bool): BatchNorm after each convolution
+        embedding_bn (bool): a BatchNorm on the embedding (as face backbones have)
+        output (str): pool (global average of the last map) or flatten (all of it, for small inputs)
+        dropout (float): dropout before the linear layer to the embedding
+    """
 
     def __init__(
         self,
@@ -91,7 +99,15 @@ class SmallCNN(ImageBackbone):
 
 @register_backbone("mlp")
 class MLP(Backbone):
-    """Flatten the input field; ``h = act(h @ W + b)`` per hidden size, then ``h @ W + b`` to the embedding."""
+    """Flatten the input field; ``h = act(h @ W + b)`` per hidden size, then ``h @ W + b`` to the embedding.
+
+    Parameters:
+        hidden (list): widths of the hidden layers
+        activation (str): the hidden layers' activation: relu, tanh or gelu
+        input_shape (list): shape of the input field of a sample (flattened)
+        batch_norm (bool): BatchNorm after each hidden layer
+        dropout (float): dropout after each hidden layer
+    """
 
     def __init__(
         self,

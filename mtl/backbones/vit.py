@@ -125,7 +125,22 @@ class PatchEmbed(nn.Layer):
 
 @register_backbone("vit")
 class VisionTransformer(ImageBackbone):
-    """Face ViT (module docstring): patch tokens, masking, pre-norm blocks, a linear head over all tokens."""
+    """Face ViT (module docstring): patch tokens, masking, pre-norm blocks, a linear head over all tokens.
+
+    Parameters:
+        patch_size (int): side of a patch: a token per patch_size x patch_size square (9: 144 tokens at 112)
+        embed_dim (int): token width (None: the variant's; vit_t 256, vit_s and vit_b 512; required for vit)
+        depth (int): transformer blocks (None: the variant's; vit_t, vit_s 12, vit_b 24)
+        num_heads (int): attention heads (None: the variant's, 8)
+        mlp_ratio (float): hidden width of a block's MLP, as a multiple of embed_dim
+        qkv_bias (bool): biases in the attention's query, key and value projections
+        drop_rate (float): dropout after the position embedding and in the blocks
+        attn_drop_rate (float): dropout of the attention weights
+        drop_path_rate (float): stochastic depth of the last block, rising linearly from 0 (None: the variant's, 0.1)
+        mask_ratio (float): fraction of the tokens masked at random in training (None: the variant's, 0.1)
+        recompute (bool): recompute each block's activations in the backward instead of keeping them (None: on
+            for vit_b)
+    """
 
     defaults = {}
 

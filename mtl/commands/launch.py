@@ -16,6 +16,7 @@ to the launcher unchanged.
 """
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,9 +27,25 @@ STATUS_ENV = "MTL_LAUNCH_STATUS"  # a file each pre-empted worker appends its ra
 QUIET_LAUNCHER = ["--log_level", "WARNING"]
 # the launcher imports paddle (and its C++ extension helper) before it parses anything: a -W filter for it
 LAUNCHER_WARNINGS = "ignore:No ccache found:UserWarning:paddle.utils.cpp_extension.extension_utils"
-USAGE = ("usage: mtl launch [--verbose] [paddle.distributed.launch options] SCRIPT [ARGS]\n\n"
-         + __doc__.split("\n\n")[1].strip()
-         + "\n\nThe launcher's own options: python -m paddle.distributed.launch --help")
+USAGE = """usage: mtl launch [--verbose] [LAUNCHER OPTIONS] SCRIPT [ARGS]
+
+Train on several processes (and machines) with Paddle's launcher (python -m paddle.distributed.launch), with the
+console of a single process: one progress line, one error line when a process fails, and its exit status (75 after
+Ctrl-C or SIGTERM once every process saved a checkpoint: continue with the same command and --resume).
+
+examples:
+  mtl launch --nproc_per_node 2 examples/train_joint.py examples/configs/demo.yaml --set output_dir=runs/demo_2
+  mtl launch --nproc_per_node 2 examples/train_joint.py examples/configs/demo.yaml --set output_dir=runs/demo_2 --resume
+  mtl launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 examples/train_joint.py CONFIG   (on each machine)
+
+options:
+  --verbose             also show the launcher's and Paddle's own log lines (hidden by default)
+  LAUNCHER OPTIONS      passed on unchanged; the usual ones: --nproc_per_node N (processes on this machine),
+                        --nnodes N and --master HOST:PORT (several machines), --devices 0,1 (GPUs), --log_dir DIR
+                        (default: output_dir/launcher_logs of the job); all of them:
+                        python -m paddle.distributed.launch --help
+  SCRIPT [ARGS]         the training script and its arguments, e.g. examples/train_joint.py CONFIG --set ...
+"""
 
 
 def report_preempted(rank):
@@ -80,9 +97,16 @@ def job_output_dir(args):
     return value if isinstance(value, str) else None
 
 
-def launcher_environment(status_path, verbose):
-    """The launcher's (and so its workers') environment: the status file, ``MTL_VERBOSE``, the warning filter."""
+def launcher_environment(status_path, verbose, args=(), signal_path=None):
+    """The launcher's (and so its workers') environment: the status file, ``MTL_VERBOSE``, the warning filter, the
+    command as typed (``mtl launch ARGS``: what a worker's stop sentence tells to run again) and the file this
+    command writes the name of a stopping signal into (the launcher passes every stop on as SIGTERM)."""
+    from mtl.console import LAUNCH_COMMAND_ENV, LAUNCH_SIGNAL_ENV
+
     env = dict(os.environ, **{STATUS_ENV: status_path})
+    env[LAUNCH_COMMAND_ENV] = shlex.join(["mtl", "launch", *(["--verbose"] if verbose else []), *args])
+    if signal_path:
+        env[LAUNCH_SIGNAL_ENV] = signal_path
     if verbose:
         env["MTL_VERBOSE"] = "1"
     else:
@@ -96,11 +120,14 @@ def run_launcher(args, verbose=False) -> int:
     log_dir = (os.path.join(output_dir, "launcher_logs") if output_dir else
                tempfile.mkdtemp(prefix="mtl_launch_logs_"))
     with tempfile.TemporaryDirectory(prefix="mtl_launch_") as folder:
-        status_path = os.path.join(folder, "preempted")
+        status_path, signal_path = os.path.join(folder, "preempted"), os.path.join(folder, "signal")
         proc = subprocess.Popen(launcher_command(args, verbose, log_dir),
-                                env=launcher_environment(status_path, verbose), start_new_session=True)
+                                env=launcher_environment(status_path, verbose, args, signal_path),
+                                start_new_session=True)
 
         def forward(signum, frame):
+            with open(signal_path, "w") as f:  # before the workers get the launcher's SIGTERM
+                f.write(signal.Signals(signum).name)
             proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -182,7 +209,7 @@ def launch_main(argv) -> int:
     """``mtl launch``: our options first (``--verbose``, ``-h``), everything else is the launcher's."""
     argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     verbose = os.environ.get("MTL_VERBOSE") == "1" or "--verbose" in argv
     if argv[0] == "--verbose":

@@ -229,22 +229,39 @@ def leaks(job, centres, threshold, batch_size=256):
     return flagged, checked
 
 
+def class_names(job):
+    """``{task: class label -> its name or None}`` of the training readers (:meth:`Reader.label_names`)."""
+    found = {}
+    for task in job.tasks:
+        names = task.reader.label_names().get(task.head.label_field) or []
+        found[task.name] = lambda label, names=names: names[label] if label < len(names) else None
+    return found
+
+
+def shown(label, name) -> str:
+    """A class as the tables show it: ``3 (s12)``, or ``3`` without a name."""
+    return f"{label} ({name})" if name is not None else str(label)
+
+
 def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, percentile=PERCENTILE,
            per_class=IMAGES_PER_CLASS, trust_plugins=False):
     """Run the overlap analysis of ``run_dir``; print tables; write ``json_path`` (a list of matches) if given."""
     from tabulate import tabulate
 
     job, bank, found, decision = decide(run_dir, threshold, centres, percentile, per_class, trust_plugins)
+    named = class_names(job)
+    for m in found:  # the identities' names (a pack's folder names), where the data has them
+        m["name_a"], m["name_b"] = named[m["task_a"]](m["class_a"]), named[m["task_b"]](m["class_b"])
     print(f"{len(found)} likely-same identities (mutual nearest neighbours, cosine >= {decision['threshold']:.3f}, "
           f"{decision['how']}) of {os.path.basename(decision['checkpoint'])}" + (":" if found else ""))
     if found:
-        print(tabulate([(m["task_a"], m["class_a"], m["task_b"], m["class_b"], f"{m['similarity']:.3f}")
-                        for m in found], headers=["task_a", "class_a", "task_b", "class_b", "cosine"],
-                       tablefmt="github"))
+        print(tabulate([(m["task_a"], shown(m["class_a"], m["name_a"]), m["task_b"], shown(m["class_b"], m["name_b"]),
+                         f"{m['similarity']:.3f}") for m in found],
+                       headers=["task_a", "class_a", "task_b", "class_b", "cosine"], tablefmt="github"))
     if json_path:
+        keys = ("task_a", "class_a", "name_a", "task_b", "class_b", "name_b", "similarity")
         with open(json_path, "w") as f:
-            json.dump([{k: m[k] for k in ("task_a", "class_a", "task_b", "class_b", "similarity")} for m in found], f,
-                      indent=1)
+            json.dump([{k: m[k] for k in keys} for m in found], f, indent=1)
         print(f"wrote {json_path}")
     if sets:
         cut = leak_threshold(job, bank)
@@ -272,7 +289,7 @@ def _cmd_overlap(args):
 def add_cli(sub):
     """Register ``mtl overlap RUN_DIR [--threshold T] [--centres] [--json FILE] [--sets] ...``."""
     p = sub.add_parser("overlap", help="list likely-same identities across the class heads of a finished run")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a finished run (its output_dir) with two or more class heads")
     p.add_argument("--threshold", type=float, default=None,
                    help="a fixed cosine instead of the calibrated one (default with --centres: "
                         f"{CENTRES_THRESHOLD})")

@@ -225,9 +225,13 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
     if overrides:
         label = f"{task_source} (with --set {key}.*)" if task_source != source else task_source
         data = apply_overrides(data, overrides, label)
-    task = validate(TASK, data, label, task_key)
+    try:
+        task = validate(TASK, data, label, task_key)
+    except ConfigError as exc:
+        raise blame_set({"key": task_key, "set_prefix": key, "set_keys": _set_keys(overrides)}, exc) from None
     task["source"] = task_source
     task["key"] = task_key
+    task["set_prefix"], task["set_keys"] = key, _set_keys(overrides)  # what --set tasks.N.* changed in this task
     if task["eval"] is None:
         task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None, "sets": [], "split": True}
     _normalise_components(task, base_dir)
@@ -236,6 +240,27 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
                                                                         f"eval.sets.{i}")
                             for i, entry in enumerate(task["eval"]["sets"])]
     return task
+
+
+def _set_keys(overrides):
+    """The key paths (inside a task) that ``--set tasks.N.<path>=value`` overrides give."""
+    return [".".join(map(str, path)) for path, _ in overrides or ()]
+
+
+def blame_set(task: dict, exc: ConfigError) -> ConfigError:
+    """``exc`` (raised for a key of the loaded ``task``) as the error of the ``--set tasks.N.<path>`` that gave the
+    failing key, when one did and the task comes from a task file: that file never held the key, so the sentence
+    names ``--set`` and the job's key path; other errors are returned as they are."""
+    key = exc.key or ""
+    if task.get("key"):  # an inline task: the job's own file is named already, "(with --set)"
+        return exc
+    inner = key
+    for given in task.get("set_keys") or ():
+        named = given.startswith(inner + ".") and f" {given.rsplit('.', 1)[-1]} " in f" {exc.bare_message} "
+        if inner == given or inner.startswith(given + ".") or named:  # named: a plug-in's sentence about the key
+            return ConfigError(f"{exc.bare_message} (a value given by --set, not by the task file)", "--set",
+                               f"{task['set_prefix']}.{given if named else inner}")
+    return exc
 
 
 PATH_KEYS = ("path", "root", "list", "eval_path", "target_list")
@@ -342,8 +367,11 @@ def _check_components(job, tasks, source):
     _check_component("backbone", constructor_config(job["backbone"]), source, "backbone")
     for t in tasks:
         prefix = f"{t['key']}." if t["key"] else ""
-        _check_component("reader", t["reader"], t["source"], prefix + "reader")
-        _check_component("head", t["head"], t["source"], prefix + "head")
+        for kind in ("reader", "head"):
+            try:
+                _check_component(kind, t[kind], t["source"], prefix + kind)
+            except ConfigError as exc:
+                raise blame_set(t, exc) from None
     entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
     # built once here (plain numpy, cheap) so that a bad hyper-parameter value fails at load time too
     registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],

@@ -22,7 +22,17 @@ from mtl.registry import register_reader
 @register_reader("concat")
 class ConcatReader(Reader):
     """The samples of several readers, one after another, with class labels offset per source (none with
-    ``shared_labels``)."""
+    ``shared_labels``).
+
+    Parameters:
+        readers (list): the reader configs whose samples follow one another (the same fields each)
+        split (str): train or eval, given to every reader (the job sets eval for evaluation)
+        image_size (int): given to every reader (the job sets the backbone's)
+        channels (int): given to every reader (the job sets the backbone's)
+        shape (list): given to every reader (the job sets the backbone's)
+        label_field (str): the class-label field whose values are offset per reader
+        shared_labels (bool): the readers share one label space (no offset)
+    """
 
     def __init__(self, readers, split="train", image_size=None, channels=None, shape=None, label_field="label",
                  shared_labels=False):
@@ -98,6 +108,16 @@ class ConcatReader(Reader):
         return np.concatenate([np.asarray(s.labels(), dtype=np.int64) + off
                                for s, off in zip(self.sources, self.offsets)])
 
+    def label_names(self):
+        """The sources' class names one after another (as their labels are offset), ``<reader i>:<name>`` being
+        unambiguous; with ``shared_labels`` the names the sources agree on. None unless every source has names."""
+        names = [s.label_names().get(self.label_field) for s in self.sources]
+        if any(n is None for n in names):
+            return {}
+        if not self.offsets.any():  # shared labels
+            return {self.label_field: names[0]} if all(n == names[0] for n in names) else {}
+        return {self.label_field: [f"{i}:{name}" for i, source in enumerate(names) for name in source]}
+
     def set_augmentation(self, enabled: bool):
         """Forwarded to every source."""
         for source in self.sources:
@@ -107,3 +127,7 @@ class ConcatReader(Reader):
     def bad_samples(self) -> int:
         """Samples skipped by all sources."""
         return sum(s.bad_samples for s in self.sources)
+
+    def skipped_samples(self, limit: int = 10):
+        """The sources' skipped samples, one source after another."""
+        return [line for s in self.sources for line in s.skipped_samples(limit)][:limit]

@@ -20,6 +20,17 @@ class SyntheticReader(Reader):
     3 x 112 x 112 images would otherwise hold 15 GB of prototypes).
     ``target: class`` gives an int64 ``label``; ``regression`` a float32 ``target`` of ``num_outputs`` values (a fixed
     linear function of the image); ``multilabel`` a 0/1 float32 ``labels`` vector of ``num_classes``.
+
+    Parameters:
+        num_samples (int): samples of the split
+        num_classes (int): classes (class labels), or labels (multilabel)
+        shape (list): shape of a sample's image (the job sets the backbone's input shape)
+        split (str): train or eval (the job sets eval for evaluation)
+        seed (int): seed of the prototypes and the noise
+        noise (float): standard deviation of the noise added to the class prototype
+        target (str): class, regression or multilabel: the kind of target
+        num_outputs (int): regression targets per sample
+        image_field (str): name of the image field
     """
 
     def __init__(self, num_samples=256, num_classes=10, shape=(1, 8, 8), split="train", seed=0, noise=0.5,

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import sys
+import warnings
 
 import paddle
 
@@ -27,8 +28,12 @@ from mtl.train import integrity, layout, reshard
 log = logging.getLogger("mtl")
 
 def _save(obj, path):
-    """``paddle.save`` and fsync: the file is on the disk before the checkpoint is published."""
-    paddle.save(obj, path)
+    """``paddle.save`` and fsync: the file is on the disk before the checkpoint is published. An empty state (the
+    BatchNorm statistics of a backbone without BatchNorm, SGD's optimizer state) is written as it is, without
+    Paddle's "The input state dict is empty" warning: the file keeps the checkpoint's layout the same for every job."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The input state dict is empty", category=UserWarning)
+        paddle.save(obj, path)
     integrity.fsync_file(path)
 
 
@@ -180,10 +185,11 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     if problem:
         raise ConfigError(f"checkpoint '{path}' is damaged: {problem}; remove it to resume from an older one")
     _check_compatible(path, state, schedule)
-    model.backbone.set_state_dict(state_for(model.backbone, load_paddle_file(os.path.join(path, "backbone.pdparams"))))
+    weights = load_paddle_file(os.path.join(path, "backbone.pdparams"))
     own = os.path.join(path, f"statistics.rank{rank}.pdparams")
     if saved_world == world and os.path.isfile(own):  # this rank's own BatchNorm statistics (resharded: the average)
-        model.backbone.set_state_dict(state_for(model.backbone, load_paddle_file(own)))
+        weights.update(load_paddle_file(own))  # one complete state: a partial one makes Paddle warn per parameter
+    model.backbone.set_state_dict(state_for(model.backbone, weights))
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
     classes = {task: head.class_count() for task, head in model.heads.items() if head.sharded}

@@ -90,3 +90,36 @@ def keep_until(output_dir, step):
     evals = [r for r in read_jsonl(os.path.join(output_dir, "eval.jsonl")) if r.get("step", 0) <= step]
     write_jsonl(os.path.join(output_dir, "eval.jsonl"), evals)
     return metrics
+
+
+LATEST = "latest"  # --resume without a value
+
+
+def named_checkpoint(output_dir, wanted):
+    """The checkpoint ``--resume STEP_OR_PATH`` names: ``latest`` (None: the newest that verifies), a step (``500``
+    or ``step_500``: ``output_dir/checkpoints/step_500``) or a checkpoint folder (of this run or another run of the
+    same job: a warm start); a ConfigError naming what exists otherwise."""
+    if wanted in (None, LATEST):
+        return None
+    text = str(wanted)
+    step = text[len("step_"):] if text.startswith("step_") else text
+    if step.isdigit() and not os.path.isdir(text):
+        path = os.path.join(layout.checkpoint_root(output_dir), f"step_{int(step)}")
+    else:
+        path = text
+    if not os.path.isfile(os.path.join(path, "state.json")):
+        have = ", ".join(f"step_{s}" for s, _ in layout.list_checkpoints(output_dir)) or "none"
+        raise ConfigError(f"--resume {text}: '{path}' is not a complete checkpoint (it has no state.json); the "
+                          f"checkpoints of {output_dir}: {have}")
+    return path
+
+
+def drop_after(output_dir, step, console=print):
+    """A run resumed from an older checkpoint than its newest: remove the checkpoints after ``step`` (they belong to
+    the run it replaces, and a later --resume would take them), saying which."""
+    later = [(s, path) for s, path in layout.list_checkpoints(output_dir) if s > step]
+    for _, path in later:
+        shutil.rmtree(path, ignore_errors=True)
+    if later:
+        console(f"--resume from step {step}: removed the later checkpoints {', '.join(f'step_{s}' for s, _ in later)} "
+                f"of the run this one replaces")

@@ -61,8 +61,9 @@ def _read_records(pending):
 class Trainer:
     """Runs a built :class:`mtl.job.Job`: training, logging, evaluation, checkpoints, summary."""
 
-    def __init__(self, job, resume=False, console=print, overwrite=False):
+    def __init__(self, job, resume=False, console=print, overwrite=False, resume_from=None):
         self.job, self.cfg = job, job.cfg
+        self.resume_from = resume_from  # a named checkpoint to resume from (--resume STEP_OR_PATH), else the latest
         self.strategy = ParallelStrategy(job.model)
         self.is_main = self.strategy.is_main
         self.console = console if self.is_main else (lambda *a, **k: None)
@@ -132,7 +133,8 @@ class Trainer:
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none; a
         ConfigError, before anything is touched, when there are checkpoints and every one is damaged."""
-        path = layout.latest_checkpoint(self.output_dir, strategy=self.strategy)
+        named = rundir.named_checkpoint(self.output_dir, self.resume_from)
+        path = named or layout.latest_checkpoint(self.output_dir, strategy=self.strategy)
         if path is None:
             refusal = self.strategy.from_main(rundir.all_damaged(self.output_dir) if self.is_main else None)
             if refusal:  # every checkpoint damaged: start nothing and touch nothing (they may be repaired)
@@ -140,7 +142,10 @@ class Trainer:
             self.console(f"--resume: no checkpoint under {layout.checkpoint_root(self.output_dir)}; "
                          "starting from step 0")
             return 0, None
-        return self.state.restore(path, self.steps, self.cfg["source"]), path
+        step = self.state.restore(path, self.steps, self.cfg["source"])
+        if named and self.is_main:
+            rundir.drop_after(self.output_dir, step, self.console)
+        return step, path
 
     def _build_balancer(self):
         """The job's task-weighting strategy (``weighting:``) over its tasks, applied by a :class:`TaskBalancer`."""
@@ -272,7 +277,7 @@ class Trainer:
             if step > self.start_step and not self.should_save(step):
                 self._save(step)  # hashed once, as it is written: the path is known, nothing is read again
             raise Preempted(f"stopped after step {step} on request ({stop.signal_name or 'another rank'}); "
-                            f"checkpoint {self.saved}; continue with --resume")
+                            f"checkpoint {self.saved}")  # the command line adds the command that continues
 
     def _on_bad_step(self, step, result: StepResult, loop):
         """A non-finite step: write its record (strict JSON), then stop or count it as ``on_nonfinite`` says."""

@@ -28,6 +28,10 @@ class DBMTL(GradientMatrixWeighting):
 
     As LibMTL's implementation (by the paper's first author): hhat starts at 0 without bias correction, so the first
     updates are (1 - beta) times smaller. Defaults beta = 0.9 and sigma = 0 are LibMTL's.
+
+    Parameters:
+        beta (float): moving-average factor of the log losses' gradients
+        beta_sigma (float): sigma of beta_k = beta / k^sigma (0: a constant beta)
     """
 
     description = "log losses, moving-average gradients rescaled to the largest norm (Lin et al. 2023)"

@@ -23,6 +23,10 @@ class FairGrad(GradientWeighting):
     system with scipy's ``least_squares`` from w = 1/T at its default tolerances (about 1e-8 relative, and bounded
     by w >= 0 rather than w > 0), and the authors' code multiplies the update by T "to match the sum loss"; here
     the system is solved exactly and the update is d = G w as in the paper.
+
+    Parameters:
+        alpha (float): fairness: 1 is Nash-MTL's bargaining solution, larger approaches max-min fairness
+        max_norm (float): scale the update down to this norm when longer (0: off)
     """
 
     description = "alpha-fair allocation G^T G w = w^(-1/alpha), solved exactly (Ban & Ji 2024)"

@@ -26,6 +26,9 @@ class GradDrop(GradientMatrixWeighting):
     signal sign(A) * dL_i/dA summed over the batch; in this project each task scores its own rows, so tasks never
     share an activation, and the rule is applied to the shared parameters' per-task gradients instead (as TorchJD's
     aggregator does on the Jacobian; LibMTL implements only the activation form).
+
+    Parameters:
+        leak (list|float): the share of each task's gradient never dropped, in [0, 1] (one number, or one per task)
     """
 
     description = "keep one gradient sign per shared coordinate, drawn by sign purity (Chen et al. 2020)"

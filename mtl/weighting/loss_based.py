@@ -37,6 +37,11 @@ class LearnedLogScale(Weighting):
     with the defaults such a step moves s_t by 1 (the weight drops by exp(-1), never to 0) and the task is back
     within 10 % of its weight in about 300 steps at lr 0.01. Steps smaller than ``max_step`` (lr L_t < 1 for the
     usual losses) are the paper's exactly.
+
+    Parameters:
+        lr (float): learning rate of the scales' own SGD step
+        max_step (float): the most one step moves a scale
+        bound (float): the scales stay in [-bound, bound]
     """
 
     sign = 1.0
@@ -86,6 +91,10 @@ class DynamicWeightAverage(Weighting):
     single steps, the paper's window is an epoch). The weights are 1 in windows 0 and 1 (no ratio yet). The softmax
     runs over the tasks present in the step (T is then their number); a ratio that cannot be formed (a task absent
     for a whole window, a zero mean loss) counts as 1. Final weight: loss_weight_t * w_t.
+
+    Parameters:
+        temperature (float): softmax temperature of the loss-descent ratios (larger: weights closer to 1)
+        window (int): steps per window whose mean losses are compared (the paper: an epoch)
     """
 
     description = "softmax of loss-descent ratios over windows (Liu et al. 2019)"
@@ -162,6 +171,11 @@ class FastAdaptiveMultitask(Weighting):
     with a one-step lag instead: the losses of the next step (another batch) measure the effect of the previous
     update, so no extra forward is needed. Tasks not present in both steps get delta 0; the softmax of the weights
     runs over the present tasks.
+
+    Parameters:
+        w_lr (float): learning rate of the weight logits
+        gamma (float): decay of the weight logits (regularisation towards equal weights)
+        min_losses (list|float): b_t, the lowest loss each task can reach (one number for all, or one per task)
     """
 
     description = "adaptive log-loss weights, O(1) per step (Liu et al. 2023)"

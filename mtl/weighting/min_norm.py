@@ -64,6 +64,10 @@ class CAGrad(GradientWeighting):
     (1 + c^2) when ``rescale`` (the authors' code, rescale=1). alpha = (1/T + sqrt(phi) / ||g_w*|| w*) / (1 + c^2).
     The dual is solved exactly (see :func:`cagrad_dual`) instead of by SLSQP as in the authors' code. When
     g_w* = 0 (the origin is the optimum of the dual), d = g0; when g0 = 0 or c = 0, d = g0 too.
+
+    Parameters:
+        c (float): radius of the ball around the mean gradient, relative to its norm (0: the mean gradient)
+        rescale (bool): divide the update by 1 + c^2 (the authors' code)
     """
 
     description = "mean gradient corrected towards the worst task, radius c (Liu et al. 2021)"
@@ -107,6 +111,10 @@ class MGDA(GradientWeighting):
     norms 1 and 3 gives -g_1 instead of 0). ``representation: true`` is MGDA-UB: the trainer then passes the Gram
     matrix of the gradients with respect to the shared representation (the upper bound's gradients, one T x T
     all-reduce) instead of the shared parameters; the math here is unchanged.
+
+    Parameters:
+        normalization (str): how each task's gradient is scaled before the min-norm point: none, l2, loss, loss+
+        representation (bool): MGDA-UB: the Gram matrix of the gradients of the shared features, not parameters
     """
 
     description = "exact min-norm point of the task gradients' hull (Sener & Koltun 2018)"

@@ -24,6 +24,10 @@ class NashMTL(GradientWeighting):
     divide G^T G by its Frobenius norm N before solving (the update is then sqrt(N) times the paper's), run at most
     20 convex-concave steps of ECOS from the previous alpha and stop at a residual of 1e-3 (so alpha depends on the
     history), and clip the shared gradient to max_norm 1.0 by default.
+
+    Parameters:
+        max_norm (float): scale the update down to this norm when longer (0: off)
+        update_weights_every (int): solve the bargaining weights every this many steps (reused in between)
     """
 
     description = "Nash bargaining solution G^T G alpha = 1/alpha, solved exactly (Navon et al. 2022)"
