@@ -1,8 +1,10 @@
 """Export a trained run for inference, and embed images with the exported model.
 
-``mtl export RUN_DIR OUT_DIR`` writes ``OUT_DIR/backbone`` (a Paddle inference model from ``paddle.jit.save``, with
-the averaged weights when the run averaged them), ``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards
-merged along the class axis) and ``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks).
+``mtl export RUN_DIR OUT_DIR [--task NAME]`` writes ``OUT_DIR/backbone`` (a Paddle inference model from
+``paddle.jit.save``, with the averaged weights when the run averaged them; when the run's architecture gives each task
+its own embedding, the backbone and the architecture's layers of the task ``--task`` names),
+``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards merged along the class axis) and
+``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks, architecture and the task embedded for).
 With ``--onnx`` it also writes ``OUT_DIR/backbone.onnx`` (through paddle2onnx, batch axis dynamic), for deployment with
 onnxruntime and the like; paddle2onnx and onnxruntime are an optional extra (requirements-extras.txt).
 ``mtl embed OUT_DIR IMAGES... -o emb.npy`` embeds image files (decoded, resized, ``(x/255 - 0.5)/0.5``) or ``.npy``
@@ -26,10 +28,12 @@ def _load_job_cfg(run_dir):
         return json.load(f)
 
 
-def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
+def load_run_backbone(run_dir, checkpoint_path=None, averaged=None, task=None):
     """(backbone in eval mode, its config, checkpoint folder, averaged?) of a run's latest (or given) checkpoint.
 
     ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
+    ``task``: a run whose architecture gives each task its own embedding (``mtl.architectures``) embeds for the task
+    named (backbone + the architecture's layers for it); required then, ignored under ``hard`` without towers.
     """
     import paddle
 
@@ -50,23 +54,49 @@ def load_run_backbone(run_dir, checkpoint_path=None, averaged=None):
 
     backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
     backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
+    architecture = _run_architecture(cfg, backbone, task)
     state = paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams"))
     backbone.set_state_dict(state_for(backbone, state))  # an O2 run's older checkpoints hold bfloat16 weights
     backbone.eval()
-    return backbone, backbone_cfg, ckpt, use_avg
+    if architecture is None:
+        return backbone, backbone_cfg, ckpt, use_avg
+    from mtl.architectures.base import TaskEmbedder
+
+    if any(True for _ in architecture.parameters()):
+        checkpoint.load_architecture(ckpt, architecture, averaged=use_avg)
+    architecture.eval()
+    return TaskEmbedder(backbone, architecture, task), backbone_cfg, ckpt, use_avg
 
 
-def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
+def _run_architecture(cfg, backbone, task):
+    """The run's architecture attached to ``backbone`` (None under ``hard`` without towers); ConfigError when it
+    embeds per task and ``task`` does not name one of the run's tasks."""
+    from mtl.architectures.build import architecture_config, build_architecture
+
+    architecture = build_architecture(cfg, backbone)
+    if architecture.is_identity:
+        return None
+    names = [t["name"] for t in cfg["tasks"]]
+    if task not in names:
+        kind = architecture_config(cfg)["type"]
+        what = f"task '{task}' is not one of them" if task is not None else "name the task to embed for (--task)"
+        raise ConfigError(f"the run's architecture '{kind}' gives each task its own embedding ({', '.join(names)}): "
+                          f"{what}")
+    return architecture
+
+
+def export(run_dir, out_dir, checkpoint_path=None, averaged=None, task=None):
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
     ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
+    ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
     """
     import paddle
 
     from mtl.train import checkpoint
 
     cfg = _load_job_cfg(run_dir)
-    backbone, backbone_cfg, ckpt, use_avg = load_run_backbone(run_dir, checkpoint_path, averaged)
+    backbone, backbone_cfg, ckpt, use_avg = load_run_backbone(run_dir, checkpoint_path, averaged, task)
     field = backbone.input_fields()[0]
     model = field_adapter(backbone, field.name, to_dict=True)
     spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
@@ -85,6 +115,11 @@ def export(run_dir, out_dir, checkpoint_path=None, averaged=None):
     meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
             "feature_size": int(backbone.feature_size), "backbone": backbone_cfg, "averaged": use_avg, "step": step,
             "checkpoint": os.path.abspath(ckpt), "heads": heads, "preprocess": task_preprocessing(cfg["tasks"])}
+    from mtl.architectures.base import TaskEmbedder
+    from mtl.architectures.build import architecture_config
+
+    meta["architecture"] = architecture_config(cfg)
+    meta["task"] = backbone.task if isinstance(backbone, TaskEmbedder) else None  # the task it embeds for
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta

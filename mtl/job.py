@@ -11,6 +11,7 @@ import numpy as np
 import paddle
 
 from mtl import contracts, registry
+from mtl.architectures.build import build_architecture
 from mtl.backbones.base import constructor_config, load_pretrained
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
@@ -92,28 +93,30 @@ def build_reader(task_cfg, split_overrides=None, context=None):
 
 
 def _build_backbone(cfg):
-    """The job's backbone (with pretrained weights, and synchronised BatchNorm when asked for at world > 1), its
-    ``freeze`` prefixes frozen and, with ``freeze_bn``, its BatchNorm statistics."""
+    """(backbone, architecture): the job's backbone (with pretrained weights, the architecture's task layers inside
+    it, and synchronised BatchNorm when asked for at world > 1), its ``freeze`` prefixes frozen and, with
+    ``freeze_bn``, its BatchNorm statistics; the architecture between it and the heads."""
     # drawn on the CPU's generator whatever the device: the same seed gives the same weights on CPU and GPU
     backbone = on_host_generator(lambda: registry.build("backbone", constructor_config(cfg["backbone"]), cfg["source"],
                                                         "backbone"))
     if cfg["backbone"].get("pretrained"):
         load_pretrained(backbone, cfg["backbone"]["pretrained"], cfg["source"], "backbone.pretrained")
+    architecture = build_architecture(cfg, backbone)
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
         backbone = sync_bn.convert_sync_batchnorm(backbone)
     freeze_parameters(backbone, cfg["backbone"].get("freeze") or [], cfg["source"])
     if cfg["backbone"].get("freeze_bn"):
         freeze_batchnorm(backbone)
-    return backbone
+    return backbone, architecture
 
 
-def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
+def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True, feature_size=None) -> Task:
     """One task: its (built) reader, its head (seeded from the job seed and the task name), contracts checked;
     ``warn``: print the warnings of :func:`check_class_count` (rank 0 of a training run)."""
     name, source = tcfg["name"], tcfg["source"]
     head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
     paddle.seed(task_seed(cfg["seed"], name))
-    head_ctx = {"feature_size": backbone.feature_size, "seed": task_seed(cfg["seed"], name)}
+    head_ctx = {"feature_size": feature_size or backbone.feature_size, "seed": task_seed(cfg["seed"], name)}
     sizes = reader.sizes()
     head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
     head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
@@ -155,14 +158,16 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
 
     ``announce_plan``: print the memory plan (training); tools that rebuild a finished run's job pass False."""
     paddle.seed(cfg["seed"])
-    backbone = _build_backbone(cfg)
+    backbone, architecture = _build_backbone(cfg)
     ctx = reader_context(backbone)
     # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
-    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan)
+    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan, architecture)
     warn = announce_plan and distributed.rank() == 0
-    tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn) for tcfg in cfg["tasks"]]
-    model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
+    tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn, architecture.output_size)
+             for tcfg in cfg["tasks"]]
+    model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
+                       architecture)
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)

@@ -327,7 +327,8 @@ def _load_tasks(job, base_dir, folders, source, task_overrides):
 
 
 def _check_components(job, tasks, source):
-    """Every component names a registered plug-in with parameters it accepts; the weighting fits the schedule."""
+    """Every component (the architecture too) names a registered plug-in with parameters it accepts; the weighting
+    fits the schedule."""
     from mtl.backbones.base import JOB_KEYS, constructor_config
 
     validate(BACKBONE, {k: v for k, v in job["backbone"].items() if k in JOB_KEYS}, source, "backbone")
@@ -336,6 +337,7 @@ def _check_components(job, tasks, source):
         prefix = f"{t['key']}." if t["key"] else ""
         _check_component("reader", t["reader"], t["source"], prefix + "reader")
         _check_component("head", t["head"], t["source"], prefix + "head")
+    _check_component("architecture", job["architecture"], source, "architecture")
     entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
     # built once here (plain numpy, cheap) so that a bad hyper-parameter value fails at load time too
     registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
@@ -401,6 +403,7 @@ def load_job(path=None, overrides=(), data=None):
     tasks = _load_tasks(job, base_dir, folders, source, task_overrides)
     job["backbone"] = registry.as_component(job["backbone"])
     job["weighting"] = registry.as_component(job["weighting"])
+    job["architecture"] = registry.as_component(job["architecture"])
     _check_components(job, tasks, source)
     _check_optimizer(job, source)
     _check_accumulate(job, tasks, source)

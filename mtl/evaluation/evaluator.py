@@ -81,7 +81,7 @@ class Evaluator:
                 from mtl.evaluation.verify import evaluate_sets
 
                 roc = os.path.join(self.output_dir, f"roc_{task.name}.png") if self.output_dir else None
-                metrics.update(evaluate_sets(self.job.model.backbone, self.sets(task), batch_size,
+                metrics.update(evaluate_sets(self.job.model.embedder(task.name), self.sets(task), batch_size,
                                              self.job.backbone.input_fields()[0].name, roc, f"{task.name}: ROC"))
             results[task.name] = metrics
         return results
@@ -89,7 +89,8 @@ class Evaluator:
     def _evaluate_split(self, task, batch_size):
         """The head's own metrics on the task's evaluation split."""
         reader = self.reader(task)
-        feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
+        # the task's embedding: the backbone's features through the architecture's layers for the task (if any)
+        feats, rest = embed(self.job.model.embedder(task.name), reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
         if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them
             from mtl.evaluation.pairs import open_set_verification

@@ -163,8 +163,9 @@ class ParallelStrategy:
 
     # ---- per-task gradients (gradient-based task weighting) -----------------------------------------------------
     def shared_parameters(self, model):
-        """The backbone's trainable parameters: the ones whose per-task gradients a weighting strategy combines."""
-        return [p for p in model.backbone.parameters() if not p.stop_gradient]
+        """The parameters whose per-task gradients a weighting strategy combines: the model declares them
+        (``JointModel.shared_parameters``: the backbone's trainable ones, and the architecture's shared ones)."""
+        return model.shared_parameters()
 
     def task_gradients(self, model, tasks, buffer=None, reduce: bool = True):
         """``[T, P]``: row t is the gradient of task t's weighted loss w.r.t. the backbone's parameters, summed over

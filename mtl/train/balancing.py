@@ -91,14 +91,15 @@ class TaskBalancer:
         """Heads with the static weights (g_t = gradient of loss_weight_t L_t), rescaled to ``weights``; backbone
         with the strategy's combination of the global per-task gradients."""
         self.model.backward_heads({t: float(w) * scale for t, w in zip(self.tasks, self.static)})
-        self._rescale_heads(weights, present)
         if self.weighting.uses_representation:
             gram = self.strategy.representation_gram(self.model.feature_gradients(), self.tasks) / scale ** 2
             alpha = self._combine(gram, losses, present, step)
             self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
+            self._rescale_heads(weights, present)
             self.strategy.reduce_gradients()
             return alpha
         task_grads = self.strategy.task_gradients(self.model, self.tasks)
+        self._rescale_heads(weights, present)  # after the backbone passes: the architecture's task layers too
         if self.weighting.needs_gradient_matrix:
             return self._matrix_step(task_grads, losses, present, step, scale)
         gram = paddle.matmul(task_grads, task_grads, transpose_y=True).numpy().astype(np.float64) / scale ** 2
@@ -127,13 +128,14 @@ class TaskBalancer:
 
     @paddle.no_grad()
     def _rescale_heads(self, weights, present):
-        """Scale each head's gradients by ``w_t / loss_weight_t`` where the strategy changes a task's weight."""
+        """Scale each task's own gradients (its head's, its architecture layers': ``JointModel.task_parameters``) by
+        ``w_t / loss_weight_t`` where the strategy changes a task's weight."""
         for task, w, static, here in zip(self.tasks, weights, self.static, present):
             if not here or w == static:
                 continue
             factor = float(w / static) if static else 0.0
             head = self.model.heads[task]
-            tensors = [p.grad for p in head.parameters() if p.grad is not None]
+            tensors = [p.grad for p in self.model.task_parameters(task) if p.grad is not None]
             tensors += [row.rows.grad for row in head.row_gradients() if row.rows.grad is not None]
             for grad in tensors:
                 grad.scale_(factor)

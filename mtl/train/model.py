@@ -3,6 +3,9 @@
 Sub-batches whose backbone inputs have the same signature (field names, per-sample shapes, dtypes) are concatenated
 and go through the backbone in one pass; the features are split back per task and each head scores its own rows.
 Total loss = sum_t loss_weight_t * loss_t over the tasks present in the step; absent tasks cost nothing.
+Between the backbone and the heads sits the job's architecture (:mod:`mtl.architectures`): task t's features (its
+rows only) become what task t's head sees; ``hard`` (the default, no towers) hands them over unchanged. An
+architecture with task layers inside the backbone (``per_task_backbone``) gets one backbone pass per task.
 
 Backward (:meth:`JointModel.backward`) runs in two phases: each head's loss is differentiated alone, in job order, down
 to its (detached) features; then the backbone is differentiated once from all the feature gradients. The reason is
@@ -37,9 +40,15 @@ def micro_batches(batch, accumulate: int):
 class JointModel(paddle.nn.Layer):
     """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``)."""
 
-    def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float]):
+    def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],
+                 architecture=None):
         super().__init__()
         self.backbone = backbone
+        if architecture is None:  # hard parameter sharing without towers: the heads read the backbone's features
+            from mtl.architectures.hard import Hard
+
+            architecture = Hard(backbone.feature_size, list(heads))
+        self.architecture = architecture
         self.heads = paddle.nn.LayerDict(heads)
         for head in heads.values():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
             head.equal_rows = True
@@ -52,24 +61,48 @@ class JointModel(paddle.nn.Layer):
         """(name, per-sample shape, dtype) of every backbone input of a sub-batch."""
         return tuple((n, tuple(sub_batch[n].shape[1:]), str(sub_batch[n].dtype)) for n in self._input_names)
 
-    def features(self, batch) -> Dict[str, paddle.Tensor]:
-        """Backbone features per task, one backbone pass per input signature."""
+    def backbone_passes(self, batch):
+        """The tasks of each backbone pass: one pass per input signature (per task with a ``per_task_backbone``
+        architecture), in the batch's order."""
         groups = OrderedDict()
         for task, sub in batch.items():
-            groups.setdefault(self.signature(sub), []).append(task)
+            groups.setdefault((task,) if self.architecture.per_task_backbone else self.signature(sub), []).append(task)
+        return list(groups.values())
+
+    def features(self, batch) -> Dict[str, paddle.Tensor]:
+        """What every task's head sees: backbone features per pass, split per task, through the architecture."""
         out = {}
-        self._groups = list(groups.values())
-        for tasks in groups.values():
+        self._groups = self.backbone_passes(batch)
+        for tasks in self._groups:
             inputs = {n: paddle.concat([batch[t][n] for t in tasks], axis=0) if len(tasks) > 1 else batch[tasks[0]][n]
                       for n in self._input_names}
+            self.architecture.select(tasks[0])  # per_task_backbone: the task whose layers this pass uses
             with self.autocast():
                 feats = self.backbone(inputs)
             if feats.dtype != paddle.float32 and paddle.get_default_dtype() == "float32":
                 feats = feats.astype("float32")  # heads, margins and class centres stay in float32
             sizes = [int(batch[t][self._input_names[0]].shape[0]) for t in tasks]
             for t, f in zip(tasks, paddle.split(feats, sizes, axis=0) if len(tasks) > 1 else [feats]):
-                out[t] = f
+                out[t] = f if self.architecture.is_identity else self.architecture(t, f)  # task t's rows only
         return out
+
+    def shared_parameters(self):
+        """The trainable parameters several tasks' losses reach: the ones whose per-task gradients a gradient-based
+        weighting combines (the backbone's under ``hard``; ``Architecture.shared_parameters``)."""
+        return self.architecture.shared_parameters(self.backbone)
+
+    def task_parameters(self, task):
+        """The parameters only ``task``'s loss reaches: its head's and its own layers of the architecture."""
+        return list(self.heads[task].parameters()) + self.architecture.task_parameters(task, self.backbone)
+
+    def embedder(self, task):
+        """What embeds ``task``'s samples (evaluation, export): the backbone itself when the architecture hands its
+        features over unchanged, else backbone + the architecture's layers for ``task``."""
+        if self.architecture.is_identity:
+            return self.backbone
+        from mtl.architectures.base import TaskEmbedder
+
+        return TaskEmbedder(self.backbone, self.architecture, task)
 
     def prepare_step(self, batch, step: int, accumulate: int):
         """Before the micro-batches of an accumulated training step: every head present gets this rank's labels of
