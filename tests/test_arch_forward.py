@@ -181,7 +181,8 @@ def test_adapters_add_a_tasks_1x1_convolution_of_the_shared_convolution():
     job.model.eval()
     plain.model.eval()
     for task in TASKS:
-        np.testing.assert_array_equal(job.model.features(batch)[task].numpy(), plain.model.features(batch)[task].numpy())
+        np.testing.assert_array_equal(job.model.features(batch)[task].numpy(),
+                                      plain.model.features(batch)[task].numpy())
     rng = np.random.RandomState(0)
     x = paddle.to_tensor(rng.randn(3, 1, 8, 8).astype(np.float32))
     for adapted in job.model.architecture.switches[:2]:  # the adapted convolutions come first

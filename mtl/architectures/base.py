@@ -112,7 +112,7 @@ class Gate(paddle.nn.Layer):
         return F.softmax(self.linear(x), axis=-1)
 
 
-def mix(gate, experts):
+def mix_experts(gate, experts):
     """``sum_i g_i(x) e_i(x)``: gate weights ``[n, m]`` times expert outputs ``[n, m, w]`` -> ``[n, w]``."""
     return paddle.bmm(gate.unsqueeze(1), experts).squeeze(1)
 

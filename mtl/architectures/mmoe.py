@@ -6,7 +6,7 @@ For task k and its rows' backbone features z (eqs. 6-8 of the paper, with the ba
 f_i are n experts shared by every task (MLPs with ReLU), g^k one gate per task that sees only task k's rows.
 ``gates: one`` uses a single gate g for every task (the paper's one-gate MoE, "OMoE", eq. 5).
 """
-from mtl.architectures.base import Architecture, ExpertBank, Gate, mix, positive_ints
+from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_ints
 from mtl.errors import ConfigError
 from mtl.registry import register_architecture
 
@@ -39,7 +39,7 @@ class MMoE(Architecture):
 
     def mix(self, task, features):
         """``sum_i g^k(z)_i f_i(z)`` over task k's rows."""
-        return mix(self.gate(task)(features), self.experts(features))
+        return mix_experts(self.gate(task)(features), self.experts(features))
 
     def own_shared_parameters(self):
         """The experts (and the one gate of ``gates: one``)."""

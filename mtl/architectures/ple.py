@@ -19,7 +19,7 @@ output feeds task k's experts of the next level, which a shared gate reads). The
 """
 import paddle
 
-from mtl.architectures.base import Architecture, ExpertBank, Gate, mix, positive_ints
+from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_ints
 from mtl.registry import register_architecture
 
 
@@ -42,11 +42,12 @@ class ExtractionLevel(paddle.nn.Layer):
         shared output or None at the last level)."""
         shared = self.shared_experts(shared_input)
         own = {k: self.task_experts[k](inputs[k]) for k in branches}
-        outputs = {k: mix(self.task_gates[k](inputs[k]), paddle.concat([own[k], shared], axis=1)) for k in branches}
+        outputs = {k: mix_experts(self.task_gates[k](inputs[k]), paddle.concat([own[k], shared], axis=1))
+                   for k in branches}
         if self.shared_gate is None:
             return outputs, None
         everything = paddle.concat([own[k] for k in range(len(self.task_experts))] + [shared], axis=1)
-        return outputs, mix(self.shared_gate(shared_input), everything)
+        return outputs, mix_experts(self.shared_gate(shared_input), everything)
 
 
 @register_architecture("ple")
