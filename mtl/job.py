@@ -93,6 +93,11 @@ def build_reader(task_cfg, split_overrides=None, context=None):
 
 
 def _build_backbone(cfg):
+    """The job's backbone as :func:`_build_backbone_and_architecture` builds it."""
+    return _build_backbone_and_architecture(cfg)[0]
+
+
+def _build_backbone_and_architecture(cfg):
     """(backbone, architecture): the job's backbone (with pretrained weights, the architecture's task layers inside
     it, and synchronised BatchNorm when asked for at world > 1), its ``freeze`` prefixes frozen and, with
     ``freeze_bn``, its BatchNorm statistics; the architecture between it and the heads."""
@@ -158,7 +163,7 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
 
     ``announce_plan``: print the memory plan (training); tools that rebuild a finished run's job pass False."""
     paddle.seed(cfg["seed"])
-    backbone, architecture = _build_backbone(cfg)
+    backbone, architecture = _build_backbone_and_architecture(cfg)
     ctx = reader_context(backbone)
     # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
