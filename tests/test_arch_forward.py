@@ -18,6 +18,7 @@ MLP_BN = dict(MLP, batch_norm=True)
 CNN = {"type": "cnn", "channels": [4, 8], "embedding_size": 8}
 ARCHITECTURES = {
     "hard_tower": ({"type": "hard", "tower": [6, 5]}, MLP),
+    "shared_bottom": ({"type": "hard", "bottom": [7], "tower": [5]}, MLP),
     "mmoe": ({"type": "mmoe", "experts": 3, "expert_layers": [7, 5], "tower": [4]}, MLP),
     "omoe": ({"type": "mmoe", "experts": 3, "expert_layers": [7], "gates": "one"}, MLP),
     "cgc": ({"type": "cgc", "task_experts": 2, "shared_experts": 2, "expert_layers": [6]}, MLP),
@@ -124,7 +125,15 @@ def reference_cross_stitch(arch, task, z):
     return tower(arch, task, h[TASKS.index(task)])
 
 
-REFERENCES = {"hard_tower": lambda arch, task, z: tower(arch, task, z), "mmoe": reference_mmoe,
+def reference_shared_bottom(arch, task, z):
+    """Ma et al. eq. 1: y_k = h^k(f(x)), f one shared ReLU layer, h^k the task's tower."""
+    for layer in arch.bottom.layers:
+        z = relu(z @ f64(layer.weight) + f64(layer.bias))
+    return tower(arch, task, z)
+
+
+REFERENCES = {"hard_tower": lambda arch, task, z: tower(arch, task, z), "shared_bottom": reference_shared_bottom,
+              "mmoe": reference_mmoe,
               "omoe": reference_mmoe, "cgc": reference_ple, "ple": reference_ple, "ple2": reference_ple,
               "cross_stitch": reference_cross_stitch}
 

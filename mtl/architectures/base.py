@@ -54,8 +54,8 @@ class SeededLinear(paddle.nn.Layer):
 
 
 class Tower(paddle.nn.Layer):
-    """A task's tower: ``h = dropout(relu(h W_l + b_l))`` for every width (Ma et al.'s towers h^k, the task layers of
-    Sener and Koltun's LeNet); no widths: the identity."""
+    """A stack of ReLU layers ``h = dropout(relu(h W_l + b_l))``, one per width: a task's tower (Ma et al.'s towers
+    h^k, the task layers of Sener and Koltun's LeNet) or ``hard``'s shared bottom; no widths: the identity."""
 
     def __init__(self, rng, in_features: int, widths: Sequence[int], dropout: float = 0.0):
         super().__init__()

@@ -238,13 +238,13 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
     return task
 
 
-PATH_KEYS = ("path", "root", "list", "eval_path", "target_list")
+PATH_KEYS = ("path", "root", "list", "eval_path", "target_list", "mnist_dir")
 
 
 def resolve_reader_paths(cfg, task_source):
-    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``, and
-    those of the sources of a ``concat`` reader's ``readers``) are taken relative to the task file's folder when they
-    exist there, else left as they are (relative to the working directory)."""
+    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``,
+    ``mnist_dir``, and those of the sources of a ``concat`` reader's ``readers``) are taken relative to the task file's
+    folder when they exist there, else left as they are (relative to the working directory)."""
     if not task_source or not os.path.isfile(str(task_source)):
         return cfg
     base = os.path.dirname(os.path.abspath(task_source))
