@@ -25,6 +25,9 @@ ARCHITECTURES = {
     "ple": ({"type": "ple", "levels": 3, "task_experts": 2, "shared_experts": 1, "expert_layers": [6, 5]}, MLP),
     "ple2": ({"type": "ple", "levels": 2, "task_experts": 1, "shared_experts": 2, "expert_layers": [6]}, MLP),
     "cross_stitch": ({"type": "cross_stitch", "layers": [6, 5], "tower": [4]}, MLP),
+    "cross_stitch_linear": ({"type": "cross_stitch", "layers": [6, 5], "last_relu": False}, MLP),
+    "mmoe_linear": ({"type": "mmoe", "experts": 2, "expert_layers": [7, 5], "last_relu": False}, MLP),
+    "ple_linear": ({"type": "ple", "levels": 2, "expert_layers": [6], "last_relu": False}, MLP),
     "task_norm": ({"type": "task_norm", "tower": [5]}, MLP_BN),
     "task_norm_cnn": ({"type": "task_norm"}, CNN),
     "adapters": ({"type": "adapters"}, CNN),
@@ -70,9 +73,10 @@ def softmax(x):
 
 
 def expert(bank, i, x):
-    """Expert i of an ExpertBank on x, one ReLU layer after another."""
-    for weight, bias in zip(bank.weights, bank.biases):
-        x = relu(x @ f64(weight)[i] + f64(bias)[i])
+    """Expert i of an ExpertBank on x, one ReLU layer after another (the last one linear without last_relu)."""
+    for j, (weight, bias) in enumerate(zip(bank.weights, bank.biases)):
+        x = x @ f64(weight)[i] + f64(bias)[i]
+        x = relu(x) if bank.last_relu or j < len(bank.weights) - 1 else x
     return x
 
 
@@ -119,8 +123,8 @@ def reference_cross_stitch(arch, task, z):
     """Misra et al. eq. 1 for T columns: h_t^l = sum_s alpha^l_ts relu(W_s^l h_s^(l-1) + b_s^l)."""
     h = [z] * len(TASKS)
     for layer in range(len(arch.stitches)):
-        a = [relu(h[s] @ f64(arch.columns[s][layer].weight) + f64(arch.columns[s][layer].bias))
-             for s in range(len(TASKS))]
+        a = [h[s] @ f64(arch.columns[s][layer].weight) + f64(arch.columns[s][layer].bias) for s in range(len(TASKS))]
+        a = [relu(x) if arch.last_relu or layer < len(arch.stitches) - 1 else x for x in a]
         h = [sum(f64(arch.stitches[layer][t])[s] * a[s] for s in range(len(TASKS))) for t in range(len(TASKS))]
     return tower(arch, task, h[TASKS.index(task)])
 
@@ -135,7 +139,8 @@ def reference_shared_bottom(arch, task, z):
 REFERENCES = {"hard_tower": lambda arch, task, z: tower(arch, task, z), "shared_bottom": reference_shared_bottom,
               "mmoe": reference_mmoe,
               "omoe": reference_mmoe, "cgc": reference_ple, "ple": reference_ple, "ple2": reference_ple,
-              "cross_stitch": reference_cross_stitch}
+              "cross_stitch": reference_cross_stitch, "cross_stitch_linear": reference_cross_stitch,
+              "mmoe_linear": reference_mmoe, "ple_linear": reference_ple}
 
 
 @pytest.mark.parametrize("name", list(REFERENCES))

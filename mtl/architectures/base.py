@@ -76,12 +76,14 @@ class Tower(paddle.nn.Layer):
 
 class ExpertBank(paddle.nn.Layer):
     """``count`` experts that read the same input, each an MLP ``h = relu(h W + b)`` per width (Ma et al.'s experts:
-    ReLU layers). ``forward(x [n, d]) -> [n, count, width]``; the experts' weights are stacked ``[count, d, width]``
-    so that all of them run in one matmul (first layer) or one batched matmul (later layers)."""
+    ReLU layers; ``last_relu`` False: the last layer linear, for embeddings that cosine heads score, which ReLU would
+    confine to the positive orthant). ``forward(x [n, d]) -> [n, count, width]``; the experts' weights are stacked
+    ``[count, d, width]`` so that all of them run in one matmul (first layer) or one batched matmul (later layers)."""
 
-    def __init__(self, rng, count: int, in_features: int, widths: Sequence[int]):
+    def __init__(self, rng, count: int, in_features: int, widths: Sequence[int], last_relu: bool = True):
         super().__init__()
         self.count = int(count)
+        self.last_relu = bool(last_relu)
         self.weights, self.biases = paddle.nn.ParameterList(), paddle.nn.ParameterList()
         for width in widths:
             self.weights.append(seeded_parameter(self, rng, (self.count, in_features, width), in_features))
@@ -95,10 +97,10 @@ class ExpertBank(paddle.nn.Layer):
         d, width = first.shape[1], first.shape[2]
         # x [n, d] @ [d, count * width]: every expert's first layer at once
         h = paddle.matmul(x, first.transpose([1, 0, 2]).reshape([d, self.count * width]))
-        h = F.relu(h.reshape([x.shape[0], self.count, width]) + biases[0])
+        h = h.reshape([x.shape[0], self.count, width]) + biases[0]
         for weight, bias in rest:
-            h = F.relu(paddle.bmm(h.transpose([1, 0, 2]), weight).transpose([1, 0, 2]) + bias)
-        return h
+            h = paddle.bmm(F.relu(h).transpose([1, 0, 2]), weight).transpose([1, 0, 2]) + bias
+        return F.relu(h) if self.last_relu else h
 
 
 class Gate(paddle.nn.Layer):

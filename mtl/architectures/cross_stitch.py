@@ -4,7 +4,8 @@ between the backbone and the heads.
 One column per task (an MLP on the backbone's features); after every layer l a cross-stitch unit mixes the columns'
 activations linearly (eq. 1 of the paper, for T tasks):
     a_s^l = relu(W_s^l h_s^(l-1) + b_s^l),    h_t^l = sum_s alpha^l_(t,s) a_s^l,    h_t^0 = z,
-and task t's head reads tower_t(h_t^L). alpha starts as the paper's convex combination (``init: [0.9, 0.1]``:
+and task t's head reads tower_t(h_t^L) (``last_relu: false``: no ReLU in the last layer, for embeddings that
+cosine heads score). alpha starts as the paper's convex combination (``init: [0.9, 0.1]``:
 alpha_tt = 0.9, the other 0.1 split evenly over the other columns); Misra et al. train alpha with a larger
 learning rate (``optimizer.lr_mult: {architecture.stitches: ...}``). With each task's own rows, task t's rows run
 every column (the stitch units need them) and read column t's last mixture.
@@ -33,13 +34,14 @@ def _check_init(init):
 class CrossStitch(Architecture):
     """One MLP column per task with a learned linear mix of the columns after every layer (cross-stitch units)."""
 
-    def __init__(self, feature_size: int, tasks, seed: int = 0, layers=(64,), init=(0.9, 0.1), tower=(),
-                 tower_dropout: float = 0.0):
+    def __init__(self, feature_size: int, tasks, seed: int = 0, layers=(64,), init=(0.9, 0.1), last_relu: bool = True,
+                 tower=(), tower_dropout: float = 0.0):
         super().__init__(feature_size, tasks, seed, tower, tower_dropout)
         widths = positive_ints(layers, "layers")
         if not widths:
             raise ConfigError("cross_stitch needs at least one layer per column", key="layers")
         same, others = _check_init(init)
+        self.last_relu = bool(last_relu)
         count = len(self.tasks)
         self.columns = paddle.nn.LayerList()
         for _ in self.tasks:
@@ -64,10 +66,15 @@ class CrossStitch(Architecture):
         t, count, last = self.index(task), len(self.tasks), len(self.stitches) - 1
         h = {s: features for s in range(count)}
         for layer in range(len(self.stitches)):
-            stacked = paddle.stack([F.relu(self.columns[s][layer](h[s])) for s in range(count)])  # [T, n, w]
+            stacked = paddle.stack([self.activation(layer, h[s], s) for s in range(count)])  # [T, n, w]
             rows = [t] if layer == last else range(count)
             h = {s: paddle.sum(self.stitches[layer][s].reshape([count, 1, 1]) * stacked, axis=0) for s in rows}
         return h[t]
+
+    def activation(self, layer, x, column):
+        """``a_s^l``: column s's layer l on its input, ReLU but at the last layer with ``last_relu`` False."""
+        a = self.columns[column][layer](x)
+        return F.relu(a) if self.last_relu or layer < len(self.stitches) - 1 else a
 
     def own_shared_parameters(self):
         """Every column, the stitch rows of every layer but the last."""

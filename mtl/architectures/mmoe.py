@@ -3,7 +3,8 @@ Mixture-of-Experts", KDD 2018) and its one-gate baseline.
 
 For task k and its rows' backbone features z (eqs. 6-8 of the paper, with the backbone's z in place of the input x):
     f^k(z) = sum_{i=1..n} g^k(z)_i f_i(z),   g^k(z) = softmax(W_gk z + b_gk),   head_k(tower_k(f^k(z)))
-f_i are n experts shared by every task (MLPs with ReLU), g^k one gate per task that sees only task k's rows.
+f_i are n experts shared by every task (MLPs with ReLU; ``last_relu: false``: their last layer linear), g^k one
+gate per task that sees only task k's rows.
 ``gates: one`` uses a single gate g for every task (the paper's one-gate MoE, "OMoE", eq. 5).
 """
 from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_ints
@@ -16,14 +17,15 @@ class MMoE(Architecture):
     """Experts shared by every task mixed by one softmax gate per task (``gates: task``) or one for all (``one``)."""
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, experts: int = 8, expert_layers=(16,),
-                 gates: str = "task", tower=(), tower_dropout: float = 0.0):
+                 gates: str = "task", last_relu: bool = True, tower=(), tower_dropout: float = 0.0):
         super().__init__(feature_size, tasks, seed, tower, tower_dropout)
         (count,) = positive_ints(experts, "experts")
         if gates not in ("task", "one"):
             raise ConfigError(f"gates must be 'task' (one gate per task, MMoE) or 'one' (one gate for every task, "
                               f"OMoE), got {gates!r}", key="gates")
         self.one_gate = gates == "one"
-        self.experts = ExpertBank(self.rng, count, self.input_size, positive_ints(expert_layers, "expert_layers"))
+        self.experts = ExpertBank(self.rng, count, self.input_size, positive_ints(expert_layers, "expert_layers"),
+                                  last_relu)
         self.gates = self._gates(count)
         self.build_towers(self.experts.output_size)
 

@@ -5,7 +5,8 @@ CGC (one extraction level): task k has m_k experts of its own, every task reads 
 gate mixes only its own and the shared ones (eqs. 2-4 of the paper, with the backbone's z as the input):
     g^k(z) = w^k(z) S^k(z),  w^k(z) = softmax(W_g^k z),  S^k(z) = [E_(k,1)(z), .., E_(k,m_k)(z), E_(s,1)(z), ..]
 PLE stacks N levels (eq. 5): level j's experts of task k read task k's output of level j - 1, its shared experts
-read the shared output of level j - 1, and every level but the last has a shared gate over ALL its experts (every
+read the shared output of level j - 1 (experts: ReLU MLPs, ``last_relu: false`` their last layer linear), and every
+level but the last has a shared gate over ALL its experts (every
 task's and the shared ones) that makes the next level's shared input:
     g^(k,j) = w^(k,j)(g^(k,j-1)) S^(k,j),    g^(s,j) = w^(s,j)(g^(s,j-1)) [E_(1,.)^j, .., E_(T,.)^j, E_(s,.)^j]
     g^(k,0) = g^(s,0) = z;   task k's head reads tower_k(g^(k,N)).
@@ -27,11 +28,11 @@ class ExtractionLevel(paddle.nn.Layer):
     """One level: every task's experts and gate, the shared experts, and (below the last level) the shared gate."""
 
     def __init__(self, rng, tasks: int, in_features: int, task_experts: int, shared_experts: int, widths,
-                 last: bool):
+                 last: bool, last_relu: bool = True):
         super().__init__()
-        self.task_experts = paddle.nn.LayerList([ExpertBank(rng, task_experts, in_features, widths)
+        self.task_experts = paddle.nn.LayerList([ExpertBank(rng, task_experts, in_features, widths, last_relu)
                                                  for _ in range(tasks)])
-        self.shared_experts = ExpertBank(rng, shared_experts, in_features, widths)
+        self.shared_experts = ExpertBank(rng, shared_experts, in_features, widths, last_relu)
         self.task_gates = paddle.nn.LayerList([Gate(rng, in_features, task_experts + shared_experts)
                                                for _ in range(tasks)])
         self.shared_gate = None if last else Gate(rng, in_features, tasks * task_experts + shared_experts)
@@ -55,7 +56,8 @@ class PLE(Architecture):
     """Progressive layered extraction: ``levels`` stacked CGC levels with shared gates between them."""
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, levels: int = 2, task_experts: int = 1,
-                 shared_experts: int = 1, expert_layers=(16,), tower=(), tower_dropout: float = 0.0):
+                 shared_experts: int = 1, expert_layers=(16,), last_relu: bool = True, tower=(),
+                 tower_dropout: float = 0.0):
         super().__init__(feature_size, tasks, seed, tower, tower_dropout)
         (count,) = positive_ints(levels, "levels")
         (own,) = positive_ints(task_experts, "task_experts")
@@ -64,7 +66,8 @@ class PLE(Architecture):
         self.levels = paddle.nn.LayerList()
         width = self.input_size
         for j in range(count):
-            self.levels.append(ExtractionLevel(self.rng, len(self.tasks), width, own, shared, widths, j == count - 1))
+            self.levels.append(ExtractionLevel(self.rng, len(self.tasks), width, own, shared, widths, j == count - 1,
+                                               last_relu))
             width = self.levels[-1].output_size
         self.build_towers(width)
 
@@ -101,6 +104,6 @@ class CGC(PLE):
     """Customized gate control: one extraction level, task experts and shared experts, one gate per task."""
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, task_experts: int = 1, shared_experts: int = 1,
-                 expert_layers=(16,), tower=(), tower_dropout: float = 0.0):
-        super().__init__(feature_size, tasks, seed, 1, task_experts, shared_experts, expert_layers, tower,
+                 expert_layers=(16,), last_relu: bool = True, tower=(), tower_dropout: float = 0.0):
+        super().__init__(feature_size, tasks, seed, 1, task_experts, shared_experts, expert_layers, last_relu, tower,
                          tower_dropout)
