@@ -117,14 +117,16 @@ def train(config, out_dir, seed, sets, threads):
     return None if done.returncode == 0 else f"{' '.join(cmd)}\n{done.stderr[-3000:]}"
 
 
-def embeddings(run_dir, readers, batch_size=256):
-    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights)."""
+def embeddings(run_dir, readers, batch_size=256, embedding_task=None):
+    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights); when
+    the run's architecture gives each task its own embedding, each reader's through its task's (``embedding_task``:
+    one task for every reader instead, e.g. the merged run's)."""
     from mtl.evaluation.evaluator import embed
     from mtl.export import load_run_backbone
 
-    backbone = load_run_backbone(run_dir)[0]
     out = {}
     for name, reader in readers.items():
+        backbone = load_run_backbone(run_dir, task=embedding_task or name)[0]
         features, rest = embed(backbone, reader, batch_size)
         out[name] = (features.numpy().astype(np.float64), np.asarray(rest["label"]).reshape(-1))
     return out
@@ -172,7 +174,7 @@ def score(recipe, run_dir, name):
     readers = recipe.eval_readers
     if name.startswith("alone_"):
         readers = {name[len("alone_"):]: readers[name[len("alone_"):]]}
-    embedded = embeddings(run_dir, readers)
+    embedded = embeddings(run_dir, readers, embedding_task="merged" if name == "merged" else None)
     out = {task: verify(f, lab, recipe.eval_readers[task].max_positive_pairs) for task, (f, lab) in embedded.items()}
     if not name.startswith("alone_"):
         out["all"] = verify_all(embedded, max(r.max_positive_pairs for r in recipe.eval_readers.values()))

@@ -23,12 +23,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "mmoe_synthetic.yaml")
 sys.path.insert(0, ROOT)
-# about the same number of parameters (13-15 thousand): Ma et al.'s sizes as we read them (section 4.3)
-MODELS = {
-    "shared_bottom": {"type": "hard", "bottom": [113], "tower": [8]},
-    "omoe": {"type": "mmoe", "experts": 8, "expert_layers": [16], "gates": "one", "tower": [8]},
-    "mmoe": {"type": "mmoe", "experts": 8, "expert_layers": [16], "tower": [8]},
-}
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from architecture_variants import SYNTHETIC as MODELS  # noqa: E402
 
 
 def overrides(model, correlation, run, steps, out_dir):

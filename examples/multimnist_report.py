@@ -25,19 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "multimnist.yaml")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from architecture_variants import MULTIMNIST as ARCHITECTURES  # noqa: E402
 from bench_weighting import STRATEGIES  # noqa: E402  (the 20 strategies, as the weighting benchmarks name them)
 
-TOWER = "tower: [50], tower_dropout: 0.5"
-ARCHITECTURES = {  # the trunk's 50 features; task layers as wide as LeNet's (fc 50 -> 50)
-    "mmoe": ["architecture={type: mmoe, experts: 4, expert_layers: [50], " + TOWER + "}"],
-    "cgc": ["architecture={type: cgc, task_experts: 2, shared_experts: 2, expert_layers: [50], " + TOWER + "}"],
-    "ple": ["architecture={type: ple, levels: 2, task_experts: 1, shared_experts: 2, expert_layers: [50], "
-            + TOWER + "}"],
-    "cross_stitch": ["architecture={type: cross_stitch, layers: [50]}"],  # the columns are the task layers
-    "hard_bn": ["backbone.batch_norm=true"],
-    "task_norm": ["backbone.batch_norm=true", "architecture={type: task_norm, " + TOWER + "}"],
-    "adapters": ["backbone.batch_norm=true", "architecture={type: adapters, " + TOWER + "}"],
-}
 PAPER = {"single task": (97.23, 95.90), "uniform scaling": (96.46, 94.99), "MGDA-UB": (97.26, 95.90)}
 TASKS = ("left", "right")
 
