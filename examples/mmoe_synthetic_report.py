@@ -38,8 +38,10 @@ def overrides(model, correlation, run, steps, out_dir):
 
 def curve(out_dir, tasks):
     """(eval steps, mean over tasks of the MSE at each) of a finished run (its eval.jsonl and final summary)."""
-    with open(os.path.join(out_dir, "eval.jsonl")) as f:
-        records = [json.loads(line) for line in f]
+    path, records = os.path.join(out_dir, "eval.jsonl"), []
+    if os.path.isfile(path):  # none in a run shorter than eval.every
+        with open(path) as f:
+            records = [json.loads(line) for line in f]
     with open(os.path.join(out_dir, "summary.json")) as f:
         summary = json.load(f)
     steps = [r["step"] for r in records] + [summary["steps"]]
