@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
@@ -105,3 +106,38 @@ def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_pa
     assert all(len(info["joint"]) == 1 and 0 <= info["joint"][0] <= 1 for info in report["datasets"].values())
     job = json.load(open(tmp_path / "f" / "seed0" / "joint" / "job.json"))
     assert job["architecture"]["type"] == "mmoe"
+
+
+def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
+    """Paired differences against twice their standard error, the widest interquartile range, faces' wins and mean
+    gap: on numbers made up so that each verdict is known."""
+    sys.path.insert(0, EXAMPLES)
+    import architectures_report
+
+    runs = np.arange(20)
+    base = 1.0 + 0.1 * np.sin(runs)  # the same data in every run: the pair differences are what counts
+    cells = {"0.5": {"shared_bottom": base * 1.5, "omoe": base * 1.2, "mmoe": base},
+             "1.0": {"shared_bottom": base + 0.3 * np.cos(runs), "omoe": base + 0.001 * (-1) ** runs, "mmoe": base}}
+    synthetic = {"runs": 20, "steps": [1], "cells": {p: {m: {"final": list(v), "curves": [[x] for x in v]}
+                                                         for m, v in c.items()} for p, c in cells.items()}}
+    (tmp_path / "s.json").write_text(json.dumps(synthetic))
+    alone = {"a": [0.8, 0.82], "b": [0.7, 0.7], "c": [0.9, 0.9]}
+    faces_hard = {"datasets": {d: {"joint": [v[0] - 0.01] * 2, "alone": v} for d, v in alone.items()}}
+    faces_norm = {"datasets": {"a": {"joint": [0.83, 0.83]}, "b": {"joint": [0.69, 0.71]},
+                               "c": {"joint": [0.89, 0.89]}}}
+    (tmp_path / "h.json").write_text(json.dumps(faces_hard))
+    (tmp_path / "n.json").write_text(json.dumps(faces_norm))
+    doc = tmp_path / "doc.md"
+    doc.write_text("before\n<!-- architectures-tables -->\nold\n<!-- /architectures-tables -->\nafter\n")
+    content = architectures_report.main(["--synthetic", str(tmp_path / "s.json"), "--faces",
+                                         f"hard={tmp_path / 'h.json'}", f"task_norm={tmp_path / 'n.json'}",
+                                         "--write", str(doc)])
+    low, high = content["synthetic"]["0.5"], content["synthetic"]["1.0"]
+    assert low["mmoe_below_shared_bottom"] and not low["mmoe_equals_omoe"] and low["widest"] == "shared_bottom"
+    assert high["mmoe_equals_omoe"] and high["widest"] == "shared_bottom"
+    assert content["faces"]["hard"]["wins"] == 0  # every joint 0.01 below the first seed's alone
+    assert content["faces"]["task_norm"]["wins"] == 2  # a: 0.83 >= 0.81, b: 0.70 >= 0.70
+    assert abs(content["faces"]["task_norm"]["mean_gap"] - np.mean([0.02, 0.0, -0.01])) < 1e-12
+    text = doc.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "| mean" in text and "joint, task_norm" in text
