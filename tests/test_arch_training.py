@@ -11,6 +11,7 @@ import os
 import numpy as np
 import paddle
 import pytest
+import yaml
 
 from tests import hard_reference
 from tests.dist_scripts import architectures_all
@@ -153,3 +154,34 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
     for task, words in ((None, "name the task to embed for (--task)"), ("nope", "task 'nope' is not one of them")):
         with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
             export(run, str(tmp_path / "bad"), task=task)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cross_stitch_graddrop", "task_norm"])
+def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
+    """The 20 strategies of the weighting benchmarks, 3 steps each, on an architecture whose shared and task
+    parameters interleave (cross-stitch) and on one with task layers inside the backbone: finite losses, and every
+    shared and task parameter updated."""
+    import sys
+
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from bench_weighting import STRATEGIES
+
+    for strategy, spec in STRATEGIES.items():
+        raw = architectures_all.job(str(tmp_path / strategy), name, 3)
+        raw["weighting"] = yaml.safe_load(spec)  # "{type: mgda, representation: true}"
+        raw["optimizer"]["weight_decay"] = 0.0  # a parameter moves only if its gradient did
+        job = build_job(load_job(data=raw), announce_plan=False)
+        before = {id(p): p.numpy().copy() for p in job.model.parameters()}
+        Trainer(job, console=lambda *a: None, overwrite=True).run()
+        losses = [r["loss"] for r in records(str(tmp_path), strategy)]
+        assert len(losses) == 3 and all(np.isfinite(losses)), strategy
+        model = job.model
+        moved = [p for p in model.shared_parameters() + model.architecture.task_parameters("soft3", model.backbone)
+                 if not np.array_equal(before[id(p)], p.numpy())]
+        assert len(moved) == len(model.shared_parameters()) + len(
+            model.architecture.task_parameters("soft3", model.backbone)), strategy
