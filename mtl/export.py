@@ -79,7 +79,8 @@ def _run_architecture(cfg, backbone, task):
     names = [t["name"] for t in cfg["tasks"]]
     if task not in names:
         kind = architecture_config(cfg)["type"]
-        what = f"task '{task}' is not one of them" if task is not None else "name the task to embed for (--task)"
+        what = f"task '{task}' is not one of them" if task is not None else \
+            "name the task to embed for (mtl export RUN OUT --task NAME; mtl eval and mtl embed read such an export)"
         raise ConfigError(f"the run's architecture '{kind}' gives each task its own embedding ({', '.join(names)}): "
                           f"{what}")
     return architecture

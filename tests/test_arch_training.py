@@ -151,7 +151,8 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
         assert meta["feature_size"] == expected.shape[1] == job.model.architecture.output_size
     others = load_run_backbone(run, task="arc7")[0]({"image": paddle.to_tensor(images)}).numpy()
     assert not np.allclose(others, expected)  # each task its own embedding
-    for task, words in ((None, "name the task to embed for (--task)"), ("nope", "task 'nope' is not one of them")):
+    for task, words in ((None, "name the task to embed for (mtl export RUN OUT --task NAME"),
+                        ("nope", "task 'nope' is not one of them")):
         with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
             export(run, str(tmp_path / "bad"), task=task)
 
