@@ -186,3 +186,14 @@ def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
                  if not np.array_equal(before[id(p)], p.numpy())]
         assert len(moved) == len(model.shared_parameters()) + len(
             model.architecture.task_parameters("soft3", model.backbone)), strategy
+
+
+def test_overlap_refuses_a_run_whose_tasks_embed_apart(tmp_path):
+    """mtl overlap compares class centres of several tasks in one embedding: a run with per-task embeddings is one
+    sentence, not a comparison across spaces."""
+    from mtl.commands.overlap import load_run
+    from mtl.errors import ConfigError
+
+    _, run = _train(tmp_path, "mmoe", {"type": "mmoe", "experts": 2, "expert_layers": [8]})
+    with pytest.raises(ConfigError, match="gives each task its own"):
+        load_run(run)

@@ -72,6 +72,9 @@ def load_run(run_dir: str):
         raise ConfigError(f"'{run_dir}' has no complete checkpoint (the run did not finish a save)")
     registry.load_all(cfg.get("plugin_folders", []))
     job = build_job(cfg, announce_plan=False)
+    if not job.model.architecture.is_identity:  # each task's centres live in its own embedding: nothing to compare
+        raise ConfigError(f"'{run_dir}': mtl overlap compares the tasks' class centres in one shared embedding, but "
+                          f"the run's architecture '{job.model.architecture.registered_name}' gives each task its own")
     averaged = os.path.isfile(os.path.join(ckpt, "backbone.averaged.pdparams"))
     weights = "backbone.averaged.pdparams" if averaged else "backbone.pdparams"
     job.backbone.set_state_dict(paddle.load(os.path.join(ckpt, weights)))
