@@ -28,9 +28,10 @@ setup(
         "matplotlib==3.11.2",
         "pillow==13.0.0",
         "opencv-python-headless==5.0.0.93",
+        "tokenizers==0.23.3",  # the subword tokenizer of the text encoders (mtl.text.tokenizer)
     ],
     extras_require={"cpu": ["paddlepaddle==3.3.1"],  # the GPU build comes from Paddle's CUDA index: the Makefile
-                    "test": ["pytest==9.2.0", "ruff==0.17.6", "scipy==1.17.1"],
+                    "test": ["pytest==9.2.0", "ruff==0.17.6", "scipy==1.17.1", "hypothesis==6.170.17"],
                     # the same pins as requirements-extras.txt: ONNX export and VisualDL scalars
                     "ecosystem": ["paddle2onnx==2.1.0", "onnx==1.17.0", "onnxruntime==1.32.0", "visualdl==2.5.3"]},
     entry_points={"console_scripts": ["mtl=mtl.cli:main"]},

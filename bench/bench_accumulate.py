@@ -47,6 +47,7 @@ def worker(backbone, batch, accumulate, steps):
     from mtl.data.steps import StepDataset
     from mtl.job import build_job
     from mtl.train.memory_plan import plan_job
+    from mtl.train.step import as_tensors
     from mtl.train.trainer import Trainer
 
     cfg = job(backbone, batch, accumulate, tempfile.mkdtemp(prefix="bench_acc_"))
@@ -57,7 +58,7 @@ def worker(backbone, batch, accumulate, steps):
     before = peak_rss()
     times = []
     for step in range(steps + 1):
-        batch_tensors = trainer._to_tensors(data[step])
+        batch_tensors = as_tensors(data[step])  # outside the timing, as the DataLoader does it
         started = time.perf_counter()
         trainer.train_step(batch_tensors, step)
         times.append(time.perf_counter() - started)

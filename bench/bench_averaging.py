@@ -3,8 +3,8 @@
 An iresnet-sized parameter set (~20M float32 in conv-like and fc-like tensors; ~1M with ``--quick``) is trained by
 plain SGD. Each variant runs in its own fresh process (so resident-memory deltas are its own):
   none:            SGD step only (the baseline);
-  ours-device:     + ``mtl.train.averaging.ModelAverage`` (sums next to the parameters);
-  ours-offload:    + ``mtl.train.averaging.ModelAverage(offload="cpu")`` (sums and restore copy in host memory);
+  ours-device:     + ``mtl.train.averaging.WindowAverage`` (sums next to the parameters);
+  ours-offload:    + ``mtl.train.averaging.WindowAverage(offload="cpu")`` (sums and restore copy in host memory);
   ours-ema:        + ``mtl.train.averaging.EMA``;
   paddle:          + ``paddle.incubate.ModelAverage``.
 Reported: median step time (SGD + averager), the averager's part of it, and the step's ratio to SGD steps timed

@@ -16,10 +16,11 @@ memory that matters on the CPU build; on GPU read ``gpu_peak_bytes`` in the work
     .venv/bin/python bench/bench_margin_head.py [--quick] [--rounds N]
     .venv/bin/python bench/bench_margin_head.py --memory-classes 20000000 [--sample-ratio 0.1] [--steps 3]
 
-``--memory-classes C`` runs only the large-class case (issue 14.5): one process, Partial FC, ``--steps`` steps;
-it prints the step time, the head's peak resident memory (peak RSS over the steps - RSS before the head), bytes per
-class, and the memory plan of the same head (``mtl.train.memory_plan``) with measured / planned. When the plan does
-not fit the host RAM available it says so and does not run (as ``mtl train`` would refuse the job).
+``--memory-classes C`` runs only the large-class case (the 20M-class figure): one process, Partial FC,
+``--steps`` steps; it prints the step time, the head's peak resident memory (peak RSS over the steps - RSS before the
+head), bytes per class, and the memory plan of the same head (``mtl.train.memory_plan``) with measured / planned.
+When the plan does not fit the host RAM available it says so and does not run (as ``mtl train`` would refuse the
+job).
 """
 import argparse
 import json

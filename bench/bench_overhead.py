@@ -21,6 +21,7 @@ from tabulate import tabulate  # noqa: E402
 
 from mtl.config.loading import load_job  # noqa: E402
 from mtl.job import build_job  # noqa: E402
+from mtl.train.step import as_tensors  # noqa: E402
 from mtl.train.trainer import Trainer  # noqa: E402
 
 
@@ -101,11 +102,11 @@ def main():
     raw = ds[0]
     raw = {t: {"image": rng.randn(len(v["label"]), 1, 32, 32).astype("float32"), "label": v["label"]}
            for t, v in raw.items()}
-    batch = trainer._to_tensors(raw)
+    batch = as_tensors(raw)  # once, as the DataLoader hands tensors to the trainer
     sizes = {t: int(v["label"].shape[0]) for t, v in batch.items()}
     margins = (1.0, 0.3, 0.0)
     # same math check: the first step's total loss from both sides
-    first_toolkit = float(trainer.train_step(batch)[0])
+    first_toolkit = trainer.train_step(batch).total(toolkit.model.loss_weights)
     first_reference = float(reference_step(reference.model, sizes, batch, opt, sched, margins, 32.0))
     for _ in range(3):  # warm-up
         trainer.train_step(batch)

@@ -90,8 +90,8 @@ def alone_figures(args):
                "--no-baselines", "--seeds", *map(str, args.seeds), "--jobs", str(args.jobs), "--out",
                os.path.join(args.out, "alone"), "--json", path] + (["--steps", str(args.steps)] if args.steps else [])
         subprocess.run(cmd, check=True, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True)
-    datasets = json.load(open(path))["datasets"]
-    return {seed: {t: v["alone"][i] for t, v in datasets.items()} for i, seed in enumerate(args.seeds)}
+    datasets = json.load(open(path))["arms"]["alone"]["datasets"]
+    return {seed: {t: v[i] for t, v in datasets.items()} for i, seed in enumerate(args.seeds)}
 
 
 def delta_m(joint, alone):

@@ -1,33 +1,45 @@
-"""Open-set face verification report of a multi-dataset recipe: joint, each dataset alone, one merged head, and the
-classic baselines, on the held-out people of every dataset.
+"""Open-set face verification report of a multi-dataset recipe: arms of training on several face datasets, scored on
+the held-out people of every dataset, one dataset at a time and all people together.
 
-    python examples/faces_report.py [--config examples/configs/faces_six.yaml] [--seeds 0 1 2] [--json FILE]
-        [--out runs/faces_report] [--jobs 2] [--steps N] [--set KEY=VALUE ...] [--task-set KEY=VALUE ...]
-        [--only joint alone merged] [--no-baselines]
+    python examples/faces_report.py [--config examples/configs/faces_six.yaml] [--arms ARM,...] [--seeds 0 1 2]
+        [--json FILE] [--plot FILE] [--out runs/faces_report] [--jobs 2] [--steps N] [--set KEY=VALUE ...]
+        [--task-set KEY=VALUE ...] [--no-baselines] [--overlap] [--shared-labels] [--only joint alone merged]
 
-The identity tasks of the config are those whose evaluation split is open-set (``holdout_classes``: people no head
-trains on). For every seed it trains, each in its own process:
+Arms (``examples/faces_arms.py`` says what each trains and how it samples): ``separate``, ``merged``, ``cross`` on
+the six datasets as they are (the default there); ``naive``, ``oracle``, ``separate``, ``dropout``, ``cross``,
+``cross_oracle`` on the overlap benchmark (``tools/make_overlap_benchmark.py``: a ``benchmark.json`` beside the
+config; the default there); ``alone``. ``dropout`` and the ``cross`` arms set the job key ``cross_negatives``; a
+config whose schema lacks it fails, in one line, before anything trains. ``--only joint alone merged`` (the former
+report) is ``--arms separate,alone,merged``. Every run trains in its own process, ``--jobs`` at a time; a line per
+run says which of how many, the time so far and the time left (estimated).
 
-* **joint**: the config as it is (every task, one backbone);
-* **alone**: each identity task by itself, derived from the config: same backbone, the task's per-step sub-batch of
-  the joint job, same steps, optimizer and seed;
-* **merged**: the identity tasks replaced by one task whose ``concat`` reader merges their training people into one
-  label space (the de-duplicated alternative: it assumes no person is in two datasets), one head with the first
-  identity task's head settings, the identity tasks' summed sub-batch; other tasks kept.
+Scores, on the held-out people, by each run's backbone (averaged weights when the run averaged):
 
-Every run is scored the same way: its backbone (averaged weights when the run averaged) embeds each identity task's
-held-out people; verification on all their positive pairs (up to the reader's ``max_positive_pairs``) and as many
-negative pairs, 10 folds. "all" verifies the held-out people of every dataset together (cross-dataset negatives).
-Baselines on the same pairs, fitted on the dataset's own training people (augmentation off, the task's own
-preprocessing): raw pixels, PCA (95 % of the variance) and Fisherfaces (PCA + LDA). ``--json`` writes
-``{"seeds", "datasets": {TASK: {"joint", "alone", "merged": [per seed], "pixels", "pca", "fisherfaces"}},
-"all": {"joint", "merged"}}``. A variant config (other lists, other held-out people) runs with ``--config``.
+* ``datasets``: per dataset, verification on its held-out people as before (all positive pairs up to the reader's
+  ``max_positive_pairs``, as many negatives, 10 folds);
+* ``all``: every pair of every held-out image of every dataset (:mod:`mtl.evaluation.all_pairs`: persons capped at
+  20 images by weight, 10-fold balanced accuracy, TAR at FAR 1e-2 and 1e-3);
+* ``cross_condition``: the TAR, at the all-people FAR 1e-3 threshold, of positive pairs whose two images lie on
+  opposite sides of the benchmark's split condition (light side on Extended Yale B, halves of a person's images
+  elsewhere);
+* ``duplicates`` (on the benchmark, or with ``--overlap``): the estimated same-person pairs of the ``cross`` run (its
+  ``same_person.json``, else ``mtl overlap``'s calibrated decision on it) or, without ``cross``, of the ``separate``
+  run (``mtl overlap``), against the true pairs (``duplicates.json``; ``--shared-labels``: equal data labels of two
+  tasks are one person; else none): precision and recall.
+
+Baselines (raw pixels, PCA, Fisherfaces) are fitted on each evaluated task's own training people (on the benchmark:
+source A's). ``--json`` writes ``{"config", "seeds", "arms": {ARM: {"all": {"accuracy", "tar_far_1e-2",
+"tar_far_1e-3"}, "cross_condition", "datasets": {DATASET: [per seed]}}}, "duplicates": {"precision", "recall", ...},
+"sampling": {ARM: {DATASET: images per step}}, "baselines": {DATASET: {"pixels", "pca", "fisherfaces"}}}``; the plot
+(``--plot``, default ``OUT/roc_all_people.png``) is the all-people ROC of the arms (mean TAR over seeds, log FAR).
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,12 +48,11 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "faces_six.yaml")
 sys.path.insert(0, ROOT)
-KINDS = ("joint", "alone", "merged")
 
+from examples import faces_arms  # noqa: E402
+from examples.faces_arms import ARMS, LEGACY, MERGED, ORACLE, Benchmark, Recipe, task_overrides  # noqa: E402
 
-def task_overrides(task_sets, count):
-    """``tasks.N.KEY=VALUE`` for every task N < count and every ``KEY=VALUE`` of ``task_sets``."""
-    return [f"tasks.{n}.{item}" for n in range(count) for item in task_sets]
+PLOT_FARS = np.logspace(-4, 0, 121)
 
 
 def load_cfg(config, sets=(), task_sets=()):
@@ -52,58 +63,31 @@ def load_cfg(config, sets=(), task_sets=()):
     return load_job(config, list(sets) + task_overrides(task_sets, count))
 
 
-class Recipe:
-    """What the report derives from the config: identity tasks, their readers, sub-batches, the merged task."""
+def duration(seconds) -> str:
+    """``1h02m``, ``3m05s`` or ``12s``."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
-    def __init__(self, cfg):
-        from mtl import registry
-        from mtl.commands.compare import sub_batches
-        from mtl.job import build_reader, reader_context
 
-        self.cfg = cfg
-        from mtl.backbones.base import constructor_config
+class Progress:
+    """One line per finished item: which of how many, its time, the time so far and the time left (estimated from
+    the mean so far); safe to call from several threads."""
 
-        backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
-        context = reader_context(registry.build("backbone", backbone_cfg, cfg["source"], "backbone"))
-        self.eval_readers, self.train_readers = {}, {}
-        for task in cfg["tasks"]:
-            if not (task["eval"]["enabled"] and task["eval"]["split"]):
-                continue
-            reader = build_reader(task, dict(task["eval"]["reader"]), context)
-            if reader.open_set:
-                self.eval_readers[task["name"]] = reader
-                self.train_readers[task["name"]] = build_reader(task, None, context)
-                self.train_readers[task["name"]].set_augmentation(False)
-        if not self.eval_readers:
-            raise SystemExit(f"error: {cfg['source']}: no task has held-out people (reader holdout_classes and an "
-                             "evaluation split): nothing to verify")
-        self.identity = [t for t in cfg["tasks"] if t["name"] in self.eval_readers]
-        self.sub_batch = sub_batches(cfg)
+    def __init__(self, what, total):
+        self.what, self.total, self.done = what, total, 0
+        self.start = time.time()
+        self.lock = threading.Lock()
 
-    def merged_task(self) -> dict:
-        """The merged identity task as a task mapping (reader paths already absolute)."""
-        first = self.identity[0]
-        return {"name": "merged", "reader": {"type": "concat", "readers": [t["reader"] for t in self.identity]},
-                "head": first["head"], "ratio": float(sum(t["ratio"] for t in self.identity)),
-                "eval": {"split": False}}
-
-    def runs(self, kinds, task_sets=()):
-        """``[(name, overrides)]`` of the runs of one seed (``name``: joint, alone_TASK or merged); ``task_sets`` are
-        applied to every task of a run but the merged one (whose file is written with them)."""
-        out = []
-        if "joint" in kinds:
-            out.append(("joint", task_overrides(task_sets, len(self.cfg["tasks"]))))
-        if "alone" in kinds:
-            out += [(f"alone_{t['name']}", [f"tasks=[{t['source']}]",
-                                            f"schedule.batch_size={self.sub_batch[t['name']]}",
-                                            *task_overrides(task_sets, 1)]) for t in self.identity]
-        if "merged" in kinds:
-            others = [t for t in self.cfg["tasks"] if t["name"] not in self.eval_readers]
-            size = sum(self.sub_batch[t["name"]] for t in self.cfg["tasks"])
-            sets = [f"tasks.{n + 1}.{item}" for n in range(len(others)) for item in task_sets]
-            out.append(("merged", [f"tasks=[MERGED{''.join(', ' + t['source'] for t in others)}]",
-                                   f"schedule.batch_size={size}", *sets]))
-        return out
+    def finished(self, text, began):
+        """Print the line of an item that started at ``began``."""
+        with self.lock:
+            self.done += 1
+            elapsed = time.time() - self.start
+            left = elapsed / self.done * (self.total - self.done)
+            print(f"[{self.what} {self.done}/{self.total}] {text} ({duration(time.time() - began)}); elapsed "
+                  f"{duration(elapsed)}, about {duration(left)} left", flush=True)
 
 
 def train(config, out_dir, seed, sets, threads):
@@ -117,16 +101,74 @@ def train(config, out_dir, seed, sets, threads):
     return None if done.returncode == 0 else f"{' '.join(cmd)}\n{done.stderr[-3000:]}"
 
 
-def embeddings(run_dir, readers, batch_size=256, embedding_task=None):
-    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights); when
-    the run's architecture gives each task its own embedding, each reader's through its task's (``embedding_task``:
-    one task for every reader instead, e.g. the merged run's)."""
-    from mtl.evaluation.evaluator import embed
-    from mtl.export import load_run_backbone
+def plan(args, recipe, arms):
+    """``[(seed, arm, run name, run folder, overrides)]`` of every run; writes the merged and oracle task files and
+    loads every arm's config once, so that a bad arm fails before anything trains."""
+    from mtl.config.loading import load_job
+    from mtl.errors import MtlError
 
+    os.makedirs(args.out, exist_ok=True)
+    files = {MERGED: ("merged_task.yaml", recipe.merged_task), ORACLE: ("oracle_task.yaml", recipe.oracle_task)}
+    for placeholder, (name, make) in list(files.items()):
+        if placeholder == ORACLE and "oracle" not in arms:
+            continue
+        path = os.path.join(os.path.abspath(args.out), name)
+        with open(path, "w") as f:
+            yaml.safe_dump(make(), f, sort_keys=False)
+        files[placeholder] = path
+    steps = [] if args.steps is None else [f"schedule.steps={args.steps}"]
+    runs = []
+    for arm in arms:
+        for name, overrides in recipe.runs(arm, args.task_set):
+            for placeholder, path in files.items():
+                overrides = [o.replace(placeholder, str(path)) for o in overrides]
+            sets = [*args.set, *steps, *overrides]
+            try:
+                load_job(args.config, sets)
+            except MtlError as exc:
+                raise SystemExit(f"error: arm '{arm}' (run {name}): {exc}") from None
+            runs += [(seed, arm, name, os.path.join(args.out, f"seed{seed}", name), sets) for seed in args.seeds]
+    return sorted(runs, key=lambda r: args.seeds.index(r[0]))
+
+
+def train_all(args, runs):
+    """Train every run (``args.jobs`` at a time), a progress line per run."""
+    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
+    progress = Progress("train", len(runs))
+    print(f"training {len(runs)} runs, {args.jobs} at a time", flush=True)
+
+    def one(item):
+        seed, _, name, out_dir, sets = item
+        began = time.time()
+        failure = train(args.config, out_dir, seed, sets, threads)
+        progress.finished(f"seed {seed} {name}" + (": FAILED" if failure else ""), began)
+        return failure
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        failures = [f for f in pool.map(one, runs) if f]
+    if failures:
+        sys.exit("training failed:\n" + failures[0])
+
+
+def embeddings(run_dir, readers, batch_size=256):
+    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights); when
+    the run's architecture gives each task its own embedding, each reader's through its task's (a merged run's one
+    task for every reader)."""
+    from mtl.architectures.base import TaskEmbedder
+    from mtl.evaluation.evaluator import embed
+    from mtl.inference import open_run
+
+    run = open_run(run_dir)
+    tasks = [t["name"] for t in run.cfg["tasks"]]
+    built = {}
     out = {}
     for name, reader in readers.items():
-        backbone = load_run_backbone(run_dir, task=embedding_task or name)[0]
+        task = name if name in tasks else tasks[0] if len(tasks) == 1 else None
+        if task not in built:
+            built[task] = run.backbone(task)
+        backbone = built[task]
+        if not isinstance(backbone, TaskEmbedder):  # one embedding for every task: built once
+            built = {key: backbone for key in [*tasks, None]}
         features, rest = embed(backbone, reader, batch_size)
         out[name] = (features.numpy().astype(np.float64), np.asarray(rest["label"]).reshape(-1))
     return out
@@ -139,18 +181,87 @@ def verify(features, labels, cap):
     return float(open_set_verification(features, labels, cap, seed=0)["verification_accuracy"])
 
 
-def verify_all(embedded, cap):
-    """Verification over the held-out people of every dataset together (labels kept apart per dataset)."""
-    features, labels, offset = [], [], 0
-    for feats, lab in embedded.values():
+def all_people_of(recipe, embedded):
+    """:func:`mtl.evaluation.all_pairs.all_people` of the held-out people of every task together (labels kept apart
+    per task, condition sides where known)."""
+    from mtl.evaluation.all_pairs import all_people
+
+    features, labels, sides, offset = [], [], [], 0
+    for task, (feats, lab) in embedded.items():
         features.append(feats)
         labels.append(lab + offset)
         offset += int(lab.max()) + 1
-    return verify(np.concatenate(features), np.concatenate(labels), cap)
+        known = recipe.sides[task]
+        sides.append(np.full(len(lab), -1) if known is None else known)
+    return all_people(np.concatenate(features), np.concatenate(labels), np.concatenate(sides), plot_fars=PLOT_FARS)
+
+
+def score(recipe, run_dir, name):
+    """``{"datasets": {dataset: accuracy}, "all": all-people figures or None}`` of one finished run."""
+    readers = recipe.eval_readers
+    if name.startswith("alone_"):
+        readers = {name[len("alone_"):]: readers[name[len("alone_"):]]}
+    embedded = embeddings(run_dir, readers)
+    datasets = {recipe.dataset[task]: verify(f, lab, recipe.eval_readers[task].max_positive_pairs)
+                for task, (f, lab) in embedded.items()}
+    return {"datasets": datasets, "all": None if name.startswith("alone_") else all_people_of(recipe, embedded)}
+
+
+def collect_arms(args, recipe, arms, runs):
+    """``{arm: {"all", "cross_condition", "datasets", "roc"}}`` of the finished runs (a progress line per run)."""
+    out = {arm: {"all": {"accuracy": [], "tar_far_1e-2": [], "tar_far_1e-3": []}, "cross_condition": [],
+                 "datasets": {recipe.dataset[t]: [] for t in recipe.eval_readers}, "roc": []} for arm in arms}
+    progress = Progress("score", len(runs))
+    for seed, arm, name, out_dir, _ in runs:
+        began = time.time()
+        scores = score(recipe, out_dir, name)
+        for dataset, value in scores["datasets"].items():
+            out[arm]["datasets"][dataset].append(value)
+        if scores["all"] is not None:
+            for key in out[arm]["all"]:
+                out[arm]["all"][key].append(scores["all"][key])
+            out[arm]["cross_condition"].append(scores["all"]["cross_condition"])
+            out[arm]["roc"].append(scores["all"]["roc"])
+        progress.finished(f"seed {seed} {name}", began)
+    return out
+
+
+def estimated_pairs(run_dir):
+    """``(pairs, how)``: the run's online mask (``same_person.json``) or ``mtl overlap``'s calibrated decision."""
+    from mtl.commands import overlap
+    from mtl.evaluation.duplicates import read_pairs
+
+    path = os.path.join(run_dir, "same_person.json")
+    if os.path.isfile(path):
+        return read_pairs(path), "same_person.json"
+    _, _, found, decision = overlap.decide(run_dir)
+    return found, f"mtl overlap (threshold {decision['threshold']:.3f})"
+
+
+def duplicates_of(args, recipe, arms, runs):
+    """Precision and recall of the estimated duplicates per seed (None when there is nothing to compare)."""
+    from mtl.evaluation.duplicates import duplicate_scores
+
+    truth = recipe.true_pairs(args.shared_labels)
+    arm = next((a for a in ("cross", "separate") if a in arms), None)
+    if arm is None or (truth is None and not args.overlap):
+        return None
+    out = {"arm": arm, "from": [], "pairs": [], "correct": [], "true": None, "precision": [], "recall": []}
+    for _, run_arm, _, out_dir, _ in runs:
+        if run_arm == arm:
+            found, how = estimated_pairs(out_dir)
+            scores = duplicate_scores(found, truth if truth is not None else [])
+            if truth is None:  # nothing known: only the count of pairs found
+                scores.update(correct=None, precision=None, recall=None, true=None)
+            out["from"].append(how)
+            for key in ("pairs", "correct", "precision", "recall"):
+                out[key].append(scores[key])
+            out["true"] = scores["true"]
+    return out
 
 
 def classic_baselines(recipe):
-    """``{task: {"pixels", "pca", "fisherfaces": accuracy}}`` on each dataset's held-out people."""
+    """``{dataset: {"pixels", "pca", "fisherfaces": accuracy}}`` on each dataset's held-out people."""
     from mtl.data.steps import iterate_eval
     from mtl.evaluation.baselines import BASELINES
 
@@ -162,125 +273,102 @@ def classic_baselines(recipe):
     for name, eval_reader in recipe.eval_readers.items():
         train_x, train_y = images(recipe.train_readers[name])
         test_x, test_y = images(eval_reader)
-        out[name] = {}
-        for kind, cls in BASELINES.items():
-            model = cls().fit(train_x, train_y)
-            out[name][kind] = verify(model.transform(test_x), test_y.reshape(-1), eval_reader.max_positive_pairs)
+        out[recipe.dataset[name]] = {kind: verify(cls().fit(train_x, train_y).transform(test_x), test_y.reshape(-1),
+                                                  eval_reader.max_positive_pairs) for kind, cls in BASELINES.items()}
     return out
 
 
-def score(recipe, run_dir, name):
-    """``{task: accuracy}`` (and ``"all"`` for joint and merged runs) of one finished run."""
-    readers = recipe.eval_readers
-    if name.startswith("alone_"):
-        readers = {name[len("alone_"):]: readers[name[len("alone_"):]]}
-    embedded = embeddings(run_dir, readers, embedding_task="merged" if name == "merged" else None)
-    out = {task: verify(f, lab, recipe.eval_readers[task].max_positive_pairs) for task, (f, lab) in embedded.items()}
-    if not name.startswith("alone_"):
-        out["all"] = verify_all(embedded, max(r.max_positive_pairs for r in recipe.eval_readers.values()))
-    return out
+def cell(values):
+    """``mean ± std`` over seeds (empty for no value)."""
+    values = [v for v in values if v is not None]
+    return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if values else ""
 
 
-def run_all(args, recipe):
-    """Train every run of every seed (``args.jobs`` at a time); return ``{seed: {run name: run folder}}``."""
-    os.makedirs(args.out, exist_ok=True)
-    merged_file = os.path.join(os.path.abspath(args.out), "merged_task.yaml")
-    with open(merged_file, "w") as f:
-        yaml.safe_dump(recipe.merged_task(), f, sort_keys=False)
-    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
-    steps = [] if args.steps is None else [f"schedule.steps={args.steps}"]
-    todo = [(seed, name, os.path.join(args.out, f"seed{seed}", name),
-             [*args.set, *steps, *(o.replace("MERGED", merged_file) for o in overrides)])
-            for seed in args.seeds for name, overrides in recipe.runs(args.only, args.task_set)]
-
-    def one(item):
-        seed, name, out_dir, sets = item
-        print(f"seed {seed}: {name}", flush=True)
-        return train(args.config, out_dir, seed, sets, threads)
-
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        failures = [f for f in pool.map(one, todo) if f]
-    if failures:
-        sys.exit("training failed:\n" + failures[0])
-    return [(seed, name, out_dir) for seed, name, out_dir, _ in todo]
-
-
-def overlap_of(run_dir, shared_labels):
-    """``mtl overlap``'s calibrated decision on a joint run: pairs found and, with ``shared_labels`` (equal data
-    labels of two tasks are the same person, as in the ORL overlap case), how many are right, precision and recall."""
-    from mtl.commands import overlap
-
-    job, _, found, decision = overlap.decide(run_dir)
-    out = {"pairs": len(found), "threshold": round(decision["threshold"], 4)}
-    if shared_labels:
-        person = {t.name: t.reader.class_labels for t in overlap.class_label_tasks(job)}
-        names = list(person)
-        truth = sum(len(np.intersect1d(person[a], person[b])) for i, a in enumerate(names) for b in names[i + 1:])
-        correct = sum(person[m["task_a"]][m["class_a"]] == person[m["task_b"]][m["class_b"]] for m in found)
-        out.update(correct=int(correct), shared=int(truth), precision=float(correct / len(found)) if found else 1.0,
-                   recall=float(correct / truth) if truth else 1.0)
-    return out
-
-
-def collect(args, recipe, finished, baselines):
-    """The report's JSON content from the finished runs and the baselines."""
-    datasets = {task: {kind: [] for kind in args.only} for task in recipe.eval_readers}
-    everything = {kind: [] for kind in args.only if kind != "alone"}
-    for seed in args.seeds:
-        for _, name, out_dir in (f for f in finished if f[0] == seed):
-            scores = score(recipe, out_dir, name)
-            kind = "alone" if name.startswith("alone_") else name
-            for task, value in scores.items():
-                (everything[kind] if task == "all" else datasets[task][kind]).append(value)
-    for task, values in baselines.items():
-        datasets[task].update(values)
-    result = {"config": os.path.relpath(args.config, ROOT), "seeds": args.seeds, "datasets": datasets,
-              "all": everything}
-    if args.overlap or args.shared_labels:
-        result["overlap"] = [dict(seed=seed, **overlap_of(out_dir, args.shared_labels))
-                             for seed, name, out_dir in finished if name == "joint"]
-    return result
-
-
-def table(result):
-    """The report as a GitHub table: mean (std) over seeds per dataset and method, plus the means."""
+def tables(result) -> str:
+    """Per-dataset, all-people and sampling tables (GitHub), and the duplicates line."""
     from tabulate import tabulate
 
-    def cell(values):
-        if isinstance(values, list):
-            return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if values else ""
-        return f"{values:.4f}"
-
-    datasets = result["datasets"]
-    methods = list(next(iter(datasets.values())))
-    rows = [[task] + [cell(info[m]) for m in methods] for task, info in datasets.items()]
-    means = [float(np.mean([np.mean(info[m]) for info in datasets.values()])) for m in methods]
+    arms, datasets = result["arms"], next(iter(result["arms"].values()))["datasets"]
+    base = result.get("baselines", {})
+    kinds = list(next(iter(base.values()))) if base else []
+    rows = [[d] + [cell(arms[a]["datasets"][d]) for a in arms] + [f"{base[d][k]:.4f}" for k in kinds]
+            for d in datasets]
+    means = [np.mean([np.mean(arms[a]["datasets"][d]) for d in datasets]) for a in arms]
+    means += [np.mean([base[d][k] for d in datasets]) for k in kinds]
     rows.append(["mean"] + [f"{v:.4f}" for v in means])
-    if result["all"]:
-        rows.append(["all together"] + [cell(result["all"].get(m, [])) if m in result["all"] else "" for m in methods])
-    text = tabulate(rows, headers=["dataset"] + methods, tablefmt="github", disable_numparse=True)
-    if "joint" in methods and "alone" in methods:
-        gaps = [np.mean(info["joint"]) - np.mean(info["alone"]) for info in datasets.values()]
-        text += (f"\njoint - alone: {np.mean(gaps):+.4f} on average, joint >= alone on "
+    text = tabulate(rows, headers=["dataset", *arms, *kinds], tablefmt="github", disable_numparse=True)
+    keys = [("accuracy", "all", "accuracy"), ("TAR@FAR 1e-2", "all", "tar_far_1e-2"),
+            ("TAR@FAR 1e-3", "all", "tar_far_1e-3"), ("cross-condition TAR@1e-3", None, "cross_condition")]
+    rows = [[label] + [cell(arms[a][group][key] if group else arms[a][key]) for a in arms]
+            for label, group, key in keys]
+    text += "\n\nAll held-out people together (every pair):\n"
+    text += tabulate(rows, headers=["", *arms], tablefmt="github", disable_numparse=True)
+    rows = [[d] + [f"{result['sampling'][a].get(d, 0):g}" for a in arms] for d in datasets]
+    text += "\n\nImages of each dataset per step (expected; merged arms read their images uniformly):\n"
+    text += tabulate(rows, headers=["dataset", *arms], tablefmt="github", disable_numparse=True)
+    if "separate" in arms and "alone" in arms:
+        gaps = [np.mean(arms["separate"]["datasets"][d]) - np.mean(arms["alone"]["datasets"][d]) for d in datasets]
+        text += (f"\nseparate - alone: {np.mean(gaps):+.4f} on average, separate >= alone on "
                  f"{sum(g >= 0 for g in gaps)} of {len(gaps)} datasets")
+    found = result.get("duplicates")
+    if found:
+        per_seed = {k: ", ".join("-" if v is None else str(v) for v in found[k]) for k in ("pairs", "correct")}
+        true = "no true pairs known" if found["true"] is None else f"{found['true']} true pairs"
+        text += (f"\n\nEstimated duplicates ({found['arm']} run, {found['from'][0]}; {true}): "
+                 f"pairs found {per_seed['pairs']}, correct {per_seed['correct']} (per seed); precision "
+                 f"{cell(found['precision']) or '-'}, recall {cell(found['recall']) or '-'}")
     return text
 
 
+def plot(arms, path):
+    """The all-people ROC of every arm (mean TAR over seeds at each FAR), log FAR axis."""
+    from mtl.evaluation.verify import plot_roc
+
+    curves = {}
+    for arm, info in arms.items():
+        if info["roc"]:
+            tar = np.mean(np.asarray(info["roc"]), axis=0)
+            curves[f"{arm} (TAR@1e-3 {np.mean(info['all']['tar_far_1e-3']):.3f})"] = (PLOT_FARS, tar)
+    if curves:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        plot_roc(curves, path, "all held-out people, every pair")
+
+
+def parse_arms(parser, args, benchmark):
+    """The arms to run: ``--arms``, else ``--only`` (the former kinds), else the default of the config's kind."""
+    if args.arms and args.only:
+        parser.error("--arms and --only cannot be combined (--only joint alone merged is the former report's)")
+    if args.only:
+        return list(dict.fromkeys(LEGACY[k] for k in args.only))
+    if not args.arms:
+        return list(faces_arms.OVERLAP_ARMS if benchmark else faces_arms.SIX_ARMS)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    for arm in arms:
+        if arm not in ARMS:
+            parser.error(f"--arms: unknown arm '{arm}'; known: {', '.join(ARMS)}")
+        if arm in ("oracle", "cross_oracle") and benchmark is None:
+            parser.error(f"--arms {arm} needs the overlap benchmark's true persons: a config written by "
+                         "tools/make_overlap_benchmark.py (benchmark.json beside it)")
+    return list(dict.fromkeys(arms))
+
+
 def parse_args(argv=None):
-    """The command line."""
+    """The command line (arms resolved into ``args.arms`` as a list)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=CONFIG, help="the recipe or a variant of it (default: faces_six.yaml)")
+    parser.add_argument("--config", default=CONFIG, help="the recipe, a variant or an overlap benchmark's config")
+    parser.add_argument("--arms", default=None, help=f"comma-separated arms of {', '.join(ARMS)}")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     parser.add_argument("--out", default=os.path.join("runs", "faces_report"))
     parser.add_argument("--json", default=None, help="write the figures as JSON")
+    parser.add_argument("--plot", default=None, help="the all-people ROC (default: OUT/roc_all_people.png)")
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (threads split evenly)")
-    parser.add_argument("--only", nargs="+", choices=KINDS, default=list(KINDS), help="which models to train")
+    parser.add_argument("--only", nargs="+", choices=list(LEGACY), default=None,
+                        help="the former report's kinds (joint = separate)")
     parser.add_argument("--no-baselines", action="store_true", help="skip pixels, PCA and Fisherfaces")
-    parser.add_argument("--overlap", action="store_true",
-                        help="run mtl overlap's calibrated decision on every joint run and count the pairs found")
+    parser.add_argument("--overlap", action="store_true", help="estimated duplicates even without true pairs")
     parser.add_argument("--shared-labels", action="store_true",
-                        help="with --overlap: equal data labels of two tasks are the same person (precision, recall)")
+                        help="true pairs: equal data labels of two tasks are the same person (the ORL case)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides of every run (as train_joint's --set)")
     parser.add_argument("--task-set", nargs="*", default=[], metavar="KEY=VALUE",
@@ -288,22 +376,30 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    args.arms = parse_arms(parser, args, Benchmark.beside(args.config))
     return args
 
 
 def main(argv=None):
-    """Train, score, print the table and write ``--json``."""
+    """Train every arm, score, print the tables, write ``--json`` and the plot."""
     args = parse_args(argv)
-    recipe = Recipe(load_cfg(args.config, args.set, args.task_set))
+    recipe = Recipe(load_cfg(args.config, args.set, args.task_set), Benchmark.beside(args.config))
+    runs = plan(args, recipe, args.arms)
     baselines = {} if args.no_baselines else classic_baselines(recipe)
-    finished = run_all(args, recipe) if args.only else []
-    result = collect(args, recipe, finished, baselines)
+    train_all(args, runs)
+    arms = collect_arms(args, recipe, args.arms, runs)
+    result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "seeds": args.seeds,
+              "arms": {a: {k: v for k, v in info.items() if k != "roc"} for a, info in arms.items()},
+              "sampling": {arm: recipe.sampling(arm) for arm in args.arms}}
+    found = duplicates_of(args, recipe, args.arms, runs)
+    if found is not None:
+        result["duplicates"] = found
+    if baselines:
+        result["baselines"] = baselines
     print(f"\nOpen-set verification on held-out people (seeds {', '.join(map(str, args.seeds))}: mean ± std over "
           "seeds):")
-    print(table(result))
-    for row in result.get("overlap", []):
-        print("mtl overlap on the joint run: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                                         for k, v in row.items()))
+    print(tables(result))
+    plot(arms, args.plot or os.path.join(args.out, "roc_all_people.png"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

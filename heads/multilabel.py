@@ -5,6 +5,7 @@ import paddle.nn.functional as F
 
 from mtl.arrays import to_numpy
 from mtl.contracts import Field
+from mtl.errors import ParameterError
 from mtl.evaluation.metrics import multilabel_scores
 from mtl.heads.base import Head, HeadOutput, label_tensor
 from mtl.parallel.distributed import all_reduce_sum, world_size
@@ -27,9 +28,9 @@ class MultiLabelHead(Head):
                  label_field: str = "labels"):
         super().__init__(feature_size, label_field)
         if int(num_classes) < 1:
-            raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+            raise ParameterError(f"num_classes must be a positive integer, got {num_classes!r}")
         if not 0.0 < float(threshold) < 1.0:
-            raise ValueError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
+            raise ParameterError(f"threshold must lie strictly between 0 and 1, got {threshold!r}")
         self.num_classes = int(num_classes)
         self.threshold = float(threshold)
         self.linear = paddle.nn.Linear(self.feature_size, self.num_classes)
@@ -38,8 +39,8 @@ class MultiLabelHead(Head):
         else:
             weights = np.asarray(pos_weight, dtype=np.float32).reshape(-1)
             if weights.size not in (1, self.num_classes) or np.any(weights <= 0):
-                raise ValueError(f"pos_weight must be a positive number or {self.num_classes} positive numbers, "
-                                 f"got {pos_weight!r}")
+                raise ParameterError(f"pos_weight must be a positive number or {self.num_classes} positive numbers, "
+                                     f"got {pos_weight!r}")
             per_class = np.broadcast_to(weights, (self.num_classes,)).copy()
             self.register_buffer("pos_weight", paddle.to_tensor(per_class), persistable=False)
 

@@ -4,6 +4,7 @@ import paddle
 
 from mtl.arrays import to_numpy
 from mtl.contracts import Field
+from mtl.errors import ParameterError
 from mtl.evaluation.metrics import regression_scores
 from mtl.heads.base import Head, HeadOutput, label_tensor
 from mtl.parallel.distributed import all_reduce_sum, world_size
@@ -29,11 +30,11 @@ class RegressionHead(Head):
                  label_field: str = "target"):
         super().__init__(feature_size, label_field)
         if int(num_outputs) < 1:
-            raise ValueError(f"num_outputs must be a positive integer, got {num_outputs!r}")
+            raise ParameterError(f"num_outputs must be a positive integer, got {num_outputs!r}")
         if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+            raise ParameterError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}")
         if not float(delta) > 0:
-            raise ValueError(f"delta must be positive, got {delta!r}")
+            raise ParameterError(f"delta must be positive, got {delta!r}")
         self.num_outputs = int(num_outputs)
         self.loss_name = loss
         self.delta = float(delta)

@@ -10,22 +10,82 @@ import os
 import sys
 import time
 
-from mtl.commands import checkpoint, compare, convert, data, evaluate, export, launch, overlap, plugins
+from mtl.commands import (
+    checkpoint,
+    compare,
+    convert,
+    data,
+    evaluate,
+    export,
+    launch,
+    overlap,
+    plugins,
+    predict,
+    tokenizer,
+)
 from mtl.commands import train as train_command
 
 # every sub-command, in the order ``mtl --help`` lists them; each module's add_cli(subparsers) registers its parser
-COMMANDS = (train_command, launch, plugins, data, evaluate, export, convert, overlap, compare, checkpoint)
+COMMANDS = (train_command, launch, plugins, data, evaluate, predict, export, convert, overlap, compare, checkpoint,
+            tokenizer)
 
 
 def build_parser():
     """The argument parser of the ``mtl`` command."""
     parser = argparse.ArgumentParser(prog="mtl", description="multi-task learning on one backbone (PaddlePaddle)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_cli(sub)
     for command in sub.choices.values():
         add_verbose_arg(command)
+    for _, each in parsers(parser):
+        each.formatter_class = HelpFormatter
+        for choices in sub_commands(each):
+            choices.required = False  # a missing one is told by missing_command, naming every choice
+            each.set_defaults(func=missing_command(each, choices))
     return parser
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help texts with each option's default (when it has one worth showing and the text does not say it)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, [], argparse.SUPPRESS) or "default" in text or not action.option_strings:
+            return text
+        return f"{text} (default: {default})"
+
+
+def sub_commands(parser):
+    """The sub-command groups (``argparse`` sub-parsers actions) of ``parser``."""
+    return [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+
+
+def parsers(parser, name="mtl"):
+    """``[(command words, parser)]`` of ``parser`` and every sub-command under it, depth first."""
+    found = [(name, parser)]
+    for choices in sub_commands(parser):
+        for word, child in choices.choices.items():
+            found += parsers(child, f"{name} {word}")
+    return found
+
+
+def arguments(parser):
+    """``[(option strings or the positional's name, help text)]`` of the arguments of ``parser`` (not ``-h``)."""
+    return [(tuple(a.option_strings) or (a.metavar or a.dest,), a.help or "") for a in parser._actions
+            if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+
+def missing_command(parser, choices):
+    """What a command that needs a sub-command does without one: one line naming each choice and what it does."""
+    helps = {action.dest: action.help for action in choices._choices_actions}
+
+    def tell(args):
+        width = max(map(len, choices.choices)) + 2
+        listed = "".join(f"\n  {word:<{width}}{helps.get(word) or ''}" for word in choices.choices)
+        parser.error(f"choose a command:{listed}\n(`{parser.prog} COMMAND --help` for its options)")
+    return tell
 
 
 def add_verbose_arg(parser):
@@ -42,8 +102,9 @@ def run(func, args):
     try:
         func(args)
     except Preempted as exc:
-        print(f"{exc} (exit status {PREEMPTED_EXIT_STATUS}: run it again)", file=sys.stderr, flush=True)
-        _preempted_under_launcher(exc)
+        line = f"{exc}. To continue from it, run: {train_command.resume_command()}"
+        print(f"{line} (exit status {PREEMPTED_EXIT_STATUS})", file=sys.stderr, flush=True)
+        _preempted_under_launcher(line)
         sys.exit(PREEMPTED_EXIT_STATUS)
     except MtlError as exc:
         rank = os.environ.get("PADDLE_TRAINER_ID")
@@ -67,9 +128,9 @@ def run(func, args):
 LOST_PEER_DELAY = 5.0  # seconds
 
 
-def _preempted_under_launcher(exc):
+def _preempted_under_launcher(line):
     """A pre-empted worker of ``paddle.distributed.launch``: tell ``mtl launch`` (exit status 75), and rank 0 puts
-    its sentence on the launcher's console (a signalled launcher no longer copies the worker logs there)."""
+    its sentence ``line`` on the launcher's console (a signalled launcher no longer copies the worker logs there)."""
     if "PADDLE_TRAINER_ID" not in os.environ:
         return
     from mtl.commands.launch import report_preempted
@@ -78,7 +139,7 @@ def _preempted_under_launcher(exc):
     rank = os.environ["PADDLE_TRAINER_ID"]
     report_preempted(rank)
     if rank == "0":
-        to_launcher_console(f"{exc} under the same launch command")
+        to_launcher_console(line)
 
 
 # What a collective raises on a rank whose peer process is gone, per backend: gloo's transport errors, and NCCL's
@@ -119,7 +180,7 @@ def main(argv=None):
     if argv[:1] == ["launch"]:  # every argument after it is the launcher's: argparse would take some of them
         sys.exit(launch.launch_main(argv[1:]))
     args = build_parser().parse_args(argv)
-    configure_console(args.verbose)
+    configure_console(vars(args).get("verbose", False))  # (``mtl`` alone has no --verbose)
     run(args.func, args)
 
 

@@ -94,6 +94,7 @@ def configure_console(verbose=False):
         warnings.filterwarnings("ignore", message=message, category=UserWarning, module=module)
     if not isinstance(sys.stderr, _DropLines) and "paddle" not in sys.modules:
         sys.stderr = _DropLines(sys.stderr, PADDLE_STDERR_LINES, PADDLE_STDERR_BLOCK)
+    quiet_matplotlib()
     return True
 
 
@@ -103,6 +104,10 @@ def fleet_log_level() -> str:
     return "INFO" if os.environ.get("MTL_VERBOSE") == "1" else FLEET_LOG_LEVEL
 
 
+# the launcher's module: Paddle's own, or ``mtl launch``'s entry to it (mtl.commands.launcher_entry)
+LAUNCHERS = (b"paddle.distributed.launch", b"mtl.commands.launcher_entry")
+
+
 def _launcher_pid():
     """The pid of the ``paddle.distributed.launch`` process that started this one (its parent), or None."""
     if "PADDLE_LOG_DIR" not in os.environ or "PADDLE_TRAINER_ID" not in os.environ:  # set by the launcher
@@ -110,7 +115,8 @@ def _launcher_pid():
     parent = os.getppid()
     try:
         with open(f"/proc/{parent}/cmdline", "rb") as f:
-            return parent if b"paddle.distributed.launch" in f.read() else None
+            command = f.read()
+        return parent if any(name in command for name in LAUNCHERS) else None
     except OSError:  # no /proc (not Linux) or the parent is gone
         return None
 
@@ -149,3 +155,96 @@ def to_launcher_console(line) -> bool:
         return True
     except OSError:
         return False
+
+
+# set by ``mtl launch`` for its workers: the command line it was started with, and a file it writes the name of the
+# signal it was stopped by into, before it passes the stop on to the launcher (which signals the workers SIGTERM)
+LAUNCH_COMMAND_ENV = "MTL_LAUNCH_COMMAND"
+LAUNCH_SIGNAL_ENV = "MTL_LAUNCH_SIGNAL"
+
+
+def launch_command():
+    """The command line of the launcher that started this worker: ``mtl launch ...`` as it was typed (from
+    ``mtl launch``), else the ``python -m paddle.distributed.launch ...`` of the parent process (Linux); None when
+    this process was not started by a launcher (or it cannot be told)."""
+    import shlex
+
+    if os.environ.get(LAUNCH_COMMAND_ENV):
+        return os.environ[LAUNCH_COMMAND_ENV]
+    pid = _launcher_pid()
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = [w.decode() for w in f.read().split(b"\0") if w]
+    except OSError:
+        return None
+    if words[1:3] != ["-m", "paddle.distributed.launch"]:
+        return None
+    return shlex.join(["python", *words[1:]])
+
+
+def launch_signal():
+    """The name of the signal ``mtl launch`` was stopped by (``SIGINT`` for a Ctrl-C), which its launcher passed on
+    to this worker as SIGTERM; None outside ``mtl launch`` or before it was signalled."""
+    path = os.environ.get(LAUNCH_SIGNAL_ENV)
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except (OSError, TypeError):
+        return None
+
+
+class NativeOutput:
+    """While entered, what native code writes to this process's file descriptors 1 and 2 (stdout, stderr) goes to
+    a temporary file instead (Python's own streams are flushed first); ``text`` holds it afterwards, so that a
+    caller can show it when the native call failed. ``MTL_VERBOSE=1``: nothing is captured."""
+
+    def __init__(self):
+        self.text = ""
+        self._saved = None
+
+    def __enter__(self):
+        import sys
+        import tempfile
+
+        if os.environ.get("MTL_VERBOSE") == "1":
+            return self
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = [os.dup(1), os.dup(2)]
+        for fd in (1, 2):
+            os.dup2(self._file.fileno(), fd)
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is None:
+            return False
+        for fd, saved in zip((1, 2), self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode(errors="replace")
+        self._file.close()
+        self._saved = None
+        return False
+
+
+FONT_CACHE_NOTICE = "Matplotlib is building the font cache"
+
+
+def quiet_matplotlib():
+    """Drop matplotlib's one-time "building the font cache" notice (a first plot on a fresh machine), nothing else."""
+    import logging
+
+    logger = logging.getLogger("matplotlib.font_manager")
+    if not any(isinstance(f, _FontCacheFilter) for f in logger.filters):
+        logger.addFilter(_FontCacheFilter())
+
+
+class _FontCacheFilter:
+    """A logging filter that drops the records of :data:`FONT_CACHE_NOTICE`."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith(FONT_CACHE_NOTICE)

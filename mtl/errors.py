@@ -31,6 +31,20 @@ class ConfigError(MtlError):
     """A job, task or component configuration is wrong."""
 
 
+class ParameterError(ConfigError, ValueError):
+    """A plug-in's parameter has a value the plug-in cannot work with: what a reader, backbone, head or weighting
+    constructor raises for a bad config value (anything else it raises is a bug in the plug-in, reported as one)."""
+
+
+class PluginError(MtlError):
+    """A plug-in raised something other than a user error while it was built or run: a bug in the plug-in, named
+    with its file; ``traceback_text`` (for the run's log) says where."""
+
+    def __init__(self, message="", traceback_text=""):
+        super().__init__(message)
+        self.traceback_text = traceback_text
+
+
 class ContractError(MtlError):
     """Two plug-ins disagree on a field (name, shape or dtype)."""
 

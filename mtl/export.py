@@ -20,106 +20,44 @@ from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError
 
 
-def _load_job_cfg(run_dir):
-    path = os.path.join(run_dir, "job.json")
-    if not os.path.isfile(path):
-        raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
-    with open(path) as f:
-        return json.load(f)
-
-
-def load_run_backbone(run_dir, checkpoint_path=None, averaged=None, task=None):
-    """(backbone in eval mode, its config, checkpoint folder, averaged?) of a run's latest (or given) checkpoint.
-
-    ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
-    ``task``: a run whose architecture gives each task its own embedding (``mtl.architectures``) embeds for the task
-    named (backbone + the architecture's layers for it); required then, ignored under ``hard`` without towers.
-    """
-    import paddle
-
-    from mtl import registry
-    from mtl.low_precision import state_for
-    from mtl.train import checkpoint
-
-    cfg = _load_job_cfg(run_dir)
-    ckpt = checkpoint_path or checkpoint.latest_checkpoint(run_dir)
-    if ckpt is None or not os.path.isfile(os.path.join(ckpt, "state.json")):
-        raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")
-    avg_file = os.path.join(ckpt, "backbone.averaged.pdparams")
-    use_avg = os.path.isfile(avg_file) if averaged is None else bool(averaged)
-    if use_avg and not os.path.isfile(avg_file):
-        raise ConfigError(f"checkpoint '{ckpt}' has no averaged weights (the run did not average)")
-    registry.load_all(cfg.get("plugin_folders", []))
-    from mtl.backbones.base import constructor_config
-
-    backbone_cfg = constructor_config(registry.as_component(cfg["backbone"]))
-    backbone = registry.build("backbone", backbone_cfg, cfg.get("source"), "backbone")
-    architecture = _run_architecture(cfg, backbone, task)
-    state = paddle.load(avg_file if use_avg else os.path.join(ckpt, "backbone.pdparams"))
-    backbone.set_state_dict(state_for(backbone, state))  # an O2 run's older checkpoints hold bfloat16 weights
-    backbone.eval()
-    if architecture is None:
-        return backbone, backbone_cfg, ckpt, use_avg
-    from mtl.architectures.base import TaskEmbedder
-
-    if any(True for _ in architecture.parameters()):
-        checkpoint.load_architecture(ckpt, architecture, averaged=use_avg)
-    architecture.eval()
-    return TaskEmbedder(backbone, architecture, task), backbone_cfg, ckpt, use_avg
-
-
-def _run_architecture(cfg, backbone, task):
-    """The run's architecture attached to ``backbone`` (None under ``hard`` without towers); ConfigError when it
-    embeds per task and ``task`` does not name one of the run's tasks."""
-    from mtl.architectures.build import architecture_config, build_architecture
-
-    architecture = build_architecture(cfg, backbone)
-    if architecture.is_identity:
-        return None
-    names = [t["name"] for t in cfg["tasks"]]
-    if task not in names:
-        kind = architecture_config(cfg)["type"]
-        what = f"task '{task}' is not one of them" if task is not None else \
-            "name the task to embed for (mtl export RUN OUT --task NAME; mtl eval and mtl embed read such an export)"
-        raise ConfigError(f"the run's architecture '{kind}' gives each task its own embedding ({', '.join(names)}): "
-                          f"{what}")
-    return architecture
-
-
-def export(run_dir, out_dir, checkpoint_path=None, averaged=None, task=None):
+def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None):
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
-    ``averaged``: None = averaged weights when the checkpoint has them, True = require them, False = live weights.
+    ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``.
+    The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.inference.import_plugins`).
     ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
     """
     import paddle
 
-    from mtl.train import checkpoint
+    from mtl.inference import field_adapter, open_run, read_run_data
 
-    cfg = _load_job_cfg(run_dir)
-    backbone, backbone_cfg, ckpt, use_avg = load_run_backbone(run_dir, checkpoint_path, averaged, task)
-    field = backbone.input_fields()[0]
-    model = field_adapter(backbone, field.name, to_dict=True)
-    spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
-                                   name=field.name)
+    run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
+    backbone = run.backbone(task)
+    fields = backbone.input_fields()
+    field = fields[0]
+    model = field_adapter(backbone, field.name, to_dict=True) if len(fields) == 1 else fields_adapter(backbone)
+    specs = [paddle.static.InputSpec([None] + [d if d is not None else -1 for d in f.shape], f.dtype, name=f.name)
+             for f in fields]
     os.makedirs(os.path.join(out_dir, "heads"), exist_ok=True)
-    paddle.jit.save(paddle.jit.to_static(model, input_spec=[spec], full_graph=True),
+    paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True),
                     os.path.join(out_dir, "backbone"))
+    backbone.save_assets(out_dir)  # a text encoder's tokenizer.json: `mtl embed` tokenises as training did
     heads = {}
-    for task in cfg["tasks"]:
-        name = task["name"]
-        state = checkpoint.merged_head_state(ckpt, name, averaged=use_avg)
+    for tcfg in run.cfg["tasks"]:
+        name = tcfg["name"]
+        state = run.head_state(name)
         np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
         heads[name] = {k: list(v.shape) for k, v in state.items()}
-    with open(os.path.join(ckpt, "state.json")) as f:
-        step = json.load(f)["step"]
     meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
-            "feature_size": int(backbone.feature_size), "backbone": backbone_cfg, "averaged": use_avg, "step": step,
-            "checkpoint": os.path.abspath(ckpt), "heads": heads, "preprocess": task_preprocessing(cfg["tasks"])}
+            "input_fields": [f.name for f in fields], "text": backbone.tokenizer is not None,
+            "feature_size": int(backbone.feature_size), "backbone": run.backbone_config(), "averaged": run.averaged,
+            "step": run.step, "checkpoint": os.path.abspath(run.checkpoint), "heads": heads,
+            "preprocess": task_preprocessing(run.cfg["tasks"]),
+            "head_configs": {t["name"]: t["head"] for t in run.cfg["tasks"]}, **read_run_data(run_dir)}
     from mtl.architectures.base import TaskEmbedder
     from mtl.architectures.build import architecture_config
 
-    meta["architecture"] = architecture_config(cfg)
+    meta["architecture"] = architecture_config(run.cfg)
     meta["task"] = backbone.task if isinstance(backbone, TaskEmbedder) else None  # the task it embeds for
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -147,34 +85,49 @@ def export_onnx(out_dir, opset=13):
     path = os.path.join(out_dir, "backbone.onnx")
     if os.path.exists(path):
         os.remove(path)
+    from mtl.console import NativeOutput
+
+    native = NativeOutput()  # its C++ part prints "[Paddle2ONNX] ..." progress lines: shown only on a failure
     try:
-        paddle2onnx.export(model_file, params_file, path, opset_version=int(opset), optimize_tool="onnxoptimizer")
+        with native:
+            paddle2onnx.export(model_file, params_file, path, opset_version=int(opset), optimize_tool="onnxoptimizer")
     except Exception as exc:  # noqa: BLE001 - paddle2onnx reports unsupported operators as assorted exceptions
-        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX: {exc}") from None
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX: {exc}{_tail(native.text)}") from None
     if not os.path.isfile(path):
-        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX (see its error above)")
+        raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX{_tail(native.text)}")
     return path
 
 
-def field_adapter(model, field, to_dict):
-    """A Layer between the backbone interface (a dict of fields) and a single-tensor model.
-
-    ``to_dict``: ``forward(x) = model({field: x})`` (a backbone made exportable by ``jit.save``); otherwise
-    ``forward(inputs) = model(inputs[field])`` (an exported model used where a backbone is expected).
-    """
+def fields_adapter(backbone):
+    """A Layer ``forward(token_ids, segment_ids)`` over a text encoder (the backbones of two input fields),
+    returning its default output (the pooled vector)."""
     import paddle
 
-    class FieldAdapter(paddle.nn.Layer):
-        """Converts the input between one tensor and ``{field: tensor}``."""
+    from mtl.backbones.rows import select
+
+    names = [f.name for f in backbone.input_fields()]
+    if names != ["token_ids", "segment_ids"]:
+        raise ConfigError(f"export of a backbone with the inputs {names}: only one input, or a text encoder's "
+                          "token_ids and segment_ids, can be exported")
+
+    class TextAdapter(paddle.nn.Layer):
+        """Two tensors -> ``{field: tensor}``; a dict of outputs -> the default one."""
 
         def __init__(self):
             super().__init__()
-            self.inner = model
+            self.inner = backbone
 
-        def forward(self, x):
-            return self.inner({field: x}) if to_dict else self.inner(x[field])
+        def forward(self, token_ids, segment_ids):
+            outputs = self.inner({"token_ids": token_ids, "segment_ids": segment_ids})
+            return select(outputs, None, backbone.default_output)
 
-    return FieldAdapter()
+    return TextAdapter()
+
+
+def _tail(text: str) -> str:
+    """`` (it said: <its last line>)`` of a converter's captured output, or nothing."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f" (it said: {lines[-1]})" if lines else ""
 
 
 def export_preprocess(meta, where, task=None):
@@ -227,16 +180,18 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False,
     """
     import paddle
 
-    meta_path = os.path.join(export_dir, "export.json")
-    if not os.path.isfile(meta_path):
-        raise ConfigError(f"'{export_dir}' is not an export folder (no export.json); run `mtl export` first")
-    with open(meta_path) as f:
-        meta = json.load(f)
+    from mtl.inference import export_meta, open_export
+
+    meta = export_meta(export_dir)
     if flip and len(meta["input_shape"]) != 3:
         raise ConfigError(f"--flip mirrors images, but this model's input '{meta['input_field']}' has shape "
                           f"{meta['input_shape']}, not [channels, height, width]: drop --flip")
-    model = paddle.jit.load(os.path.join(export_dir, "backbone"))
-    model.eval()
+    model = open_export(export_dir).model.inner  # the inference program itself
+    if meta.get("text"):  # text files, one text per line, tokenised with the export's own tokenizer.json
+        from mtl.text.embed import embed_texts
+
+        emb = embed_texts(model, export_dir, inputs, batch_size)
+        return unit_rows(emb) if normalize_output else emb
     x = read_inputs(inputs, meta["input_shape"], export_preprocess(meta, export_dir, preprocess_task))
     out = []
     with paddle.no_grad():

@@ -3,6 +3,7 @@
 Checks the field contracts of every task once, at build time, before anything trains.
 """
 import copy
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, List
@@ -12,10 +13,11 @@ import paddle
 
 from mtl import contracts, registry
 from mtl.architectures.build import build_architecture
-from mtl.backbones.base import constructor_config, load_pretrained
+from mtl.backbones.base import build_backbone
+from mtl.config.loading import blame_set
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DataError
 from mtl.parallel import distributed, sync_bn
 from mtl.runtime import on_host_generator
 from mtl.train.finetune import apply_lr_multipliers, freeze_batchnorm, freeze_parameters
@@ -70,7 +72,7 @@ class Job:
 def reader_context(backbone) -> dict:
     """Keyword arguments offered to readers so that their samples fit the backbone (image size, channels, shape)."""
     fields = backbone.input_fields()
-    ctx = {}
+    ctx = {} if backbone.tokenizer is None else {"tokenizer": backbone.tokenizer}  # text: every task tokenises alike
     if fields:
         shape = fields[0].shape
         ctx["shape"] = tuple(shape)
@@ -85,7 +87,10 @@ def build_reader(task_cfg, split_overrides=None, context=None):
     cfg = dict(task_cfg["reader"])  # normalised and its paths resolved at load time (mtl.config)
     cfg.update(split_overrides or {})
     key = f"{task_cfg['key']}.reader" if task_cfg["key"] else "reader"
-    reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
+    try:
+        reader = registry.build("reader", cfg, task_cfg["source"], key, **(context or {}))
+    except ConfigError as exc:  # a value --set gave is named as --set's
+        raise blame_set(task_cfg, exc) from None
     if len(reader) == 0:
         raise ConfigError(f"task '{task_cfg['name']}': the reader yields no samples for split "
                           f"'{cfg.get('split', 'train')}'", task_cfg["source"], key)
@@ -102,10 +107,7 @@ def _build_backbone_and_architecture(cfg):
     it, and synchronised BatchNorm when asked for at world > 1), its ``freeze`` prefixes frozen and, with
     ``freeze_bn``, its BatchNorm statistics; the architecture between it and the heads."""
     # drawn on the CPU's generator whatever the device: the same seed gives the same weights on CPU and GPU
-    backbone = on_host_generator(lambda: registry.build("backbone", constructor_config(cfg["backbone"]), cfg["source"],
-                                                        "backbone"))
-    if cfg["backbone"].get("pretrained"):
-        load_pretrained(backbone, cfg["backbone"]["pretrained"], cfg["source"], "backbone.pretrained")
+    backbone = on_host_generator(lambda: build_backbone(cfg["backbone"], cfg["source"]))
     architecture = build_architecture(cfg, backbone)
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
         backbone = sync_bn.convert_sync_batchnorm(backbone)
@@ -126,10 +128,17 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True, feature_size=None) 
     head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
     head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
     # replicated heads are drawn on the CPU's generator (as the backbone); class-sharded ones draw with numpy
-    head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \
-        on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
+    try:
+        head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \
+            on_host_generator(lambda: registry.build("head", tcfg["head"], source, head_key, **head_ctx))
+    except ConfigError as exc:  # a value --set gave is named as --set's
+        raise blame_set(tcfg, exc) from None
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
+    contracts.check_output(name, backbone.registered_name, backbone.output_fields(), backbone.default_output,
+                           tcfg["head"]["type"], head.reads)
+    if head.ties_input_embeddings:
+        head.tie_input_embeddings(backbone.input_embeddings())
     check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
     if head.row_sparse:
         check_sparse_optimizer(cfg["optimizer"], f"task '{name}' ({source})", cfg["source"])
@@ -149,8 +158,9 @@ def check_class_count(task, classes, data_classes, source, key, warn=True):
         return
     data_classes = int(data_classes)
     if classes < data_classes:
-        raise ConfigError(f"task '{task}': head has num_classes {classes} but the reader's labels go up to "
-                          f"{data_classes - 1}", source, key)
+        raise ConfigError(f"task '{task}': head has num_classes {classes} but the reader's labels are "
+                          f"0..{data_classes - 1} ({data_classes} classes): set num_classes to {data_classes} or "
+                          f"leave it out (the reader's count is then used)", source, key)
     if warn:
         print(f"warning: {source}: {key}: task '{task}': the head has {classes} classes but the reader's labels are "
               f"0..{data_classes - 1} ({data_classes} classes), so classes {data_classes}..{classes - 1} get no "
@@ -165,31 +175,66 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     paddle.seed(cfg["seed"])
     backbone, architecture = _build_backbone_and_architecture(cfg)
     ctx = reader_context(backbone)
-    # issue 14.3: print the per-process memory plan and stop (exit 2) before the heads allocate if it does not fit
+    # the per-process memory plan: stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
-    check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan, architecture)
+    verbose = os.environ.get("MTL_VERBOSE") == "1"
+    plan = check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan and verbose,
+                            architecture)
     warn = announce_plan and distributed.rank() == 0
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn, architecture.output_size)
              for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
-                       architecture)
+                       _cross_negatives(cfg, tasks, architecture), architecture)
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
+    if warn and not verbose:
+        show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+def _cross_negatives(cfg, tasks, architecture):
+    """The job's :class:`mtl.heads.cross_negatives.CrossNegatives` (attached to its heads), or None when off;
+    refused (before any training) under an architecture that gives each task its own embedding."""
+    from mtl.heads.cross_negatives import CrossNegatives
+
+    spec = cfg["cross_negatives"]
+    if spec["rate"] <= 0:
+        return None
+    if not architecture.is_identity:
+        raise ConfigError(f"cross_negatives scores a sample against the other heads' class centres, which needs one "
+                          f"embedding shared by every task; the architecture '{architecture.registered_name}' gives "
+                          f"each task its own (use architecture: hard without towers, or cross_negatives.rate: 0)",
+                          cfg["source"], "cross_negatives.rate")
+    heads = {t.name: t.head for t in tasks if t.head.cross_negatives}
+    cross = CrossNegatives(spec, heads, task_seed(cfg["seed"], "cross_negatives"), cfg["source"])
+    for name in cross.tasks:
+        heads[name].attach_cross_negatives(cross, name)
+    return cross
+
+
+PLAN_SHOWN_FROM = 1 << 30  # bytes per process from which a training run prints its memory plan (always: --verbose)
+
+
+def show_large_plan(entries):
+    """Print the memory plan of a job that was built (nothing failed) when it needs ``PLAN_SHOWN_FROM`` bytes or
+    more per process: a small job's plan is lines of "0.0 MiB" (``--verbose`` prints every plan, before the build)."""
+    from mtl.train.memory_plan import available_bytes, format_plan
+
+    if sum(e.total for e in entries) >= PLAN_SHOWN_FROM:
+        print(format_plan(entries, available_bytes(), distributed.world_size()), flush=True)
 
 
 def _checked_eval_reader(task: Task, context):
     """Build the task's evaluation reader now and let the head check its labels, so that a split the head cannot
-    evaluate (a typo in ``eval.reader``, one class for a verification head) fails before training."""
-    from mtl.errors import MtlError
-
+    evaluate (a typo in ``eval.reader``, one class for a verification head) fails before training. A plug-in's bug
+    (:class:`mtl.errors.PluginError`) is not turned into a config error."""
     prefix = f"{task.cfg['key']}." if task.cfg["key"] else ""
     overrides = copy.deepcopy(task.cfg["eval"]["reader"])
     try:
         reader = build_reader(task.cfg, overrides, context)
-    except MtlError as exc:
+    except (ConfigError, DataError) as exc:
         raise ConfigError(f"task '{task.name}': the evaluation reader (reader + eval.reader {overrides}) fails: "
-                          f"{_bare(exc)}", task.source, prefix + "eval.reader") from None
+                          f"{exc.bare_message}", task.source, prefix + "eval.reader") from None
     limit = task.cfg["eval"]["max_samples"]
     try:
         if task.head.label_field == "label":  # class labels: Reader.labels() reads them without decoding images
@@ -202,15 +247,8 @@ def _checked_eval_reader(task: Task, context):
                 if task.head.class_count() is not None:
                     check_labels(task.name, {"label": labels}, "label", task.head.class_count(), split="evaluation")
                 task.head.check_eval_labels(labels)
-    except Exception as exc:  # the head's own sentence
+    except (ConfigError, DataError) as exc:  # the head's own sentence (anything else is a bug, reported as one)
         raise ConfigError(f"task '{task.name}': head '{task.head.registered_name}' cannot evaluate the evaluation "
                           f"split: {exc}; fix the split or set eval: {{split: false}}", task.source,
                           prefix + "eval") from None
     return reader
-
-
-def _bare(exc) -> str:
-    """A user error's message without its file and key prefix (ConfigError keeps it apart)."""
-    from mtl.errors import MtlError
-
-    return exc.bare_message if isinstance(exc, MtlError) else str(exc)

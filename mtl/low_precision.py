@@ -45,15 +45,21 @@ def portable_state(state: dict) -> dict:
 
 
 def state_for(layer, state: dict) -> dict:
-    """``state`` with every tensor cast to the dtype of ``layer``'s own entry of the same key (``set_state_dict``
-    refuses another dtype: "Variable dtype not match"): float32 files into an O2 (bfloat16) backbone, and the
-    bfloat16 files older O2 checkpoints hold into a float32 one."""
+    """``state`` (tensors or the numpy arrays of :mod:`mtl.safe_pickle`) with every entry cast to the dtype of
+    ``layer``'s own entry of the same key (``set_state_dict`` refuses another dtype: "Variable dtype not match"):
+    float32 files into an O2 (bfloat16) backbone, and the bfloat16 files older O2 checkpoints hold (their uint16 bit
+    patterns, as a numpy array) into a float32 one."""
+    import numpy as np
     import paddle
 
     own = layer.state_dict()
     out = {}
     for key, value in state.items():
         target = own.get(key)
+        if target is not None and isinstance(value, np.ndarray):
+            if value.dtype == np.uint16 and target.dtype != paddle.uint16:  # bfloat16 bits
+                value = (value.astype(np.uint32) << 16).view(np.float32)
+            value = paddle.to_tensor(value)
         if target is not None and isinstance(value, paddle.Tensor) and value.dtype != target.dtype:
             value = value.astype(target.dtype)
         out[key] = value

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Dict, Optional
 
-from mtl.errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError, MtlError, PluginError
 
 KINDS = ("reader", "backbone", "head", "weighting", "architecture")
 # Constructor arguments the runner supplies at build time (not required in configs).
 CONTEXT_KEYS = frozenset({"feature_size", "num_classes", "num_outputs", "seed", "split", "image_size", "channels",
-                          "shape", "tasks", "loss_weights"})
+                          "shape", "tasks", "loss_weights", "tokenizer"})
 ENTRY_POINT_GROUP = "mtl.plugins"
 
 
@@ -40,7 +40,8 @@ _LOADED_FOLDERS = set()
 _ENTRY_POINTS_LOADED = False
 
 
-def _origin_of(cls) -> str:
+def origin_of(cls) -> str:
+    """Where the class ``cls`` is defined: its file (relative to the working directory when under it), or its module."""
     module = sys.modules.get(cls.__module__)
     path = getattr(module, "__file__", None)
     if path:
@@ -52,7 +53,8 @@ def _origin_of(cls) -> str:
     return cls.__module__
 
 
-def _first_line(doc: Optional[str]) -> str:
+def first_line(doc: Optional[str]) -> str:
+    """The first line of a docstring (empty without one)."""
     return (doc or "").strip().splitlines()[0].strip() if (doc or "").strip() else ""
 
 
@@ -63,12 +65,11 @@ def register(kind: str, name: str):
 
     def wrap(cls):
         old = _REGISTRY[kind].get(name)
-        if old is not None and old.cls.__qualname__ != cls.__qualname__:
-            raise ConfigError(
-                f"{kind} '{name}' is registered twice: by {old.origin} and by {_origin_of(cls)}"
-            )
+        if old is not None and old.cls is not cls:
+            raise ConfigError(f"{kind} '{name}' is registered twice: by {old.origin} ({old.cls.__qualname__}) and by "
+                              f"{origin_of(cls)} ({cls.__qualname__}); rename one of them")
         cls.registered_name = name
-        _REGISTRY[kind][name] = Entry(kind, name, cls, _origin_of(cls), _first_line(cls.__doc__))
+        _REGISTRY[kind][name] = Entry(kind, name, cls, origin_of(cls), first_line(cls.__doc__))
         return cls
 
     return wrap
@@ -263,10 +264,127 @@ def build(kind, cfg, source=None, key=None, **context):
     try:
         return entry.cls(**params)
     except (ConfigError, DataError) as exc:  # the component's own error: add the file and the key path it lacks
-        if exc.source is None and source is not None:
+        if exc.source is None:
             sub = f"{key}.{exc.key}" if key and exc.key else (exc.key or key)
             cls = ConfigError if isinstance(exc, ConfigError) else DataError
             raise cls(f"{kind} '{entry.name}': {exc.located(source)}", source, sub) from None
         raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{kind} '{entry.name}': {exc}", source, key) from exc
+    except MtlError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug in the plug-in, named as one
+        raise plugin_error(kind, entry, exc) from exc
+
+
+def plugin_error(kind: str, entry: Entry, exc: BaseException) -> PluginError:
+    """The one-line report of a bug in a plug-in (``exc`` raised while it was built), its traceback kept in
+    ``traceback_text`` for the run's log."""
+    import traceback
+
+    return PluginError(f"{kind} '{entry.name}' ({entry.origin}) raised {type(exc).__name__}: {exc} while it was "
+                       f"built; this is a bug in the plug-in, not a mistake in the config",
+                       "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+# ---- describing plug-ins: their parameters, from their own declarations ---------------------------------------------
+# What the job itself passes for the constructor arguments of CONTEXT_KEYS (not set in configs).
+CONTEXT_MEANINGS = {
+    "feature_size": "set by the job: the backbone's embedding size",
+    "num_classes": "set by the job when not given: the reader's class count (its number of labels for a multi-label "
+                   "head)",
+    "num_outputs": "set by the job when not given: the reader's number of regression targets",
+    "seed": "set by the job: drawn from the job's seed (and the task's name)",
+    "split": "set by the job: train, or eval for the evaluation reader",
+    "image_size": "set by the job: the backbone's input size",
+    "channels": "set by the job: the backbone's input channels",
+    "shape": "set by the job: the backbone's input shape",
+    "tasks": "set by the job: the names of its tasks",
+    "loss_weights": "set by the job: each task's loss_weight",
+    "tokenizer": "set by the job: the text backbone's tokenizer (its vocab), shared by every text task",
+}
+SECTION = "Parameters:"
+
+
+@dataclass
+class Parameter:
+    """One constructor parameter of a plug-in, as ``mtl plugins --describe`` and docs/plugins.md show it."""
+
+    name: str
+    type: str
+    default: str
+    meaning: str
+
+
+def documented_parameters(cls) -> Dict[str, tuple]:
+    """``{name: (type or "", meaning)}`` from the ``Parameters:`` sections of the docstrings of ``cls`` and its
+    bases (the first that documents a name wins; Paddle's classes are not read). A section is the line
+    ``Parameters:`` followed by indented lines ``name: meaning`` or ``name (type): meaning``, a longer meaning
+    continued on more indented lines; it ends at a blank line or a line indented less."""
+    import re
+
+    found = {}
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in ("paddle", "builtins"):  # Paddle's own Layer documents its own
+            continue
+        lines = inspect.cleandoc(vars(klass).get("__doc__") or "").splitlines()
+        if SECTION not in [line.strip() for line in lines]:
+            continue
+        start = [line.strip() for line in lines].index(SECTION) + 1
+        current, indent = None, None
+        for line in lines[start:]:
+            depth = len(line) - len(line.lstrip())
+            if not line.strip() or (indent is not None and depth < indent):
+                break
+            item = re.match(r"(\w+)(?: \(([^)]*)\))?: (.*)", line.strip())
+            if item and (indent is None or depth == indent):
+                indent, current = depth, item.group(1)
+                if current not in found:
+                    found[current] = [item.group(2) or "", item.group(3)]
+                else:
+                    current = None  # documented by a subclass already
+            elif current is not None:
+                found[current][1] += " " + line.strip()
+    return {name: tuple(value) for name, value in found.items()}
+
+
+def _type_name(parameter, documented: str) -> str:
+    if documented:
+        return documented
+    if parameter.annotation is not parameter.empty:
+        names = {int: "int", float: "float", bool: "bool", str: "str"}
+        text = names.get(parameter.annotation, str(parameter.annotation))
+        return "list" if "Sequence" in text or "List" in text or "Tuple" in text else text
+    default = parameter.default
+    if default is parameter.empty or default is None:
+        return ""
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", tuple: "list",
+            dict: "mapping"}.get(type(default), type(default).__name__)
+
+
+def parameters(cls) -> list:
+    """Every constructor parameter of the plug-in class ``cls`` (:class:`Parameter`): its type (declared in its
+    docstring, else its annotation, else its default's), its default (``required``; ``set by the job`` for the
+    arguments the job passes) and its meaning (the docstrings' ``Parameters:`` sections)."""
+    documented = documented_parameters(cls)
+    found = []
+    for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        kind, meaning = documented.get(p.name, ("", ""))
+        if p.name in CONTEXT_KEYS:
+            meaning = meaning or CONTEXT_MEANINGS[p.name]
+        default = ("required" if p.name not in CONTEXT_KEYS else "set by the job") if p.default is p.empty \
+            else repr(list(p.default) if isinstance(p.default, tuple) else p.default)
+        found.append(Parameter(p.name, _type_name(p, kind), default, meaning))
+    return found
+
+
+def find(name: str, kind: Optional[str] = None) -> list:
+    """The registered entries called ``name`` (of ``kind``, or of every kind); a ConfigError with a "did you mean"
+    when there is none."""
+    kinds = [kind] if kind else KINDS
+    matches = [_REGISTRY[k][name] for k in kinds if name in _REGISTRY[k]]
+    if not matches:
+        every = sorted({n for k in kinds for n in _REGISTRY[k]})
+        raise ConfigError(f"no {kind or 'plug-in'} is registered as '{name}'{did_you_mean(name, every)}; "
+                          f"`mtl plugins` lists them")
+    return matches

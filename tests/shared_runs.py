@@ -26,13 +26,18 @@ import contextlib
 import fcntl
 import json
 import os
+import pathlib
 import pickle
 import re
 import time
 
 import pytest
 
+from mtl.safe_pickle import BUILTINS, NUMPY, load_pickle
 from tests.dist_util import ROOT, run_distributed
+
+# what the records of the session's runs hold (numbers, paths, arrays), read back with the safe reader
+RESULTS = {**BUILTINS, **NUMPY, ("pathlib", "PosixPath"): pathlib.PosixPath}
 
 RUN_BATCH = os.path.join(ROOT, "tests", "dist_scripts", "run_batch.py")
 TWO_PROCESS_RUNS = {}  # name -> function(folder) -> (entry, result)
@@ -105,7 +110,7 @@ class TwoProcessRuns:
             names = names + [needed]
         with shared_lock(self.root):
             record = self.root / "launched.pickle"
-            launched = pickle.loads(record.read_bytes()) if record.is_file() else {}
+            launched = load_pickle(str(record), RESULTS) if record.is_file() else {}
             fresh = [name for name in names if name not in launched]
             if needed not in launched:
                 launched.update(self.launch_here(fresh))
@@ -178,7 +183,7 @@ class OneProcessRuns:
                     argv, result = ONE_PROCESS_RUNS[name](folder)
                     train_here(*argv)
                     record.write_bytes(pickle.dumps(result))
-                self.results[name] = pickle.loads(record.read_bytes())
+                self.results[name] = load_pickle(str(record), RESULTS)
         return self.results[name]
 
 

@@ -108,3 +108,51 @@ def test_functions_are_short(folder):
                 if lines >= MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, f"functions of {MAX_FUNCTION_LINES}+ lines: {long}"
+
+
+# ---- the test suite: one package, imported one way; no test module imports another --------------------------
+TESTS = ROOT / "tests"
+
+
+def _test_suite_imports(tree):
+    """Every module name an ``import`` / ``from ... import`` of ``tree`` names (absolute imports only)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield node.lineno, [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+
+
+def _import_problems(path, tree):
+    """Imports of a test module (``test_*``, as ``tests.test_x`` or bare) and bare imports of the suite's own
+    modules (``step_util`` instead of ``tests.step_util``)."""
+    own = {p.stem for p in TESTS.glob("*.py")} | {p.name for p in TESTS.iterdir() if p.is_dir()}
+    found = []
+    for line, names in _test_suite_imports(tree):
+        for name in names:  # one finding per import statement
+            parts = name.split(".")
+            if any(part.startswith("test_") for part in parts[:2]) and parts[0] in ("tests", *own):
+                found.append(f"{path.relative_to(ROOT)}:{line} imports the test module {name}")
+                break
+            if parts[0] in own and parts[0] != "tests":
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {name} (import it as tests.{name})")
+                break
+    return found
+
+
+def test_no_test_module_is_imported_and_the_suite_is_imported_one_way():
+    """What several test modules share lives in tests/references/ (or a helper module); test modules import it as
+    ``tests.x``, never as a top-level module, and never import each other."""
+    found = []
+    for folder in ("tests", "bench", "tools"):
+        for path, tree in _sources(folder):
+            found += _import_problems(path, tree)
+    assert not found, f"{found}"
+
+
+def test_import_check_would_catch_a_test_module_and_a_bare_import():
+    """The rule above is not vacuous: both planted imports are flagged."""
+    tree = ast.parse("from test_margin_heads import np_psi\nfrom shared_runs import train_here\n"
+                     "import tests.test_export\nfrom tests.references.margin import np_psi\n")
+    found = _import_problems(TESTS / "test_planted.py", tree)
+    assert len(found) == 3 and "test_margin_heads" in found[0] and "tests.shared_runs" in found[1], found

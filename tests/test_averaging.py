@@ -9,6 +9,7 @@ import paddle
 import pytest
 
 from mtl.errors import ConfigError
+from mtl.safe_pickle import load_paddle_file
 from mtl.train.averaging import EMA, WindowAverage, build_averager
 from tests.shared_runs import two_process_run
 
@@ -309,7 +310,7 @@ def test_state_saved_in_one_process_loads_in_a_fresh_one(tmp_path):
     for offload in (None, "cpu"):
         model = paddle.nn.Sequential(paddle.nn.Linear(4, 3), paddle.nn.Linear(3, 2))
         averager = WindowAverage(model, 0.15, 3, 8, offload=offload)
-        averager.set_state_dict(paddle.load(state_path))
+        averager.set_state_dict(load_paddle_file(state_path))
         assert averager.num_updates == 12
         for step in range(12, 20):
             with paddle.no_grad():
@@ -321,7 +322,7 @@ def test_state_saved_in_one_process_loads_in_a_fresh_one(tmp_path):
             for name, param in model.named_parameters():
                 np.testing.assert_allclose(param.numpy(), expected[name], rtol=1e-6)
     with pytest.raises(ValueError, match="missing"):
-        other_averager.set_state_dict(paddle.load(state_path))
+        other_averager.set_state_dict(load_paddle_file(state_path))
 
 
 def test_state_type_and_names_are_checked():

@@ -10,7 +10,7 @@ import mtl.backbones.iresnet as iresnet
 import mtl.backbones.mobilefacenet as mobilefacenet
 import mtl.backbones.small as small
 from mtl import registry
-from mtl.backbones.base import Backbone
+from mtl.backbones.base import Backbone, load_pretrained
 from mtl.contracts import Field
 from mtl.errors import ConfigError
 
@@ -91,7 +91,8 @@ def test_pretrained_round_trip(name, config, tmp_path):
     paddle.save(source.state_dict(), path)
 
     paddle.seed(2)
-    loaded = build(name, pretrained=path, **config)
+    loaded = build(name, **config)
+    load_pretrained(loaded, path)
     fresh = build(name, **config)
     x = paddle.to_tensor(random_batch(shape, batch=2, seed=3))
     for model in (source, loaded, fresh):
@@ -105,14 +106,14 @@ def test_pretrained_mismatch_names_the_file(tmp_path):
     path = str(tmp_path / "cnn_4_8.pdparams")
     paddle.save(build("cnn", channels=[4, 8]).state_dict(), path)
     with pytest.raises(ConfigError, match=re.escape(path)) as wrong_shape:
-        build("cnn", channels=[4, 16], pretrained=path)
+        load_pretrained(build("cnn", channels=[4, 16]), path)
     assert "shape" in str(wrong_shape.value)
     with pytest.raises(ConfigError, match=re.escape(path)) as wrong_names:
-        build("mlp", pretrained=path)
+        load_pretrained(build("mlp"), path)
     assert "missing" in str(wrong_names.value)
     missing = str(tmp_path / "nowhere.pdparams")
     with pytest.raises(ConfigError, match=re.escape(missing)):
-        build("mlp", pretrained=missing)
+        load_pretrained(build("mlp"), missing)
 
 
 ACTIVATION_REFERENCE = {

@@ -57,8 +57,8 @@ def test_finished_only_tabulates_what_finished_and_names_the_rest(tmp_path):
         fake_run(tmp_path / "static" / f"seed{seed}", [0.80, 0.90])
         fake_run(tmp_path / "pcgrad" / f"seed{seed}", [0.81, 0.91])
     fake_run(tmp_path / "mgda" / "seed0", [0.7, 0.7])  # one seed of two: not finished
-    datasets = {t: {"alone": [ALONE[0][t], ALONE[1][t]]} for t in TASKS}
-    json.dump({"datasets": datasets}, open(tmp_path / "alone.json", "w"))
+    datasets = {t: [ALONE[0][t], ALONE[1][t]] for t in TASKS}
+    json.dump({"arms": {"alone": {"datasets": datasets}}}, open(tmp_path / "alone.json", "w"))
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_weighting_faces.py"), "--seeds", "0",
                            "1", "--out", str(tmp_path), "--strategies", "static", "pcgrad", "mgda", "--finished-only"],
                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))

@@ -1,9 +1,12 @@
 """``mtl convert``: insightface's .pth read without torch, every tensor in its place; PLSC's layout.
 
-References: insightface's own arcface_torch models run with torch in a separate interpreter (tests/peer_util.py),
-with random weights and random BatchNorm statistics, compared on random inputs; PLSC's parameter names written out
-from its model code (plsc/models/iresnet.py, mobilefacenet.py at PaddlePaddle/PLSC bd0c824), since PLSC itself
-cannot run here; for the reader alone, a torch.save archive written by hand (below) from torch's documented layout.
+References: insightface's own arcface_torch networks with random weights and random BatchNorm statistics, as the
+committed fixture tests/fixtures/insightface_backbones.npz holds them (made under torch by
+tests/references/make_peer_fixtures.py: the weights' rule and CRCs, an input and the peer's embeddings of it);
+a real torch.save archive of the peer's ViT (tests/fixtures/insightface_vit_small.pth, tests/test_vit.py); PLSC's
+parameter names written out from its model code (plsc/models/iresnet.py, mobilefacenet.py at PaddlePaddle/PLSC
+bd0c824), since PLSC itself cannot run here; for the reader alone, a torch.save archive written by hand (below)
+from torch's documented layout.
 """
 import collections
 import json
@@ -17,11 +20,13 @@ import paddle
 import pytest
 
 from mtl import registry
+from mtl.backbones.base import build_backbone
 from mtl.cli import main as mtl_main
 from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
-from tests.peer_util import run_harness
-from tests.torch_format import Storage, Tensor, insightface_names, randomized, torch_layout, write_torch_file
+from mtl.safe_pickle import load_paddle_file
+from tests.references import peers
+from tests.references.torch_format import Storage, Tensor, insightface_names, randomized, torch_layout, write_torch_file
 
 registry.load_builtin()
 
@@ -61,7 +66,7 @@ def test_reader_refuses_anything_but_tensors(tmp_path):
     path = str(tmp_path / "evil.pth")
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("archive/data.pkl", pickle.dumps({"w": Exploit()}, protocol=2))
-    with pytest.raises(DataError, match=r"evil.pth' cannot be read as a state_dict: it holds '(posix|os)\.system'"):
+    with pytest.raises(DataError, match=r"evil.pth' was not loaded: it holds '(posix|os)\.system'"):
         read_torch_file(path)
     not_zip = tmp_path / "old.pth"
     not_zip.write_bytes(pickle.dumps({"w": 1}))
@@ -78,8 +83,7 @@ def test_round_trip_without_torch_and_a_misfit_named(tmp_path, capsys):
     write_torch_file(path, state, storages)
     mtl_main(["convert", "insightface", path, dst, "--arch", "iresnet18"])
     assert '"input_size": 32' in capsys.readouterr().out
-    loaded = registry.build("backbone", {"type": "iresnet18", "input_size": 32, "embedding_size": 16,
-                                         "pretrained": dst}).eval()
+    loaded = build_backbone({"type": "iresnet18", "input_size": 32, "embedding_size": 16, "pretrained": dst}).eval()
     x = paddle.to_tensor(np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype("float32"))
     np.testing.assert_array_equal(loaded({"image": x}).numpy(), source({"image": x}).numpy())
     with pytest.raises(SystemExit):
@@ -120,34 +124,53 @@ def test_plsc_layout_converts_by_name(tmp_path):
     with open(src, "wb") as f:
         pickle.dump(state, f, protocol=4)  # what paddle.save writes: a dict of numpy arrays
     mtl_main(["convert", "plsc", src, dst, "--arch", "iresnet18"])
-    converted = paddle.load(dst)
+    converted = load_paddle_file(dst)
     assert "head.weight" not in converted
     for name in names[:-1]:
         np.testing.assert_array_equal(np.asarray(converted[name]), state[name])
 
 
-PEER_ARCHS = [("iresnet18", "r18", 2), pytest.param("iresnet34", "r34", 2, marks=pytest.mark.slow),
-              pytest.param("iresnet50", "r50", 1, marks=pytest.mark.slow),
-              pytest.param("iresnet100", "r100", 1, marks=pytest.mark.slow), ("mobilefacenet", "mbf", 2),
-              pytest.param("mobilefacenet", "mbf_large", 1, marks=pytest.mark.slow),  # scale 4, blocks 2, 8, 12, 4
-              pytest.param("vit_t", "vit_t", 1, marks=pytest.mark.slow)]
-
-
-@pytest.mark.subprocess
-@pytest.mark.parametrize("arch, network, batch", PEER_ARCHS)
-def test_converted_model_equals_insightface(arch, network, batch, tmp_path, capsys):
-    """insightface's own model (random weights, random BatchNorm statistics, torch.save'd state_dict) and our
-    converted backbone give the same eval-mode embedding of the same 112x112 input, within 1e-4 (relative to the
-    largest value)."""
-    run_harness("backbone", network, tmp_path, "--batch", batch, "--seed", 3)
-    dst = str(tmp_path / "ours.pdparams")
-    mtl_main(["convert", "insightface", str(tmp_path / "model.pth"), dst, "--arch", arch])
+def converted_embedding(fixture, network, folder, capsys):
+    """``network``'s weights regenerated from the fixture (each tensor checked against the peer's CRC-32), written
+    as insightface saves them (a torch.save archive, written here without torch), converted by ``mtl convert
+    insightface``, built from the config it prints and writes, run in eval mode on the fixture's input."""
+    arch = peers.NETWORKS[network][0]
+    path, dst = str(folder / f"{network}.pth"), str(folder / "ours.pdparams")
+    state, storages = torch_layout(peers.network_tensors(fixture, network))
+    write_torch_file(path, state, storages)
+    del state, storages
+    mtl_main(["convert", "insightface", path, dst, "--arch", arch])
     printed = re.search(r"backbone: (\{.*\})", capsys.readouterr().out).group(1)
-    config = json.load(open(tmp_path / "ours.json"))["backbone"]  # written beside the weights, for mtl eval
+    config = json.load(open(folder / "ours.json"))["backbone"]  # written beside the weights, for mtl eval
     assert json.loads(printed) == {**config, "pretrained": dst}
-    backbone = registry.build("backbone", {**config, "pretrained": dst}).eval()
-    expected = np.load(tmp_path / "embeddings.npy")
-    got = backbone({"image": paddle.to_tensor(np.load(tmp_path / "inputs.npy"))}).numpy()
+    backbone = build_backbone({**config, "pretrained": dst}).eval()
+    with paddle.no_grad():
+        return backbone({"image": paddle.to_tensor(fixture["input"])}).numpy()
+
+
+SLOW_NETWORKS = ("r34", "r50", "r100", "mbf_large")  # deeper stages of the same blocks as r18 and mbf
+
+
+@pytest.mark.parametrize("network", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_NETWORKS else n
+                                     for n in peers.NETWORKS])
+def test_converted_backbone_embeds_as_insightfaces_own_network(network, tmp_path, capsys):
+    """insightface's own network at 112x112 (its backbones/ code, run under torch by
+    tests/references/make_peer_fixtures.py with random weights, BatchNorm statistics, PReLU slopes and, for vit_t,
+    LayerNorms and position embeddings) and our backbone converted from the same weights give the same eval-mode
+    embedding of the same input, within 1e-4 of the largest value (the README's promise)."""
+    fixture = peers.load("insightface_backbones.npz")
+    expected = fixture[f"{network}/output"]
+    got = converted_embedding(fixture, network, tmp_path, capsys)
     relative = np.abs(got - expected).max() / np.abs(expected).max()
-    print(f"{arch}: largest difference {relative:.2e} of the largest value {np.abs(expected).max():.3g}")
-    assert relative < 1e-4
+    print(f"{network}: largest difference {relative:.2e} of the largest value {np.abs(expected).max():.3g}")
+    assert got.shape == expected.shape == (2, 512) and relative < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_committed_backbone_fixture_is_what_insightfaces_code_gives_now(tmp_path):
+    """The live check: the fixture maker run again under ``$MTL_TORCH_PYTHON`` writes the committed fixture."""
+    if peers.torch_python() is None:
+        pytest.skip(peers.LIVE_SKIP_REASON)
+    fresh = peers.load("insightface_backbones.npz", peers.make_live(["backbones"], tmp_path))
+    peers.assert_same_fixture(fresh, peers.load("insightface_backbones.npz"))

@@ -1,12 +1,12 @@
 """Step batches: independent of the process count, pure in (seed, step), epochs without repeats."""
 import numpy as np
 import pytest
-from step_util import step_samples
 
 from mtl.data.scheduler import JointSchedule, SampleSchedule
 from mtl.data.steps import SampleOrder, StepDataset, check_divisible
 from mtl.errors import ConfigError
 from mtl.readers.synthetic import SyntheticReader
+from tests.references.steps import step_samples
 
 
 def test_sample_order_is_a_permutation_per_epoch():

@@ -9,9 +9,9 @@ import json
 import os
 
 import numpy as np
-import paddle
 import pytest
 
+from mtl.safe_pickle import load_paddle_file
 from tests.dist_util import ROOT, run_distributed
 from tests.shared_runs import two_process_run
 
@@ -52,8 +52,8 @@ def test_resume_at_two_processes_is_exact(two_process):
     assert files == checkpoint_files(cut, 8)
     assert "heads/one.shard1of2.pdparams" in files and "backbone.averaged.pdparams" in files
     for name in files:
-        a = paddle.load(os.path.join(full, "checkpoints", "step_8", name))
-        b = paddle.load(os.path.join(cut, "checkpoints", "step_8", name))
+        a = load_paddle_file(os.path.join(full, "checkpoints", "step_8", name))
+        b = load_paddle_file(os.path.join(cut, "checkpoints", "step_8", name))
         for key in a:
             np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]), err_msg=f"{name} {key}")
     ra = [json.loads(x) for x in open(os.path.join(full, "metrics.jsonl"))]

@@ -7,10 +7,10 @@ import json
 import os
 
 import numpy as np
-import paddle
 import pytest
 
-from mtl.train.checkpoint import merged_head_state
+from mtl.safe_pickle import load_paddle_file
+from mtl.train.layout import merged_head_state
 from tests import equivalence
 from tests.shared_runs import train_here
 
@@ -28,7 +28,7 @@ def final_weights(out, averaged=False):
     """Backbone and every head's full weight (shards concatenated) from the final checkpoint."""
     ckpt = os.path.join(out, "checkpoints", "step_20")
     name = "backbone.averaged.pdparams" if averaged else "backbone.pdparams"
-    state = {f"backbone.{k}": v.numpy() for k, v in paddle.load(os.path.join(ckpt, name)).items()}
+    state = {f"backbone.{k}": v for k, v in load_paddle_file(os.path.join(ckpt, name)).items()}
     for task in list(SHARDED) + ["reg"]:
         for k, v in merged_head_state(ckpt, task, averaged).items():
             state[f"{task}.{k}"] = v
@@ -67,7 +67,7 @@ def test_one_and_two_processes_agree(one_process, two_process, tmp_path, mode):
     ckpt = os.path.join(two, "checkpoints", "step_20", "heads")
     for task, classes in SHARDED.items():
         for k in range(2):
-            shard = paddle.load(os.path.join(ckpt, f"{task}.shard{k}of2.pdparams"))
+            shard = load_paddle_file(os.path.join(ckpt, f"{task}.shard{k}of2.pdparams"))
             assert shard["weight"].shape[0] == classes // 2 + (k < classes % 2), (task, k)
     s2 = json.load(open(os.path.join(two, "summary.json")))
     s1 = json.load(open(os.path.join(one, "summary.json")))

@@ -8,12 +8,12 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from test_export import train_run
 
 from mtl.commands.evaluate import evaluate
 from mtl.data.verification_sets import encode_png, write_bin
 from mtl.errors import ConfigError
 from mtl.export import export
+from tests.small_runs import train_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAIRS, SIZE = 30, 16

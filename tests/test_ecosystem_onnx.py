@@ -63,5 +63,5 @@ def test_onnx_embeddings_match_paddle_inference_model(onnx_export):
 @pytest.mark.subprocess
 def test_onnx_export_console_is_quiet(onnx_export):
     _, proc = onnx_export
-    for noise in ("pir_interpreter", "No ccache found", "OMP_NUM_THREADS", "[INFO]", "Polygraphy"):
+    for noise in ("pir_interpreter", "No ccache found", "OMP_NUM_THREADS", "[INFO]", "Polygraphy", "[Paddle2ONNX]"):
         assert noise not in proc.stderr + proc.stdout

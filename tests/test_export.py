@@ -8,32 +8,11 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.config.loading import load_job
 from mtl.errors import ConfigError
 from mtl.export import embed, export
-from mtl.job import build_job
-from mtl.train.checkpoint import latest_checkpoint
-from mtl.train.trainer import Trainer
-
-
-def train_run(tmp_path, averaging=True, channels=1, size=8):
-    data = {"seed": 0, "output_dir": str(tmp_path / "run"),
-            "tasks": [{"name": "ids", "reader": {"type": "synthetic", "num_samples": 48, "num_classes": 6,
-                                                 "shape": [channels, size, size]},
-                       "head": {"type": "arcface", "scale": 8.0}},
-                      {"name": "kind", "reader": {"type": "synthetic", "num_samples": 48, "num_classes": 4,
-                                                  "shape": [channels, size, size], "seed": 5},
-                       "head": {"type": "softmax"}}],
-            "backbone": {"type": "cnn", "in_channels": channels, "input_size": size, "embedding_size": 16},
-            "schedule": {"batch_size": 16, "steps": 8}, "optimizer": {"lr": 0.05},
-            "log": {"progress": False, "plot": False}, "data": {"num_workers": 0}}
-    if averaging:
-        data["averaging"] = {"type": "window", "average_window_rate": 0.5, "min_average_window": 2,
-                             "max_average_window": 4}
-    job = build_job(load_job(data=data))
-    trainer = Trainer(job, console=lambda *a: None)
-    trainer.run()
-    return job, trainer
+from mtl.safe_pickle import load_paddle_file
+from mtl.train.layout import latest_checkpoint
+from tests.small_runs import train_run
 
 
 @pytest.mark.parametrize("averaging", [True, False])
@@ -61,7 +40,7 @@ def test_exported_model_matches_training_backbone(tmp_path, averaging):
     assert kind["weight"].shape == (4, 16) and kind["bias"].shape == (4,)
     ckpt = latest_checkpoint(str(tmp_path / "run"))
     name = "kind.shard0of1.averaged.pdparams" if averaging else "kind.shard0of1.pdparams"
-    np.testing.assert_array_equal(kind["weight"], paddle.load(os.path.join(ckpt, "heads", name))["weight"].numpy())
+    np.testing.assert_array_equal(kind["weight"], load_paddle_file(os.path.join(ckpt, "heads", name))["weight"])
 
 
 @pytest.mark.subprocess
@@ -99,7 +78,7 @@ def test_export_errors(tmp_path):
         export(str(tmp_path), str(tmp_path / "out"))
     train_run(tmp_path, averaging=False)
     with pytest.raises(ConfigError, match="no averaged weights"):
-        export(str(tmp_path / "run"), str(tmp_path / "out"), averaged=True)
+        export(str(tmp_path / "run"), str(tmp_path / "out"), weights="averaged")
 
 
 def test_export_refuses_an_incomplete_set_of_shards(tmp_path):

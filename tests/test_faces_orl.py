@@ -160,13 +160,20 @@ def test_shortened_orl_recipe_runs_and_evaluates_unseen_people(tmp_path):
     summary = json.load(open(tmp_path / "run" / "summary.json"))
     assert set(summary["tasks"]) == {"orl_a", "orl_b"}
     for info in summary["tasks"].values():
-        # people 21-30: 10 x C(10, 2) = 450 positive pairs and as many negatives
+        # people 21-30: 10 x C(10, 2) = 450 positive pairs and as many negatives; chance is 0.5 +- 0.017 on 900
+        # pairs and an untrained CNN 0.79 (docs/faces.md): 0.7 is far from chance, not a trained-model claim
         assert info["eval_averaged"]["verification_pairs"] == 900
-        assert 0.5 <= info["eval_averaged"]["verification_accuracy"] <= 1.0
+        assert 0.7 <= info["eval_averaged"]["verification_accuracy"] <= 1.0
     overlap = subprocess.run([sys.executable, "-m", "mtl.cli", "overlap", str(tmp_path / "run"), "--json",
                               str(tmp_path / "o.json"), "--sets"], capture_output=True, text=True, env=env,
                              cwd=str(tmp_path), timeout=600)
     assert overlap.returncode == 0, overlap.stderr[-3000:]
-    found = json.load(open(tmp_path / "o.json"))
-    assert all(set(m) == {"task_a", "class_a", "task_b", "class_b", "similarity"} for m in found)
+    found = sorted(json.load(open(tmp_path / "o.json")), key=lambda m: -m["similarity"])
+    assert found and all(set(m) == {"task_a", "class_a", "task_b", "class_b", "similarity"} for m in found)
+    # people 7-14 are in both datasets: 8 of the 14 x 14 class pairs are one person (by the list files' labels)
+    held = list(range(20, 30))  # the recipe's task files hold people 21-30 out; their readers relabel the rest
+    people = {task: ImageListReader(os.path.join(ORL, f"{task}.txt"), holdout_classes=held, image_size=16)
+              .class_labels for task in ("orl_a", "orl_b")}
+    same = [people[m["task_a"]][m["class_a"]] == people[m["task_b"]][m["class_b"]] for m in found[:5]]
+    assert same[0] and sum(same) >= 3, found[:5]  # chance: 0.04 for the first, 0.2 of the five
     assert "verification images are as close to a training identity" in overlap.stdout

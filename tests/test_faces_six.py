@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
-from step_util import step_samples
 
 from mtl.config.loading import load_job
 from mtl.data.preprocess import Preprocess, crop_pixels, equalize_grey, equalize_pixels, standardize_image
@@ -20,6 +19,7 @@ from mtl.data.steps import StepDataset
 from mtl.errors import ConfigError, DataError
 from mtl.readers.concat import ConcatReader
 from mtl.readers.image_list import ImageListReader
+from tests.references.steps import step_samples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "examples", "data")
@@ -97,7 +97,8 @@ def test_held_out_people_never_reach_a_training_batch():
 
 # ----------------------------------------------------------------------------------------------- preprocessing
 def test_equalize_matches_opencv_and_the_formula():
-    cv2 = pytest.importorskip("cv2")
+    import cv2
+
     rng = np.random.default_rng(0)
     for _ in range(50):
         low, high = sorted(rng.integers(0, 256, 2))
@@ -256,30 +257,40 @@ def run_report(tmp_path, *args):
                           timeout=900)
 
 
-@pytest.mark.slow
-def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
-    """The pipeline, not the targets: a variant config (``base:``) with two of the datasets, a few steps, one seed:
-    joint, each alone, merged, the classic baselines and the overlap count, in the JSON layout of the docs; every
-    run trained with the variant's settings and the --set/--task-set overrides."""
+def two_dataset_variant(tmp_path):
+    """A variant config (``base:``) with two of the datasets, a few steps, a tiny backbone."""
     tasks = os.path.join(ROOT, "examples", "configs", "faces_six")
     variant = tmp_path / "variant.yaml"
     variant.write_text(yaml.safe_dump({
         "base": SIX, "tasks": [os.path.join(tasks, "yale.yaml"), os.path.join(tasks, "umist.yaml")],
         "schedule": {"steps": 4, "batch_size": 16}, "backbone": {"input_size": 16, "channels": [8, 16]},
         "data": {"num_workers": 0}}))
+    return variant
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
+    """The pipeline, not the targets: the former report's kinds (--only joint alone merged: the arms separate, alone,
+    merged), the classic baselines and the overlap count, in the JSON layout of the docs; every run trained with the
+    variant's settings and the --set/--task-set overrides."""
+    variant = two_dataset_variant(tmp_path)
     out = tmp_path / "report"
     proc = run_report(tmp_path, "--config", str(variant), "--seeds", "0", "--out", str(out), "--json",
                       str(tmp_path / "r.json"), "--overlap", "--set", "averaging.min_average_window=2",
-                      "--task-set", "head.scale=12")
+                      "--task-set", "head.scale=12", "--only", "joint", "alone", "merged")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.load(open(tmp_path / "r.json"))
-    assert report["seeds"] == [0] and set(report["datasets"]) == {"yale", "umist"}
-    for info in report["datasets"].values():
-        assert set(info) == {"joint", "alone", "merged", "pixels", "pca", "fisherfaces"}
-        assert all(len(info[k]) == 1 and 0.0 <= info[k][0] <= 1.0 for k in ("joint", "alone", "merged"))
-        assert all(0.0 <= info[k] <= 1.0 for k in ("pixels", "pca", "fisherfaces"))
-    assert set(report["all"]) == {"joint", "merged"} and len(report["overlap"]) == 1
-    runs = {"joint": [12, 12], "alone_yale": [12], "alone_umist": [12], "merged": None}
+    assert report["seeds"] == [0] and set(report["arms"]) == {"separate", "alone", "merged"}
+    for arm, info in report["arms"].items():
+        assert set(info["datasets"]) == {"yale", "umist"}
+        assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in info["datasets"].values())
+        assert all(len(v) == (0 if arm == "alone" else 1) for v in info["all"].values())
+    for info in report["baselines"].values():
+        assert set(info) == {"pixels", "pca", "fisherfaces"} and all(0.0 <= v <= 1.0 for v in info.values())
+    assert report["duplicates"]["arm"] == "separate" and len(report["duplicates"]["pairs"]) == 1
+    assert report["duplicates"]["precision"] == [None]  # no true pairs known without --shared-labels
+    runs = {"separate": [12, 12], "alone_yale": [12], "alone_umist": [12], "merged": None}
     for run, scales in runs.items():
         job = json.load(open(out / "seed0" / run / "job.json"))
         assert job["averaging"]["min_average_window"] == 2 and job["schedule"]["steps"] == 4
@@ -290,8 +301,42 @@ def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
     assert merged["reader"]["type"] == "concat" and len(merged["reader"]["readers"]) == 2
     assert merged["head"]["scale"] == 12 and merged["reader"]["readers"][0]["holdout_classes"] == [0, 1, 11]
     subs = {r: json.load(open(out / "seed0" / r / "job.json"))["schedule"]["batch_size"] for r in runs}
-    assert subs == {"joint": 16, "alone_yale": 8, "alone_umist": 8, "merged": 16}
-    assert "joint - alone" in proc.stdout
+    assert subs == {"separate": 16, "alone_yale": 8, "alone_umist": 8, "merged": 16}
+    assert "separate - alone" in proc.stdout and "[train 4/4]" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_report_on_a_shortened_overlap_benchmark(tmp_path):
+    """The overlap benchmark of the two-dataset variant, the arms that run today (naive, oracle, separate), one
+    seed, four steps: the report's JSON layout, the sampling difference reported, a progress line per run,
+    the duplicates of `mtl overlap` on the separate run scored against duplicates.json, the ROC plot."""
+    from tools import make_overlap_benchmark
+
+    make_overlap_benchmark.build(str(two_dataset_variant(tmp_path)), 0.5, 0, str(tmp_path / "bench"))
+    out = tmp_path / "report"
+    proc = run_report(tmp_path, "--config", str(tmp_path / "bench" / "faces_overlap.yaml"), "--arms",
+                      "naive,oracle,separate", "--seeds", "0", "--out", str(out), "--json", str(tmp_path / "r.json"),
+                      "--no-baselines", "--set", "averaging.min_average_window=2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.load(open(tmp_path / "r.json"))
+    assert set(report) == {"config", "seeds", "arms", "duplicates", "sampling"} and report["seeds"] == [0]
+    for info in report["arms"].values():
+        assert set(info) == {"all", "cross_condition", "datasets"} and set(info["datasets"]) == {"yale", "umist"}
+        assert set(info["all"]) == {"accuracy", "tar_far_1e-2", "tar_far_1e-3"}
+        assert all(len(v) == 1 and 0.0 <= v[0] <= 1.0 for v in [*info["all"].values(), info["cross_condition"]])
+    true = len(json.load(open(tmp_path / "bench" / "duplicates.json")))
+    found = report["duplicates"]
+    assert found["arm"] == "separate" and found["true"] == true and found["from"][0].startswith("mtl overlap")
+    assert all(len(found[k]) == 1 for k in ("precision", "recall"))
+    assert found["recall"][0] == found["correct"][0] / true
+    assert report["sampling"]["naive"] == report["sampling"]["oracle"] != report["sampling"]["separate"]
+    assert report["sampling"]["separate"] == {"yale": 8.0, "umist": 8.0}
+    assert all(f"[train {k}/3]" in proc.stdout and f"[score {k}/3]" in proc.stdout for k in (1, 2, 3))
+    assert os.path.getsize(out / "roc_all_people.png") > 0
+    naive, oracle = (json.load(open(out / "seed0" / arm / "job.json"))["tasks"][0] for arm in ("naive", "oracle"))
+    assert naive["name"] == oracle["name"] == "merged" and oracle["reader"]["shared_labels"] is True
+    assert [r["root"] for r in naive["reader"]["readers"]] == [r["root"] for r in oracle["reader"]["readers"]]
 
 
 def test_report_script_refuses_a_bad_task_override_in_one_line(tmp_path):

@@ -13,8 +13,9 @@ from mtl.config.loading import load_job
 from mtl.data.steps import StepDataset
 from mtl.errors import ConfigError
 from mtl.job import build_job
+from mtl.safe_pickle import load_paddle_file
 from mtl.train.trainer import Trainer
-from tests.torch_format import insightface_names, randomized, torch_layout, write_torch_file
+from tests.references.torch_format import insightface_names, randomized, torch_layout, write_torch_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "examples", "configs", "finetune_insightface.yaml")
@@ -52,7 +53,7 @@ def test_frozen_parameters_stay_bit_identical_and_hold_no_optimizer_state(tmp_pa
         np.testing.assert_array_equal(after[key], before[key], err_msg=key)
     for key in ("backbone.body.3.weight", "backbone.body.4.weight", "backbone.fc.weight", "heads.cls.weight"):
         assert not np.array_equal(after[key], before[key]), key
-    state = paddle.load(str(tmp_path / "run" / "checkpoints" / "step_4" / "optimizer.rank0.pdopt"))
+    state = load_paddle_file(str(tmp_path / "run" / "checkpoints" / "step_4" / "optimizer.rank0.pdopt"))
     owners = {k.split("::")[0] for k in state if isinstance(k, str) and "::" in k}
     assert not owners & {"backbone.body.0.weight", "backbone.body.1.weight", "backbone.body.1.bias"}
     assert {"backbone.body.3.weight", "backbone.fc.weight", "heads.cls.weight"} <= owners

@@ -1,4 +1,4 @@
-"""The one-collective batch gather and the top-1 settled inside the softmax's all-reduces (issue 14: fewer
+"""The one-collective batch gather and the top-1 settled inside the softmax's all-reduces (fewer
 collectives per step), against numpy: ids travel exactly as float columns, two ranks gather what one process holds,
 and the vote gives the global argmax with ties to the lower rank, as ``sharded_top1`` decides. The 2-rank runs that
 succeed are in the session's one launch of 2-process runs (tests/shared_runs.py); the one that must fail is a launch
@@ -9,9 +9,9 @@ import os
 import numpy as np
 import paddle
 import pytest
-from dist_util import run_distributed
 
 from mtl.parallel import collective, topk
+from tests.dist_util import run_distributed
 from tests.shared_runs import two_process_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))

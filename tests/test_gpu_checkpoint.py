@@ -1,4 +1,4 @@
-"""Checkpoints of GPU runs, decided on CPU (issue #24, item 6): the float32 master weights of amp_level O2 in
+"""Checkpoints of GPU runs, decided on CPU: the float32 master weights of amp_level O2 in
 the optimizer state. Reference: Paddle's own optimizer tables, restored from what it saved (the random state of
 another device is tests/test_gpu_determinism.py's)."""
 import numpy as np
@@ -6,6 +6,7 @@ import paddle
 import pytest
 from paddle.amp.auto_cast import amp_initialize
 
+from mtl.safe_pickle import load_paddle_file
 from mtl.train.optim import JointOptimizer
 
 CFG = {"type": "momentum", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0, "warmup_steps": 0, "decay": "none"}
@@ -67,7 +68,7 @@ def test_master_weights_and_their_velocities_resume_in_another_process(tmp_path)
     other = _o2_model(shift=3)
     assert [p.name for p in other.parameters()] != [p.name for p in model.parameters()]
     restored = _o2_optimizer(other)
-    restored.set_state_dict(paddle.load(str(tmp_path / "optimizer.pdopt")))
+    restored.set_state_dict(load_paddle_file(str(tmp_path / "optimizer.pdopt")))
     _materialise(restored, other)
     got = _masters_and_velocities(restored, other)
     assert got.keys() == saved.keys() and sum(m is not None for m, _ in saved.values()) == 2

@@ -1,4 +1,4 @@
-"""Determinism and random state on a GPU, decided on CPU (issue #24, item 7): the margin head's device backward
+"""Determinism and random state on a GPU, decided on CPU: the margin head's device backward
 scatters without an atomic add, initial weights are drawn on the CPU's generator whatever the device, and a
 checkpoint's random state of another device is refused with a sentence instead of being set into the wrong
 generator. References: numpy, Paddle's own generator draws, and Paddle's ``set_rng_state``."""
@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 from mtl import arrays
-from mtl.heads import chunked_softmax
+from mtl.heads import class_rows
 from mtl.runtime import on_host_generator
 from mtl.train import checkpoint
 
@@ -16,14 +16,16 @@ def test_the_device_backward_scatters_target_terms_without_index_add(monkeypatch
     """Root cause: Paddle's GPU ``index_add`` is an atomic add (``CudaAtomicAdd`` in phi's index_add_kernel.cu;
     with FLAGS_cudnn_deterministic it runs on one GPU thread). Rows that share a target class now write their own
     (class, row) entry of G' once; the gradients still match numpy's (float64, duplicated targets)."""
-    from heads.arcface import ArcFaceHead
+    from mtl.registry import plugin_class
+
+    ArcFaceHead = plugin_class("head", "arcface")
 
     def refuse(*args, **kwargs):
         raise AssertionError("index_add_ in the margin head's device path")
 
     monkeypatch.setattr(paddle, "index_add_", refuse)
     monkeypatch.setattr(arrays, "HOST_PATHS", False)
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 4)
     paddle.set_default_dtype("float64")
     try:
         head = ArcFaceHead(num_classes=11, feature_size=5, scale=8.0, margin=[1.0, 0.3, 0.1], seed=3)

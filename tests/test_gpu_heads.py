@@ -1,4 +1,4 @@
-"""The margin heads on a GPU, decided on CPU (issue #24, items 5 and 9): the chunk size of the device passes, the
+"""The margin heads on a GPU, decided on CPU: the chunk size of the device passes, the
 fused path's choice and its memory. References: arithmetic of the documented formulas, and the same step with the
 CPU's chunking (float64)."""
 import math
@@ -7,10 +7,12 @@ import numpy as np
 import paddle
 import pytest
 
-from heads.arcface import ArcFaceHead
 from mtl import arrays
-from mtl.heads import chunked_softmax
-from mtl.heads.chunked_softmax import CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS, chunk_rows
+from mtl.heads import class_rows
+from mtl.heads.class_rows import CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS, chunk_rows
+from mtl.registry import plugin_class
+
+ArcFaceHead = plugin_class("head", "arcface")  # the one way head plug-ins are imported
 
 
 @pytest.mark.parametrize("width, rows", [(128, 262144), (512, 65536), (4096, 8192), (100000, CHUNK_ROWS)])
@@ -20,7 +22,8 @@ def test_gpu_chunks_hold_up_to_the_device_budget_and_cpu_chunks_stay_cache_sized
 
 
 def test_a_million_classes_per_rank_take_16_gpu_chunks_instead_of_123():
-    """At 1M classes per rank and max(N, D) = 512 (the issue's ~3,000 kernel launches: ~30 per chunk)."""
+    """At 1M classes per rank and max(N, D) = 512 (about 3,000 kernel launches per step with CPU-sized chunks: ~30
+    per chunk)."""
     classes = 1_000_000
     assert math.ceil(classes / chunk_rows(512, False)) == 123
     assert math.ceil(classes / chunk_rows(512, True)) == 16
@@ -39,16 +42,16 @@ def test_the_device_passes_with_gpu_sized_chunks_equal_cpu_sized_ones(monkeypatc
     """The Paddle-op passes (the GPU's) run with the GPU's chunk rule (budget shrunk so that 37 classes make
     several uneven chunks) and with the CPU's: same loss, gradients and top-1 (float64)."""
     monkeypatch.setattr(arrays, "HOST_PATHS", False)
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 3)
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((5, 6)), np.array([3, 3, 30, 17, 36])
     paddle.set_default_dtype("float64")
     try:
         cpu = _step(x, y, sample_ratio)
         seen = []
-        original = chunked_softmax.chunk_rows
-        monkeypatch.setattr(chunked_softmax, "DEVICE_CHUNK_ELEMENTS", 11 * 6)  # 11 rows of max(N, D) = 6
-        monkeypatch.setattr(chunked_softmax, "chunk_rows",
+        original = class_rows.chunk_rows
+        monkeypatch.setattr(class_rows, "DEVICE_CHUNK_ELEMENTS", 11 * 6)  # 11 rows of max(N, D) = 6
+        monkeypatch.setattr(class_rows, "chunk_rows",
                             lambda width, on_gpu: seen.append(width) or original(width, True))
         gpu = _step(x, y, sample_ratio)
     finally:

@@ -1,4 +1,4 @@
-"""Launching on a GPU build, decided on CPU (issue #24, items 3 and 10): the GPU id the launcher hands a process,
+"""Launching on a GPU build, decided on CPU: the GPU id the launcher hands a process,
 the device and collective backend under the launcher, the launcher's device count, the lost-peer sentence for
 NCCL's errors, and the per-step row check that must come before a gather. References: Paddle's own functions
 (``ParallelEnv``, ``_is_cpuonly``, the launcher's ``Device``) with the CUDA test replaced, or numpy."""

@@ -1,4 +1,4 @@
-"""amp_level O2 outside training and with the project's SyncBatchNorm, decided on CPU (issue #24, items 1 and 2).
+"""amp_level O2 outside training and with the project's SyncBatchNorm, decided on CPU.
 
 Paddle's CPU build makes ``auto_cast`` and ``amp.decorate`` no-ops (``amp_guard``/``amp_decorate`` check the place
 first), so the tests call what those functions do after that check: ``amp_initialize`` (the O2 cast of a model's
@@ -127,7 +127,8 @@ def test_an_o2_state_is_written_in_float32_and_loads_into_either_precision():
 def test_export_of_an_o2_run_reads_float32_weights(tmp_path):
     """A run whose backbone was cast as O2 casts it (checkpoint written by the trainer), then ``mtl export``."""
     from mtl.config.loading import load_job
-    from mtl.export import export, load_run_backbone
+    from mtl.export import export
+    from mtl.inference import open_run
     from mtl.job import build_job
     from mtl.train.trainer import Trainer
 
@@ -142,7 +143,7 @@ def test_export_of_an_o2_run_reads_float32_weights(tmp_path):
     assert precision.low_precision_dtype(job.model.backbone) == "bfloat16"
     trainer._save(2)
     cast = {k: to_numpy(v) for k, v in job.model.backbone.state_dict().items()}
-    backbone, *_ = load_run_backbone(str(tmp_path / "run"))
+    backbone = open_run(str(tmp_path / "run")).backbone()
     for key, value in backbone.state_dict().items():
         assert value.dtype == paddle.float32
         np.testing.assert_array_equal(value.numpy(), cast[key])

@@ -2,9 +2,10 @@
 pooling, pair scores and TAR at FAR.
 
 References: plain numpy loops written here (the similarity transform's defining property, the pooling as the
-protocol states it); and insightface's own eval_ijbc.py, run as a script under the torch interpreter by
-tests/peer_harness.py on a small IJB-format set written here (random faces at landmarks chosen here), both with its
-own model (a converted random-weight MobileFaceNet) and with our features.
+protocol states it); and insightface's own eval_ijbc.py, run as a script under torch on a small IJB-format set
+(random faces at landmarks chosen in tests/references/ijb_set.py), with its own model (a random-weight
+MobileFaceNet, converted here) and on its own features, as the committed fixture
+tests/fixtures/insightface_eval_ijbc.npz holds it (tests/references/make_peer_fixtures.py).
 """
 import json
 import os
@@ -16,45 +17,10 @@ import pytest
 from mtl.cli import main as mtl_main
 from mtl.errors import DataError
 from mtl.evaluation.ijb import ARCFACE_TEMPLATE, align_face, read_ijb, similarity_transform
-from mtl.evaluation.ijb_protocol import pair_scores, tar_at_far, template_features
-from tests.peer_util import run_harness
-
-# faces: (subject, template id, media id); 8 templates of 4 subjects, some with several medias and frames
-FACES = [(0, 3, 1), (0, 3, 1), (0, 3, 2), (0, 8, 4), (1, 11, 5), (1, 11, 5), (1, 11, 5), (1, 20, 7),
-         (2, 21, 8), (2, 21, 9), (2, 40, 10), (3, 41, 11), (3, 41, 12), (3, 41, 12), (3, 55, 13), (3, 55, 14)]
-
-
-def similarity(scale, angle, shift):
-    """3x3 matrix of x -> scale * R(angle) x + shift."""
-    c, s = np.cos(angle), np.sin(angle)
-    return np.array([[scale * c, -scale * s, shift[0]], [scale * s, scale * c, shift[1]], [0, 0, 1]])
-
-
-def write_ijb(root, target="ijbc", seed=0):
-    """A small IJB-format set: per face a PNG of noise around a subject's random 'face' texture, placed by a random
-    similarity; its landmarks are the template under that similarity plus up to 1.5 px of noise."""
-    rng = np.random.default_rng(seed)
-    os.makedirs(os.path.join(root, "loose_crop"))
-    os.makedirs(os.path.join(root, "meta"))
-    textures = rng.integers(0, 256, (4, 112, 112, 3), dtype=np.uint8)
-    points, faces = [], []
-    for i, (subject, template, media) in enumerate(FACES):
-        forward = similarity(rng.uniform(0.9, 1.4), rng.uniform(-0.3, 0.3), rng.uniform(10, 30, 2))
-        size = (170, 160)  # width, height
-        image = cv2.warpAffine(textures[subject], forward[:2], size, borderValue=(40, 90, 160))
-        image = np.clip(image + rng.normal(0, 12, image.shape), 0, 255).astype(np.uint8)
-        name = f"{i + 1}.png"
-        cv2.imwrite(os.path.join(root, "loose_crop", name), image)
-        marks = ARCFACE_TEMPLATE @ forward[:2, :2].T + forward[:2, 2] + rng.uniform(-1.5, 1.5, (5, 2))
-        points.append(f"{name} " + " ".join(f"{v:.3f}" for v in marks.ravel()) + f" {rng.uniform(0.5, 1):.4f}")
-        faces.append(f"{name} {template} {media}")
-    subjects = {t: s for s, t, _ in FACES}
-    ids = sorted(subjects)
-    pairs = [f"{a} {b} {int(subjects[a] == subjects[b])}" for i, a in enumerate(ids) for b in ids[i + 1:]]
-    for name, lines in (("face_tid_mid", faces), ("template_pair_label", pairs), ("name_5pts_score", points)):
-        with open(os.path.join(root, "meta", f"{target}_{name}.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-    return root
+from mtl.evaluation.ijb_protocol import evaluate_variants, pair_scores, tar_at_far, template_features
+from tests.references import peers
+from tests.references.ijb_set import FACES, set_digest, similarity, write_ijb
+from tests.references.torch_format import insightface_names, randomized, torch_layout, write_torch_file
 
 
 def test_similarity_transform_recovers_a_known_similarity():
@@ -140,8 +106,6 @@ def test_meta_files_that_disagree_are_named(tmp_path):
 def test_mtl_eval_ijb_on_converted_weights_prints_a_table_or_json(tmp_path, capsys):
     """``mtl eval WEIGHTS.pdparams --ijb ROOT``: converted weights evaluate directly (their backbone config is written
     beside them); four protocol variants, TAR at the six FARs; --json prints the record it also writes."""
-    from tests.torch_format import insightface_names, randomized, torch_layout, write_torch_file
-
     root = write_ijb(str(tmp_path / "ijb"))
     model = randomized({"type": "mobilefacenet", "input_size": 32, "embedding_size": 16})
     state, storages = torch_layout(insightface_names(model))
@@ -159,45 +123,66 @@ def test_mtl_eval_ijb_on_converted_weights_prints_a_table_or_json(tmp_path, caps
     assert list(printed["variants"]["flip"]["tar_at_far"]) == ["1e-06", "1e-05", "1e-04", "1e-03", "1e-02", "1e-01"]
     with pytest.raises(SystemExit):
         mtl_main(["eval", weights])
-    assert "needs either --sets FILE ... (verification sets) or --ijb ROOT" in capsys.readouterr().err
+    assert "mtl eval needs --sets FILE ... (verification sets) or --ijb ROOT" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_ijb_evaluation_equals_insightface_eval_ijbc(tmp_path, capsys):
-    """On one small IJB-format set: insightface's eval_ijbc.py (its alignment, flip test, model forward, pooling,
-    scores and TAR table) against ``mtl eval MODEL.pdparams --ijb``: aligned faces identical, features
-    within 1e-4 (relative; the model converted from the peer's .pth), and, on the same features, scores within 1e-6
-    and the same ROC and TAR at every FAR for each variant."""
+def converted_peer_model(folder, capsys):
+    """The peer's mbf that eval_ijbc.py ran (its weights regenerated from the backbone fixture), written as a torch.save
+    archive without torch and converted by ``mtl convert insightface``: the weights file."""
+    path, weights = str(folder / "mbf.pth"), str(folder / "mbf.pdparams")
+    tensors = peers.network_tensors(peers.load("insightface_backbones.npz"), peers.IJB_NETWORK)
+    write_torch_file(path, *torch_layout(tensors))
+    mtl_main(["convert", "insightface", path, weights, "--arch", peers.NETWORKS[peers.IJB_NETWORK][0]])
+    capsys.readouterr()
+    return weights
+
+
+def test_alignment_and_features_equal_insightfaces_eval_ijbc(tmp_path, capsys):
+    """insightface's eval_ijbc.py run as a script on the set of tests/references/ijb_set.py with its own
+    MobileFaceNet (random weights; tests/fixtures/insightface_eval_ijbc.npz, made under torch) against ``mtl eval
+    MODEL.pdparams --ijb`` on the same set with that model converted: every aligned face identical (its
+    Embedding.get: similarity transform, warp, colour order), the flip-test features within 1e-4 (relative)."""
+    fixture = peers.load("insightface_eval_ijbc.npz")
     root = write_ijb(str(tmp_path / "ijb"))
-    run_harness("backbone", "mbf", tmp_path / "model", "--batch", 1)
-    pth, weights = str(tmp_path / "model" / "model.pth"), str(tmp_path / "mbf.pdparams")
-    run_harness("ijb", root, tmp_path / "peer_model.npz", "--model", pth, "--network", "mbf", "--batch-size", 5)
-    mtl_main(["convert", "insightface", pth, weights, "--arch", "mobilefacenet"])
-    from mtl.commands.evaluate import evaluate_ijb
-
-    ours = evaluate_ijb(weights, root, "IJBC", batch_size=3, out_dir=str(tmp_path / "out"), console=print)
-    plain, flipped = ours["features"]
-    peer = np.load(tmp_path / "peer_model.npz")
+    assert set_digest(root) == str(fixture["set_digest"]), "the set written here is not the one the peer read"
     ijb = read_ijb(root, "IJBC")
+    np.testing.assert_array_equal(ijb.scores, fixture["faceness_scores"])
     aligned = np.stack([align_face(cv2.imread(os.path.join(root, "loose_crop", n)), m)
                         for n, m in zip(ijb.images, ijb.landmarks)]).transpose(0, 3, 1, 2)
-    diff = np.abs(aligned.astype(int) - peer["aligned"][:, 0].astype(int))
+    diff = np.abs(aligned.astype(int) - fixture["aligned"].astype(int))
     print(f"aligned faces: {np.mean(diff > 0):.2e} of the values differ, by at most {diff.max()}")
     assert diff.max() == 0  # the same transform to the last bit (float32, as skimage computes it), the same warp
-    np.testing.assert_array_equal(peer["aligned"][:, 1], peer["aligned"][:, 0][..., ::-1])
-    reference = peer["img_feats"]
-    relative = np.abs(np.concatenate([plain, flipped], axis=1) - reference).max() / np.abs(reference).max()
+    from mtl.commands.evaluate import evaluate_ijb
+
+    ours = evaluate_ijb(converted_peer_model(tmp_path, capsys), root, "IJBC", batch_size=3,
+                        out_dir=str(tmp_path / "out"), console=print)
+    reference = fixture["img_feats"]
+    relative = np.abs(np.concatenate(ours["features"], axis=1) - reference).max() / np.abs(reference).max()
     print(f"features: largest difference {relative:.2e} of the largest value")
     assert relative < 1e-4
-    np.savez(tmp_path / "ours.npz", plain=plain, flipped=flipped, scores=ijb.scores)
-    run_harness("ijb", root, tmp_path / "peer_features.npz", "--features", tmp_path / "ours.npz")
-    compare_variants(ours["variants"], np.load(tmp_path / "peer_features.npz"))
     report = json.load(open(tmp_path / "out" / "ijb_ijbc.json"))
     assert report["pairs"] == 28 and report["templates"] == 8 and report["faces"] == len(FACES)
     assert os.path.getsize(tmp_path / "out" / "roc_ijbc.png") > 0
 
 
+def test_protocol_on_the_same_features_equals_insightfaces_eval_ijbc(tmp_path):
+    """eval_ijbc.py's pooling, scores, ROC and TAR table on its own features (the fixture: run once per variant,
+    flip test on/off x detector-score weighting on/off) against ours on those features: scores within 1e-6, the
+    same ROC points, the same TAR at every FAR and the same AUC."""
+    fixture = peers.load("insightface_eval_ijbc.npz")
+    ijb = read_ijb(write_ijb(str(tmp_path / "ijb")), "IJBC")
+    feats = fixture["img_feats"]
+    compare_variants(evaluate_variants(ijb, feats[:, :512], feats[:, 512:]), fixture)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_committed_ijb_fixture_is_what_insightfaces_eval_ijbc_gives_now(tmp_path):
+    """The live check: the fixture maker run again under ``$MTL_TORCH_PYTHON`` writes the committed fixture."""
+    if peers.torch_python() is None:
+        pytest.skip(peers.LIVE_SKIP_REASON)
+    fresh = peers.load("insightface_eval_ijbc.npz", peers.make_live(["ijb"], tmp_path))
+    peers.assert_same_fixture(fresh, peers.load("insightface_eval_ijbc.npz"))
 def compare_variants(ours, peer):
     """Each protocol variant: scores within 1e-6, the same ROC points, the same TAR at each FAR and AUC."""
     names = {"11": "flip + detector score", "10": "flip", "01": "no flip + detector score", "00": "no flip"}

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import paddle
 import pytest
-from test_margin_heads import assert_close, float64, np_ce, np_dpsi, np_psi, run_head  # noqa: F401
-from test_sharded_heads import script  # registers the shared 2-process run "sharded_heads"
 
 from mtl import arrays
-from mtl.heads import chunked_softmax
+from mtl.heads import class_rows
 from mtl.heads.filtering import same_person_pairs
 from mtl.registry import plugin_class
+from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi, run_head
+from tests.sharded_heads_run import script  # registers the shared 2-process run "sharded_heads"
 
 ArcFaceHead = plugin_class("head", "arcface")
 ARC = (1.0, 0.5, 0.0)
@@ -44,10 +44,11 @@ def np_filtered_head(x, w, labels, margin, scale, threshold=None, mode="zero", p
     return loss, dx, dw, c, dirty
 
 
-@pytest.fixture(params=["host", "device"], autouse=True)
+@pytest.fixture(params=["host", "device"])
 def passes(request, monkeypatch):
+    """The chunk passes in numpy on the host or in Paddle ops (the device path), over several chunks."""
     monkeypatch.setattr(arrays, "HOST_PATHS", request.param == "host")
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 3)  # several chunks, filtered entries in each
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 3)  # several chunks, filtered entries in each
     return request.param
 
 
@@ -57,7 +58,7 @@ def _data(seed, n=10, d=4, classes=11):
 
 
 @pytest.mark.parametrize("mode", ["zero", "remove"])
-def test_threshold_filtering_matches_numpy(float64, mode):  # noqa: F811
+def test_threshold_filtering_matches_numpy(passes, float64, mode):
     x, y = _data(1)
     head = ArcFaceHead(num_classes=11, feature_size=4, scale=16.0, seed=3, interclass_filtering_threshold=0.2,
                        interclass_filtering_mode=mode)
@@ -73,7 +74,7 @@ def test_threshold_filtering_matches_numpy(float64, mode):  # noqa: F811
     assert (loss < unfiltered) if mode == "remove" else loss != unfiltered
 
 
-def test_zero_mode_is_the_peers_logit_zeroing(float64):  # noqa: F811
+def test_zero_mode_is_the_peers_logit_zeroing(passes, float64):
     """arcface_torch's CombinedMarginLoss (losses.py): dirty = cos > t off the target, logits = (1 - dirty) * cos,
     then the ArcFace margin and the scale, then the cross-entropy (partial_fc_v2.py); transcribed in numpy."""
     x, y = _data(2)
@@ -93,7 +94,7 @@ def test_zero_mode_is_the_peers_logit_zeroing(float64):  # noqa: F811
 
 
 @pytest.mark.parametrize("mode", ["zero", "remove"])
-def test_same_person_pairs_and_threshold_with_partial_fc_match_numpy(float64, tmp_path, mode):  # noqa: F811
+def test_same_person_pairs_and_threshold_with_partial_fc_match_numpy(passes, float64, tmp_path, mode):
     """Pairs from an ``mtl overlap --json`` file into a merged head (offsets a: 0, b: 20): classes 3 ~ 21 and
     5 ~ 27; a pair naming a task the head does not hold is dropped. Partial FC: the reference runs on the sample."""
     pairs = [{"task_a": "a", "class_a": 3, "task_b": "b", "class_b": 1, "similarity": 0.9},
@@ -136,14 +137,12 @@ def test_options_are_checked():
 @pytest.mark.distributed
 @pytest.mark.two_process_runs("sharded_heads")
 @pytest.mark.parametrize("name", ["filter7_pairs", "partial_fc10_filter_remove"])
-def test_two_ranks_with_sharded_centres_match_numpy(passes, two_process, name):
+def test_two_ranks_with_sharded_centres_match_numpy(two_process, name):
     """The 2-rank run of tests/dist_scripts/sharded_heads.py (centres split 4 + 3 and 5 + 5 classes, the paired
-    classes on different ranks) against the numpy reference of the whole batch (over the union of the ranks'
-    samples for Partial FC)."""
+    classes on different ranks, the default passes: host on CPU) against the numpy reference of the whole batch
+    (over the union of the ranks' samples for Partial FC)."""
     import os
 
-    if passes == "device":
-        pytest.skip("the 2-rank run uses the default passes (host on CPU); both paths are compared above")
     ranks = [dict(np.load(os.path.join(two_process["sharded_heads"], f"rank{k}.npz"))) for k in range(2)]
     cfg, _ = script.CASES[name]
     features, labels, _ = script.global_batch(cfg["num_classes"])

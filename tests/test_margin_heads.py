@@ -15,91 +15,16 @@ from mtl.evaluation.pairs import verification_pairs
 from mtl.heads.margin import MIN_SIN_THETA, check_margin, margin_value_and_slope
 from mtl.heads.sharded import INIT_BLOCK, initial_class_rows
 from mtl.parallel import distributed
+from tests.references.margin import MARGINS, assert_close, np_ce, np_dpsi, np_margin_head, np_psi, run_head
 
 ArcFaceHead = registry.plugin_class("head", "arcface")
 CosFaceHead = registry.plugin_class("head", "cosface")
 SoftmaxHead = registry.plugin_class("head", "softmax")
 
-MARGINS = {
-    "arcface": (1.0, 0.5, 0.0),
-    "cosface": (1.0, 0.0, 0.35),
-    "combined": (1.2, 0.3, 0.2),
-    "sphere_fallback": (2.0, 0.3, 0.1),
-}
-
-
-@pytest.fixture
-def float64():
-    """Run a test with float64 parameters and tensors (tight comparisons, finite differences)."""
-    old = paddle.get_default_dtype()
-    paddle.set_default_dtype("float64")
-    yield
-    paddle.set_default_dtype(old)
-
-
-# ---------------------------------------------------------------- numpy reference
-def np_psi(c, m1, m2, m3):
-    """cos(m1*theta + m2) - m3, continued past pi as (-1)^k cos(phi) - 2k (SphereFace)."""
-    theta = np.arccos(np.clip(c, -1, 1))
-    phi = m1 * theta + m2
-    k = np.floor(phi / np.pi)
-    return np.where(phi <= np.pi, np.cos(phi), (-1.0) ** k * np.cos(phi) - 2 * k) - m3
-
-
-def np_dpsi(c, m1, m2, m3):
-    """d psi / d cos = m1 |sin(phi)| / sin(theta) (1 for CosFace)."""
-    if m1 == 1.0 and m2 == 0.0:
-        return np.ones_like(c)
-    theta = np.arccos(np.clip(c, -1, 1))
-    return m1 * np.abs(np.sin(m1 * theta + m2)) / np.maximum(np.sin(theta), MIN_SIN_THETA)
-
-
-def np_ce(z, labels):
-    """Mean softmax cross-entropy and its gradient with respect to the logits."""
-    n = len(labels)
-    zmax = z.max(axis=1, keepdims=True)
-    lse = np.log(np.exp(z - zmax).sum(axis=1)) + zmax[:, 0]
-    loss = np.mean(lse - z[np.arange(n), labels])
-    grad = np.exp(z - lse[:, None])
-    grad[np.arange(n), labels] -= 1.0
-    return loss, grad / n
-
-
-def np_margin_head(x, w, labels, margin, scale):
-    """Loss and gradients (features, centres) of the margin head; ``labels`` index the rows of ``w``."""
-    n = len(labels)
-    xn, wn = np.linalg.norm(x, axis=1, keepdims=True), np.linalg.norm(w, axis=1, keepdims=True)
-    xh, wh = x / xn, w / wn
-    c = xh @ wh.T
-    z = scale * c
-    rows = np.arange(n)
-    z[rows, labels] = scale * np_psi(c[rows, labels], *margin)
-    loss, dz = np_ce(z, labels)
-    dc = scale * dz
-    dc[rows, labels] *= np_dpsi(c[rows, labels], *margin)
-    dxh, dwh = dc @ wh, dc.T @ xh
-    dx = (dxh - xh * (xh * dxh).sum(1, keepdims=True)) / xn
-    dw = (dwh - wh * (wh * dwh).sum(1, keepdims=True)) / wn
-    return loss, dx, dw, c
-
 
 def batch(n=8, d=6, num_classes=7, seed=1):
     rng = np.random.RandomState(seed)
     return rng.randn(n, d), rng.randint(0, num_classes, size=n)
-
-
-def run_head(head, x, y):
-    feats = paddle.to_tensor(x.astype(paddle.get_default_dtype()), stop_gradient=False)
-    out = head(feats, paddle.to_tensor(y))
-    out.loss.backward()
-    dw = head.weight_gradient() if hasattr(head, "weight_gradient") else head.weight.grad.numpy()
-    return out, feats.grad.numpy(), dw
-
-
-def assert_close(actual, expected, rtol, what):
-    err = np.max(np.abs(actual - expected))
-    rel = err / max(np.max(np.abs(expected)), 1e-30)
-    assert rel <= rtol, f"{what}: max abs diff {err:.3e}, rel {rel:.3e} > {rtol}"
 
 
 # ---------------------------------------------------------------- margin function
@@ -206,7 +131,10 @@ def test_softmax_head_matches_numpy(float64):
     head = SoftmaxHead(num_classes=5, feature_size=6, topk=3, seed=4)
     head.bias.set_value(np.linspace(-0.5, 0.5, 5))
     w, b = head.weight.numpy().copy(), head.bias.numpy().copy()
-    out, dx, dw = run_head(head, x, y)
+    feats = paddle.to_tensor(x, stop_gradient=False)
+    out = head(feats, paddle.to_tensor(y))
+    out.loss.backward()
+    dx, dw = feats.grad.numpy(), head.weight.grad.numpy()
     z = x @ w.T + b
     loss, dz = np_ce(z, y)
     assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
@@ -340,7 +268,6 @@ def test_verification_pairs_are_balanced_and_deterministic():
 
 
 def test_arcface_evaluate_reports_verification_and_accuracy():
-    pytest.importorskip("mtl.evaluation.metrics")
     x, y = batch(n=40, d=6, num_classes=7, seed=6)
     head = ArcFaceHead(num_classes=7, feature_size=6)
     result = head.evaluate(x, y)

@@ -1,4 +1,4 @@
-"""Installing the project never replaces an installed Paddle build (issue #24, item 4), in a fresh venv, offline.
+"""Installing the project never replaces an installed Paddle build, in a fresh venv, offline.
 
 ``paddlepaddle`` (CPU) and ``paddlepaddle-gpu`` install the same ``paddle`` package: a ``paddlepaddle==X``
 requirement in setup.py made ``pip install .`` put the CPU wheel over a GPU install. Here a fresh venv gets a stand-in
@@ -120,7 +120,7 @@ def test_installing_the_project_keeps_the_installed_gpu_paddle(tmp_path):
                                          stubs)
     assert {"mtl", "paddlepaddle-gpu"} <= installed and "paddlepaddle" not in installed
     assert build == "paddlepaddle-gpu"
-    # the control: the requirement setup.py had before issue #24 brings the CPU wheel in over the GPU one
+    # the control: the requirement setup.py once had (``paddlepaddle==3.3.1``) brings the CPU wheel in over the GPU one
     old = str(tmp_path / "old")
     os.makedirs(old)
     installed, build = _install_over_gpu(tmp_path, "venv_old", _project_wheel(

@@ -13,7 +13,8 @@ from mtl import arrays
 from mtl.config.loading import load_job
 from mtl.data.steps import StepDataset
 from mtl.job import build_job
-from mtl.train import checkpoint
+from mtl.safe_pickle import load_paddle_file
+from mtl.train import layout
 from mtl.train.sparse import row_sparse_adamw_
 from mtl.train.trainer import Trainer
 from tests.dist_util import ROOT
@@ -75,7 +76,7 @@ def test_sampled_rows_follow_dense_adamw_on_their_own_steps_and_the_others_stay(
         lr = trainer.optimizer.get_lr()
         state = trainer.optimizer.sparse.state(head.weight)
         before = [head.weight.numpy().copy()] + [state[k].numpy().copy() for k in ("moment1", "moment2") if state]
-        trainer.train_step(trainer._to_tensors(ds[step]), step)
+        trainer.train_step(ds[step], step)
         sampled = head.last_sampled_classes.numpy()
         grad = head.weight_gradient().astype(np.float64)
         rest = np.setdiff1d(np.arange(40), sampled)
@@ -122,12 +123,11 @@ def _row_state(ckpt, task="arc11"):
     """Weights and row-sparse optimizer state of a head, merged over the checkpoint's ranks."""
     with open(os.path.join(ckpt, "state.json")) as f:
         world = json.load(f)["world_size"]
-    state = {"weight": checkpoint.merged_head_state(ckpt, task)["weight"]}
-    optimizers = [paddle.load(os.path.join(ckpt, f"optimizer.rank{k}.pdopt")) for k in range(world)]
+    state = {"weight": layout.merged_head_state(ckpt, task)["weight"]}
+    optimizers = [load_paddle_file(os.path.join(ckpt, f"optimizer.rank{k}.pdopt")) for k in range(world)]
     for slot in ("moment1", "moment2", "steps"):
         key = f"heads.{task}.weight::sparse_{slot}"
-        state[slot] = np.concatenate([np.asarray(o[key].numpy() if hasattr(o[key], "numpy") else o[key])
-                                      for o in optimizers if key in o])
+        state[slot] = np.concatenate([np.asarray(o[key]) for o in optimizers if key in o])
     return state
 
 

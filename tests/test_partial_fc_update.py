@@ -35,7 +35,7 @@ def test_only_sampled_rows_and_their_momentum_change(tmp_path):
     w = head.weight.numpy().astype(np.float64)
     v = np.zeros_like(w)
     for step in range(4):
-        trainer.train_step(trainer._to_tensors(ds[step]), step)
+        trainer.train_step(ds[step], step)
         sampled = head.last_sampled_classes.numpy()
         grad = head.weight_gradient().astype(np.float64)   # dense view of the sampled rows' gradient
         assert len(sampled) == 8                             # ceil(0.2 * 40)
@@ -90,9 +90,8 @@ def test_clipping_sees_the_sampled_rows(tmp_path):
     ref = build_job(job_cfg(tmp_path))
     ref.model.set_state_dict(copy.deepcopy(job.model.state_dict()))
     t2 = Trainer(ref, console=lambda *a: None)
-    trainer.train_step(trainer._to_tensors(ds[0]), 0)
-    t2.train_step(t2._to_tensors(ds[0]), 0)
-    norm = trainer.last_grad_norm
+    norm = trainer.train_step(ds[0], 0).grad_norm
+    t2.train_step(ds[0], 0)
     g_clipped = job.model.heads["pfc"].weight_gradient()
     g_full = ref.model.heads["pfc"].weight_gradient()
     np.testing.assert_allclose(g_clipped, g_full * (1e-3 / norm), rtol=1e-4, atol=1e-9)

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 import yaml
-from step_util import step_samples
 
 from mtl.data.scheduler import JointSchedule
 from mtl.data.steps import StepDataset, error_text
 from tests.dist_scripts.faulty_readers.faulty_readers import FieldlessReader, RaisingReader
 from tests.dist_util import ROOT, run_distributed
+from tests.references.steps import step_samples
 
 TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
 PLUGIN = os.path.join(ROOT, "tests", "dist_scripts", "faulty_readers")

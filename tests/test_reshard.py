@@ -17,8 +17,9 @@ import pytest
 from mtl.cli import build_parser
 from mtl.config.loading import load_job
 from mtl.job import build_job
+from mtl.safe_pickle import load_paddle_file
 from mtl.train import checkpoint
-from mtl.train.checkpoint import merged_head_state
+from mtl.train.layout import merged_head_state
 from mtl.train.optim import JointOptimizer
 from tests import equivalence
 from tests.shared_runs import train_here, two_process_run
@@ -128,7 +129,7 @@ def test_reshard_round_trip_is_exact(uninterrupted, tmp_path):
     assert sorted(os.listdir(os.path.join(three, "heads"))) == sorted(expected + ["reg.averaged.pdparams",
                                                                                  "reg.pdparams"])
     for task in SHARDED:  # 3 shards of 7, 1, 5, 3 classes: balanced split, some empty
-        sizes = [paddle.load(os.path.join(three, "heads", f"{task}.shard{k}of3.pdparams"))["weight"].shape[0]
+        sizes = [load_paddle_file(os.path.join(three, "heads", f"{task}.shard{k}of3.pdparams"))["weight"].shape[0]
                  for k in range(3)]
         total = merged_head_state(ckpt, task)["weight"].shape[0]
         assert sizes == [total // 3 + (k < total % 3) for k in range(3)]
@@ -148,10 +149,11 @@ def _assert_same_folders(first, second):
             with open(os.path.join(first, name), "rb") as f, open(os.path.join(second, name), "rb") as g:
                 assert f.read() == g.read(), name
         else:
-            _assert_same(paddle.load(os.path.join(first, name)), paddle.load(os.path.join(second, name)), name)
+            _assert_same(load_paddle_file(os.path.join(first, name)), load_paddle_file(os.path.join(second, name)),
+                         name)
     for name in os.listdir(os.path.join(first, "heads")):
-        _assert_same(paddle.load(os.path.join(first, "heads", name)),
-                     paddle.load(os.path.join(second, "heads", name)), name)
+        _assert_same(load_paddle_file(os.path.join(first, "heads", name)),
+                     load_paddle_file(os.path.join(second, "heads", name)), name)
 
 
 def _assert_same(a, b, where):

@@ -4,37 +4,19 @@ One run of ``tests/dist_scripts/sharded_heads.py`` (in the session's one launch 
 tests/shared_runs.py) runs every case; each case here reruns the same head in this process on the whole global batch
 (world 1, the reference) and compares.
 """
-import importlib.util
 import os
 
 import numpy as np
 import paddle
 import pytest
-from test_margin_heads import np_margin_head
 
 from mtl import registry
 from mtl.parallel import distributed
-from tests.shared_runs import two_process_run
+from tests.references.margin import np_margin_head
+from tests.sharded_heads_run import script
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "dist_scripts", "sharded_heads.py")
 WORLD = 2
 MEASURED = {}  # what -> (max abs difference, max relative difference), printed at the end with -s
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("sharded_heads_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-script = _load_script()
-
-
-@two_process_run("sharded_heads")
-def _two_ranks(folder):
-    return {"call": [SCRIPT, "main", str(folder)]}, str(folder)
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +41,10 @@ def single_process(name):
     out.loss.backward()
     ref.update(loss=out.loss.numpy(), feature_grad=feats.grad.numpy(), weight_grad=head.weight.grad.numpy())
     ref.update({f"metric_{k}": v.numpy() for k, v in out.metrics.items()})
-    if getattr(head, "bias", None) is not None:
+    softmax = cfg["type"] == "softmax"
+    if softmax:
         ref["bias_grad"] = head.bias.grad.numpy()
-    ref["eval_topk"] = head.predict_topk(evaluation, getattr(head, "topk", 1))
+    ref["eval_topk"] = head.predict_topk(evaluation, head.topk if softmax else 1)
     return ref
 
 

@@ -1,4 +1,4 @@
-"""Synchronised BatchNorm (mtl/sync_bn.py).
+"""Synchronised BatchNorm (mtl/parallel/sync_bn.py).
 
 One process: the converted layer against Paddle's own BatchNorm1D/2D/3D and paddle.nn.BatchNorm (forward in training
 and evaluation, gradients of x, weight and bias, running statistics), Paddle's running-statistics convention against
@@ -16,7 +16,8 @@ import pytest
 
 from mtl.backbones.small import SmallCNN
 from mtl.parallel.sync_bn import SyncBatchNorm, convert_sync_batchnorm
-from mtl.train.checkpoint import merged_head_state
+from mtl.safe_pickle import load_paddle_file
+from mtl.train.layout import merged_head_state
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run
 
@@ -206,7 +207,7 @@ def losses(out):
 
 def final_weights(out, steps):
     ckpt = os.path.join(out, "checkpoints", f"step_{steps}")
-    state = {f"backbone.{k}": v.numpy() for k, v in paddle.load(os.path.join(ckpt, "backbone.pdparams")).items()}
+    state = {f"backbone.{k}": v for k, v in load_paddle_file(os.path.join(ckpt, "backbone.pdparams")).items()}
     for task in ("arc5", "soft3"):
         state.update({f"{task}.{k}": v for k, v in merged_head_state(ckpt, task).items()})
     return state

@@ -7,29 +7,11 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.config.loading import load_job
 from mtl.errors import ContractError
 from mtl.job import build_job
+from mtl.safe_pickle import load_paddle_file
 from mtl.train.trainer import Trainer
-
-TASKS = [
-    {"name": "reg", "reader": {"type": "synthetic", "target": "regression", "num_samples": 40, "seed": 1},
-     "head": {"type": "regression"}},
-    {"name": "ml", "reader": {"type": "synthetic", "target": "multilabel", "num_samples": 30, "num_classes": 4,
-                              "seed": 2},
-     "head": {"type": "multilabel"}, "ratio": 2.0, "loss_weight": 0.5},
-]
-
-
-def job_cfg(tmp_path, **over):
-    data = {"seed": 0, "output_dir": str(tmp_path / "run"), "tasks": copy.deepcopy(TASKS),
-            "backbone": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [16], "embedding_size": 8},
-            "schedule": {"batch_size": 12, "steps": 6},
-            "optimizer": {"type": "momentum", "lr": 0.05, "warmup_steps": 2, "decay": "cosine"},
-            "log": {"every": 1, "progress": False, "plot": True}, "data": {"num_workers": 0}}
-    for k, v in over.items():
-        data[k] = v if not isinstance(v, dict) else {**data.get(k, {}), **v}
-    return load_job(data=data)
+from tests.small_runs import TASKS, job_cfg
 
 
 def weights(model):
@@ -63,7 +45,7 @@ def test_toolkit_step_equals_hand_written_loop(tmp_path):
         for t, w in (("reg", 1.0), ("ml", 0.5)):
             feats = ref.model.backbone({"image": paddle.to_tensor(batch[t]["image"])})
             head = ref.model.heads[t]
-            out = head.linear(feats) if hasattr(head, "linear") else head.fc(feats)
+            out = head.linear(feats)  # both heads (regression, multilabel) are one linear layer
             if t == "reg":
                 loss = paddle.mean((out - paddle.to_tensor(batch[t]["target"])) ** 2)
             else:
@@ -104,10 +86,10 @@ def test_exact_resume(tmp_path):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     for name in ("backbone.averaged.pdparams", "heads/pfc.shard0of1.averaged.pdparams"):
-        pa = paddle.load(str(tmp_path / "a" / "run" / "checkpoints" / "step_6" / name))
-        pb = paddle.load(str(tmp_path / "b" / "run" / "checkpoints" / "step_6" / name))
+        pa = load_paddle_file(str(tmp_path / "a" / "run" / "checkpoints" / "step_6" / name))
+        pb = load_paddle_file(str(tmp_path / "b" / "run" / "checkpoints" / "step_6" / name))
         for k in pa:
-            np.testing.assert_array_equal(pa[k].numpy(), pb[k].numpy(), err_msg=f"{name} {k}")
+            np.testing.assert_array_equal(pa[k], pb[k], err_msg=f"{name} {k}")
     la = [json.loads(x) for x in open(tmp_path / "a" / "run" / "metrics.jsonl")]
     lb = [json.loads(x) for x in open(tmp_path / "b" / "run" / "metrics.jsonl")]
     assert [r.get("loss") for r in la] == [r.get("loss") for r in lb]
@@ -125,7 +107,7 @@ def test_sample_mode_absent_task_is_untouched(tmp_path):
     for step in range(8):
         batch = ds[step]
         before = {t: weights(job.model.heads[t]) for t in ("reg", "ml")}
-        trainer.train_step(trainer._to_tensors(batch))
+        trainer.train_step(batch)
         for t in ("reg", "ml"):
             after = weights(job.model.heads[t])
             changed = any(not np.array_equal(before[t][k], after[k]) for k in after)
@@ -162,7 +144,7 @@ def test_contract_mismatch_names_task_components_and_field(tmp_path):
 
 
 def test_half_written_checkpoints_are_ignored(tmp_path):
-    from mtl.train.checkpoint import latest_checkpoint, list_checkpoints
+    from mtl.train.layout import latest_checkpoint, list_checkpoints
 
     job = build_job(job_cfg(tmp_path, checkpoint={"every": 3}))
     Trainer(job, console=lambda *a: None).run()
@@ -186,7 +168,7 @@ def test_device_selection():
 
 def test_a_new_run_does_not_overwrite_an_earlier_runs_checkpoints(tmp_path):
     from mtl.errors import ConfigError
-    from mtl.train.checkpoint import list_checkpoints
+    from mtl.train.layout import list_checkpoints
 
     Trainer(build_job(job_cfg(tmp_path, checkpoint={"every": 3})), console=lambda *a: None).run()
     with pytest.raises(ConfigError, match="already holds checkpoints.*--resume.*--overwrite"):

@@ -1,4 +1,4 @@
-"""What a new user hit (issue #20), each reproduced and checked against an independent reference.
+"""What a new user hit, each reproduced and checked against an independent reference.
 
 1. ``--until N`` stops like a pre-emption at step N: checkpoint of step N, no final evaluation, a line naming the
    checkpoint and the command that continues; ``--resume`` then equals an uninterrupted run exactly.
@@ -357,7 +357,7 @@ def test_a_failed_pack_leaves_nothing_and_keeps_a_good_pack(tmp_path):
     out = tmp_path / "packed"
     pack(str(source), str(out / "train"))
     good = {name: (out / name).read_bytes() for name in os.listdir(out)}
-    assert set(good) == {"train.rec", "train.idx", "property"}
+    assert set(good) == {"train.rec", "train.idx", "property", "labels.json"}
     write_images(str(source), corrupt="b/zz_bad.png")  # the last image of class b: written after every good one
     with pytest.raises(DataError, match="zz_bad.png"):
         pack(str(source), str(out / "train"))

@@ -1,20 +1,18 @@
 """The face ViT (mtl/backbones/vit.py): parameter counts and output shapes of vit_t/s/b against the peer's definition
-(counted from insightface arcface_torch's backbones/vit.py by reading it, and, when a torch virtual environment is
-there, by running the peer itself), the forward of a small ViT against the peer's with the same weights, recompute
-against no recompute (forward and every gradient), and its activations on the memory plan."""
+(counted from insightface arcface_torch's backbones/vit.py by reading it, and as the peer itself counted them under
+torch: tests/fixtures/insightface_vit.npz), the forward of a small ViT against the peer's with the same weights (its
+torch.save archive, read without torch), recompute against no recompute (forward and every gradient), and its
+activations on the memory plan."""
 import json
-import os
-import subprocess
 
 import numpy as np
 import paddle
 import pytest
 
+from mtl.convert.torch_file import read_torch_file
 from mtl.registry import plugin_class
-from tests.dist_util import ROOT
+from tests.references import peers
 
-PEERS = os.path.join(ROOT, "..", "shared", "peers")
-TORCH_PYTHON = os.path.join(os.environ.get("MTL_TORCH_VENV", os.path.join(ROOT, "..", "torchvenv")), "bin", "python")
 SIZES = {"vit_t": (256, 12), "vit_s": (512, 12), "vit_b": (512, 24)}  # (embed_dim, depth) in the peer's get_model
 
 
@@ -64,43 +62,45 @@ def _converted(arrays):
     statistics are named _mean / _variance."""
     out = {}
     for key, value in arrays.items():
-        if key in ("input", "output"):
-            continue
         key = key.replace("running_mean", "_mean").replace("running_var", "_variance")
         out[key] = value.T if value.ndim == 2 else value
     return out
 
 
-@pytest.fixture(scope="module")
-def peer_run(tmp_path_factory):
-    """The peer's sizes and small model, from the torch environment (skipped when it or the peer is missing)."""
-    if not os.path.isfile(TORCH_PYTHON) or not os.path.isfile(os.path.join(PEERS, "arcface_torch", "backbones",
-                                                                           "vit.py")):
-        pytest.skip("needs a torch virtual environment (MTL_TORCH_VENV, default ../torchvenv) and the peer's code")
-    out = tmp_path_factory.mktemp("peer_vit")
-    script = os.path.join(ROOT, "tests", "torch_scripts", "peer_vit.py")
-    done = subprocess.run([TORCH_PYTHON, script, PEERS, str(out)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    with open(out / "sizes.json") as f:
-        return json.load(f), dict(np.load(out / "small.npz"))
-
-
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_sizes_and_forward_equal_the_peer_run_in_torch(peer_run):
-    sizes, small = peer_run
+def test_sizes_equal_the_peers_own_counts():
+    """vit_t / vit_s / vit_b: the learnable parameters the peer's model has (as it counted them under torch) and its
+    output shape at 112x112."""
+    sizes = json.loads(str(peers.load("insightface_vit.npz")["sizes"]))
     for name in SIZES:
         with paddle.LazyGuard():
             ours = learnable(plugin_class("backbone", name)())
         assert sizes[name] == {"parameters": ours, "output": [2, 512]}, name
+
+
+def test_forward_equals_the_peers_with_its_saved_weights():
+    """A small ViT of the peer's VisionTransformer (image 18, patch 9, 2 blocks, random BatchNorm statistics), its
+    state_dict as ``torch.save`` wrote it (tests/fixtures/insightface_vit_small.pth, read by our torch-free reader),
+    loaded into ours: the eval-mode output of the fixture's input within 1e-4 (relative) + 1e-5 of the peer's."""
+    fixture = peers.load("insightface_vit.npz")
+    state = read_torch_file(peers.fixture_path("insightface_vit_small.pth"))
     model = small_vit(mask_ratio=0.0, drop_path_rate=0.0)
-    model.set_state_dict(_converted(small))
+    model.set_state_dict(_converted({k: v for k, v in state.items() if v.dtype.kind == "f"}))
     model.eval()
     with paddle.no_grad():
-        out = model({"image": paddle.to_tensor(small["input"])}).numpy()
-    np.testing.assert_allclose(out, small["output"], rtol=1e-4, atol=1e-5)
-    print(f"\nViT forward vs the peer (same weights): largest difference {np.abs(out - small['output']).max():.2e}")
+        out = model({"image": paddle.to_tensor(fixture["input"])}).numpy()
+    np.testing.assert_allclose(out, fixture["output"], rtol=1e-4, atol=1e-5)
+    print(f"\nViT forward vs the peer (same weights): largest difference {np.abs(out - fixture['output']).max():.2e}")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_committed_vit_fixtures_are_what_the_peers_code_gives_now(tmp_path):
+    """The live check: the fixture maker run again under ``$MTL_TORCH_PYTHON`` writes the committed sizes and
+    output (the small model's weights are drawn by torch's generator: compared through its output)."""
+    if peers.torch_python() is None:
+        pytest.skip(peers.LIVE_SKIP_REASON)
+    fresh = peers.load("insightface_vit.npz", peers.make_live(["vit"], tmp_path))
+    peers.assert_same_fixture(fresh, peers.load("insightface_vit.npz"))
 
 
 def _loss_and_gradients(model, images, seed):
@@ -146,7 +146,7 @@ def test_size_options_are_checked():
 def test_exports_with_a_dynamic_batch_as_mtl_export_does(tmp_path):
     """paddle.jit.save of the backbone (as ``mtl export``: ``field_adapter``, batch axis None) reloads to the eager
     forward; masking, drop path and recompute are training-only."""
-    from mtl.export import field_adapter
+    from mtl.inference import field_adapter
 
     model = small_vit(mask_ratio=0.2, drop_path_rate=0.2, recompute=True)
     model.eval()

@@ -415,3 +415,29 @@ def test_state_round_trip_is_bit_identical(name):
     final, reference = resumed.state_dict(), uninterrupted.state_dict()
     assert final.keys() == reference.keys()
     assert all(np.array_equal(final[k], reference[k], equal_nan=True) for k in final)
+
+
+@pytest.mark.parametrize("name, sign, key", [("uncertainty", -1.0, "log_variance"), ("imtl_l", 1.0, "log_scale")])
+def test_one_huge_loss_does_not_zero_a_task_for_thousands_of_steps(name, sign, key):
+    """A loss of 5e4 once (lr 0.01): the paper's update would move s_t by 500 (weight exp(-500) = 0, back after
+    about 50,000 steps); clipped to max_step 1 per step and |s_t| <= bound 10, the task keeps a weight of exp(-1)
+    of its own and is back within 10 % of it after 300 steps. Ordinary steps stay the paper's update exactly."""
+    strategy = make(name, 2, lr=0.01)
+    s = np.zeros(2)
+    for step in range(20):  # ordinary losses: lr * |gradient| < 1, the unclipped update
+        losses = np.array([1.5, 0.7])
+        np.testing.assert_allclose(strategy.weights(losses, [True, True], step), np.exp(sign * s), rtol=1e-14)
+        s = s - 0.01 * sign * (np.exp(sign * s) * losses - 1.0)
+    np.testing.assert_allclose(strategy.state_dict()[key], s, rtol=1e-14)
+    before = strategy.weights([1.0, 1.0], [True, True], 20)[0]
+    spiked = strategy.weights([5e4, 1.0], [True, True], 21)  # the step with the huge loss takes its weight first
+    after = strategy.weights([1.0, 1.0], [True, True], 22)[0]
+    assert abs(strategy.state_dict()[key][0] - s[0]) <= 1.0 + 0.02 and after >= np.exp(-1.0) * before * 0.97
+    assert spiked[0] > 0
+    for step in range(23, 23 + 300):
+        weight = strategy.weights([1.0, 1.0], [True, True], step)[0]
+    assert abs(weight - before) < 0.1 * before, (weight, before)
+    bounded = make(name, 1, lr=1.0)
+    for step in range(50):
+        bounded.weights([1e-12 if sign < 0 else 1e12], [True], step)
+    assert abs(bounded.state_dict()[key][0]) <= 10.0

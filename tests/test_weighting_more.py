@@ -1,4 +1,5 @@
-"""Exact MGDA and the ten strategies of issue #21 against independent references of their papers' formulas.
+"""Exact MGDA and the ten newer strategies (nash_mtl ... db_mtl) against independent references of their papers'
+formulas.
 
 Gradient strategies get explicit gradient VECTORS (float64 numpy); the references work on the vectors (face
 enumeration of the simplex, scipy on the primal problems, SVDs, explicit projections), the strategies on their Gram
@@ -700,9 +701,23 @@ def test_balancer_state_json_is_exact():
     assert _to_json(np.arange(3.0)) == [0.0, 1.0, 2.0] and _from_json([0.0, 1.0]) == [0.0, 1.0]
 
 
+class _TwoTaskModel:
+    """What the weighting step reads of a joint model: two tasks, static weights 1, one shared parameter of 2."""
+
+    def __init__(self):
+        import paddle
+
+        self.heads = {"a": None, "b": None}
+        self.loss_weights = {"a": 1.0, "b": 1.0}
+        self.shared = paddle.create_parameter([2], "float32")
+
+    def shared_parameters(self):
+        return [self.shared]
+
+
 def test_balancer_hands_the_unscaled_matrix_and_writes_the_scaled_result():
-    """TaskBalancer._matrix_step with a loss scale: the strategy sees gradients / scale, the backbone gets its
-    result * scale (the trainer divides every gradient by the scale afterwards)."""
+    """TaskBalancer.apply with a loss scale: the strategy sees gradients / scale, the shared parameters get its
+    result * scale (the trainer divides every gradient by the scale afterwards), the rest is summed over ranks."""
     import paddle
 
     from mtl.train.balancing import TaskBalancer
@@ -710,14 +725,8 @@ def test_balancer_hands_the_unscaled_matrix_and_writes_the_scaled_result():
     written = {}
 
     class Recorder:
-        def set_shared_vector(self, model, vector):
-            written["vector"] = np.asarray(vector)
-
-        def shared_parameters(self, model):
-            return []
-
         def reduce_gradients_except(self, skip):
-            written["reduced"] = True
+            written["skipped"] = list(skip)
 
     class Echo(GradientMatrixWeighting):
         def combine_matrix(self, matrix, losses, present, step):
@@ -725,12 +734,29 @@ def test_balancer_hands_the_unscaled_matrix_and_writes_the_scaled_result():
             return matrix.sum(axis=0).astype(np.float64)
 
     rows = np.array([[1.0, -2.0], [4.0, 8.0]], dtype=np.float32)
-    balancer = TaskBalancer.__new__(TaskBalancer)
-    balancer.weighting, balancer.strategy, balancer.model = Echo(["a", "b"], [1.0, 1.0]), Recorder(), None
-    assert balancer._matrix_step(paddle.to_tensor(rows * 8.0), np.ones(2), np.ones(2, bool), 0, 8.0) is None
+    model = _TwoTaskModel()
+    balancer = TaskBalancer(Echo(["a", "b"], [1.0, 1.0]), Recorder(), model)
+    assert balancer.apply(paddle.to_tensor(rows * 8.0), np.ones(2), np.ones(2, bool), 0, 8.0) is None
     np.testing.assert_array_equal(written["matrix"], rows)
-    np.testing.assert_array_equal(written["vector"], rows.sum(axis=0) * 8.0)
-    assert written["reduced"]
+    np.testing.assert_array_equal(model.shared.grad.numpy(), rows.sum(axis=0) * 8.0)
+    assert written["skipped"] == [model.shared]
+
+
+def test_the_gram_matrix_is_float64_of_the_float32_rows():
+    """The exact strategies get ``G = g g^T`` computed in float64 (docs/architecture.md), not a float32 product
+    cast afterwards: against numpy float64 on rows whose float32 product loses digits."""
+    import paddle
+
+    from mtl.train.balancing import gram_float64
+
+    rng = np.random.default_rng(4)
+    rows = (rng.standard_normal((3, 20000)) * np.array([[1.0], [1e3], [1e-3]])).astype(np.float32)
+    expected = rows.astype(np.float64) @ rows.astype(np.float64).T
+    got = gram_float64(paddle.to_tensor(rows))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
+    float32 = paddle.matmul(paddle.to_tensor(rows), paddle.to_tensor(rows), transpose_y=True).numpy()
+    assert np.max(np.abs(float32 - expected) / np.abs(expected)) > 1e-9  # what the float32 product would give
 
 
 def test_balancer_snapshot_undoes_an_in_place_update():
@@ -738,8 +764,7 @@ def test_balancer_snapshot_undoes_an_in_place_update():
     updates its T x P average in place; the snapshot taken before the step must not follow it."""
     from mtl.train.balancing import TaskBalancer
 
-    balancer = TaskBalancer.__new__(TaskBalancer)
-    balancer.weighting = make("db_mtl", 2)
+    balancer = TaskBalancer(make("db_mtl", 2), None, _TwoTaskModel())
     g = np.random.default_rng(3).standard_normal((2, 10))
     matrix_combined(balancer.weighting, g, [1.0, 2.0])
     before = balancer.snapshot()
@@ -755,10 +780,9 @@ def test_a_non_finite_gram_matrix_reaches_the_guard():
     the shared gradient non-finite, and the trainer's guard skips or stops the step."""
     from mtl.train.balancing import TaskBalancer
 
-    balancer = TaskBalancer.__new__(TaskBalancer)
-    balancer.weighting, balancer.tasks = make("gradvac", 2), ["task0", "task1"]
+    balancer = TaskBalancer(make("gradvac", 2), None, _TwoTaskModel())
     before = balancer.weighting.state_dict()
-    alpha = balancer._combine(np.array([[1.0, np.inf], [np.inf, 1.0]]), np.ones(2), np.ones(2, bool), 0)
+    alpha = balancer.combine(np.array([[1.0, np.inf], [np.inf, 1.0]]), np.ones(2), np.ones(2, bool), 0)
     assert np.all(np.isnan(alpha)) and np.array_equal(balancer.weighting.state_dict()["targets"], before["targets"])
 
 

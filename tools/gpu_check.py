@@ -1,4 +1,4 @@
-"""One command for a GPU machine: the GPU paths of issue #24, run and measured, into one JSON file (docs/gpu.md).
+"""One command for a GPU machine: the GPU paths, run and measured, into one JSON file (docs/gpu.md).
 
     python tools/gpu_check.py --json gpu_check.json                      # a GPU machine: under 8 minutes on one GPU
     python tools/gpu_check.py --device cpu --tiny --json /tmp/check.json   # the same code on the CPU, tiny sizes
@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+from mtl.safe_pickle import load_paddle_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -76,8 +78,10 @@ def _head_step(device, x, y, weight, sample_ratio=1.0, fused=False, host=True, m
     """Loss, feature gradient, dense class-centre gradient and top-1 of one margin-head step on ``device``."""
     import paddle
 
-    from heads.arcface import ArcFaceHead
     from mtl import arrays
+    from mtl.registry import plugin_class
+
+    ArcFaceHead = plugin_class("head", "arcface")
 
     paddle.set_device(device)
     arrays.HOST_PATHS = host
@@ -214,9 +218,8 @@ def check_export(device, sizes, args):
 def check_resume(device, sizes, args):
     """Stopped half-way and resumed (a new Trainer) against uninterrupted: every step's loss and the final weights."""
     import numpy as np
-    import paddle
 
-    from mtl.train.checkpoint import latest_checkpoint
+    from mtl.train.layout import latest_checkpoint
 
     runs = {}
     for name in ("uninterrupted", "resumed"):
@@ -225,10 +228,11 @@ def check_resume(device, sizes, args):
             train(data, until=sizes["steps"] // 2)
         _, records = train(data, resume=name == "resumed")
         ckpt = latest_checkpoint(data["output_dir"])
-        runs[name] = ({r["step"]: r["loss"] for r in records}, paddle.load(os.path.join(ckpt, "backbone.pdparams")))
+        weights = load_paddle_file(os.path.join(ckpt, "backbone.pdparams"))
+        runs[name] = ({r["step"]: r["loss"] for r in records}, weights)
     (losses_a, weights_a), (losses_b, weights_b) = runs["uninterrupted"], runs["resumed"]
     steps_equal = sorted(losses_a) == sorted(losses_b) and all(losses_a[s] == losses_b[s] for s in losses_a)
-    differing = [k for k in weights_a if not np.array_equal(weights_a[k].numpy(), weights_b[k].numpy())]
+    differing = [k for k in weights_a if not np.array_equal(weights_a[k], weights_b[k])]
     return {"status": "pass" if steps_equal and not differing else "fail", "steps": len(losses_a),
             "losses_bit_identical": steps_equal, "weights_differing": differing[:10],
             "largest_loss_difference": max(abs(losses_a[s] - losses_b.get(s, float("nan"))) for s in losses_a)}
@@ -272,7 +276,7 @@ def check_throughput(device, sizes, args):
             if step == size["warmup"]:
                 counter.reset()
             begin = time.time()
-            trainer.train_step(trainer._to_tensors(batch), step)
+            trainer.train_step(batch, step)
         seconds.append(time.time() - begin)
     _synchronize(device)
     elapsed = time.time() - started

@@ -220,10 +220,16 @@ class TaskEmbedder(paddle.nn.Layer):
         self.architecture = architecture
         self.task = task
         self.feature_size = architecture.output_size
+        self.tokenizer = backbone.tokenizer  # None: architectures refuse text encoders' several outputs
         self.training = backbone.training  # embed() restores the mode it found
+
     def input_fields(self):
         """The backbone's input fields."""
         return self.backbone.input_fields()
+
+    def save_assets(self, folder: str):
+        """The backbone's assets besides its weights (``Backbone.save_assets``)."""
+        self.backbone.save_assets(folder)
 
     def forward(self, inputs):
         self.architecture.select(self.task)

@@ -16,6 +16,11 @@ def build_architecture(cfg: dict, backbone):
     architecture = registry.build("architecture", spec, cfg.get("source"), "architecture",
                                   feature_size=backbone.feature_size, tasks=[t["name"] for t in cfg["tasks"]],
                                   seed=task_seed(cfg["seed"], "architecture"))
+    if not architecture.is_identity and backbone.output_fields() is not None:
+        raise ConfigError(f"architecture '{spec['type']}' mixes one feature vector per sample, but backbone "
+                          f"'{backbone.registered_name}' gives several outputs "
+                          f"({', '.join(backbone.output_fields())}): use architecture: hard with it",
+                          cfg.get("source"), "architecture.type")
     try:
         architecture.attach(backbone)
     except ConfigError as exc:

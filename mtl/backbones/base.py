@@ -4,6 +4,7 @@ from typing import List, Optional
 import paddle
 
 from mtl.contracts import Field
+from mtl.errors import ParameterError
 
 
 class Backbone(paddle.nn.Layer):
@@ -12,9 +13,37 @@ class Backbone(paddle.nn.Layer):
     ``input_fields()`` declares what the backbone reads (name, per-sample shape, dtype); ``feature_size`` is the
     width of the features it returns; ``forward(inputs)`` takes a dict of batched tensors and returns [B, feature_size].
     ``pretrained`` (a ``.pdparams`` path) is loaded by :func:`load_pretrained` after construction.
+
+    Parameters:
+        embedding_size (int): width of the features (the embedding) the backbone returns
+        input_field (str): the sample field the backbone reads
     """
 
     feature_size: int = 0
+    # the output a head reads when it names none (``Head.reads``), for a backbone that returns a dict of outputs
+    default_output: Optional[str] = None
+    # the subword tokenizer of a text backbone (mtl.text.tokenizer.TextTokenizer): readers get it from the job
+    tokenizer = None
+
+    def output_fields(self) -> Optional[dict]:
+        """``{name: Field}`` of the outputs when ``forward`` returns a dict (per-row shapes; a ``None`` axis has the
+        inputs' variable size, e.g. ``sequence`` ``(None, D)`` and ``pooled`` ``(D,)`` of a text encoder); None (the
+        default): ``forward`` returns one tensor ``[B, feature_size]``."""
+        return None
+
+    def input_embeddings(self):
+        """The input embedding matrix ``[vocab, D]`` a masked-LM head ties its output layer to (text encoders)."""
+        raise NotImplementedError(f"backbone '{self.registered_name}' has no input embeddings to tie a head to")
+
+    def save_assets(self, folder: str):
+        """Write what the backbone needs besides its weights (a text encoder's ``tokenizer.json``) into ``folder``
+        (the run folder, an export). Default: nothing."""
+
+    @classmethod
+    def run_config(cls, config: dict, folder: str) -> dict:
+        """The constructor config of a backbone read back from ``folder`` (a run or an export), pointing at the
+        assets :meth:`save_assets` wrote there. Default: ``config`` as it is."""
+        return config
 
     def planned_bytes(self, optimizer_slots: int) -> dict:
         """Bytes of the parameters, their gradients and ``optimizer_slots`` optimizer copies (activations, which
@@ -35,14 +64,19 @@ class Backbone(paddle.nn.Layer):
 
 
 class ImageBackbone(Backbone):
-    """A backbone that reads one square image field ``(in_channels, input_size, input_size)`` float32."""
+    """A backbone that reads one square image field ``(in_channels, input_size, input_size)`` float32.
+
+    Parameters:
+        input_size (int): side of the square input images
+        in_channels (int): channels of the input images (3: RGB, 1: grey)
+    """
 
     def set_image_input(self, input_size, in_channels, input_field, embedding_size):
         """Validate and store the image geometry, the field name and the embedding size."""
         for name, value in (("input_size", input_size), ("in_channels", in_channels),
                             ("embedding_size", embedding_size)):
             if isinstance(value, bool) or int(value) != value or int(value) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ParameterError(f"{name} must be a positive integer, got {value!r}")
         self.input_size = int(input_size)
         self.in_channels = int(in_channels)
         self.feature_size = int(embedding_size)
@@ -63,6 +97,18 @@ def constructor_config(cfg: dict) -> dict:
     return {key: value for key, value in cfg.items() if key not in JOB_KEYS}
 
 
+def build_backbone(cfg: dict, source=None, key="backbone") -> Backbone:
+    """A backbone from a job's backbone mapping (``{type, ..., pretrained}``): built from its constructor keys, then
+    its ``pretrained`` weights loaded (:func:`load_pretrained`): the one way a backbone gets pretrained weights."""
+    from mtl import registry
+
+    cfg = registry.as_component(cfg)
+    backbone = registry.build("backbone", constructor_config(cfg), source, key)
+    if cfg.get("pretrained"):
+        load_pretrained(backbone, cfg["pretrained"], source, f"{key}.pretrained")
+    return backbone
+
+
 def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
     """Load ``path`` (a ``.pdparams`` file) into ``backbone``; every parameter must match by name and shape."""
     import os
@@ -71,7 +117,9 @@ def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
 
     if not os.path.isfile(path):
         raise ConfigError(f"pretrained weights '{path}' do not exist", source, key)
-    state = paddle.load(path)
+    from mtl.safe_pickle import load_state_dict
+
+    state = load_state_dict(path, "pretrained weights")
     own = backbone.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

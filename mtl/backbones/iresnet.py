@@ -15,7 +15,8 @@ learning rate, which also keeps the state_dict keys of converted insightface wei
 import paddle
 from paddle import nn
 
-from mtl.backbones.base import ImageBackbone, load_pretrained
+from mtl.backbones.base import ImageBackbone
+from mtl.errors import ParameterError
 from mtl.registry import register_backbone
 
 WIDTHS = (64, 128, 256, 512)
@@ -66,16 +67,20 @@ class IBasicBlock(nn.Layer):
 
 
 class IResNet(ImageBackbone):
-    """Improved ResNet for faces; subclasses fix the depth (blocks per stage)."""
+    """Improved ResNet for faces; subclasses fix the depth (blocks per stage).
+
+    Parameters:
+        dropout (float): dropout before the fully connected layer to the embedding (arcface_torch's fp16 recipe: 0)
+    """
 
     depths = (2, 2, 2, 2)
 
     def __init__(self, embedding_size: int = 512, dropout: float = 0.0, input_size: int = 112, in_channels: int = 3,
-                 input_field: str = "image", pretrained: str = None):
+                 input_field: str = "image"):
         super().__init__()
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
         if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise ParameterError(f"dropout must be in [0, 1), got {dropout}")
 
         self.conv1 = conv3x3(self.in_channels, WIDTHS[0])
         self.bn1 = nn.BatchNorm2D(WIDTHS[0], epsilon=BN_EPSILON)
@@ -100,9 +105,6 @@ class IResNet(ImageBackbone):
         # no gradient at all (bias.grad stays None; tests/test_backbones.py checks this).
         self.features = nn.BatchNorm1D(self.feature_size, epsilon=BN_EPSILON, weight_attr=paddle.ParamAttr(
             learning_rate=0.0, initializer=nn.initializer.Constant(1.0)))
-
-        if pretrained:
-            load_pretrained(self, pretrained, key="pretrained")
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> embeddings [B, embedding_size]."""

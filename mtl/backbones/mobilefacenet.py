@@ -26,7 +26,8 @@ from typing import Sequence
 
 from paddle import nn
 
-from mtl.backbones.base import ImageBackbone, load_pretrained
+from mtl.backbones.base import ImageBackbone
+from mtl.errors import ParameterError
 from mtl.registry import register_backbone
 
 LAST_CHANNELS = 512
@@ -114,18 +115,23 @@ def _check_blocks(blocks, scale):
     """``blocks`` as four positive ints and ``scale`` as a positive int, or a ValueError sentence."""
     values = list(blocks) if isinstance(blocks, (list, tuple)) else []
     if len(values) != 4 or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in values):
-        raise ValueError(f"blocks must be four positive integers, got {blocks!r}")
+        raise ParameterError(f"blocks must be four positive integers, got {blocks!r}")
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale must be a positive integer, got {scale!r}")
+        raise ParameterError(f"scale must be a positive integer, got {scale!r}")
     return values
 
 
 @register_backbone("mobilefacenet")
 class MobileFaceNet(ImageBackbone):
-    """MobileFaceNet: depthwise-separable bottlenecks and a global depthwise conv (GDConv) to the embedding."""
+    """MobileFaceNet: depthwise-separable bottlenecks and a global depthwise conv (GDConv) to the embedding.
+
+    Parameters:
+        scale (int): width multiplier of every stage (mbf: 1, mbf_large: 2)
+        blocks (list): bottleneck units of the four stages (mbf: [1, 4, 6, 2], mbf_large: [2, 8, 12, 4])
+    """
 
     def __init__(self, embedding_size: int = 128, input_size: int = 112, in_channels: int = 3,
-                 input_field: str = "image", pretrained: str = None, scale: int = 1,
+                 input_field: str = "image", scale: int = 1,
                  blocks: Sequence[int] = (1, 4, 6, 2)):
         super().__init__()
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
@@ -143,8 +149,6 @@ class MobileFaceNet(ImageBackbone):
         for _ in range(4):  # four 3x3 stride-2 convs, padding 1: ceil(size / 2) each
             side = (side + 1) // 2
         self.features = GDC(side, self.feature_size)
-        if pretrained:
-            load_pretrained(self, pretrained, key="pretrained")
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> embeddings [B, embedding_size]."""

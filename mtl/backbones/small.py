@@ -18,8 +18,9 @@ from typing import Sequence
 import paddle
 from paddle import nn
 
-from mtl.backbones.base import Backbone, ImageBackbone, load_pretrained
+from mtl.backbones.base import Backbone, ImageBackbone
 from mtl.contracts import Field
+from mtl.errors import ParameterError
 from mtl.registry import register_backbone
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
@@ -29,13 +30,21 @@ def _positive_ints(value, name) -> tuple:
     """``value`` as a tuple of positive ints (a single int becomes a 1-tuple); ValueError otherwise."""
     items = (value,) if isinstance(value, int) else tuple(value)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items):
-        raise ValueError(f"{name} must be a list of positive integers, got {value!r}")
+        raise ParameterError(f"{name} must be a list of positive integers, got {value!r}")
     return items
 
 
 @register_backbone("cnn")
 class SmallCNN(ImageBackbone):
-    """A few conv3x3-BN-ReLU blocks, global average pooling and a linear layer to the embedding."""
+    """A few conv3x3-BN-ReLU blocks, global average pooling and a linear layer to the embedding.
+
+    Parameters:
+        channels (list): output channels of each conv3x3-BN-ReLU block (every block but the first halves the map)
+        batch_norm (bool): BatchNorm after each convolution
+        embedding_bn (bool): a BatchNorm on the embedding (as face backbones have)
+        output (str): pool (global average of the last map) or flatten (all of it, for small inputs)
+        dropout (float): dropout before the linear layer to the embedding
+    """
 
     def __init__(
         self,
@@ -45,7 +54,6 @@ class SmallCNN(ImageBackbone):
         input_size: int = 8,
         batch_norm: bool = True,
         input_field: str = "image",
-        pretrained: str = None,
         embedding_bn: bool = False,
         output: str = "pool",
         dropout: float = 0.0,
@@ -54,9 +62,9 @@ class SmallCNN(ImageBackbone):
         channels = _positive_ints(channels, "channels")
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
         if output not in ("pool", "flatten"):
-            raise ValueError(f"output must be 'pool' or 'flatten', got {output!r}")
+            raise ParameterError(f"output must be 'pool' or 'flatten', got {output!r}")
         if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+            raise ParameterError(f"dropout must be in [0, 1), got {dropout!r}")
         layers = []
         previous = self.in_channels
         for i, width in enumerate(channels):
@@ -78,8 +86,6 @@ class SmallCNN(ImageBackbone):
         self.fc = nn.Linear(flat if output == "flatten" else previous, self.feature_size)
         # BN-neck: y = (e - mean) / sqrt(var + eps) * gamma + beta per embedding dimension
         self.neck = nn.BatchNorm1D(self.feature_size) if embedding_bn else None
-        if pretrained:
-            load_pretrained(self, pretrained, key="pretrained")
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; ``pool``: the mean over H and W,
@@ -94,7 +100,15 @@ class SmallCNN(ImageBackbone):
 
 @register_backbone("mlp")
 class MLP(Backbone):
-    """Flatten the input field; ``h = act(h @ W + b)`` per hidden size, then ``h @ W + b`` to the embedding."""
+    """Flatten the input field; ``h = act(h @ W + b)`` per hidden size, then ``h @ W + b`` to the embedding.
+
+    Parameters:
+        hidden (list): widths of the hidden layers
+        activation (str): the hidden layers' activation: relu, tanh or gelu
+        input_shape (list): shape of the input field of a sample (flattened)
+        batch_norm (bool): BatchNorm after each hidden layer
+        dropout (float): dropout after each hidden layer
+    """
 
     def __init__(
         self,
@@ -105,13 +119,12 @@ class MLP(Backbone):
         batch_norm: bool = False,
         dropout: float = 0.0,
         input_field: str = "image",
-        pretrained: str = None,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+            raise ParameterError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
         if not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            raise ParameterError(f"dropout must be in [0, 1), got {dropout}")
         hidden = _positive_ints(hidden, "hidden") if hidden else ()
         self.input_shape = _positive_ints(input_shape, "input_shape")
         (self.feature_size,) = _positive_ints(embedding_size, "embedding_size")
@@ -128,8 +141,6 @@ class MLP(Backbone):
             previous = width
         layers.append(nn.Linear(previous, self.feature_size))
         self.layers = nn.Sequential(*layers)
-        if pretrained:
-            load_pretrained(self, pretrained, key="pretrained")
 
     def input_fields(self):
         """One field of shape ``input_shape`` float32."""

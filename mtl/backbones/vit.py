@@ -28,7 +28,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from mtl.backbones.base import ImageBackbone, load_pretrained
+from mtl.backbones.base import ImageBackbone
+from mtl.errors import ParameterError
 from mtl.registry import register_backbone
 
 INIT_STD = 0.02
@@ -124,7 +125,22 @@ class PatchEmbed(nn.Layer):
 
 @register_backbone("vit")
 class VisionTransformer(ImageBackbone):
-    """Face ViT (module docstring): patch tokens, masking, pre-norm blocks, a linear head over all tokens."""
+    """Face ViT (module docstring): patch tokens, masking, pre-norm blocks, a linear head over all tokens.
+
+    Parameters:
+        patch_size (int): side of a patch: a token per patch_size x patch_size square (9: 144 tokens at 112)
+        embed_dim (int): token width (None: the variant's; vit_t 256, vit_s and vit_b 512; required for vit)
+        depth (int): transformer blocks (None: the variant's; vit_t, vit_s 12, vit_b 24)
+        num_heads (int): attention heads (None: the variant's, 8)
+        mlp_ratio (float): hidden width of a block's MLP, as a multiple of embed_dim
+        qkv_bias (bool): biases in the attention's query, key and value projections
+        drop_rate (float): dropout after the position embedding and in the blocks
+        attn_drop_rate (float): dropout of the attention weights
+        drop_path_rate (float): stochastic depth of the last block, rising linearly from 0 (None: the variant's, 0.1)
+        mask_ratio (float): fraction of the tokens masked at random in training (None: the variant's, 0.1)
+        recompute (bool): recompute each block's activations in the backward instead of keeping them (None: on
+            for vit_b)
+    """
 
     defaults = {}
 
@@ -132,7 +148,7 @@ class VisionTransformer(ImageBackbone):
                  embed_dim: int = None, depth: int = None, num_heads: int = None, mlp_ratio: float = 4.0,
                  qkv_bias: bool = False, drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
                  drop_path_rate: float = None, mask_ratio: float = None, recompute: bool = None,
-                 input_field: str = "image", pretrained: str = None):
+                 input_field: str = "image"):
         super().__init__()
         self.set_image_input(input_size, in_channels, input_field, embedding_size)
         size = self._sizes(embed_dim=embed_dim, depth=depth, num_heads=num_heads, drop_path_rate=drop_path_rate,
@@ -155,8 +171,6 @@ class VisionTransformer(ImageBackbone):
             nn.BatchNorm1D(self.feature_size, epsilon=FEATURE_BN_EPSILON))
         self.mask_token = self.create_parameter([1, 1, self.embed_dim],
                                                 default_initializer=nn.initializer.Normal(0.0, INIT_STD))
-        if pretrained:
-            load_pretrained(self, pretrained, key="pretrained")
 
     def _sizes(self, **given) -> dict:
         """The size options: given ones over the variant's ``defaults``; every one must end up set and valid."""
@@ -166,14 +180,14 @@ class VisionTransformer(ImageBackbone):
         for name in ("embed_dim", "depth", "num_heads", "patch_size"):
             value = size[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ParameterError(f"{name} must be a positive integer, got {value!r}")
         if size["embed_dim"] % size["num_heads"]:
-            raise ValueError(f"embed_dim {size['embed_dim']} must be a multiple of num_heads {size['num_heads']}")
+            raise ParameterError(f"embed_dim {size['embed_dim']} must be a multiple of num_heads {size['num_heads']}")
         if size["patch_size"] > self.input_size:
-            raise ValueError(f"patch_size {size['patch_size']} is larger than input_size {self.input_size}")
+            raise ParameterError(f"patch_size {size['patch_size']} is larger than input_size {self.input_size}")
         for name in ("drop_path_rate", "mask_ratio"):
             if not 0.0 <= float(size[name]) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {size[name]!r}")
+                raise ParameterError(f"{name} must be in [0, 1), got {size[name]!r}")
         return size
 
     def activation_bytes(self, rows: int) -> int:

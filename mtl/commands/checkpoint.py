@@ -9,7 +9,7 @@ from mtl.train.reshard import describe, reshard
 def resolve_checkpoint(path, console=print):
     """The checkpoint folder ``path`` names: a checkpoint folder (``state.json``) as it is, a run folder (its
     ``output_dir``) by its latest complete checkpoint, announced on ``console``; anything else is a ConfigError."""
-    from mtl.train.checkpoint import checkpoint_root, latest_checkpoint
+    from mtl.train.layout import checkpoint_root, latest_checkpoint
 
     if os.path.isfile(os.path.join(path, "state.json")):
         return path

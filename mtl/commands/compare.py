@@ -194,6 +194,29 @@ def _run_name(run_dir: str) -> str:
     return os.path.basename(os.path.normpath(run_dir)) or run_dir
 
 
+TICK_CHARS = 14  # a run's name is wrapped to lines of this many characters under its bar (8 pt: ~0.85 in)
+BAR_INCHES = 1.1  # width per bar: a wrapped name never reaches its neighbour's
+
+
+def _tick_label(run_dir: str) -> str:
+    """The run's folder name wrapped to lines of at most ``TICK_CHARS`` (after ``_`` and ``-`` where it can), for the
+    tick under its bar."""
+    import re
+
+    lines = [""]
+    for piece in re.split(r"(?<=[_-])", _run_name(run_dir)):
+        while piece:
+            room = TICK_CHARS - len(lines[-1])
+            if len(piece) <= room:
+                lines[-1], piece = lines[-1] + piece, ""
+            elif lines[-1] and len(piece) <= TICK_CHARS:
+                lines.append("")
+            else:
+                lines[-1], piece = lines[-1] + piece[:room], piece[room:]
+                lines.append("")
+    return "\n".join(line for line in lines if line)
+
+
 def comparison_figure(runs: dict):
     """A matplotlib Figure: one panel per row of :func:`comparison_rows` (its own y axis: metrics differ in scale
     and direction), titled with the task, the y axis named by the metric and its direction, one bar per run that
@@ -204,15 +227,15 @@ def comparison_figure(runs: dict):
     rows, names = comparison_rows(runs), list(runs)
     cols = max(1, min(len(rows), 3))
     lines = max(1, -(-len(rows) // cols))
-    fig = Figure(figsize=(cols * max(4.0, 1.0 + 0.9 * len(names)), 3.6 * lines))
+    fig = Figure(figsize=(cols * max(4.0, 1.0 + BAR_INCHES * len(names)), 3.6 * lines))
     FigureCanvasAgg(fig)
     for i, (task, metric, higher, values) in enumerate(rows):
         ax = fig.add_subplot(lines, cols, i + 1)
         present = [n for n in names if values.get(n) is not None]
         ax.bar(range(len(present)), [values[n] for n in present], color=[f"C{names.index(n)}" for n in present])
         ax.set_xticks(range(len(present)))
-        ax.set_xticklabels([_run_name(n) + ("" if runs[n]["delta_m"] is None else f"\n(Δm {runs[n]['delta_m']:+.2f} %)")
-                            for n in present], fontsize=8)
+        ax.set_xticklabels([_tick_label(n) + ("" if runs[n]["delta_m"] is None else
+                                              f"\n(Δm {runs[n]['delta_m']:+.2f} %)") for n in present], fontsize=8)
         ax.set_title(task)
         ax.set_ylabel(f"{metric} ({direction(higher)})")
         ax.grid(True, axis="y", alpha=0.3)

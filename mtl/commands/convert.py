@@ -20,7 +20,7 @@ def add_cli(sub):
                                        "pretrained weights")
     p.add_argument("source", choices=SOURCES, help="insightface: arcface_torch's state_dict (.pth, read without "
                                                    "torch); plsc: PLSC's IResNet / MobileFaceNet .pdparams")
-    p.add_argument("src", metavar="SRC")
-    p.add_argument("dst", metavar="DST.pdparams")
+    p.add_argument("src", metavar="SRC", help="the weights file to convert (.pth or .pdparams)")
+    p.add_argument("dst", metavar="DST.pdparams", help="where the backbone's weights go (its config beside them)")
     p.add_argument("--arch", required=True, choices=ARCHS, help="the backbone the weights are for")
     p.set_defaults(func=_cmd_convert)

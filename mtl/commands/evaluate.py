@@ -14,63 +14,9 @@ import os
 
 import numpy as np
 
-from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError
 from mtl.export import export_preprocess
-
-
-def load_model(path, weights="auto"):
-    """(backbone-like layer, input field, input shape, step, description, preprocessing ``{task: mapping}``) of a
-    run folder, an export folder or converted weights (``mtl convert``'s ``.pdparams``)."""
-    from mtl.export import field_adapter, load_run_backbone
-
-    if os.path.isfile(os.path.join(path, "export.json")):
-        import paddle
-
-        if weights != "auto":
-            raise ConfigError(f"--weights {weights} applies to a run; the export '{path}' holds the weights it was "
-                              "exported with (see its export.json)")
-        with open(os.path.join(path, "export.json")) as f:
-            meta = json.load(f)
-        model = field_adapter(paddle.jit.load(os.path.join(path, "backbone")), meta["input_field"], to_dict=False)
-        kind = "averaged" if meta.get("averaged") else "live"
-        return (model, meta["input_field"], meta["input_shape"], meta["step"], f"export ({kind} weights)",
-                meta.get("preprocess") or {})
-    if os.path.isfile(path) and path.endswith(".pdparams"):
-        return _converted_model(path, weights)
-    if os.path.isfile(os.path.join(path, "job.json")):
-        averaged = {"auto": None, "averaged": True, "live": False}[weights]
-        backbone, _, ckpt, use_avg = load_run_backbone(path, None, averaged)
-        with open(os.path.join(ckpt, "state.json")) as f:
-            step = json.load(f)["step"]
-        field = backbone.input_fields()[0]
-        with open(os.path.join(path, "job.json")) as f:
-            preprocessing = task_preprocessing(json.load(f)["tasks"])
-        return (backbone, field.name, list(field.shape), step, f"{ckpt} ({'averaged' if use_avg else 'live'} weights)",
-                preprocessing)
-    raise ConfigError(f"'{path}' is neither a training run (job.json), an export (export.json) nor converted weights "
-                      "(a .pdparams file from mtl convert)")
-
-
-def _converted_model(path, weights):
-    """``load_model`` of converted weights (``mtl convert``): the backbone config from the file beside them."""
-    from mtl import registry
-    from mtl.backbones.base import load_pretrained
-    from mtl.convert.weights import sidecar_path
-
-    if weights != "auto":
-        raise ConfigError(f"--weights {weights} applies to a run, not to the weights file '{path}'")
-    config_path = sidecar_path(path)
-    if not os.path.isfile(config_path):
-        raise ConfigError(f"'{path}' needs its backbone config '{config_path}' beside it (mtl convert writes it)")
-    with open(config_path) as f:
-        config = json.load(f)["backbone"]
-    registry.load_builtin()
-    backbone = registry.build("backbone", config, config_path, "backbone")
-    load_pretrained(backbone, path, config_path, "backbone")
-    backbone.eval()
-    field = backbone.input_fields()[0]
-    return backbone, field.name, list(field.shape), 0, f"{path} (converted weights)", {}
+from mtl.inference import add_trust_plugins, load_model
 
 
 def insightface_line(name, step, result, flip):
@@ -79,8 +25,15 @@ def insightface_line(name, step, result, flip):
     return f"[{name}][{step}]{label}: {result['accuracy']:1.5f}+-{result['std']:1.5f}"
 
 
+# the table of mtl eval: VAL is read at the threshold chosen for a FAR of 1e-3 on the training folds; the FAR it
+# reaches on the held-out folds is shown beside it (with few pairs it is far from 1e-3)
+EVAL_HEADERS = ["set", "pairs", "accuracy", "std", "VAL", "at FAR", "threshold"]
+EVAL_NOTE = ("(accuracy: 10-fold mean and std; VAL: true accept rate at the threshold chosen for FAR 1e-3 on the "
+             "training folds, 'at FAR' the false accept rate it reached on the held-out folds)")
+
+
 def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_dir=None, console=print,
-             preprocess_task=None):
+             preprocess_task=None, trust_plugins=False):
     """Evaluate ``path`` on every verification set; write ``eval_<set>.json`` and ``roc_<set>.png``; return
     ``{set: {"accuracy", "std", "val_at_far", "threshold", "far", ...}}``. The sets' images are prepared as the
     training images of ``preprocess_task`` were (default: the way all the model's tasks share)."""
@@ -89,7 +42,9 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
     from mtl.data.verification_sets import load_verification_set
     from mtl.evaluation.verify import evaluate_sets
 
-    model, field, shape, step, described, preprocessing = load_model(path, weights)
+    loaded = load_model(path, weights, trust_plugins)
+    model, field, shape, step, described, preprocessing = (loaded.model, loaded.input_field, loaded.input_shape,
+                                                           loaded.step, loaded.description, loaded.preprocessing)
     prepare = export_preprocess({"preprocess": preprocessing}, path, preprocess_task)
     if len(shape) != 3 or shape[0] != 3:
         raise ConfigError(f"'{path}': verification sets hold RGB images, but the backbone's input '{field}' has "
@@ -110,9 +65,9 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
         console(insightface_line(vset.name, step, result, flip))
         results[vset.name] = result
         rows.append([vset.name, vset.num_pairs, f"{result['accuracy']:.5f}", f"{result['std']:.5f}",
-                     f"{result['val_at_far']:.5f}", f"{result['threshold']:.3f}"])
-    console(tabulate(rows, headers=["set", "pairs", "accuracy", "std", "VAL@FAR=1e-3", "threshold"],
-                     tablefmt="github", disable_numparse=True))
+                     f"{result['val_at_far']:.5f}", f"{result['far']:.5f}", f"{result['threshold']:.3f}"])
+    console(tabulate(rows, headers=EVAL_HEADERS, tablefmt="github", disable_numparse=True))
+    console(EVAL_NOTE)
     console(f"results in {out_dir} (eval_<set>.json, roc_<set>.png)")
     return results
 
@@ -125,14 +80,16 @@ def _progress(total, desc):
 
 
 def evaluate_ijb(path, root, target="IJBC", weights="auto", batch_size=64, out_dir=None, console=print,
-                 as_json=False):
+                 as_json=False, trust_plugins=False):
     """IJB-B/C 1:1 template verification of ``path`` (:mod:`mtl.evaluation.ijb`): TAR at FAR 1e-6 ... 1e-1 for the
     flip test with and without detector-score weighting (and without the flip test), as a table (or JSON with
     ``as_json``); writes ``ijb_<target>.json`` and ``roc_<target>.png``; returns the results, features included."""
     from mtl.evaluation.ijb import embed_faces, read_ijb
     from mtl.evaluation.ijb_protocol import evaluate_variants
 
-    model, field, shape, step, described, preprocessing = load_model(path, weights)
+    loaded = load_model(path, weights, trust_plugins)
+    model, field, shape, step, described, preprocessing = (loaded.model, loaded.input_field, loaded.input_shape,
+                                                           loaded.step, loaded.description, loaded.preprocessing)
     if any(any((v or {}).values()) for v in preprocessing.values()) and not as_json:
         console(f"note: the model's tasks prepared their images with {preprocessing}; IJB faces are aligned and "
                 "normalised only, as insightface's protocol prepares them")
@@ -201,31 +158,40 @@ def plot_ijb_roc(variants, path, title):
 
 
 def _cmd_eval(args):
-    if bool(args.sets) == bool(args.ijb):
-        raise ConfigError("mtl eval needs either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C)")
+    if args.sets and args.ijb:
+        raise ConfigError("mtl eval takes either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C), not both")
+    if not args.sets and not args.ijb:  # the run's own evaluation split(s) and sets
+        from mtl.commands.evaluate_run import evaluate_run
+
+        evaluate_run(args.path, args.weights, args.out, trust_plugins=args.trust_plugins)
+        return
     if args.ijb:
         evaluate_ijb(args.path, args.ijb, args.target, args.weights, args.batch_size, args.out,
-                     as_json=args.json)
+                     as_json=args.json, trust_plugins=args.trust_plugins)
         return
-    evaluate(args.path, args.sets, args.weights, args.flip, args.batch_size, args.out, preprocess_task=args.preprocess)
+    evaluate(args.path, args.sets, args.weights, args.flip, args.batch_size, args.out, preprocess_task=args.preprocess,
+             trust_plugins=args.trust_plugins)
 
 
 def add_cli(sub):
     """Register ``mtl eval``."""
-    p = sub.add_parser("eval", help="verification accuracy of a finished run or an export on .bin / pairs sets, or "
-                                    "TAR at FAR on IJB-B/C")
-    p.add_argument("path", metavar="RUN_DIR|EXPORT_DIR")
+    p = sub.add_parser("eval", help="a finished run on its own evaluation data, or a run or an export on .bin / "
+                                    "pairs verification sets (--sets), or TAR at FAR on IJB-B/C (--ijb)")
+    p.add_argument("path", metavar="RUN_DIR|EXPORT_DIR", help="a finished run (its output_dir), an export folder or "
+                                                          "converted weights (.pdparams)")
     p.add_argument("--sets", nargs="+", metavar="FILE",
-                   help="verification sets: InsightFace .bin files or pairs lists (img1<TAB>img2<TAB>0|1)")
+                   help="verification sets: InsightFace .bin files or pairs lists (img1<TAB>img2<TAB>0|1); without "
+                        "--sets and --ijb a run is scored on its own evaluation splits and sets")
     p.add_argument("--ijb", metavar="ROOT", help="IJB-B/C 1:1 template verification on the set under ROOT (meta/, "
                                                  "loose_crop/), insightface's protocol")
-    p.add_argument("--target", choices=["IJBB", "IJBC"], default="IJBC", help="--ijb: which set (default IJBC)")
+    p.add_argument("--target", choices=["IJBB", "IJBC"], default="IJBC", help="--ijb: which set")
     p.add_argument("--json", action="store_true", help="--ijb: print the results as JSON instead of a table")
     p.add_argument("--weights", choices=["auto", "averaged", "live"], default="auto",
                    help="a run's weights (auto: averaged when the run averaged)")
     p.add_argument("--flip", action="store_true", help="embed normalize(f(x) + f(flip x)), as training does")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=128, help="images per forward pass")
     p.add_argument("--out", help="where eval_<set>.json and roc_<set>.png go (default: the evaluated folder)")
     p.add_argument("--preprocess", metavar="TASK",
                    help="prepare images as this task's were (crop, equalisation; default: the way all tasks share)")
+    add_trust_plugins(p)
     p.set_defaults(func=_cmd_eval)

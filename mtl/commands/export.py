@@ -5,11 +5,11 @@ import os
 import numpy as np
 
 from mtl.export import embed, export, export_onnx
+from mtl.inference import add_trust_plugins
 
 
 def _cmd_export(args):
-    averaged = {"auto": None, "averaged": True, "live": False}[args.weights]
-    meta = export(args.run_dir, args.out_dir, args.checkpoint, averaged, args.task)
+    meta = export(args.run_dir, args.out_dir, args.checkpoint, args.weights, args.trust_plugins, args.task)
     if args.onnx:
         meta["onnx"] = os.path.basename(export_onnx(args.out_dir, args.opset))
         meta["onnx_opset"] = args.opset
@@ -30,21 +30,22 @@ def _cmd_embed(args):
 def add_cli(sub):
     """Register ``mtl export`` and ``mtl embed``."""
     p = sub.add_parser("export", help="export a run's backbone (inference model) and merged head weights")
-    p.add_argument("run_dir")
-    p.add_argument("out_dir")
+    p.add_argument("run_dir", help="a finished run (its output_dir)")
+    p.add_argument("out_dir", help="the export folder to write (backbone, heads/, export.json)")
     p.add_argument("--checkpoint", help="a checkpoint folder (default: the run's latest)")
     p.add_argument("--weights", choices=["auto", "averaged", "live"], default="auto",
-                   help="auto: averaged when the run averaged (default)")
+                   help="which weights (auto: averaged when the run averaged)")
     p.add_argument("--task", help="the task the model embeds for, when the run's architecture gives each task its own "
                                   "embedding (mmoe, cgc, ple, cross_stitch, task_norm, adapters, towers)")
     p.add_argument("--onnx", action="store_true", help="also write backbone.onnx (dynamic batch) via paddle2onnx")
-    p.add_argument("--opset", type=int, default=13, help="ONNX opset of --onnx (default 13)")
+    p.add_argument("--opset", type=int, default=13, help="ONNX opset of --onnx")
+    add_trust_plugins(p)
     p.set_defaults(func=_cmd_export)
     p = sub.add_parser("embed", help="embed images or .npy arrays with an exported model")
-    p.add_argument("export_dir")
+    p.add_argument("export_dir", help="an export folder (mtl export)")
     p.add_argument("inputs", nargs="+", help="image files or .npy arrays [N, C, H, W]")
     p.add_argument("-o", "--output", required=True, help="where to write the embeddings (.npy)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="inputs per forward pass")
     p.add_argument("--flip", action="store_true", help="add the embedding of the mirrored image (image inputs only)")
     p.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
     p.add_argument("--preprocess", metavar="TASK",

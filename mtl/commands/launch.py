@@ -8,10 +8,16 @@ terminal's Ctrl-C then reaches the launcher once, as when the launcher runs in t
 75 (``EX_TEMPFAIL``, as a single pre-empted process: run it again) when the workers saved a checkpoint and stopped on
 request, else with the launcher's own status. Unless ``--verbose`` (or ``MTL_VERBOSE=1``, or a ``--log_level`` of
 your own) it passes ``--log_level WARNING`` (the launcher's INFO lines go) and hides the launcher's "No ccache found"
-warning. Every other argument goes to the launcher unchanged.
+warning. The launcher's own log folder (``--log_dir``; Paddle's default is ``./log``) is ``output_dir/launcher_logs``
+of the job the script trains (read from its config and ``--set``), else a temporary folder that is removed after a
+successful launch (kept, and named, after a failure); the process environment is never written into it
+(:mod:`mtl.commands.launcher_entry`; ``MTL_LAUNCH_SAVE_ENV=1`` keeps Paddle's behaviour). Every other argument goes
+to the launcher unchanged.
 """
 import os
 import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,9 +27,25 @@ STATUS_ENV = "MTL_LAUNCH_STATUS"  # a file each pre-empted worker appends its ra
 QUIET_LAUNCHER = ["--log_level", "WARNING"]
 # the launcher imports paddle (and its C++ extension helper) before it parses anything: a -W filter for it
 LAUNCHER_WARNINGS = "ignore:No ccache found:UserWarning:paddle.utils.cpp_extension.extension_utils"
-USAGE = ("usage: mtl launch [--verbose] [paddle.distributed.launch options] SCRIPT [ARGS]\n\n"
-         + __doc__.split("\n\n")[1].strip()
-         + "\n\nThe launcher's own options: python -m paddle.distributed.launch --help")
+USAGE = """usage: mtl launch [--verbose] [LAUNCHER OPTIONS] SCRIPT [ARGS]
+
+Train on several processes (and machines) with Paddle's launcher (python -m paddle.distributed.launch), with the
+console of a single process: one progress line, one error line when a process fails, and its exit status (75 after
+Ctrl-C or SIGTERM once every process saved a checkpoint: continue with the same command and --resume).
+
+examples:
+  mtl launch --nproc_per_node 2 examples/train_joint.py examples/configs/demo.yaml --set output_dir=runs/demo_2
+  mtl launch --nproc_per_node 2 examples/train_joint.py examples/configs/demo.yaml --set output_dir=runs/demo_2 --resume
+  mtl launch --nnodes 2 --master HOST:PORT --nproc_per_node 8 examples/train_joint.py CONFIG   (on each machine)
+
+options:
+  --verbose             also show the launcher's and Paddle's own log lines (hidden by default)
+  LAUNCHER OPTIONS      passed on unchanged; the usual ones: --nproc_per_node N (processes on this machine),
+                        --nnodes N and --master HOST:PORT (several machines), --devices 0,1 (GPUs), --log_dir DIR
+                        (default: output_dir/launcher_logs of the job); all of them:
+                        python -m paddle.distributed.launch --help
+  SCRIPT [ARGS]         the training script and its arguments, e.g. examples/train_joint.py CONFIG --set ...
+"""
 
 
 def report_preempted(rank):
@@ -34,16 +56,57 @@ def report_preempted(rank):
             f.write(f"{rank}\n")
 
 
-def launcher_command(args, verbose):
-    """The ``python -m paddle.distributed.launch`` command of ``args`` (quiet unless ``verbose``)."""
-    quiet = [] if verbose or any(a == "--log_level" or a.startswith("--log_level=") for a in args) \
-        else QUIET_LAUNCHER
-    return [sys.executable, "-m", "paddle.distributed.launch", *quiet, *args]
+def launcher_command(args, verbose, log_dir=None):
+    """The launcher command of ``args`` (quiet unless ``verbose``; ``--log_dir log_dir`` unless ``args`` set one)."""
+    quiet = [] if verbose or _option(args, ("--log_level",)) is not None else QUIET_LAUNCHER
+    logs = ["--log_dir", log_dir] if log_dir and _option(args, ("--log_dir",)) is None else []
+    return [sys.executable, "-m", "mtl.commands.launcher_entry", *quiet, *logs, *args]
 
 
-def launcher_environment(status_path, verbose):
-    """The launcher's (and so its workers') environment: the status file, ``MTL_VERBOSE``, the warning filter."""
+def job_output_dir(args):
+    """The ``output_dir`` of the job the launched script trains (its config file and ``--set``/``-o``
+    overrides, as ``mtl train`` reads them), or None when it cannot be told without running anything."""
+    script = next((i for i, a in enumerate(args) if a.endswith(".py")), None)
+    if script is None:
+        return None
+    rest = args[script + 1:]
+    config, overrides, i = None, [], 0
+    while i < len(rest):
+        arg = rest[i]
+        if arg in ("--set", "-o"):
+            i += 1
+            while i < len(rest) and not rest[i].startswith("-"):
+                overrides.append(rest[i])
+                i += 1
+            continue
+        if arg in ("-c", "--config") and i + 1 < len(rest):
+            config, i = rest[i + 1], i + 2
+            continue
+        if config is None and arg.endswith((".yaml", ".yml", ".json")):
+            config = arg
+        i += 1
+    explicit = [o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")]
+    if explicit:
+        return explicit[-1]
+    try:
+        from mtl.config.loading import read_job_yaml
+
+        value = read_job_yaml(config).get("output_dir") if config and os.path.isfile(config) else None
+    except Exception:  # noqa: BLE001 - an unreadable config is reported by the job itself, with its sentence
+        return None
+    return value if isinstance(value, str) else None
+
+
+def launcher_environment(status_path, verbose, args=(), signal_path=None):
+    """The launcher's (and so its workers') environment: the status file, ``MTL_VERBOSE``, the warning filter, the
+    command as typed (``mtl launch ARGS``: what a worker's stop sentence tells to run again) and the file this
+    command writes the name of a stopping signal into (the launcher passes every stop on as SIGTERM)."""
+    from mtl.console import LAUNCH_COMMAND_ENV, LAUNCH_SIGNAL_ENV
+
     env = dict(os.environ, **{STATUS_ENV: status_path})
+    env[LAUNCH_COMMAND_ENV] = shlex.join(["mtl", "launch", *(["--verbose"] if verbose else []), *args])
+    if signal_path:
+        env[LAUNCH_SIGNAL_ENV] = signal_path
     if verbose:
         env["MTL_VERBOSE"] = "1"
     else:
@@ -53,12 +116,18 @@ def launcher_environment(status_path, verbose):
 
 def run_launcher(args, verbose=False) -> int:
     """Run the launcher on ``args`` until it ends, forwarding signals; the exit status described above."""
+    output_dir = job_output_dir(args)
+    log_dir = (os.path.join(output_dir, "launcher_logs") if output_dir else
+               tempfile.mkdtemp(prefix="mtl_launch_logs_"))
     with tempfile.TemporaryDirectory(prefix="mtl_launch_") as folder:
-        status_path = os.path.join(folder, "preempted")
-        proc = subprocess.Popen(launcher_command(args, verbose), env=launcher_environment(status_path, verbose),
+        status_path, signal_path = os.path.join(folder, "preempted"), os.path.join(folder, "signal")
+        proc = subprocess.Popen(launcher_command(args, verbose, log_dir),
+                                env=launcher_environment(status_path, verbose, args, signal_path),
                                 start_new_session=True)
 
         def forward(signum, frame):
+            with open(signal_path, "w") as f:  # before the workers get the launcher's SIGTERM
+                f.write(signal.Signals(signum).name)
             proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -70,6 +139,11 @@ def run_launcher(args, verbose=False) -> int:
         preempted = os.path.isfile(status_path) and os.path.getsize(status_path) > 0
     from mtl.train.preemption import PREEMPTED_EXIT_STATUS
 
+    if not output_dir:
+        if code == 0:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        elif not preempted:
+            print(f"the launcher's logs are in {log_dir}", file=sys.stderr, flush=True)
     if preempted:
         return PREEMPTED_EXIT_STATUS
     return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
@@ -135,7 +209,7 @@ def launch_main(argv) -> int:
     """``mtl launch``: our options first (``--verbose``, ``-h``), everything else is the launcher's."""
     argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+        print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     verbose = os.environ.get("MTL_VERBOSE") == "1" or "--verbose" in argv
     if argv[0] == "--verbose":

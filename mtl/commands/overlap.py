@@ -29,6 +29,7 @@ import numpy as np
 
 from mtl.arrays import unit_rows
 from mtl.errors import ConfigError
+from mtl.inference import add_trust_plugins
 
 CENTRES_THRESHOLD = 0.5  # --centres without --threshold
 PERCENTILE = 5.0
@@ -53,33 +54,19 @@ def match_classes(centres_a, centres_b, threshold: float = CENTRES_THRESHOLD, al
     return sorted(found, key=lambda m: -m["similarity"])
 
 
-def load_run(run_dir: str):
-    """``(job, checkpoint folder, averaged)`` of a finished run: the job rebuilt from ``job.json``, its backbone
-    loaded with the averaged weights when the checkpoint has them (else the live ones)."""
-    import paddle
-
-    from mtl import registry
+def load_run(run_dir: str, trust_plugins: bool = False):
+    """``(job, run weights)`` of a finished run: the job rebuilt from ``job.json`` (its readers give the training
+    images), its backbone with the averaged weights when the checkpoint has them (else the live ones)."""
+    from mtl.inference import open_run
     from mtl.job import build_job
-    from mtl.train import checkpoint
 
-    path = os.path.join(run_dir, "job.json")
-    if not os.path.isfile(path):
-        raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
-    with open(path) as f:
-        cfg = json.load(f)
-    ckpt = checkpoint.latest_checkpoint(run_dir)
-    if ckpt is None:
-        raise ConfigError(f"'{run_dir}' has no complete checkpoint (the run did not finish a save)")
-    registry.load_all(cfg.get("plugin_folders", []))
-    job = build_job(cfg, announce_plan=False)
+    run = open_run(run_dir, trust_plugins=trust_plugins)
+    job = build_job(run.cfg, announce_plan=False)
     if not job.model.architecture.is_identity:  # each task's centres live in its own embedding: nothing to compare
         raise ConfigError(f"'{run_dir}': mtl overlap compares the tasks' class centres in one shared embedding, but "
                           f"the run's architecture '{job.model.architecture.registered_name}' gives each task its own")
-    averaged = os.path.isfile(os.path.join(ckpt, "backbone.averaged.pdparams"))
-    weights = "backbone.averaged.pdparams" if averaged else "backbone.pdparams"
-    job.backbone.set_state_dict(paddle.load(os.path.join(ckpt, weights)))
-    job.backbone.eval()
-    return job, ckpt, averaged
+    run.load_into(job.backbone)
+    return job, run
 
 
 def class_label_tasks(job):
@@ -92,12 +79,9 @@ def class_label_tasks(job):
     return tasks
 
 
-def class_centres(job, ckpt, averaged):
+def class_centres(job, run):
     """``{task: [C, D] class centres}`` of every class-label head (its weights, merged from the shards)."""
-    from mtl.train import checkpoint
-
-    return {t.name: checkpoint.merged_head_state(ckpt, t.name, averaged=averaged)["weight"]
-            for t in class_label_tasks(job)}
+    return {t.name: run.head_state(t.name)["weight"] for t in class_label_tasks(job)}
 
 
 def chosen_images(labels, per_class: int) -> np.ndarray:
@@ -182,14 +166,16 @@ def overlaps(centres, threshold=CENTRES_THRESHOLD, all_mutual=False):
     return found
 
 
-def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_class=IMAGES_PER_CLASS):
+def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_class=IMAGES_PER_CLASS,
+           trust_plugins=False):
     """``(job, centres or templates, matches, decision)`` of a finished run; ``decision`` says how the threshold
     was set: ``{"threshold", "how", ...}``."""
-    job, ckpt, averaged = load_run(run_dir)
+    job, run = load_run(run_dir, trust_plugins)
     if centres:
-        bank = class_centres(job, ckpt, averaged)
+        bank = class_centres(job, run)
         limit = CENTRES_THRESHOLD if threshold is None else float(threshold)
-        decision = {"threshold": limit, "how": f"fixed; class centres ({'averaged' if averaged else 'live'} weights)"}
+        decision = {"threshold": limit,
+                    "how": f"fixed; class centres ({'averaged' if run.averaged else 'live'} weights)"}
     else:
         bank, halves = class_templates(job, per_class)
         identities = int(sum(np.isfinite(h).sum() for h in halves.values()))
@@ -200,7 +186,7 @@ def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_cl
         else:
             limit, how = float(threshold), "fixed"
         decision = {"threshold": limit, "how": how + f"; templates of up to {per_class} training images"}
-    decision["checkpoint"] = ckpt
+    decision["checkpoint"] = run.checkpoint
     return job, bank, overlaps(bank, limit), decision
 
 
@@ -246,22 +232,39 @@ def leaks(job, centres, threshold, batch_size=256):
     return flagged, checked
 
 
+def class_names(job):
+    """``{task: class label -> its name or None}`` of the training readers (:meth:`Reader.label_names`)."""
+    found = {}
+    for task in job.tasks:
+        names = task.reader.label_names().get(task.head.label_field) or []
+        found[task.name] = lambda label, names=names: names[label] if label < len(names) else None
+    return found
+
+
+def shown(label, name) -> str:
+    """A class as the tables show it: ``3 (s12)``, or ``3`` without a name."""
+    return f"{label} ({name})" if name is not None else str(label)
+
+
 def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, percentile=PERCENTILE,
-           per_class=IMAGES_PER_CLASS):
+           per_class=IMAGES_PER_CLASS, trust_plugins=False):
     """Run the overlap analysis of ``run_dir``; print tables; write ``json_path`` (a list of matches) if given."""
     from tabulate import tabulate
 
-    job, bank, found, decision = decide(run_dir, threshold, centres, percentile, per_class)
+    job, bank, found, decision = decide(run_dir, threshold, centres, percentile, per_class, trust_plugins)
+    named = class_names(job)
+    for m in found:  # the identities' names (a pack's folder names), where the data has them
+        m["name_a"], m["name_b"] = named[m["task_a"]](m["class_a"]), named[m["task_b"]](m["class_b"])
     print(f"{len(found)} likely-same identities (mutual nearest neighbours, cosine >= {decision['threshold']:.3f}, "
           f"{decision['how']}) of {os.path.basename(decision['checkpoint'])}" + (":" if found else ""))
     if found:
-        print(tabulate([(m["task_a"], m["class_a"], m["task_b"], m["class_b"], f"{m['similarity']:.3f}")
-                        for m in found], headers=["task_a", "class_a", "task_b", "class_b", "cosine"],
-                       tablefmt="github"))
+        print(tabulate([(m["task_a"], shown(m["class_a"], m["name_a"]), m["task_b"], shown(m["class_b"], m["name_b"]),
+                         f"{m['similarity']:.3f}") for m in found],
+                       headers=["task_a", "class_a", "task_b", "class_b", "cosine"], tablefmt="github"))
     if json_path:
+        keys = ("task_a", "class_a", "name_a", "task_b", "class_b", "name_b", "similarity")
         with open(json_path, "w") as f:
-            json.dump([{k: m[k] for k in ("task_a", "class_a", "task_b", "class_b", "similarity")} for m in found], f,
-                      indent=1)
+            json.dump([{k: m[k] for k in keys} for m in found], f, indent=1)
         print(f"wrote {json_path}")
     if sets:
         cut = leak_threshold(job, bank)
@@ -282,13 +285,14 @@ def _cmd_overlap(args):
         raise ConfigError(f"--percentile must be in [0, 100], got {args.percentile}")
     if args.images_per_class < 2:
         raise ConfigError(f"--images-per-class must be at least 2 (two halves), got {args.images_per_class}")
-    report(args.run_dir, args.threshold, args.centres, args.sets, args.json, args.percentile, args.images_per_class)
+    report(args.run_dir, args.threshold, args.centres, args.sets, args.json, args.percentile, args.images_per_class,
+           args.trust_plugins)
 
 
 def add_cli(sub):
     """Register ``mtl overlap RUN_DIR [--threshold T] [--centres] [--json FILE] [--sets] ...``."""
     p = sub.add_parser("overlap", help="list likely-same identities across the class heads of a finished run")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="a finished run (its output_dir) with two or more class heads")
     p.add_argument("--threshold", type=float, default=None,
                    help="a fixed cosine instead of the calibrated one (default with --centres: "
                         f"{CENTRES_THRESHOLD})")
@@ -301,4 +305,5 @@ def add_cli(sub):
     p.add_argument("--json", metavar="FILE", help="write the matches as a JSON list")
     p.add_argument("--sets", action="store_true",
                    help="also flag verification images as close to a training identity as its own images (leakage)")
+    add_trust_plugins(p)
     p.set_defaults(func=_cmd_overlap)

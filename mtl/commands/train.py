@@ -46,7 +46,10 @@ def add_config_args(parser):
 def add_train_args(parser):
     """Arguments of ``mtl train`` / ``examples/train_joint.py``."""
     add_config_args(parser)
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="STEP_OR_PATH",
+                        help="continue from the latest checkpoint, or from the one named: a step (500 or step_500) "
+                             "or a checkpoint folder; checkpoints after a named one are removed (they belong to the "
+                             "run being replaced)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start over in an output_dir that holds checkpoints of an earlier run (they are removed)")
     parser.add_argument("--until", type=int, metavar="STEP",
@@ -66,37 +69,75 @@ def resolve_config(args):
     return given or args.config or DEFAULT_CONFIG
 
 
+def _resume_value(word) -> bool:
+    """Whether argparse takes ``word`` after ``--resume`` as its value (a step or a checkpoint, not a config)."""
+    return not word.startswith("-") and not word.endswith((".yaml", ".yml", ".json"))
+
+
 def continue_command(argv):
     """The command that continues a run stopped by ``--until``: the same arguments without ``--until STEP`` and
-    ``--overwrite``, with ``--resume``."""
-    rest, skip = [], False
-    for arg in argv[1:]:
-        if skip or arg == "--overwrite" or arg.startswith("--until="):
-            skip = False
-            continue
-        if arg == "--until":
-            skip = True
+    ``--overwrite``, with ``--resume`` (a ``--resume STEP_OR_PATH`` becomes ``--resume``: the latest)."""
+    args, rest, i = list(argv[1:]), [], 0
+    while i < len(args):
+        arg, after = args[i], args[i + 1] if i + 1 < len(args) else None
+        i += 1
+        if after is not None and (arg == "--until" or (arg == "--resume" and _resume_value(after))):
+            i += 1  # its value goes with it
+        if arg in ("--overwrite", "--until", "--resume") or arg.startswith(("--until=", "--resume=")):
             continue
         rest.append(arg)
-    if "--resume" not in rest:
-        rest.append("--resume")
     head = ["python", argv[0]] if argv[0].endswith(".py") else [os.path.basename(argv[0])]
-    return shlex.join(head + rest)
+    return shlex.join(head + rest + ["--resume"])
+
+
+def resume_command(argv=None) -> str:
+    """The command that continues this run from its latest checkpoint: under a launcher the launch command (``mtl
+    launch ...`` as typed, or Paddle's launcher's), else this process's (``argv``, default ``sys.argv``), with
+    ``--resume`` and without ``--until``/``--overwrite`` (:func:`continue_command`)."""
+    from mtl.console import launch_command
+
+    launched = launch_command()
+    return continue_command(shlex.split(launched) if launched else list(argv or sys.argv))
 
 
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
-    from mtl.errors import ConfigError
+    from mtl.errors import ConfigError, PluginError
+    from mtl.inference import write_run_data
     from mtl.job import build_job
     from mtl.train.trainer import Trainer
 
     if args.until is not None and args.until < 1:
         raise ConfigError(f"--until must be a step >= 1, got {args.until}")
+    if args.resume and args.overwrite:  # refused before anything is loaded or built
+        raise ConfigError("--resume continues the run in output_dir and --overwrite removes it: pass one of them")
+    if args.resume and args.config is None and str(args.resume).endswith((".yaml", ".yml", ".json")):
+        args.config, args.resume = args.resume, "latest"  # `--resume CONFIG`: the config, not a checkpoint
     cfg = prepare_job(args)
-    summary = Trainer(build_job(cfg), resume=args.resume, overwrite=args.overwrite).run(until=args.until)
+    try:
+        job = build_job(cfg)
+    except PluginError as exc:  # a bug in a plug-in: one line on the console, its traceback in the run's log
+        raise logged_plugin_error(exc, cfg["output_dir"]) from None
+    trainer = Trainer(job, resume=bool(args.resume), overwrite=args.overwrite, resume_from=args.resume)
+    if trainer.is_main:  # the output folder is this run's now: its label names and input preparation go there
+        write_run_data(job, cfg["output_dir"])
+    summary = trainer.run(until=args.until)
     if summary.get("stopped_early") and os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
         print(until_notice(cfg, summary["steps"], summary["checkpoint"]), flush=True)
     return summary
+
+
+def logged_plugin_error(exc, output_dir):
+    """A plug-in's bug with its traceback written to ``output_dir/logs/rank<k>.log``, the console line saying where."""
+    from mtl.errors import PluginError
+    from mtl.parallel import distributed
+
+    folder = os.path.join(output_dir, "logs")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"rank{distributed.rank()}.log")
+    with open(path, "a") as f:
+        f.write(f"{exc}\n{exc.traceback_text}\n")
+    return PluginError(f"{exc.bare_message} (traceback in {path})", exc.traceback_text)
 
 
 def prepare_job(args):
@@ -117,10 +158,13 @@ def prepare_job(args):
 def until_notice(cfg, step, ckpt):
     """The line a run stopped by ``--until`` ends with: where it stopped, its checkpoint ``ckpt`` (of that step) and
     the command that continues it."""
+    from mtl.console import launch_command
+
     start = f"checkpoint {ckpt}" if ckpt else "step 0 (no step was trained)"
-    launcher = " under the same launch command" if "PADDLE_TRAINERS_NUM" in os.environ else ""
+    launcher = " under the same launch command" if "PADDLE_TRAINERS_NUM" in os.environ and not launch_command() \
+        else ""
     return (f"stopped by --until after step {step} of {cfg['schedule']['steps']}. To continue from the latest "
-            f"{start}, run{launcher}: {continue_command(sys.argv)}")
+            f"{start}, run{launcher}: {resume_command()}")
 
 
 def add_cli(sub):

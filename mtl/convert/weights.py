@@ -17,12 +17,12 @@ backbone must be given, else the conversion stops with one line naming the first
 import collections
 import json
 import os
-import pickle
 
 import numpy as np
 
 from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
+from mtl.safe_pickle import load_paddle_file
 
 ARCHS = ("iresnet18", "iresnet34", "iresnet50", "iresnet100", "mobilefacenet", "vit_t", "vit_s", "vit_b")
 SOURCES = ("insightface", "plsc")
@@ -51,39 +51,13 @@ def _as_state_dict(obj, path):
     return out
 
 
-class PaddleUnpickler(pickle.Unpickler):
-    """A ``paddle.save`` state_dict: a dict of numpy arrays; numpy's array reconstruction is the only global read."""
-
-    NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
-
-    def find_class(self, module, name):
-        """numpy's reconstruction functions only."""
-        if module.split(".")[0] == "numpy" and name in self.NUMPY_NAMES:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"it holds '{module}.{name}', which a saved state_dict does not hold")
-
-
-def read_paddle_file(path):
-    """The state_dict ``paddle.save`` wrote to ``path`` as {name: array}, read without running code from the file."""
-    try:
-        with open(path, "rb") as f:
-            obj = PaddleUnpickler(f).load()
-    except OSError as exc:
-        raise DataError(f"'{path}' cannot be read: {exc.strerror}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise DataError(f"'{path}' cannot be read as a Paddle state_dict: {exc}") from None
-    if isinstance(obj, dict):
-        obj.pop("StructuredToParameterName@@", None)
-    return obj
-
-
 def read_source(source: str, path: str):
     """{name: numpy array} of a ``source`` (insightface | plsc) weight file, without the classifier head."""
     if not os.path.isfile(path):
         raise DataError(f"weights '{path}' do not exist")
     if source == "insightface":
         return _as_state_dict(read_torch_file(path), path)
-    state = _as_state_dict(read_paddle_file(path), path)
+    state = _as_state_dict(load_paddle_file(path, "a Paddle state_dict"), path)
     return collections.OrderedDict((n, v) for n, v in state.items() if not n.startswith("head."))
 
 

@@ -40,9 +40,7 @@ class Preprocess:
             return None
         if not isinstance(cfg, dict):
             raise ValueError(f"preprocess must be a mapping of {', '.join(KEYS)}, got {cfg!r}")
-        unknown = sorted(set(cfg) - set(KEYS))
-        if unknown:
-            raise ValueError(f"preprocess has unknown key(s) {unknown}; known: {', '.join(KEYS)}")
+        check_option_keys(cfg, KEYS)
         return cls(**cfg)
 
     def as_config(self) -> dict:
@@ -61,6 +59,26 @@ class Preprocess:
     def finish(self, chw: np.ndarray) -> np.ndarray:
         """The normalised float image, standardised in place when asked."""
         return standardize_image(chw) if self.standardize else chw
+
+
+def check_option_keys(cfg: dict, keys):
+    """A :class:`ParameterError` keyed by the first key of the option mapping ``cfg`` that is not one of ``keys``,
+    with a "did you mean" (the caller adds the mapping's own key path: ``preprocess``, ``augment``)."""
+    from mtl.errors import ParameterError
+    from mtl.registry import did_you_mean
+
+    for key in cfg:
+        if key not in keys:
+            raise ParameterError(f"unknown key{did_you_mean(key, keys)}; allowed here: {', '.join(keys)}", key=key)
+
+
+def option_error(exc, section: str):
+    """A reader's ConfigError for the bad ``section`` mapping (``preprocess``, ``augment``) of ``exc`` (a ValueError),
+    keyed by the exact key path when ``exc`` names one; :func:`mtl.registry.build` adds the task file."""
+    from mtl.errors import ConfigError, MtlError
+
+    key, message = (exc.key, exc.bare_message) if isinstance(exc, MtlError) else (None, str(exc))
+    return ConfigError(message, None, f"{section}.{key}" if key else section)
 
 
 def task_preprocessing(tasks) -> dict:

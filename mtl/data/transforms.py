@@ -171,9 +171,9 @@ class Augment:
             return None
         if not isinstance(cfg, dict):
             raise ValueError(f"augment must be a mapping of {', '.join(cls.KEYS)}, got {cfg!r}")
-        unknown = sorted(set(cfg) - set(cls.KEYS))
-        if unknown:
-            raise ValueError(f"augment has unknown key(s) {unknown}; known: {', '.join(cls.KEYS)}")
+        from mtl.data.preprocess import check_option_keys
+
+        check_option_keys(cfg, cls.KEYS)
         return cls(**cfg)
 
     @property

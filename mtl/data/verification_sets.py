@@ -7,10 +7,11 @@ normalised float32 batches (optionally mirrored, for the ``f(x) + f(flip x)`` em
 """
 import io
 import os
-import pickle
+import pickle  # writing .bin sets; they are read through mtl.safe_pickle
 
 import numpy as np
 
+from mtl import safe_pickle
 from mtl.data.transforms import DecodeError, FaceTransform, normalize
 from mtl.errors import DataError
 
@@ -53,19 +54,14 @@ class VerificationSet:
             yield self.images(start, start + int(batch_size), flip)
 
 
-class BinUnpickler(pickle.Unpickler):
-    """Only what a ``.bin`` set legitimately holds (bytes, lists, numpy arrays and scalars) may be unpickled."""
+# what an InsightFace ``.bin`` set holds: bytes, lists, numpy arrays and booleans (mtl.safe_pickle)
+BIN_ALLOWED = {**safe_pickle.BUILTINS, **safe_pickle.NUMPY,
+               ("__builtin__", "bytes"): bytes, ("__builtin__", "bytearray"): bytearray, ("__builtin__", "bool"): bool}
 
-    _ALLOWED = {
-        ("_codecs", "encode"), ("builtins", "bytes"), ("builtins", "bytearray"), ("builtins", "bool"),
-        ("__builtin__", "bytes"), ("__builtin__", "bytearray"), ("__builtin__", "bool"),
-    }
-    _NUMPY_NAMES = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer", "bool_"}
 
-    def find_class(self, module, name):
-        if (module, name) in self._ALLOWED or (module.split(".")[0] == "numpy" and name in self._NUMPY_NAMES):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed in a verification set")
+def load_bin_content(path: str):
+    """The ``(images, issame)`` pickle of a ``.bin`` set, read without running code from the file."""
+    return safe_pickle.load_pickle(path, BIN_ALLOWED, "a verification .bin set", encoding="bytes")
 
 
 def _decode_all(encoded, image_size: int, describe, decoder: str, preprocess=None) -> np.ndarray:
@@ -93,11 +89,7 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
     """Load an InsightFace ``.bin`` verification set, decoding (and resizing if needed) every image."""
     if not os.path.isfile(path):
         raise DataError(f"verification set '{path}' does not exist")
-    try:
-        with open(path, "rb") as f:
-            content = BinUnpickler(f, encoding="bytes").load()
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a .bin set"
-        raise DataError(f"verification set '{path}' is not a readable .bin pickle: {exc}") from None
+    content = load_bin_content(path)
     if not isinstance(content, (tuple, list)) or len(content) != 2:
         raise DataError(f"verification set '{path}': expected a pickle of (images, issame)")
     images, issame = content

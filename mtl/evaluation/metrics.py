@@ -9,7 +9,7 @@ from mtl.arrays import unit_rows
 DEFAULT_THRESHOLDS = np.arange(0.0, 4.0, 0.01)
 
 
-def _fold_slices(n: int, folds: int):
+def fold_slices(n: int, folds: int):
     """Contiguous, unshuffled folds like ``sklearn.model_selection.KFold(folds, shuffle=False)``.
 
     The first ``n % folds`` folds hold ``n // folds + 1`` items, the others ``n // folds``.
@@ -70,7 +70,7 @@ def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3)
     thresholds = DEFAULT_THRESHOLDS if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     emb = unit_rows(emb)
     distances = np.sum(np.square(emb[0::2] - emb[1::2]), axis=1)
-    per_fold = [_fold_result(distances, same, lo, hi, thresholds, far_target) for lo, hi in _fold_slices(pairs, folds)]
+    per_fold = [_fold_result(distances, same, lo, hi, thresholds, far_target) for lo, hi in fold_slices(pairs, folds)]
     accuracies, best_thresholds, vals, fars = (np.array(column) for column in zip(*per_fold))
     return {
         "accuracy": float(np.mean(accuracies)),

@@ -66,7 +66,7 @@ def evaluate_sets(backbone, sets, batch_size=128, image_field="image", roc_path=
         for k, v in res.items():
             results[f"{vset.name}/{k}"] = float(v)
         fpr, tpr, _ = roc_curve(pair_distances(emb), vset.issame)
-        curves[f"{vset.name} ({res['accuracy']:.4f})"] = (np.asarray(fpr), np.asarray(tpr))
+        curves[f"{vset.name} (accuracy {res['accuracy']:.4f})"] = (np.asarray(fpr), np.asarray(tpr))
     if roc_path and curves:
         os.makedirs(os.path.dirname(roc_path) or ".", exist_ok=True)
         plot_roc(curves, roc_path, title)

@@ -22,6 +22,8 @@ import math
 
 import paddle
 
+from mtl.errors import ParameterError
+
 MIN_SIN_THETA = 1e-4
 
 
@@ -45,11 +47,11 @@ def check_margin(margin):
     try:
         m1, m2, m3 = (float(v) for v in margin)
     except (TypeError, ValueError):
-        raise ValueError(f"margin must be three numbers [m1, m2, m3], got {margin!r}") from None
+        raise ParameterError(f"margin must be three numbers [m1, m2, m3], got {margin!r}") from None
     if not m1 > 0:
-        raise ValueError(f"margin m1 (multiplicative) must be > 0, got {m1}")
+        raise ParameterError(f"margin m1 (multiplicative) must be > 0, got {m1}")
     if m2 < 0:
-        raise ValueError(f"margin m2 (additive angular) must be >= 0, got {m2}")
+        raise ParameterError(f"margin m2 (additive angular) must be >= 0, got {m2}")
     return m1, m2, m3
 
 

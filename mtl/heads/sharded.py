@@ -11,6 +11,7 @@ import numpy as np
 import paddle
 
 from mtl.arrays import to_numpy
+from mtl.errors import ParameterError
 from mtl.heads.base import Head
 from mtl.parallel import collective, distributed
 from mtl.parallel.topk import sharded_topk
@@ -93,7 +94,7 @@ def shard_of_sample(sampled: np.ndarray, shard_start: int, shard_size: int) -> n
 def positive_int(value, name: str) -> int:
     """``value`` as an int >= 1, or a ValueError naming the parameter."""
     if value is None or isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ParameterError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 
 
@@ -104,11 +105,11 @@ class ShardedClassHead(Head):
 
     def __init__(self, num_classes, feature_size, label_field="label", seed=0):
         if feature_size is None:
-            raise ValueError("feature_size is not set (the runner passes the backbone's feature size)")
+            raise ParameterError("feature_size is not set (the runner passes the backbone's feature size)")
         super().__init__(positive_int(feature_size, "feature_size"), label_field)
         self.num_classes = positive_int(num_classes, "num_classes")
         if isinstance(seed, bool) or int(seed) != seed or int(seed) < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+            raise ParameterError(f"seed must be an integer >= 0, got {seed!r}")
         self.seed = int(seed)
         self.world_size = distributed.world_size()
         self.rank = distributed.rank()

@@ -17,7 +17,6 @@ import contextlib
 import math
 from typing import Optional
 
-import numpy as np
 import paddle
 
 from mtl.data.steps import check_divisible, task_seed
@@ -81,7 +80,22 @@ class ParallelStrategy:
     def reduce_gradients(self):
         """SUM of every replicated parameter's gradient over ranks, in one fused all-reduce."""
         if self.world > 1:
+            self.fill_missing_gradients()
             distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None])
+
+    def fill_missing_gradients(self):
+        """A replicated parameter that got a gradient on some rank but not on this one (its use depended on this
+        rank's rows: a CRF's transitions for a slice of one-word sentences) gets a zero gradient here, so that
+        every rank all-reduces the same tensors; one all-reduce of a flag per parameter. A parameter no rank used
+        keeps no gradient, as at one process."""
+        params = list(self.replicated)
+        if not params:
+            return
+        flags = paddle.to_tensor([0.0 if p.grad is None else 1.0 for p in params], dtype="float32")
+        anywhere = distributed.all_reduce_sum(flags).numpy() > 0
+        missing = [p for p, used in zip(params, anywhere) if used and p.grad is None]
+        if missing:
+            paddle.autograd.backward([paddle.add_n([(p * 0.0).sum() for p in missing])])
 
     @paddle.no_grad()
     @contextlib.contextmanager
@@ -112,19 +126,19 @@ class ParallelStrategy:
         ``row_gradients`` (:class:`mtl.train.sparse.RowGradient`) are the row-sparse gradients heads hand to the
         optimizer (sharded: each rank holds its own rows); they count in the norm.
         """
-        return global_grad_norm(self.replicated, self.sharded + [r.rows for r in row_gradients])
+        return global_grad_norm(self.replicated, self.sharded + list(row_gradients))
 
     @paddle.no_grad()
     def unscale_gradients(self, factor: float, row_gradients=()):
         """Multiply every gradient of this step by ``factor`` (``1 / loss scale`` after an fp16 backward)."""
-        for grad in _grads(self.replicated + self.sharded + [r.rows for r in row_gradients]):
+        for grad in _grads(self.replicated + self.sharded + list(row_gradients)):
             grad.scale_(factor)
 
     def clip_gradients(self, max_norm: Optional[float], norm: float, row_gradients=()):
         """Scale every gradient of this step (row-sparse ones too) to the global norm ``max_norm`` (None: no
         clipping); ``norm`` is :meth:`grad_norm`'s."""
         if max_norm:
-            scale_to_norm(self.replicated + self.sharded + [r.rows for r in row_gradients], norm, max_norm)
+            scale_to_norm(self.replicated + self.sharded + list(row_gradients), norm, max_norm)
 
     def barrier(self):
         """Wait until every rank gets here (checkpoint writing and clearing a run folder)."""
@@ -134,6 +148,10 @@ class ParallelStrategy:
         """The first error text any rank met (the lowest rank's), or None, equal on every rank: every rank then stops
         together instead of leaving the others waiting in the next collective."""
         return distributed.lowest_rank_text(text)
+
+    def gather_texts(self, text: str) -> list:
+        """Every rank's ``text`` in rank order, on every rank (results each rank holds alone, merged once)."""
+        return distributed.gather_texts(text)
 
     def from_main(self, text: Optional[str]) -> Optional[str]:
         """Rank 0's ``text`` on every rank (the other ranks' values are ignored): one rank decides, all follow."""
@@ -161,73 +179,19 @@ class ParallelStrategy:
         """This rank's row count of every task of the job in ``batch`` (0 for a task absent from the step)."""
         return [len(next(iter(batch[t].values()))) if t in batch and batch[t] else 0 for t in self.tasks]
 
-    # ---- per-task gradients (gradient-based task weighting) -----------------------------------------------------
-    def shared_parameters(self, model):
-        """The parameters whose per-task gradients a weighting strategy combines: the model declares them
-        (``JointModel.shared_parameters``: the backbone's trainable ones, and the architecture's shared ones)."""
-        return model.shared_parameters()
+    # ---- sums the weighting step asks for (mtl.train.balancing does the arithmetic) -----------------------------
+    def sum_over_ranks(self, tensor):
+        """A new tensor: ``tensor`` summed over ranks (one all-reduce; itself at world 1)."""
+        return distributed.all_reduce_sum(tensor) if self.world > 1 else tensor
 
-    def task_gradients(self, model, tasks, buffer=None, reduce: bool = True):
-        """``[T, P]``: row t is the gradient of task t's weighted loss w.r.t. the backbone's parameters, summed over
-        ranks (one fused all-reduce of the whole buffer); rows of tasks absent from the step are zero.
-
-        Runs the backbone backward once per task present (``JointModel.backward_backbone_per_task``). Memory:
-        T copies of the backbone gradient (``bench/bench_weighting.py`` measures it). ``buffer``: add into it (the
-        micro-batches of an accumulated step); ``reduce`` False: this rank's sums only (:meth:`reduce_task_gradients`
-        after the last micro-batch).
-        """
-        params = self.shared_parameters(model)
-        sizes = [math.prod(p.shape) for p in params]
-        if buffer is None:
-            buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
-        for task in model.backward_backbone_per_task():
-            grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
-                     for p, n in zip(params, sizes)]
-            row = tasks.index(task)
-            buffer[row] = buffer[row] + paddle.concat(grads)
-            for p in params:
-                p.clear_gradient(set_to_zero=False)
-        if reduce:
-            self.reduce_task_gradients(buffer)
-        return buffer
-
-    def reduce_task_gradients(self, buffer):
-        """SUM over ranks of a :meth:`task_gradients` buffer, in place (one all-reduce)."""
+    def sum_over_ranks_(self, tensor):
+        """``tensor`` summed over ranks in place (one all-reduce): the per-task gradient matrix."""
         if self.world > 1:
-            distributed.all_reduce_flat([buffer])
-
-    @paddle.no_grad()
-    def set_shared_gradient(self, model, task_grads, alpha):
-        """Write ``sum_t alpha_t g_t`` (``task_grads [T, P]``) into the backbone parameters' gradients."""
-        combined = paddle.matmul(paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), task_grads).reshape([-1])
-        self.set_shared_vector(model, combined)
-
-    @paddle.no_grad()
-    def set_shared_vector(self, model, vector):
-        """Write the flat shared gradient ``vector`` [P] (a tensor or a numpy array, in :meth:`task_gradients`'
-        parameter order) into the backbone parameters' gradients."""
-        if not isinstance(vector, paddle.Tensor):
-            vector = paddle.to_tensor(np.asarray(vector, dtype=np.float32))
-        offset = 0
-        for p in self.shared_parameters(model):
-            n = math.prod(p.shape)
-            p.grad = vector[offset:offset + n].reshape(p.shape).astype(p.dtype)
-            offset += n
-
-    def representation_gram(self, feature_grads, tasks):
-        """``[T, T]`` Gram matrix of the task gradients w.r.t. the shared representation, summed over rows and ranks.
-
-        Every task scores its own rows, so different tasks' gradients never share a row: the matrix is diagonal,
-        ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (one all-reduce of T numbers).
-        """
-        squares = paddle.zeros([len(tasks)], dtype="float32")
-        for task, grad in feature_grads.items():
-            squares[tasks.index(task)] = paddle.sum(paddle.square(grad.astype("float32")))
-        squares = distributed.all_reduce_sum(squares)
-        return np.diag(squares.numpy().astype(np.float64))
+            distributed.all_reduce_flat([tensor])
 
     def reduce_gradients_except(self, skip):
         """SUM over ranks of the replicated gradients, leaving ``skip`` (already global) untouched."""
         if self.world > 1:
+            self.fill_missing_gradients()
             ids = {id(p) for p in skip}
             distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None and id(p) not in ids])

@@ -26,10 +26,11 @@ from typing import Dict
 import numpy as np
 
 from mtl.contracts import Field
-from mtl.data.preprocess import Preprocess
+from mtl.data.preprocess import Preprocess, option_error
 from mtl.data.transforms import Augment, DecodeError, FaceTransform
-from mtl.errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError, ParameterError
 from mtl.readers.base import Reader
+from mtl.readers.label_names import complete, label_index
 
 ON_BAD_SAMPLE = ("error", "skip")
 
@@ -57,6 +58,10 @@ class SkipLog:
         """Number of distinct samples skipped at run time."""
         return int(np.frombuffer(self._flags, dtype=np.int8).sum())
 
+    def marked(self) -> np.ndarray:
+        """The samples skipped at run time, in order."""
+        return np.flatnonzero(np.frombuffer(self._flags, dtype=np.int8))
+
 
 def holdout_mask(labels: np.ndarray, eval_fraction: float) -> np.ndarray:
     """Boolean eval mask: per class, rank r (file order) is held out when floor((r+1)*f) > floor(r*f)."""
@@ -78,25 +83,25 @@ def choose_holdout(classes: np.ndarray, spec, seed: int) -> np.ndarray:
     classes = np.asarray(classes, dtype=np.int64)
     if isinstance(spec, (list, tuple)):
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in spec) or not spec:
-            raise ValueError(f"holdout_classes as a list must hold integer labels, got {spec!r}")
+            raise ParameterError(f"holdout_classes as a list must hold integer labels, got {spec!r}")
         chosen = np.unique(np.asarray(spec, dtype=np.int64))
         missing = np.setdiff1d(chosen, classes)
         if len(missing):
-            raise ValueError(f"holdout_classes names label(s) {missing[:5].tolist()} that the data does not hold")
+            raise ParameterError(f"holdout_classes names label(s) {missing[:5].tolist()} that the data does not hold")
     elif isinstance(spec, bool) or not isinstance(spec, (int, float)):
-        raise ValueError(f"holdout_classes must be a list of labels, a count or a fraction in (0, 1), got {spec!r}")
+        raise ParameterError(f"holdout_classes must be a list of labels, a count or a fraction in (0, 1), got {spec!r}")
     else:
         if isinstance(spec, float) and 0.0 < spec < 1.0:
             count = max(1, int(round(spec * len(classes))))
         elif float(spec) == int(spec) and spec >= 1:
             count = int(spec)
         else:
-            raise ValueError(f"holdout_classes must be a count >= 1 or a fraction in (0, 1), got {spec!r}")
+            raise ParameterError(f"holdout_classes must be a count >= 1 or a fraction in (0, 1), got {spec!r}")
         if count > len(classes):
-            raise ValueError(f"holdout_classes {spec!r} asks for {count} of only {len(classes)} classes")
+            raise ParameterError(f"holdout_classes {spec!r} asks for {count} of only {len(classes)} classes")
         chosen = np.sort(np.random.default_rng(int(seed)).choice(classes, size=count, replace=False))
     if len(chosen) >= len(classes):
-        raise ValueError(f"holdout_classes holds out all {len(classes)} classes: nothing is left to train on")
+        raise ParameterError(f"holdout_classes holds out all {len(classes)} classes: nothing is left to train on")
     return chosen
 
 
@@ -105,6 +110,25 @@ class FaceImageReader(Reader):
 
     Subclasses call :meth:`_check_options` first, then :meth:`_finish` with the candidate samples, and implement
     ``_load_bytes(candidate)`` (encoded image bytes) and ``_describe(candidate)`` ("'file' record 7").
+
+    Parameters:
+        split (str): train or eval: which part of the data this reader yields (the job sets eval for evaluation)
+        eval_fraction (float): the images of every class held out for the eval split (floor(n * f) evenly spread
+            per class); 0 with holdout_classes
+        num_classes (int): the class count (default: the data's own statement, else max label + 1)
+        image_size (int): side of the square images the reader yields (the job sets the backbone's)
+        flip (bool): mirror training images at random (default: on for train, off for eval)
+        on_bad_sample (str): error (stop with the file and record) or skip (skip and count bad samples)
+        seed (int): seed of the flips, the augmentation and a drawn holdout_classes
+        image_field (str): name of the image field of a sample
+        label_field (str): name of the class-label field of a sample
+        decoder (str): auto (OpenCV when installed, else Pillow), opencv or pillow
+        augment (mapping): training augmentation: crop_scale, rotate, translate, brightness, contrast, erase,
+            erase_area (off for eval)
+        holdout_classes (list|int|float): whole identities kept out of training and verified on at the end:
+            labels or names ([s1, s12]), a count, or a fraction drawn from seed
+        max_positive_pairs (int): open-set evaluation: at most this many positive pairs (as many negatives)
+        preprocess (mapping): every image of every split: crop [left, top, right, bottom], equalize, standardize
     """
 
     epoch_aware = True  # random flips drawn per (epoch, index)
@@ -115,28 +139,28 @@ class FaceImageReader(Reader):
     def _check_options(self, split, eval_fraction, image_size, flip, on_bad_sample, seed, image_field, label_field,
                        decoder="auto", augment=None, holdout_classes=None, max_positive_pairs=3000, preprocess=None):
         if split not in ("train", "eval"):
-            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", self.source, "split")
+            raise ConfigError(f"split must be 'train' or 'eval', got {split!r}", None, "split")
         try:
             eval_fraction = float(eval_fraction)
         except (TypeError, ValueError):
             eval_fraction = -1.0
         if not 0.0 <= eval_fraction < 1.0:
-            raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}", self.source, "eval_fraction")
+            raise ConfigError(f"eval_fraction must be in [0, 1), got {eval_fraction!r}", None, "eval_fraction")
         if holdout_classes is not None and eval_fraction > 0.0:
             raise ConfigError("holdout_classes and eval_fraction cannot be combined: with held-out identities the "
-                              "eval split is those identities", self.source, "holdout_classes")
+                              "eval split is those identities", None, "holdout_classes")
         if split == "eval" and eval_fraction == 0.0 and holdout_classes is None:
             raise ConfigError(
                 "split 'eval' needs a held-out part: set eval_fraction (e.g. 0.05) or holdout_classes, or evaluate "
                 "on a verification set (.bin) instead",
-                self.source,
+                None,
                 "eval_fraction",
             )
         if on_bad_sample not in ON_BAD_SAMPLE:
-            raise ConfigError(f"on_bad_sample must be 'error' or 'skip', got {on_bad_sample!r}", self.source,
+            raise ConfigError(f"on_bad_sample must be 'error' or 'skip', got {on_bad_sample!r}", None,
                               "on_bad_sample")
         if int(image_size) <= 0:
-            raise ConfigError(f"image_size must be a positive integer, got {image_size!r}", self.source, "image_size")
+            raise ConfigError(f"image_size must be a positive integer, got {image_size!r}", None, "image_size")
         self.split = split
         self.eval_fraction = eval_fraction
         self.image_size = int(image_size)
@@ -151,7 +175,7 @@ class FaceImageReader(Reader):
             self.transform = FaceTransform(self.image_size, self.flip, self.seed, decoder, self._augment,
                                            self.preprocess)
         except ValueError as exc:
-            raise ConfigError(str(exc), self.source, "decoder") from None
+            raise ConfigError(str(exc), None, "decoder") from None
         self._flip_configured = self.flip
 
     def _check_image_options(self, augment, holdout_classes, max_positive_pairs, preprocess):
@@ -160,16 +184,16 @@ class FaceImageReader(Reader):
         try:
             self.preprocess = Preprocess.from_config(preprocess)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc), self.source, "preprocess") from None
+            raise option_error(exc, "preprocess") from None
         self.holdout_classes = holdout_classes
         if isinstance(max_positive_pairs, bool) or not isinstance(max_positive_pairs, int) or max_positive_pairs < 1:
-            raise ConfigError(f"max_positive_pairs must be an integer >= 1, got {max_positive_pairs!r}", self.source,
+            raise ConfigError(f"max_positive_pairs must be an integer >= 1, got {max_positive_pairs!r}", None,
                               "max_positive_pairs")
         self.max_positive_pairs = max_positive_pairs
         try:
             self._augment = Augment.from_config(augment) if self.split == "train" else None
         except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc), self.source, "augment") from None
+            raise option_error(exc, "augment") from None
 
     def set_augmentation(self, enabled: bool):
         """Switch the training flip and augmentation on (as configured) or off (plain decoded images)."""
@@ -192,6 +216,7 @@ class FaceImageReader(Reader):
             self.num_classes = int(stated_classes)
         else:
             self.num_classes = int(labels[finite].max()) + 1 if finite.any() else 0
+        self._data_classes = self.num_classes  # the data's class count, before a hold-out relabels
         problems = self._label_problems(candidates, labels, dict(problems))
         if problems and self.on_bad_sample == "error":
             raise DataError(problems[min(problems)] + " (set on_bad_sample: skip to skip such samples)")
@@ -232,7 +257,7 @@ class FaceImageReader(Reader):
             if not chosen.any():
                 raise ConfigError(
                     f"eval_fraction {self.eval_fraction} leaves no {self.split} sample (each class holds "
-                    f"floor(n * eval_fraction) of its n images out)", self.source, "eval_fraction")
+                    f"floor(n * eval_fraction) of its n images out)", None, "eval_fraction")
             return candidates[chosen], labels[chosen]
         return candidates, labels
 
@@ -242,9 +267,9 @@ class FaceImageReader(Reader):
         ``class_labels`` maps the new labels back to the data's labels (``class_labels[new] = old``).
         """
         try:
-            held = choose_holdout(np.unique(labels), self.holdout_classes, self.seed)
+            held = choose_holdout(np.unique(labels), self._holdout_labels(self.holdout_classes), self.seed)
         except ValueError as exc:
-            raise ConfigError(str(exc), self.source, "holdout_classes") from None
+            raise ConfigError(str(exc), None, "holdout_classes") from None
         is_held = np.isin(labels, held)
         chosen = is_held if self.split == "eval" else ~is_held
         self.open_set = self.split == "eval"
@@ -253,7 +278,36 @@ class FaceImageReader(Reader):
         self.num_classes = len(self.class_labels)
         return candidates[chosen], np.searchsorted(self.class_labels, labels[chosen]).astype(np.int64)
 
+    def _holdout_labels(self, spec):
+        """``holdout_classes`` with the names of people (``[s1, s12]``) turned into their labels by the data's label
+        names; numbers, counts and fractions as they are."""
+        if not isinstance(spec, (list, tuple)) or not any(isinstance(v, str) for v in spec):
+            return spec
+        names = self._data_class_names()
+        if names is None:
+            raise ParameterError(f"holdout_classes names {[v for v in spec if isinstance(v, str)][:3]}, but the data "
+                                 f"has no label names ({self._names_hint()}); give labels (numbers)")
+        return [label_index(names, v, "holdout_classes") if isinstance(v, str) else v for v in spec]
+
     # -------------------------------------------------------------------------------- Reader interface
+    def label_names(self):
+        """The names of this split's classes (``label``): the data's names (:meth:`_data_class_names`), those of
+        the identities the split keeps when whole identities are held out; none when the data has none."""
+        names = complete(self._data_class_names(), self._data_classes)
+        if names is None:
+            return {}
+        if self.holdout_classes is not None:
+            names = [names[int(old)] for old in self.class_labels]
+        return {self.label_field: names}
+
+    def _data_class_names(self):
+        """The names of the data's labels ``0..C-1`` (before any hold-out), or None; subclasses read them."""
+        return None
+
+    def _names_hint(self) -> str:
+        """Where the data's label names would be (for the sentence that says there are none)."""
+        return "no labels.json beside it"
+
     def fields(self):
         return [
             Field(self.image_field, (3, self.image_size, self.image_size), "float32"),
@@ -271,6 +325,13 @@ class FaceImageReader(Reader):
     def bad_samples(self) -> int:
         """Samples skipped so far: found at start-up plus distinct samples replaced at run time (all workers)."""
         return self.startup_bad_samples + self._skips.count()
+
+    def skipped_samples(self, limit: int = 10):
+        """The start-up problems, then the samples that failed to decode at run time (in sample order)."""
+        found = list(self.bad_sample_messages[:limit])
+        for i in self._skips.marked()[:max(0, limit - len(found))]:
+            found.append(f"{self._describe(int(self._candidates[i]))}: could not be decoded")
+        return found
 
     def set_epoch(self, epoch: int):
         """Epoch used by the flip coin for integer indices (``reader[(index, epoch)]`` passes it explicitly)."""

@@ -49,7 +49,19 @@ class TableReader(Reader):
     training-split statistics, zero-padded to ``pad_to`` columns when asked); with class labels ``label`` int64
     and ``labels`` (the one-hot float32 vector of the class, so the ``multilabel`` head works one-vs-rest); with
     targets ``target`` [K] float32 (standardised too when ``standardize_targets``).
+
+    Parameters:
+        split (str): train or eval (the job sets eval for evaluation)
+        eval_fraction (float): the rows held out for the eval split (stratified by class, drawn from seed)
+        seed (int): seed of the split
+        standardize (bool): standardise every feature with the training split's mean and std
+        standardize_targets (bool): standardise regression targets likewise
+        pad_to (int): zero-pad the features to this many columns (tables of different widths on one backbone)
+        feature_field (str): name of the feature field of a sample
     """
+
+    class_names = None  # the name of each class label (a subclass sets them)
+    output_names = None  # the name of each regression target
 
     def _build(self, features, classes, targets, split, eval_fraction, seed, standardize, standardize_targets,
                pad_to, feature_field):
@@ -67,6 +79,7 @@ class TableReader(Reader):
                                   f"{pad_to!r}", key="pad_to")
             features = np.pad(features, ((0, 0), (0, pad_to - width)))
         self.feature_field = feature_field
+        self.pad_to = pad_to
         self.rows = rows
         self._features = np.ascontiguousarray(features[rows], dtype=np.float32)
         self._arrays = {}
@@ -101,3 +114,21 @@ class TableReader(Reader):
     def labels(self):
         """Class labels of the split, in row order (tables with a class column)."""
         return self._arrays["label"].copy()
+
+    feature_names = None  # the name of each feature column (a subclass sets them)
+
+    def input_spec(self):
+        """A raw row's columns, and the training split's standardisation and padding that make it an input."""
+        mean, std = self.feature_stats if self.feature_stats is not None else (None, None)
+        return {"kind": "table", "field": self.feature_field, "columns": list(self.feature_names or []),
+                "mean": None if mean is None else [float(v) for v in mean],
+                "std": None if std is None else [float(v) for v in std], "pad_to": self.pad_to}
+
+    def label_names(self):
+        """The class of each label (and of each one-hot ``labels`` entry) and the column of each ``target``."""
+        names = {}
+        if "label" in self._arrays and self.class_names is not None:
+            names.update(label=list(self.class_names), labels=list(self.class_names))
+        if "target" in self._arrays and self.output_names is not None:
+            names["target"] = list(self.output_names)
+        return names

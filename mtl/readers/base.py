@@ -44,6 +44,11 @@ class Reader:
         """Samples skipped so far (0 for readers that never skip)."""
         return 0
 
+    def skipped_samples(self, limit: int = 10) -> List[str]:
+        """A sentence for each of the first ``limit`` samples skipped so far, naming its file and record or line
+        (readers that skip: ``counts_skipped``); default none."""
+        return []
+
     def fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -56,9 +61,28 @@ class Reader:
     def set_augmentation(self, enabled: bool):
         """Turn random training augmentation (flips, crops, ...) on or off; readers without any ignore this."""
 
+    def lengths(self):
+        """The length of every sample (token count of a text), for length-bucketed batches
+        (:mod:`mtl.data.buckets`); None (the default): samples have no length, batches are not bucketed."""
+        return None
+
     def labels(self):
         """All labels of the split, in sample order (default: read every sample)."""
         return np.array([self[i]["label"] for i in range(len(self))])
+
+    def input_spec(self) -> dict:
+        """How a raw input becomes this reader's input field, for predictions (``mtl predict``): a JSON-able mapping
+        recorded with the run, e.g. a table's ``{"kind": "table", "columns", "mean", "std", "pad_to"}`` (its
+        standardisation by the training split); default ``{}``: inputs are given as the model reads them (images
+        are prepared as ``preprocess`` says)."""
+        return {}
+
+    def label_names(self) -> Dict[str, List[str]]:
+        """What the values of this split's label fields stand for: ``{field: [name of value 0, ...]}``, e.g.
+        ``{"label": ["s1", "s10", ...]}`` (the people of a face split, in label order), ``{"labels": ["even",
+        "prime", ...]}`` (multi-hot attributes), ``{"target": ["ink", ...]}`` (regression outputs). Fields the
+        reader has no names for are left out; default: none (:mod:`mtl.readers.label_names`)."""
+        return {}
 
     def __init_subclass__(cls, **kwargs):
         """Every reader class is checked when it is defined: no class attribute hides a method of ``Reader``."""

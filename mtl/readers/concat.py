@@ -6,6 +6,10 @@ source in turn (source 0's, then source 1's, ...). Class labels stay apart: sour
 assumes no person is in two of them (the de-duplicated case). Each source keeps its own options (its crop, its
 held-out people, its augmentation), so that merging changes nothing but the labels. An evaluation split is open-set
 (verification) when every source's is.
+
+``shared_labels: true`` keeps every source's labels as they are: the sources are already labelled in one label space
+(the same person has the same label in every source, as the overlap benchmark's true-person lists are,
+``tools/make_overlap_benchmark.py``), and the class count is the largest source's.
 """
 import numpy as np
 
@@ -17,9 +21,23 @@ from mtl.registry import register_reader
 
 @register_reader("concat")
 class ConcatReader(Reader):
-    """The samples of several readers, one after another, with class labels offset per source."""
+    """The samples of several readers, one after another, with class labels offset per source (none with
+    ``shared_labels``).
 
-    def __init__(self, readers, split="train", image_size=None, channels=None, shape=None, label_field="label"):
+    Parameters:
+        readers (list): the reader configs whose samples follow one another (the same fields each)
+        split (str): train or eval, given to every reader (the job sets eval for evaluation)
+        image_size (int): given to every reader (the job sets the backbone's)
+        channels (int): given to every reader (the job sets the backbone's)
+        shape (list): given to every reader (the job sets the backbone's)
+        label_field (str): the class-label field whose values are offset per reader
+        shared_labels (bool): the readers share one label space (no offset)
+    """
+
+    def __init__(self, readers, split="train", image_size=None, channels=None, shape=None, label_field="label",
+                 shared_labels=False):
+        if not isinstance(shared_labels, bool):
+            raise ConfigError(f"shared_labels must be true or false, got {shared_labels!r}", key="shared_labels")
         if not isinstance(readers, (list, tuple)) or not readers:
             raise ConfigError(f"readers must be a non-empty list of reader configs, got {readers!r}", key="readers")
         context = {k: v for k, v in (("image_size", image_size), ("channels", channels), ("shape", shape))
@@ -34,8 +52,12 @@ class ConcatReader(Reader):
         self.label_field = label_field
         self._check_sources()
         counts = [int(s.num_classes) for s in self.sources]
-        self.offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self.num_classes = int(sum(counts))
+        if shared_labels:
+            self.offsets = np.zeros(len(counts), dtype=np.int64)
+            self.num_classes = int(max(counts))
+        else:
+            self.offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+            self.num_classes = int(sum(counts))
         self.starts = np.concatenate([[0], np.cumsum([len(s) for s in self.sources])]).astype(np.int64)
         self.open_set = all(s.open_set for s in self.sources)
         self.max_positive_pairs = max(s.max_positive_pairs for s in self.sources)
@@ -86,6 +108,16 @@ class ConcatReader(Reader):
         return np.concatenate([np.asarray(s.labels(), dtype=np.int64) + off
                                for s, off in zip(self.sources, self.offsets)])
 
+    def label_names(self):
+        """The sources' class names one after another (as their labels are offset), ``<reader i>:<name>`` being
+        unambiguous; with ``shared_labels`` the names the sources agree on. None unless every source has names."""
+        names = [s.label_names().get(self.label_field) for s in self.sources]
+        if any(n is None for n in names):
+            return {}
+        if not self.offsets.any():  # shared labels
+            return {self.label_field: names[0]} if all(n == names[0] for n in names) else {}
+        return {self.label_field: [f"{i}:{name}" for i, source in enumerate(names) for name in source]}
+
     def set_augmentation(self, enabled: bool):
         """Forwarded to every source."""
         for source in self.sources:
@@ -95,3 +127,7 @@ class ConcatReader(Reader):
     def bad_samples(self) -> int:
         """Samples skipped by all sources."""
         return sum(s.bad_samples for s in self.sources)
+
+    def skipped_samples(self, limit: int = 10):
+        """The sources' skipped samples, one source after another."""
+        return [line for s in self.sources for line in s.skipped_samples(limit)][:limit]

@@ -56,6 +56,13 @@ class CsvReader(TableReader):
     (``class_names`` keeps the order). ``target``: a list of numeric columns for the ``regression`` head.
     ``features``: the numeric input columns (default: every other column). Split and standardisation as the
     ``table`` reader: ``eval_fraction`` held out (stratified by class), statistics of the training split only.
+
+    Parameters:
+        path (str): the CSV file (a header row names the columns)
+        label (str): the column of class names or numbers (mapped in sorted order to labels 0..C-1)
+        target (list): the numeric columns of regression targets
+        features (list): the numeric input columns (default: every other column)
+        delimiter (str): the cell separator
     """
 
     def __init__(self, path, label=None, target=None, features=None, split="train", eval_fraction=0.25, seed=0,
@@ -76,6 +83,7 @@ class CsvReader(TableReader):
                     raise ConfigError(f"CSV file '{self.path}' has no column '{name}'{did_you_mean(name, header)}; "
                                       f"its columns: {', '.join(header)}", key=key)
         self.feature_names, self.target_names = features, targets
+        self.output_names = targets or None
         classes = None
         if label is not None:
             cells = [row[header.index(label)].strip() for _, row in rows]

@@ -64,6 +64,21 @@ class DigitsReader(Reader):
     Pixels (0..16) are scaled to [-1, 1]. ``samples`` picks a deterministic part of each class's images ("even":
     every other image starting at 0, "odd": starting at 1, "all"), so that two tasks can share classes but never
     samples. The split holds out ``eval_fraction`` of each class (stratified, seeded by ``seed``).
+
+    Parameters:
+        classes (list): the digits this task classifies (labels 0..C-1 in this order; default all ten)
+        split (str): train or eval (the job sets eval for evaluation)
+        eval_fraction (float): the images of each class held out for the eval split
+        samples (str): all, even or odd: which images of each class (two tasks can share digits, not images)
+        image_size (int): side of the images (8: the data's own; larger ones are resized, nearest neighbour)
+        channels (int): image channels (the grey image repeated)
+        seed (int): seed of the split
+        label_field (str): name of the class-label field
+        image_field (str): name of the image field
+        attributes (list): the digit attributes of the multi-hot labels field (default all)
+        properties (list): the measured properties of the target field (default all)
+        labels_field (str): name of the multi-hot attributes field
+        target_field (str): name of the properties field
     """
 
     def __init__(self, classes=None, split="train", eval_fraction=0.3, samples="all", image_size=8,
@@ -91,6 +106,7 @@ class DigitsReader(Reader):
             images = np.repeat(images, int(channels), axis=1)
         self._images = np.ascontiguousarray(images, dtype=np.float32)
         self.num_classes = len(classes)
+        self.classes = classes  # the digit of each label
         self.source_indices = order
         self._attributes = attribute_matrix(all_targets[order], self.attribute_names)
         self._properties = property_matrix(all_images[order], self.property_names)
@@ -119,3 +135,8 @@ class DigitsReader(Reader):
 
     def labels(self):
         return self._labels.copy()
+
+    def label_names(self):
+        """The digit of each class label, the attribute of each ``labels`` entry, the property of each ``target``."""
+        return {self.label_field: [str(d) for d in self.classes], self.labels_field: list(self.attribute_names),
+                self.target_field: list(self.property_names)}

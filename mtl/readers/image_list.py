@@ -7,6 +7,7 @@ from mtl.contracts import Field
 from mtl.errors import ConfigError, DataError
 from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
+from mtl.readers.label_names import label_file, names_from_paths, read_label_file
 from mtl.registry import register_reader
 
 
@@ -93,6 +94,16 @@ class ImageListReader(FaceImageReader):
     image path as in the list) and ``target_columns`` (names or numbers) add a float32 vector ``target``
     (``target_field``) of ``value * target_scale`` to every sample. The evaluation split of held-out people is then
     scored on those targets (regression), not by verification.
+
+    Parameters:
+        list (str): the label list: relative/path<TAB>label lines (a labels.json beside it names the labels)
+        root (str): the folder the list's paths start from (default: the list's folder)
+        check_files (bool): look for every listed image at start-up (turn off for huge lists on slow disks)
+        target_list (str): a tab-separated table of per-image regression targets (header line, first column the
+            image path)
+        target_columns (list): the columns of target_list to use (names or numbers)
+        target_scale (float): targets are multiplied by this
+        target_field (str): name of the regression target field
     """
 
     def __init__(self, list, root=None, split="train", eval_fraction=0.0, num_classes=None, image_size=112,  # noqa: A002
@@ -114,6 +125,7 @@ class ImageListReader(FaceImageReader):
         # one numpy bytes array, not a list of str: forked workers then share it without copy-on-write churn
         self._paths = np.array([e[1].encode("utf-8") for e in entries], dtype=np.bytes_)
         labels = np.array([e[2] for e in entries], dtype=np.float64)
+        self._list_labels = labels  # every line's label (NaN: unreadable), for names read off the list's folders
         if check_files:
             for pos in range(len(entries)):
                 path = self._path(pos)
@@ -129,18 +141,18 @@ class ImageListReader(FaceImageReader):
         """The ``[entries, k]`` float32 targets (scaled), or None without ``target_list``."""
         if target_list is None:
             if target_columns is not None:
-                raise ConfigError("target_columns needs target_list (the table that holds them)", self.source,
+                raise ConfigError("target_columns needs target_list (the table that holds them)", None,
                                   "target_columns")
             return None
         if not isinstance(target_columns, (list, tuple)) or not target_columns:
             raise ConfigError(f"target_columns must be a non-empty list of column names or numbers, got "
-                              f"{target_columns!r}", self.source, "target_columns")
+                              f"{target_columns!r}", None, "target_columns")
         try:
             scale = float(target_scale)
         except (TypeError, ValueError):
             scale = float("nan")
         if isinstance(target_scale, bool) or not np.isfinite(scale) or scale == 0.0:
-            raise ConfigError(f"target_scale must be a non-zero number, got {target_scale!r}", self.source,
+            raise ConfigError(f"target_scale must be a non-zero number, got {target_scale!r}", None,
                               "target_scale")
         self.target_field = target_field
         paths = [p.decode("utf-8") for p in self._paths]
@@ -155,6 +167,18 @@ class ImageListReader(FaceImageReader):
         if self._targets is None:
             return {}
         return {self.target_field: self._targets[candidate].copy()}
+
+    def _data_class_names(self):
+        """``labels.json`` beside the list, else the folders the list's images are in, when each label has its own
+        (:func:`mtl.readers.label_names.names_from_paths`)."""
+        given = read_label_file(label_file(os.path.dirname(self.list_path)))
+        if given is not None:
+            return given.get(self.label_field)
+        return names_from_paths([p.decode("utf-8") for p in self._paths], self._list_labels)
+
+    def _names_hint(self) -> str:
+        return (f"no {label_file(os.path.dirname(self.list_path))}, and the list's folders do not tell one label from "
+                "another")
 
     def _relative(self, candidate: int) -> str:
         return self._paths[candidate].decode("utf-8")

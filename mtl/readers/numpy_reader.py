@@ -19,6 +19,16 @@ class NumpyReader(Reader):
     integer multi-hot vectors, integer pixels, float64 features). ``dtypes: {field: dtype}`` asks for another
     dtype, refused when it would lose information (a float label to int64). ``num_classes`` may be given, else it is
     max(label) + 1 for an integer ``label``.
+
+    Parameters:
+        path (str): an .npz whose arrays are the fields (give path or files)
+        files (mapping): {field: path.npy} (give path or files)
+        eval_path (str): the .npz of the eval split
+        eval_files (mapping): the {field: path.npy} of the eval split
+        split (str): train or eval (the job sets eval for evaluation)
+        num_classes (int): the class count (default: max(label) + 1 of an integer label)
+        mmap (bool): memory-map .npy files instead of reading them whole
+        dtypes (mapping): {field: dtype} instead of the safe default conversion
     """
 
     def __init__(self, path=None, files=None, eval_path=None, eval_files=None, split="train", num_classes=None,

@@ -7,6 +7,7 @@ from mtl.data.recordio import RecordIOReader as RecordFile
 from mtl.data.recordio import unpack
 from mtl.errors import DataError
 from mtl.readers._face import FaceImageReader
+from mtl.readers.label_names import label_file, read_label_file
 from mtl.registry import register_reader
 
 
@@ -81,6 +82,10 @@ class RecordIOFaceReader(FaceImageReader):
     (:class:`mtl.data.transforms.Augment` keys; off for evaluation). ``holdout_classes``: hold out whole identities
     (labels, a count or a fraction; the eval split is then open-set, scored by verification on at most
     ``max_positive_pairs`` positive pairs and as many negatives).
+
+    Parameters:
+        path (str): a folder holding train.rec and train.idx, or their prefix (data/webface/train); a labels.json
+            beside them names the labels
     """
 
     def __init__(self, path, split="train", eval_fraction=0.0, num_classes=None, image_size=112, flip=None,
@@ -105,6 +110,14 @@ class RecordIOFaceReader(FaceImageReader):
             problems[int(pos)] = self._record_problem(int(rows[pos]))
         labels = np.where(heads["magic_ok"], heads["label"], np.nan)
         self._finish(rows, labels, problems, num_classes=num_classes, stated_classes=stated)
+
+    def _data_class_names(self):
+        """The ``labels.json`` beside the ``.rec`` (``mtl data pack`` writes it), or None."""
+        given = read_label_file(label_file(os.path.dirname(self.records.rec_path)))
+        return None if given is None else given.get(self.label_field)
+
+    def _names_hint(self) -> str:
+        return f"no {label_file(os.path.dirname(self.records.rec_path))}"
 
     def _record_problem(self, row: int) -> str:
         """The precise message for a record whose header scan failed (bad magic, truncation, ...)."""

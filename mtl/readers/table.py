@@ -22,6 +22,9 @@ class SklearnTableReader(TableReader):
     ``standardize_targets``, are standardised with the mean and std of the training split only. ``pad_to`` zero-pads
     the features to a common width, so tables of different widths can share one ``mlp`` backbone
     (``input_shape: [pad_to]``, ``input_field: features``). Nothing is downloaded: the tables ship with scikit-learn.
+
+    Parameters:
+        dataset (str): iris, wine, breast_cancer (classes) or diabetes, linnerud (regression)
     """
 
     def __init__(self, dataset, split="train", eval_fraction=0.25, seed=0, standardize=True,
@@ -39,5 +42,7 @@ class SklearnTableReader(TableReader):
         targets = bunch.target if kind == "regression" else None
         self.target_names = ([str(n) for n in bunch.target_names] if kind == "class" or dataset == "linnerud"
                              else ["target"])
+        self.class_names = self.target_names if kind == "class" else None
+        self.output_names = self.target_names if kind == "regression" else None
         self._build(bunch.data, classes, targets, split, eval_fraction, seed, standardize, standardize_targets,
                     pad_to, feature_field)

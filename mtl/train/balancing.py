@@ -1,15 +1,18 @@
-"""One step's backward under a task-weighting strategy (``weighting:`` in the job; :mod:`mtl.weighting`).
+"""The weighting step: everything about task weights in one step's backward (``weighting:`` in the job;
+:mod:`mtl.weighting` holds the strategies). The parallel strategy is asked only to all-reduce.
 
-Exact under data + model parallelism (docs/architecture.md, "Task weighting across processes"):
+Exact under data + model parallelism:
 
 * Loss-based strategies see the global task losses (equal on every rank), so every rank computes the same weights;
   the backward is the usual one with each task's loss multiplied by its weight (heads and backbone alike).
-* Gradient-based strategies act on g_t, the gradient of task t's weighted loss w.r.t. the backbone (the replicated,
-  shared parameters). Each rank holds only its rows' share, so every g_t is summed over ranks first (one fused
-  ``T x |theta|`` all-reduce); every rank then combines the same numbers and applies the same update
-  ``sum_t alpha_t g_t``. Heads keep their task gradient, scaled only where the strategy scales the task's loss.
-* The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead (one
-  all-reduce of T numbers) and runs the backbone backward once with the feature gradients scaled by ``alpha``.
+* Gradient-based strategies act on g_t, the gradient of task t's weighted loss w.r.t. the shared parameters
+  (``JointModel.shared_parameters``: the backbone's trainable ones). Each rank holds only its rows' share, so every
+  g_t is summed over ranks first (one fused ``T x |theta|`` all-reduce); every rank then combines the same numbers
+  and applies the same update ``sum_t alpha_t g_t``. Heads keep their task gradient, scaled only where the strategy
+  scales the task's loss. The Gram matrix ``G_ij = g_i . g_j`` is formed in float64 (rows cast one pair at a time).
+* The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead: every
+  task scores its own rows, so it is diagonal, ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (float64, one
+  all-reduce of T numbers), and the backbone backward runs once with the feature gradients scaled by ``alpha``.
 * Strategies that need the per-task gradients themselves (``needs_gradient_matrix``: GradDrop, DB-MTL) get the same
   summed ``[T, P]`` matrix as float32 numpy and return the shared gradient ``[P]``, written as it is.
 
@@ -18,17 +21,18 @@ micro-batches' (equal-sized) losses, and each micro-batch is differentiated with
 gradients summed over the micro-batches are the step's. Weights that do not depend on the step's losses (static,
 RLW: ``Weighting.uses_losses``) are applied in every micro-batch's backward, with one gradient sync at the end.
 Every other strategy needs the step's losses (or its per-task gradients) before anything is combined: each task's
-backbone gradient is then summed apart over the micro-batches into the ``[T, P]`` buffer of the gradient-based path
-(one backbone backward per task and micro-batch, one all-reduce at the end), and the step's weights or alpha combine
-it after the last micro-batch: loss-based strategies ``sum_t (w_t / loss_weight_t) g_t``, Gram-based ones from its
-Gram matrix, matrix-based ones from the matrix, MGDA-UB from the representation Gram summed over the micro-batches
-(rows of different micro-batches never meet, so it is the step's).
+backbone gradient is summed apart over the micro-batches into the ``[T, P]`` matrix (one backbone backward per task
+and micro-batch, one all-reduce at the end), and the step's weights or alpha combine it after the last micro-batch:
+loss-based strategies ``sum_t (w_t / loss_weight_t) g_t``, Gram-based ones from its Gram matrix, matrix-based ones
+from the matrix, MGDA-UB from the representation Gram summed over the micro-batches (rows of different
+micro-batches never meet, so it is the step's).
 
 The strategy's state goes into the checkpoint's ``state.json``; arrays of more than ``INLINE_ELEMENTS`` numbers
 (DB-MTL's T x P moving average) as base64 of their float64 bytes, which restores them bit for bit at a third of
 the size of a JSON list.
 """
 import base64
+import math
 from typing import Dict
 
 import numpy as np
@@ -56,8 +60,65 @@ def _from_json(value):
     return value
 
 
+# ---- per-task gradients of the shared parameters ---------------------------------------------------------------
+def task_gradient_matrix(model, tasks, buffer=None):
+    """``[T, P]`` float32: row t += the gradient of task t's weighted loss w.r.t. ``model.shared_parameters()``
+    (this rank's rows only; sum over ranks afterwards). Runs the backbone backward once per task present
+    (``JointModel.backward_backbone_per_task``) and clears the shared gradients after each; rows of absent tasks
+    stay as they were. Memory: T copies of the shared gradient (``bench/bench_weighting.py``)."""
+    params = model.shared_parameters()
+    sizes = [math.prod(p.shape) for p in params]
+    if buffer is None:
+        buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
+    for task in model.backward_backbone_per_task():
+        grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
+                 for p, n in zip(params, sizes)]
+        row = tasks.index(task)
+        buffer[row] = buffer[row] + paddle.concat(grads)
+        for p in params:
+            p.clear_gradient(set_to_zero=False)
+    return buffer
+
+
+@paddle.no_grad()
+def write_shared_gradient(model, vector):
+    """Write the flat shared gradient ``vector`` [P] (a tensor or a numpy array, in the parameter order of
+    :func:`task_gradient_matrix`) into the shared parameters' gradients."""
+    if not isinstance(vector, paddle.Tensor):
+        vector = paddle.to_tensor(np.asarray(vector, dtype=np.float32))
+    offset = 0
+    for p in model.shared_parameters():
+        n = math.prod(p.shape)
+        p.grad = vector[offset:offset + n].reshape(p.shape).astype(p.dtype)
+        offset += n
+
+
+@paddle.no_grad()
+def gram_float64(matrix) -> np.ndarray:
+    """``G_ij = g_i . g_j`` of the rows of ``matrix`` [T, P] in float64: each pair of rows cast to float64 on its
+    device (at most two rows of P float64 at a time, not the whole matrix), read to the host once."""
+    rows = int(matrix.shape[0])
+    dots = []
+    for i in range(rows):
+        left = matrix[i].astype("float64")
+        dots += [paddle.dot(left, left if j == i else matrix[j].astype("float64")) for j in range(i + 1)]
+    values = paddle.stack(dots).numpy() if dots else np.zeros(0)
+    gram = np.zeros((rows, rows), dtype=np.float64)
+    gram[np.tril_indices(rows)] = values
+    return gram + np.tril(gram, -1).T
+
+
+@paddle.no_grad()
+def representation_squares(feature_grads, tasks) -> paddle.Tensor:
+    """``[T]`` float64: this rank's ``sum over rows ||dL_t/dz||^2`` of every task (0 for absent tasks)."""
+    squares = paddle.zeros([len(tasks)], dtype="float64")
+    for task, grad in feature_grads.items():
+        squares[tasks.index(task)] = paddle.sum(paddle.square(grad.astype("float64")))
+    return squares
+
+
 class TaskBalancer:
-    """Applies the job's weighting strategy to every step's backward; its state goes into checkpoints."""
+    """The job's weighting strategy applied to every step's backward; its state goes into checkpoints."""
 
     def __init__(self, weighting, strategy, model):
         self.weighting = weighting
@@ -66,68 +127,80 @@ class TaskBalancer:
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
+    def present(self, tasks) -> np.ndarray:
+        """[T] bool: which of the job's tasks are in ``tasks``."""
+        return np.array([t in tasks for t in self.tasks])
+
+    def loss_vector(self, losses: Dict[str, float], present) -> np.ndarray:
+        """[T] float64 of the present tasks' losses (NaN for absent ones)."""
+        return np.array([losses[t] if p else np.nan for t, p in zip(self.tasks, present)])
+
+    def logged(self, weights, present, alpha=None) -> Dict[str, Dict[str, float]]:
+        """``{"weight": {task: w_t}, "alpha": {task: alpha_t}}`` of the present tasks, for the log."""
+        out = {"weight": {t: float(w) for t, w, p in zip(self.tasks, weights, present) if p}}
+        if alpha is not None:
+            out["alpha"] = {t: float(a) for t, a, p in zip(self.tasks, alpha, present) if p}
+        return out
+
+    def scaled(self, weights, factor: float) -> Dict[str, float]:
+        """``{task: w_t * factor}``: the multipliers of the heads' backward."""
+        return {t: float(w) * factor for t, w in zip(self.tasks, weights)}
+
     def backward(self, outputs, losses: Dict[str, float], step: int, scale: float = 1.0) -> Dict[str, Dict[str, float]]:
         """Backward of the last forward with this step's weights; gradients summed over ranks where replicated.
 
         ``losses``: the global loss of every task present (host floats). ``scale`` (fp16 loss scaling) multiplies
-        every loss; the caller divides the gradients by it afterwards.
-        Returns ``{"weight": {task: w_t}, "alpha": {task: alpha_t}}`` (alpha only for gradient-based strategies)
-        for the log.
+        every loss; the caller divides the gradients by it afterwards. Returns :meth:`logged`.
         """
-        present = np.array([t in outputs for t in self.tasks])
-        losses = np.array([losses[t] if t in outputs else np.nan for t in self.tasks])
-        weights = self.weighting.weights(losses, present, step)
-        logged = {"weight": {t: float(w) for t, w, p in zip(self.tasks, weights, present) if p}}
+        present = self.present(outputs)
+        values = self.loss_vector(losses, present)
+        weights = self.weighting.weights(values, present, step)
         if not self.weighting.needs_gradients:
-            self.model.backward({t: float(w) * scale for t, w in zip(self.tasks, weights)})
+            self.model.backward(self.scaled(weights, scale))
             self.strategy.reduce_gradients()
-            return logged
-        alpha = self._gradient_step(losses, present, weights, step, scale)
-        if alpha is not None:
-            logged["alpha"] = {t: float(a) for t, a, p in zip(self.tasks, alpha, present) if p}
+            return self.logged(weights, present)
+        self.model.backward_heads(self.scaled(self.static, scale))
+        if self.weighting.uses_representation:
+            squares = self.strategy.sum_over_ranks(representation_squares(self.model.feature_gradients(), self.tasks))
+            alpha = self.combine(np.diag(squares.numpy()) / scale ** 2, values, present, step)
+            self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
+            self.rescale_heads(weights, present)
+            self.strategy.reduce_gradients()
+            return self.logged(weights, present, alpha)
+        matrix = task_gradient_matrix(self.model, self.tasks)
+        self.rescale_heads(weights, present)  # after the backbone passes: the architecture's task layers too
+        self.strategy.sum_over_ranks_(matrix)
+        return self.logged(weights, present, self.apply(matrix, values, present, step, scale))
+
+    def apply(self, matrix, losses, present, step, scale, weights=None):
+        """The shared gradient from the summed per-task matrix [T, P] (gradient-based strategies: their alpha or
+        their own combination; a loss-based one: ``weights / loss_weight``), written into the shared parameters,
+        then the other replicated gradients summed over ranks. Returns the alpha to log (None: none)."""
+        if self.weighting.needs_gradient_matrix:
+            combined = self.weighting.combine_matrix(matrix.numpy() / np.float32(scale) if scale != 1.0 else
+                                                     matrix.numpy(), losses, present, step)
+            write_shared_gradient(self.model, np.asarray(combined, dtype=np.float64) * scale)
+            alpha, logged = None, None
+        else:
+            if weights is not None:  # a loss-based strategy on an accumulated step
+                alpha = np.where(self.static > 0, weights / np.where(self.static > 0, self.static, 1.0), 0.0)
+                logged = None
+            else:
+                alpha = logged = self.combine(gram_float64(matrix) / scale ** 2, losses, present, step)
+            write_shared_gradient(self.model, paddle.matmul(
+                paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), matrix).reshape([-1]))
+        self.strategy.reduce_gradients_except(self.model.shared_parameters())
         return logged
 
-    def _gradient_step(self, losses, present, weights, step, scale):
-        """Heads with the static weights (g_t = gradient of loss_weight_t L_t), rescaled to ``weights``; backbone
-        with the strategy's combination of the global per-task gradients."""
-        self.model.backward_heads({t: float(w) * scale for t, w in zip(self.tasks, self.static)})
-        if self.weighting.uses_representation:
-            gram = self.strategy.representation_gram(self.model.feature_gradients(), self.tasks) / scale ** 2
-            alpha = self._combine(gram, losses, present, step)
-            self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
-            self._rescale_heads(weights, present)
-            self.strategy.reduce_gradients()
-            return alpha
-        task_grads = self.strategy.task_gradients(self.model, self.tasks)
-        self._rescale_heads(weights, present)  # after the backbone passes: the architecture's task layers too
-        if self.weighting.needs_gradient_matrix:
-            return self._matrix_step(task_grads, losses, present, step, scale)
-        gram = paddle.matmul(task_grads, task_grads, transpose_y=True).numpy().astype(np.float64) / scale ** 2
-        alpha = self._combine(gram, losses, present, step)
-        self.strategy.set_shared_gradient(self.model, task_grads, alpha)
-        self.strategy.reduce_gradients_except(self.strategy.shared_parameters(self.model))
-        return alpha
-
-    def _combine(self, gram, losses, present, step):
+    def combine(self, gram, losses, present, step):
         """The strategy's alpha; NaN (the strategy untouched) when the Gram matrix is not finite, so that the
         non-finite gradient reaches the trainer's guard (skip or stop, fp16: lower the loss scale)."""
         if not np.all(np.isfinite(gram)):
             return np.full(len(self.tasks), np.nan)
         return self.weighting.combine(gram, losses, present, step)
 
-    def _matrix_step(self, task_grads, losses, present, step, scale):
-        """The strategy combines the per-task gradient matrix itself (unscaled float32 numpy, equal on every rank);
-        its shared gradient is written back at the loss scale the caller divides out. No alpha to log: None."""
-        matrix = task_grads.numpy()
-        if scale != 1.0:
-            matrix = matrix / np.float32(scale)
-        combined = self.weighting.combine_matrix(matrix, losses, present, step)
-        self.strategy.set_shared_vector(self.model, np.asarray(combined, dtype=np.float64) * scale)
-        self.strategy.reduce_gradients_except(self.strategy.shared_parameters(self.model))
-        return None
-
     @paddle.no_grad()
-    def _rescale_heads(self, weights, present):
+    def rescale_heads(self, weights, present):
         """Scale each task's own gradients (its head's, its architecture layers': ``JointModel.task_parameters``) by
         ``w_t / loss_weight_t`` where the strategy changes a task's weight."""
         for task, w, static, here in zip(self.tasks, weights, self.static, present):
@@ -136,7 +209,7 @@ class TaskBalancer:
             factor = float(w / static) if static else 0.0
             head = self.model.heads[task]
             tensors = [p.grad for p in self.model.task_parameters(task) if p.grad is not None]
-            tensors += [row.rows.grad for row in head.row_gradients() if row.rows.grad is not None]
+            tensors += [row.grad for row in head.row_gradients() if row.grad is not None]
             for grad in tensors:
                 grad.scale_(factor)
 
@@ -166,25 +239,25 @@ class AccumulatedStep:
 
     def __init__(self, balancer: TaskBalancer, present, step: int, scale: float, accumulate: int):
         self.balancer, self.step, self.scale, self.accumulate = balancer, int(step), float(scale), int(accumulate)
-        self.present = np.array([t in present for t in balancer.tasks])
+        self.present = balancer.present(present)
         self.weights = None  # weights applied per micro-batch (the strategy does not use the step's losses)
         weighting = balancer.weighting
         if not weighting.needs_gradients and not weighting.uses_losses:
             self.weights = weighting.weights(np.zeros(len(balancer.tasks)), self.present, self.step)
-        self.buffer, self.gram = None, None
+        self.matrix, self.squares = None, None
 
     def backward(self):
         """The backward of the last micro-batch's forward, its losses divided by the micro-batch count."""
         balancer, model = self.balancer, self.balancer.model
         per = self.scale / self.accumulate
         if self.weights is not None:
-            model.backward({t: float(w) * per for t, w in zip(balancer.tasks, self.weights)})
+            model.backward(balancer.scaled(self.weights, per))
             return
-        model.backward_heads({t: float(w) * per for t, w in zip(balancer.tasks, balancer.static)})
+        model.backward_heads(balancer.scaled(balancer.static, per))
         if balancer.weighting.uses_representation:
-            gram = balancer.strategy.representation_gram(model.feature_gradients(), balancer.tasks)
-            self.gram = gram if self.gram is None else self.gram + gram
-        self.buffer = balancer.strategy.task_gradients(model, balancer.tasks, self.buffer, reduce=False)
+            squares = representation_squares(model.feature_gradients(), balancer.tasks)
+            self.squares = squares if self.squares is None else self.squares + squares
+        self.matrix = task_gradient_matrix(model, balancer.tasks, self.matrix)
 
     def finish(self, losses: Dict[str, float]) -> Dict[str, Dict[str, float]]:
         """After the last micro-batch: the step's weights from its losses (the means over the micro-batches), the
@@ -192,31 +265,18 @@ class AccumulatedStep:
         balancer = self.balancer
         if self.weights is not None:
             balancer.strategy.reduce_gradients()
-            return {"weight": {t: float(w) for t, w, p in zip(balancer.tasks, self.weights, self.present) if p}}
-        values = np.array([losses[t] if p else np.nan for t, p in zip(balancer.tasks, self.present)])
+            return balancer.logged(self.weights, self.present)
+        values = balancer.loss_vector(losses, self.present)
         weights = balancer.weighting.weights(values, self.present, self.step)
-        logged = {"weight": {t: float(w) for t, w, p in zip(balancer.tasks, weights, self.present) if p}}
-        balancer._rescale_heads(weights, self.present)
-        strategy, model = balancer.strategy, balancer.model
-        strategy.reduce_task_gradients(self.buffer)
-        alpha = self._alpha(values, weights)
-        if alpha is not None:
-            if balancer.weighting.needs_gradients:
-                logged["alpha"] = {t: float(a) for t, a, p in zip(balancer.tasks, alpha, self.present) if p}
-            strategy.set_shared_gradient(model, self.buffer, alpha)
-            strategy.reduce_gradients_except(strategy.shared_parameters(model))
-        return logged
-
-    def _alpha(self, losses, weights):
-        """The combination of the summed per-task gradients: ``w_t / loss_weight_t`` for a loss-based strategy, the
-        strategy's alpha for a gradient-based one; None when a matrix-based strategy has written it already."""
-        balancer, weighting = self.balancer, self.balancer.weighting
-        if not weighting.needs_gradients:
-            static = balancer.static
-            return np.where(static > 0, weights / np.where(static > 0, static, 1.0), 0.0)
-        if weighting.uses_representation:
-            return balancer._combine(self.gram / self.scale ** 2, losses, self.present, self.step)
-        if weighting.needs_gradient_matrix:
-            return balancer._matrix_step(self.buffer, losses, self.present, self.step, self.scale)
-        gram = paddle.matmul(self.buffer, self.buffer, transpose_y=True).numpy().astype(np.float64)
-        return balancer._combine(gram / self.scale ** 2, losses, self.present, self.step)
+        balancer.rescale_heads(weights, self.present)
+        balancer.strategy.sum_over_ranks_(self.matrix)
+        if balancer.weighting.uses_representation:
+            squares = balancer.strategy.sum_over_ranks(self.squares)
+            alpha = balancer.combine(np.diag(squares.numpy()) / self.scale ** 2, values, self.present, self.step)
+            write_shared_gradient(balancer.model, paddle.matmul(
+                paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), self.matrix).reshape([-1]))
+            balancer.strategy.reduce_gradients_except(balancer.model.shared_parameters())
+            return balancer.logged(weights, self.present, alpha)
+        loss_based = None if balancer.weighting.needs_gradients else weights
+        alpha = balancer.apply(self.matrix, values, self.present, self.step, self.scale, loss_based)
+        return balancer.logged(weights, self.present, alpha)

@@ -17,6 +17,12 @@ class NonFiniteError(MtlError):
     """A training step produced a non-finite loss or gradient and the job stops (exit status 2, one line)."""
 
 
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ..., ``11th``, ``12th``, ``13th``, ..., ``21st``, ``22nd``, ..."""
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 class NonFiniteGuard:
     """Counts bad steps and decides, identically on every rank, whether the job goes on."""
 
@@ -48,8 +54,8 @@ class NonFiniteGuard:
         self.skipped += 1
         self.consecutive += 1
         if self.consecutive >= self.max_consecutive:
-            raise NonFiniteError(f"step {step}: {where} is not finite for the {self.consecutive}th step in a row "
-                                 f"(max_consecutive_nonfinite {self.max_consecutive}); stopped; {resume}")
+            raise NonFiniteError(f"step {step}: {where} is not finite for the {ordinal(self.consecutive)} step in a "
+                                 f"row (max_consecutive_nonfinite {self.max_consecutive}); stopped; {resume}")
 
     def state_dict(self) -> dict:
         """Counts for the checkpoint."""

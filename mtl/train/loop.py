@@ -1,25 +1,25 @@
 """Small state objects of the training loop: a step's record, the loop's pending records and throughput."""
 import contextlib
 import time
-from dataclasses import dataclass
-from typing import Dict, Optional
+from dataclasses import dataclass, field
+from typing import Dict
 
 import paddle
 
 
 @dataclass
 class StepRecord:
-    """What one training step leaves for the log: its number (1-based), learning rate, gradient norm, losses."""
+    """What one training step leaves for the log: its number (1-based), learning rate and result; ``metrics``: the
+    heads' metric tensors, read to the host for many steps at once when the log is written."""
 
     step: int
     lr: float
-    grad_norm: Optional[float]
-    losses: Dict[str, paddle.Tensor]
-    metrics: Dict[str, Dict[str, paddle.Tensor]]
-    weights: Dict[str, Dict[str, float]]  # {"weight": {task: w_t}} (+ "alpha" for gradient-based strategies)
-    nonfinite: bool = False  # the step's update was not applied (on_nonfinite)
-    overflow: bool = False  # fp16: skipped as a loss-scale overflow
-    loss_scale: Optional[float] = None
+    result: object  # mtl.train.step.StepResult
+    metrics: Dict[str, Dict[str, object]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.metrics:
+            self.metrics = {t: dict(o.metrics) for t, o in self.result.outputs.items()}
 
 
 class StepMeans:

@@ -1,4 +1,5 @@
-"""The memory plan of a job, per process, made before the heads allocate anything (issue 14.3).
+"""The memory plan of a job, per process, made before the heads allocate anything: a job that does not fit stops in
+one line before it allocates.
 
 Every head declares what it will hold from its options alone (``Head.planned_bytes``: weight, optimizer state,
 sampled rows, logits and their gradient per step), the backbone counts its parameters, gradients and optimizer state
@@ -29,6 +30,7 @@ class PlanEntry:
     key: str
     parts: Dict[str, int]
     note: str = ""  # printed after the parts, e.g. "at the peak; 2 copies per parameter in steady state"
+    advice: str = ""  # how to make this part smaller, with the --set command that does it (a refusal's advice)
 
     @property
     def total(self) -> int:
@@ -89,21 +91,71 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0, 
                                  architecture.planned_bytes(slots)))
     heads_from = len(entries)
     feature_size = architecture.output_size if architecture is not None else None
-    for tcfg in cfg["tasks"]:
+    for index, tcfg in enumerate(cfg["tasks"]):
         options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]), lambda t=tcfg: reader_sizes(t),
                                feature_size)
         head_cls = registry.get("head", tcfg["head"]["type"]).cls
         parts = head_cls.planned_bytes(options, rows, world_size, rank, slots, accumulate)
-        key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
-        entries.append(PlanEntry(f"task '{tcfg['name']}' head '{tcfg['head']['type']}'", key, parts))
+        key = f"tasks.{index}.head"  # the --set path of the job's task, inline or from a task file alike
+        entries.append(PlanEntry(f"task '{tcfg['name']}' head '{tcfg['head']['type']}'", key, parts,
+                                 advice=head_advice(head_cls, key, options)))
+    entries += _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank)
     kind, _ = averaging_options(cfg.get("averaging"), cfg["source"])
     if kind != "none":
         tracked = sum(e.parts["parameters"] for e in entries[:heads_from]) + \
             sum(e.parts.get("weight", 0) for e in entries[heads_from:])
         copies = KINDS[kind].peak_copies
         entries.append(PlanEntry(f"averager '{kind}'", "averaging", {f"{copies} copies": copies * tracked},
-                                 KINDS[kind].copies_note()))
+                                 KINDS[kind].copies_note(), averager_advice(kind, KINDS)))
     return entries
+
+
+def _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank) -> List[PlanEntry]:
+    """What cross-head negatives add to each task's step (:func:`mtl.heads.cross_negatives.planned_bytes`)."""
+    from mtl import registry
+    from mtl.data.steps import task_seed
+    from mtl.heads.cross_negatives import planned_bytes
+
+    cross = cfg.get("cross_negatives") or {}
+    if float(cross.get("rate", 0.0)) <= 0:
+        return []
+    classes = {}
+    for tcfg in cfg["tasks"]:
+        if registry.get("head", tcfg["head"]["type"]).cls.cross_negatives:
+            options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]),
+                                   lambda t=tcfg: reader_sizes(t))
+            if options.get("num_classes"):
+                classes[tcfg["name"]] = int(options["num_classes"])
+    parts = planned_bytes(cross, classes, rows, backbone.feature_size, world_size, rank)
+    smaller = f"sample fewer other classes (--set cross_negatives.rate={min(0.1, float(cross['rate']) / 2):g})"
+    return [PlanEntry(f"task '{task}' cross-head negatives", "cross_negatives.rate", p, advice=smaller)
+            for task, p in parts.items()]
+
+
+def head_advice(head_cls, key: str, options: dict) -> str:
+    """How to shrink a head, as ``--set`` commands that the job accepts: a smaller ``sample_ratio`` when the head
+    takes one (Partial FC), more processes when its classes are split across them (``sharded``)."""
+    import inspect
+
+    ways = []
+    if "sample_ratio" in inspect.signature(head_cls.__init__).parameters:
+        ratio = float(options.get("sample_ratio", 1.0))
+        smaller = 0.1 if ratio > 0.1 else round(ratio / 2, 6)
+        ways.append(f"set a smaller sample_ratio (--set {key}.sample_ratio={smaller:g})")
+    if head_cls.sharded:
+        ways.append("run more processes (its classes are split across them)")
+    return " or ".join(ways) or "give the head fewer outputs (its weights are on every process)"
+
+
+def averager_advice(kind: str, kinds) -> str:
+    """How to shrink the averager's copies, as ``--set`` commands that the job accepts (a whole new ``averaging``
+    mapping: the keys of one type are refused by another)."""
+    ways = [f"--set 'averaging={{type: {other}}}' ({kinds[other].peak_copies} copies)" for other in ("ema",)
+            if other != kind and kinds[other].peak_copies < kinds[kind].peak_copies]
+    ways.append("--set 'averaging={type: none}'")
+    if paddle.get_device().startswith("gpu"):
+        ways.append("--set averaging.offload=cpu (the copies in host memory)")
+    return f"keep fewer averaged copies ({' or '.join(ways)})"
 
 
 def available_bytes() -> int:
@@ -148,6 +200,5 @@ def check_job_memory(cfg: dict, backbone, reader_sizes, announce: bool = True, a
     largest = max(entries[1:] or entries, key=lambda e: e.total)
     parts = ", ".join(f"{part} {gib(n)}" for part, n in largest.parts.items() if n)
     raise ConfigError(f"{largest.name} needs {gib(largest.total)} per process ({parts}); the job needs {gib(total)}, "
-                      f"more than the {gib(available)} available to each of {world} process(es); set a smaller "
-                      f"sample_ratio (--set {largest.key}.sample_ratio=...) or run more processes",
+                      f"more than the {gib(available)} available to each of {world} process(es); {largest.advice}",
                       cfg["source"], largest.key)

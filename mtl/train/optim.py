@@ -1,6 +1,7 @@
 """The job's optimizer: learning-rate schedule, Paddle's dense optimizer, the row-sparse update, structured state."""
 import warnings
 
+import numpy as np
 import paddle
 
 from mtl.config.keys import resolve_milestones
@@ -116,6 +117,14 @@ def _runtime_masters(masters, lookup):
     return out
 
 
+def _as_tensors(value):
+    """A state read from a file (numpy arrays: :mod:`mtl.safe_pickle`) with tensors in their place, as Paddle's
+    optimizer wants them (its master weights are kept as the tensors given)."""
+    if isinstance(value, dict):
+        return {k: _as_tensors(v) for k, v in value.items()}
+    return paddle.to_tensor(value) if isinstance(value, np.ndarray) else value
+
+
 def runtime_optimizer_state(state, model):
     """Inverse of :func:`structured_optimizer_state` for this process's parameter names."""
     lookup = {n: p.name for n, p in model.named_parameters()}
@@ -191,4 +200,4 @@ class JointOptimizer:
             # still warns "unused values in state_dict"; the restored learning rate is exact (tested by the resume
             # test)
             warnings.filterwarnings("ignore", message="There are some unused values in state_dict")
-            self.dense.set_state_dict(runtime_optimizer_state(dense, self.model))
+            self.dense.set_state_dict(runtime_optimizer_state(_as_tensors(dense), self.model))

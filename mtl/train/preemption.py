@@ -13,6 +13,8 @@ import logging
 import signal
 import threading
 
+from mtl.console import launch_signal
+
 PREEMPTED_EXIT_STATUS = 75
 log = logging.getLogger("mtl")
 
@@ -46,5 +48,8 @@ class StopRequest:
         if self.requested and signum == signal.SIGINT:  # a second Ctrl-C: at once
             raise KeyboardInterrupt
         self.requested = True
-        self.signal_name = signal.Signals(signum).name
+        self.signal_name = "Ctrl-C, SIGINT" if signum == signal.SIGINT else signal.Signals(signum).name
+        passed_on = launch_signal() if signum == signal.SIGTERM else None
+        if passed_on and passed_on != "SIGTERM":  # mtl launch got it; its launcher passes SIGTERM on
+            self.signal_name = f"{'Ctrl-C, ' if passed_on == 'SIGINT' else ''}{passed_on} to mtl launch"
         log.warning("%s received: stopping after the current step", self.signal_name)

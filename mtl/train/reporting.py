@@ -175,7 +175,22 @@ def task_summary(task, records, live, averaged):
     }
     if task.reader.counts_skipped:  # readers with on_bad_sample: skip count what they skipped
         info["bad_samples"] = int(task.reader.bad_samples)
+        info["skipped"] = task.reader.skipped_samples(SKIPPED_LISTED)
     return info
+
+
+SKIPPED_LISTED = 10  # skipped samples named in summary.json (their count is exact)
+
+
+def skipped_lines(tasks: dict) -> list:
+    """A console line per task that skipped samples (``on_bad_sample: skip``): how many, and the first ones."""
+    lines = []
+    for name, info in tasks.items():
+        if info.get("bad_samples"):
+            first = "; ".join(info["skipped"][:3]) + ("; ..." if info["bad_samples"] > 3 else "")
+            lines.append(f"task '{name}': {info['bad_samples']} bad sample(s) skipped (on_bad_sample: skip): {first} "
+                         f"(summary.json lists the first {SKIPPED_LISTED})")
+    return lines
 
 
 def write_summary(job, records, live, averaged, run, output_dir, console=None, plot=True):
@@ -195,5 +210,7 @@ def write_summary(job, records, live, averaged, run, output_dir, console=None, p
     console("\n" + metrics_table(tasks))
     console("(loss start / end: mean over the first / last tenth of the logged steps; * primary metric, "
             "↑ higher is better, ↓ lower is better)")
+    for line in skipped_lines(tasks):
+        console(line)
     console(f"\nresults in {output_dir} (metrics.jsonl, summary.json, loss_curves.png)")
     return summary

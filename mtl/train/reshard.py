@@ -13,6 +13,11 @@ What is per rank in a checkpoint and how it moves (``mtl/train/checkpoint.py`` h
   from rank 0;
 * random state (``rng.rank<k>.pdparams``): rank k keeps rank k's when it existed; a new rank keeps the stream the
   trainer seeded from (seed, rank), so dropout masks then differ from an uninterrupted run (nothing else does).
+
+Each new rank reads only what it needs: the files of the saved ranks whose class ranges overlap its own (plus rank
+0's for the replicated state), one file at a time, keeping only the overlapping rows; at a 1M-class head re-split
+from 4 processes to 2, a rank holds two of the four shards' rows instead of all four files at once
+(``bench/bench_reshard_memory.py`` measures the peak).
 """
 import os
 import re
@@ -21,6 +26,7 @@ import numpy as np
 
 from mtl.arrays import to_numpy
 from mtl.errors import ConfigError
+from mtl.safe_pickle import load_paddle_file
 
 # Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
 # before the console is configured (mtl.console.configure_console).
@@ -62,67 +68,137 @@ def split_rows(full, world, rank):
     return full[start:start + count]
 
 
-def _reshard_mapping(per_rank, tasks, world, rank, drop_empty=False):
-    """One rank's dict from every saved rank's dicts: sharded keys re-split, the rest from rank 0.
+def _overlap(total, saved_world, k, world, rank):
+    """Rows ``[lo, hi)`` of saved rank ``k``'s block (in its own indices) that belong to ``rank`` of ``world``; an
+    empty range when none do."""
+    from mtl.parallel.distributed import shard_range
 
-    A rank may lack a sharded key (an empty shard is not tracked by the averager); ``drop_empty`` leaves out keys
-    whose new block is empty, for the same reason.
-    """
-    out = {}
-    keys = list(dict.fromkeys(k for p in per_rank for k in p))
-    for key in keys:
-        value = next(p[key] for p in per_rank if key in p)
+    start, count = shard_range(total, saved_world, k)
+    mine, size = shard_range(total, world, rank)
+    lo, hi = max(start, mine), min(start + count, mine + size)
+    return (lo - start, hi - start) if hi > lo else (0, 0)
+
+
+def needed_ranks(totals, saved_world, world, rank):
+    """The saved ranks whose files rank ``rank`` reads: those holding any of its rows of any sharded head, and 0."""
+    ranks = {0}
+    for total in totals.values():
+        ranks.update(k for k in range(saved_world) if _overlap(total, saved_world, k, world, rank)[1] > 0)
+    return sorted(ranks)
+
+
+def _rows(value, lo, hi):
+    """Rows ``[lo, hi)`` of a loaded array, copied when they are part of it (a view would keep the whole file's
+    array alive)."""
+    array = to_numpy(value)
+    return array if (lo, hi) == (0, array.shape[0]) else array[lo:hi].copy()
+
+
+def _task_of(key):
+    return key[len("heads."):].split(".", 1)[0]
+
+
+def _gather(out, state, totals, saved_world, k, world, rank):
+    """Add what saved rank ``k``'s ``state`` holds for ``rank`` to ``out``: the overlapping rows of every sharded
+    key (a list of row blocks, in saved-rank order), and rank 0's replicated entries."""
+    for key, value in state.items():
         if isinstance(value, dict):
-            out[key] = _reshard_mapping([p.get(key, {}) for p in per_rank], tasks, world, rank, drop_empty)
-        elif _is_sharded_key(key, tasks):
-            block = split_rows(merge_rows([p.get(key) for p in per_rank]), world, rank)
+            _gather(out.setdefault(key, {}), value, totals, saved_world, k, world, rank)
+        elif _is_sharded_key(key, totals):
+            lo, hi = _overlap(totals[_task_of(key)], saved_world, k, world, rank)
+            out.setdefault(key, []).append(_rows(value, lo, hi))
+        elif k == 0:
+            out[key] = value
+
+
+def _joined(out, drop_empty):
+    """The gathered row blocks concatenated (keys whose block is empty left out with ``drop_empty``: an empty shard
+    is not tracked by the averager)."""
+    result = {}
+    for key, value in out.items():
+        if isinstance(value, dict):
+            result[key] = _joined(value, drop_empty)
+        elif isinstance(value, list):
+            block = np.concatenate(value, axis=0)
             if block.shape[0] or not drop_empty:
-                out[key] = block
-        elif key in per_rank[0]:
-            out[key] = per_rank[0][key]
-    return out
+                result[key] = block
+        else:
+            result[key] = value
+    return result
 
 
-def _load_all(path, pattern, saved_world):
-    import paddle
+def _stream(path, pattern, totals, saved_world, world, rank, drop_empty=False):
+    """One rank's dict from the saved ranks' files ``pattern`` (``{rank}`` in it), reading only the needed ones, one
+    at a time; None when a needed file is missing."""
+    out = {}
+    for k in needed_ranks(totals, saved_world, world, rank):
+        file = os.path.join(path, pattern.format(rank=k))
+        if not os.path.isfile(file):
+            return None
+        _gather(out, load_paddle_file(file), totals, saved_world, k, world, rank)
+    return _joined(out, drop_empty)
 
-    files = [os.path.join(path, pattern.format(rank=k)) for k in range(saved_world)]
-    if not all(os.path.isfile(f) for f in files):
-        return None
-    return [paddle.load(f) for f in files]
 
-
-def head_state(path, task, saved_world, world, rank, averaged=False):
-    """A sharded head's state for ``rank`` of ``world`` from the shards of ``saved_world`` ranks."""
-
+def head_rows(path, task, saved_world, averaged=False):
+    """The row count of every saved shard of a head, reading one shard file at a time (for a checkpoint whose class
+    count is not otherwise known)."""
     suffix = ".averaged.pdparams" if averaged else ".pdparams"
-    parts = _load_all(path, os.path.join("heads", f"{task}.shard{{rank}}of{saved_world}{suffix}"), saved_world)
-    if parts is None:
-        raise ConfigError(f"checkpoint '{path}' lacks a shard of task '{task}' written by {saved_world} processes")
-    return {k: split_rows(merge_rows([p[k] for p in parts]), world, rank) for k in parts[0]}
+    rows = []
+    for k in range(saved_world):
+        file = os.path.join(path, "heads", f"{task}.shard{k}of{saved_world}{suffix}")
+        if not os.path.isfile(file):
+            raise ConfigError(f"checkpoint '{path}' lacks shard {k} of task '{task}' written by {saved_world} "
+                              "processes")
+        rows.append(int(to_numpy(next(iter(load_paddle_file(file).values()))).shape[0]))
+    return rows
 
 
-def rank_state(path, saved_world, world, rank):
+def class_totals(path, classes=None):
+    """``{task: class count}`` of the sharded heads of a checkpoint (``classes`` where the caller knows them, else
+    read from the shards' row counts)."""
+    found = sharded_tasks(path)
+    classes = dict(classes or {})
+    return {task: int(classes[task]) if task in classes else sum(head_rows(path, task, saved))
+            for task, saved in found.items()}
+
+
+def head_state(path, task, saved_world, world, rank, averaged=False, total=None):
+    """A sharded head's state for ``rank`` of ``world`` from the shards of ``saved_world`` ranks: only the shards
+    holding its rows are read (``total``: the head's class count, when known)."""
+    suffix = ".averaged.pdparams" if averaged else ".pdparams"
+    totals = {task: total if total is not None else sum(head_rows(path, task, saved_world, averaged))}
+    state = {}
+    needed = [k for k in range(saved_world) if _overlap(totals[task], saved_world, k, world, rank)[1] > 0]
+    for k in needed or [0]:  # a rank with no class still gets every key, with no row
+        lo, hi = _overlap(totals[task], saved_world, k, world, rank)
+        file = os.path.join(path, "heads", f"{task}.shard{k}of{saved_world}{suffix}")
+        if not os.path.isfile(file):
+            raise ConfigError(f"checkpoint '{path}' lacks a shard of task '{task}' written by {saved_world} "
+                              "processes")
+        for key, value in load_paddle_file(file).items():
+            state.setdefault(key, []).append(_rows(value, lo, hi))
+    return {key: np.concatenate(blocks, axis=0) for key, blocks in state.items()}
+
+
+def rank_state(path, saved_world, world, rank, classes=None):
     """``{"optimizer", "averager", "rng"}`` of ``rank`` of ``world`` from a checkpoint of ``saved_world`` ranks
-    (``averager`` / ``rng`` None when the checkpoint has none for this rank)."""
-    import paddle
-
-    tasks = set(sharded_tasks(path))
+    (``averager`` / ``rng`` None when the checkpoint has none for this rank); ``classes``: ``{task: class count}`` of
+    the sharded heads when the caller knows them."""
     if saved_world == world:
         def own(name):
             file = os.path.join(path, name.format(rank=rank))
-            return paddle.load(file) if os.path.isfile(file) else None
+            return load_paddle_file(file) if os.path.isfile(file) else None
 
         return {"optimizer": own("optimizer.rank{rank}.pdopt"), "averager": own("averager.rank{rank}.pdparams"),
                 "rng": own("rng.rank{rank}.pdparams")}
-    optimizer = _load_all(path, "optimizer.rank{rank}.pdopt", saved_world)
+    totals = class_totals(path, classes)
+    optimizer = _stream(path, "optimizer.rank{rank}.pdopt", totals, saved_world, world, rank)
     if optimizer is None:
         raise ConfigError(f"checkpoint '{path}' lacks an optimizer file of its {saved_world} processes")
-    averager = _load_all(path, "averager.rank{rank}.pdparams", saved_world)
+    averager = _stream(path, "averager.rank{rank}.pdparams", totals, saved_world, world, rank, drop_empty=True)
     rng = os.path.join(path, f"rng.rank{rank}.pdparams")
-    return {"optimizer": _reshard_mapping(optimizer, tasks, world, rank),
-            "averager": _reshard_mapping(averager, tasks, world, rank, drop_empty=True) if averager else None,
-            "rng": paddle.load(rng) if rank < saved_world and os.path.isfile(rng) else None}
+    return {"optimizer": optimizer, "averager": averager,
+            "rng": load_paddle_file(rng) if rank < saved_world and os.path.isfile(rng) else None}
 
 
 def reshard(path, world, out):
@@ -137,16 +213,16 @@ def reshard(path, world, out):
     saved = int(state["world_size"])
     if os.path.exists(out):
         raise ConfigError(f"'{out}' exists; reshard writes a new checkpoint folder")
-    tasks = sharded_tasks(path)
+    totals = class_totals(path)
     shutil.copytree(path, out, ignore=lambda folder, names: [n for n in names if _per_rank(n)])
     for rank in range(world):
-        for task in tasks:
+        for task in totals:
             for averaged in (False, True):
                 suffix = ".averaged.pdparams" if averaged else ".pdparams"
                 if os.path.isfile(os.path.join(path, "heads", f"{task}.shard0of{saved}{suffix}")):
-                    paddle.save(head_state(path, task, saved, world, rank, averaged),
+                    paddle.save(head_state(path, task, saved, world, rank, averaged, totals[task]),
                                 os.path.join(out, "heads", f"{task}.shard{rank}of{world}{suffix}"))
-        for kind, value in rank_state(path, saved, world, rank).items():
+        for kind, value in rank_state(path, saved, world, rank, totals).items():
             if value is not None:
                 name = {"optimizer": "optimizer.rank{}.pdopt", "averager": "averager.rank{}.pdparams",
                         "rng": "rng.rank{}.pdparams"}[kind].format(rank)
@@ -170,8 +246,8 @@ def _write_statistics(path, out, world):
     source = os.path.join(path, "statistics.rank0.pdparams")
     if not os.path.isfile(source):
         return
-    backbone = paddle.load(os.path.join(path, "backbone.pdparams"))
-    averaged = {name: backbone[name] for name in paddle.load(source)}
+    backbone = load_paddle_file(os.path.join(path, "backbone.pdparams"))
+    averaged = {name: backbone[name] for name in load_paddle_file(source)}
     for rank in range(world):
         paddle.save(averaged, os.path.join(out, f"statistics.rank{rank}.pdparams"))
 
@@ -186,19 +262,21 @@ def describe(path):
     """Rows (what, detail) saying what a checkpoint holds: step, process count, heads, optimizer, averager."""
     import json
 
-    import paddle
 
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)
     rows = [("step", state["step"]), ("written by", f"{state['world_size']} process(es)")]
+    backbone = load_paddle_file(os.path.join(path, "backbone.pdparams"), "backbone weights")
+    rows.append(("backbone", f"{len(backbone)} tensors, {sum(int(np.size(v)) for v in backbone.values()):,} values"))
     for task, saved in sorted(sharded_tasks(path).items()):
-        parts = [paddle.load(os.path.join(path, "heads", f"{task}.shard{k}of{saved}.pdparams")) for k in range(saved)]
+        parts = [load_paddle_file(os.path.join(path, "heads", f"{task}.shard{k}of{saved}.pdparams"))
+                 for k in range(saved)]
         shapes = {k: list(merge_rows([p[k] for p in parts]).shape) for k in parts[0]}
         rows.append((f"head {task}", f"sharded over {saved}: " + ", ".join(f"{k} {v}" for k, v in shapes.items())))
     for name in sorted(os.listdir(os.path.join(path, "heads"))):
         if not _SHARD_FILE.match(name):
             rows.append((f"head {name.split('.')[0]}", f"replicated ({name})"))
-    optimizer = paddle.load(os.path.join(path, "optimizer.rank0.pdopt"))
+    optimizer = load_paddle_file(os.path.join(path, "optimizer.rank0.pdopt"))
     rows.append(("optimizer", f"{len(optimizer)} entries on rank 0 (row-sparse state: "
                               f"{sum(1 for k in optimizer if '::sparse_' in str(k))})"))
     rows.append(("averager", "yes" if os.path.isfile(os.path.join(path, "averager.rank0.pdparams")) else "no"))

@@ -9,7 +9,7 @@ import os
 import shutil
 
 from mtl.errors import ConfigError
-from mtl.train import checkpoint
+from mtl.train import layout
 
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
 
@@ -37,10 +37,26 @@ def write_jsonl(path, records):
             f.write(json.dumps(r) + "\n")
 
 
+def all_damaged(output_dir):
+    """The sentence refusing ``--resume`` when checkpoints exist and none verifies (the newest one's problem), or
+    None."""
+    damaged = layout.damaged_checkpoints(output_dir)
+    if not damaged or len(damaged) < len(layout.list_checkpoints(output_dir)):
+        return None
+    path, problem = damaged[0]
+    return (f"--resume: every checkpoint under {layout.checkpoint_root(output_dir)} is damaged ({len(damaged)}; the "
+            f"newest, '{path}': {problem}); nothing was started and they are left as they are: repair them, or "
+            f"start again with --overwrite (which removes them)")
+
+
 def refuse_or_clear(output_dir, resume, overwrite, source, strategy):
-    """Before a run that does not resume: refuse an output_dir with checkpoints unless ``overwrite`` (collective:
-    ``strategy`` holds the barriers around rank 0's clearing)."""
-    existing = checkpoint.list_checkpoints(output_dir)
+    """Before a run: ``--resume`` with ``--overwrite`` is a contradiction; a run that does not resume refuses an
+    output_dir with checkpoints unless ``overwrite`` (collective: ``strategy`` holds the barriers around rank 0's
+    clearing)."""
+    if resume and overwrite:
+        raise ConfigError("--resume continues the run in output_dir and --overwrite removes it: pass one of them",
+                          source, "output_dir")
+    existing = layout.list_checkpoints(output_dir)
     if not existing or resume:
         return
     if not overwrite:
@@ -50,7 +66,7 @@ def refuse_or_clear(output_dir, resume, overwrite, source, strategy):
             f"another output_dir", source, "output_dir")
     strategy.barrier()
     if strategy.is_main:
-        shutil.rmtree(checkpoint.checkpoint_root(output_dir), ignore_errors=True)
+        shutil.rmtree(layout.checkpoint_root(output_dir), ignore_errors=True)
         shutil.rmtree(os.path.join(output_dir, "logs"), ignore_errors=True)
     strategy.barrier()
 
@@ -74,3 +90,36 @@ def keep_until(output_dir, step):
     evals = [r for r in read_jsonl(os.path.join(output_dir, "eval.jsonl")) if r.get("step", 0) <= step]
     write_jsonl(os.path.join(output_dir, "eval.jsonl"), evals)
     return metrics
+
+
+LATEST = "latest"  # --resume without a value
+
+
+def named_checkpoint(output_dir, wanted):
+    """The checkpoint ``--resume STEP_OR_PATH`` names: ``latest`` (None: the newest that verifies), a step (``500``
+    or ``step_500``: ``output_dir/checkpoints/step_500``) or a checkpoint folder (of this run or another run of the
+    same job: a warm start); a ConfigError naming what exists otherwise."""
+    if wanted in (None, LATEST):
+        return None
+    text = str(wanted)
+    step = text[len("step_"):] if text.startswith("step_") else text
+    if step.isdigit() and not os.path.isdir(text):
+        path = os.path.join(layout.checkpoint_root(output_dir), f"step_{int(step)}")
+    else:
+        path = text
+    if not os.path.isfile(os.path.join(path, "state.json")):
+        have = ", ".join(f"step_{s}" for s, _ in layout.list_checkpoints(output_dir)) or "none"
+        raise ConfigError(f"--resume {text}: '{path}' is not a complete checkpoint (it has no state.json); the "
+                          f"checkpoints of {output_dir}: {have}")
+    return path
+
+
+def drop_after(output_dir, step, console=print):
+    """A run resumed from an older checkpoint than its newest: remove the checkpoints after ``step`` (they belong to
+    the run it replaces, and a later --resume would take them), saying which."""
+    later = [(s, path) for s, path in layout.list_checkpoints(output_dir) if s > step]
+    for _, path in later:
+        shutil.rmtree(path, ignore_errors=True)
+    if later:
+        console(f"--resume from step {step}: removed the later checkpoints {', '.join(f'step_{s}' for s, _ in later)} "
+                f"of the run this one replaces")

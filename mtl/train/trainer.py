@@ -1,16 +1,14 @@
 """The training loop: a short template with ``should_log`` / ``should_eval`` / ``should_save`` hooks.
 
-One step = one joint forward over every task present, total loss = sum_t w_t * loss_t with the weights of the job's
-weighting strategy (default: the static loss_weight_t), one backward, the parallel strategy's gradient sync
-(replicated parameters summed over ranks; head shards never; per-task gradients combined for gradient-based
-strategies, :mod:`mtl.train.balancing`), optional global-norm clipping, one optimizer step (dense and row-sparse),
-one averager update. With ``schedule.accumulate`` K the step's batch is read as K micro-batches whose gradients add
-up before that one update (:meth:`Trainer._accumulated_step`). Everything that involves other processes
-goes through :class:`mtl.parallel.strategy.ParallelStrategy`; the loop itself never communicates.
+For every step batch: agree with the other ranks (data errors, stop requests), run one optimizer step
+(:class:`mtl.train.step.OptimizerStep`: joint forward, weighted backward, gradient sync, norm, clip, update,
+averager) and keep its :class:`mtl.train.step.StepResult`, then the hooks: bad-step handling, the log, evaluation,
+checkpoints (:class:`mtl.train.state.TrainingState` saves and restores everything a resume needs). Everything that
+involves other processes goes through :class:`mtl.parallel.strategy.ParallelStrategy`; the loop itself never
+communicates.
 """
 import json
 import logging
-import math
 import os
 import time
 
@@ -23,16 +21,18 @@ from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_tex
 from mtl.errors import ConfigError, MtlError
 from mtl.evaluation.evaluator import Evaluator
 from mtl.parallel.strategy import ParallelStrategy
-from mtl.train import checkpoint, rundir
+from mtl.train import layout, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.guard import NonFiniteGuard
-from mtl.train.loop import AveragedWeights, Loop, StepMeans, StepRecord
-from mtl.train.model import micro_batches
+from mtl.train.loop import AveragedWeights, Loop, StepRecord
 from mtl.train.optim import JointOptimizer
 from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
+from mtl.train.run_lock import RunLock
+from mtl.train.state import TrainingState
+from mtl.train.step import OptimizerStep, StepResult, as_tensors
 
 log = logging.getLogger("mtl")
 
@@ -51,9 +51,9 @@ def _log_stop(exc, step):
 
 
 def _read_records(pending):
-    """The loss and metric tensors of every pending step record replaced by their floats, in one host read."""
-    slots = [(item.losses, t) for item in pending for t in item.losses]
-    slots += [(metrics, k) for item in pending for metrics in item.metrics.values() for k in metrics]
+    """The metric tensors of every pending step record replaced by their floats, in one host read (the losses are
+    floats already: the step reads them to decide whether it is finite)."""
+    slots = [(metrics, k) for item in pending for metrics in item.metrics.values() for k in metrics]
     for (table, key), value in zip(slots, host_floats(table[key] for table, key in slots)):
         table[key] = value
 
@@ -61,16 +61,46 @@ def _read_records(pending):
 class Trainer:
     """Runs a built :class:`mtl.job.Job`: training, logging, evaluation, checkpoints, summary."""
 
-    def __init__(self, job, resume=False, console=print, overwrite=False):
+    def __init__(self, job, resume=False, console=print, overwrite=False, resume_from=None):
         self.job, self.cfg = job, job.cfg
+        self.resume_from = resume_from  # a named checkpoint to resume from (--resume STEP_OR_PATH), else the latest
         self.strategy = ParallelStrategy(job.model)
         self.is_main = self.strategy.is_main
         self.console = console if self.is_main else (lambda *a, **k: None)
         self.output_dir = self.cfg["output_dir"]
         os.makedirs(self.output_dir, exist_ok=True)
+        self.lock = self._hold()  # one run per output folder, before anything is written there
+        try:
+            self._build(job, resume, overwrite)
+        except BaseException:
+            self.release()
+            raise
+
+    def _hold(self):
+        """Rank 0 takes the output folder's hold (:mod:`mtl.train.run_lock`); every rank learns if it was refused."""
+        lock, refusal = RunLock(self.output_dir), None
+        if self.is_main:
+            try:
+                lock.acquire(self.cfg["source"])
+            except ConfigError as exc:
+                refusal, lock = exc.bare_message, None
+        refusal = self.strategy.from_main(refusal)
+        if refusal:
+            raise ConfigError(refusal, self.cfg["source"], "output_dir")
+        return lock if self.is_main else None
+
+    def release(self):
+        """Give the output folder's hold back (the run is over, or never started)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _build(self, job, resume, overwrite):
+        """Everything of the run (the hold is taken): optimizer, averager, weighting, precision, the step, the
+        resumable state, the run folder, the restored checkpoint, the log and the evaluator."""
         self.steps = self.cfg["schedule"]["steps"]
-        self.accumulate = self.cfg["schedule"]["accumulate"]  # micro-batches per optimizer step
-        self.strategy.check_batch_split(job.schedule, self.cfg["source"], self.accumulate)
+        accumulate = self.cfg["schedule"]["accumulate"]  # micro-batches per optimizer step
+        self.strategy.check_batch_split(job.schedule, self.cfg["source"], accumulate)
         self.optimizer = JointOptimizer(self.cfg["optimizer"], job.model, self.steps)
         self.strategy.seed_random(self.cfg["seed"])  # dropout masks per rank; a checkpoint restores them
         self.averager = build_averager(self.cfg["averaging"], job.model, source=self.cfg["source"])
@@ -79,10 +109,14 @@ class Trainer:
         self.autocast, self.scaler = build_precision(self.cfg, paddle.get_device(), self.console)
         job.model.autocast = self.autocast
         self.autocast.prepare(job.model.backbone, self.optimizer.dense)
-        self.last_grad_norm, self.last_weights, self.last_bad, self.last_overflow = None, {}, [], False
+        self.optimizer_step = OptimizerStep(job.model, self.balancer, self.strategy, self.optimizer, self.averager,
+                                            self.scaler, self.cfg["optimizer"]["clip_norm"], accumulate)
+        self.state = TrainingState(job.model, self.optimizer, job.schedule, self.strategy, self.balancer, self.guard,
+                                   self.averager, self.scaler, keep=self.cfg["checkpoint"]["keep"])
         rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"], self.strategy)
         setup_logging(self.output_dir, self.strategy.rank)
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
+        self.saved = self.resumed_from  # the newest checkpoint of this run (what --resume continues from)
         kept = []
         if self.is_main:
             kept = rundir.keep_until(self.output_dir, self.start_step) if self.resumed_from else []
@@ -94,26 +128,24 @@ class Trainer:
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
                 json.dump(self.cfg, f, indent=1, default=str)
+            job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
 
     def _restore(self):
-        """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none."""
-        path = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
+        """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none; a
+        ConfigError, before anything is touched, when there are checkpoints and every one is damaged."""
+        named = rundir.named_checkpoint(self.output_dir, self.resume_from)
+        path = named or layout.latest_checkpoint(self.output_dir, strategy=self.strategy)
         if path is None:
-            self.console(f"--resume: no checkpoint under {checkpoint.checkpoint_root(self.output_dir)}; "
+            refusal = self.strategy.from_main(rundir.all_damaged(self.output_dir) if self.is_main else None)
+            if refusal:  # every checkpoint damaged: start nothing and touch nothing (they may be repaired)
+                raise ConfigError(refusal, self.cfg["source"], "output_dir")
+            self.console(f"--resume: no checkpoint under {layout.checkpoint_root(self.output_dir)}; "
                          "starting from step 0")
             return 0, None
-        state = checkpoint.load(path, self.job.model, self.optimizer, self.job.schedule, self.averager,
-                                    self.strategy.rank, self.strategy.world)
-        if "weighting" in state:
-            self.balancer.set_state_dict(state["weighting"])
-        if "nonfinite" in state:
-            self.guard.set_state_dict(state["nonfinite"])
-        if "loss_scale" in state and self.scaler is not None:
-            self.scaler.set_state_dict(state["loss_scale"])
-        if state["step"] > self.steps:
-            raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
-                              f"schedule.steps {self.steps}", self.cfg["source"], "schedule.steps")
-        return state["step"], path
+        step = self.state.restore(path, self.steps, self.cfg["source"])
+        if named and self.is_main:
+            rundir.drop_after(self.output_dir, step, self.console)
+        return step, path
 
     def _build_balancer(self):
         """The job's task-weighting strategy (``weighting:``) over its tasks, applied by a :class:`TaskBalancer`."""
@@ -139,87 +171,14 @@ class Trainer:
         return step == self.steps or (every > 0 and step % every == 0)
 
     # ---- one step ----------------------------------------------------------------------------------------------
-    def train_step(self, batch, step=None):
-        """Forward, backward, gradient sync, clip, optimizer step; returns the total loss and ``{task: HeadOutput}``.
+    def train_step(self, batch, step=None) -> StepResult:
+        """One optimizer step on ``batch`` (tensors or numpy arrays: this rank's rows of the 0-based ``step``,
+        default the run's first); see :class:`mtl.train.step.OptimizerStep`."""
+        return self.optimizer_step(self.as_tensors(batch), self.start_step if step is None else step)
 
-        A non-finite task loss or gradient norm leaves everything untouched and sets ``last_bad`` (what was not
-        finite); :meth:`run` then stops or skips as ``on_nonfinite`` says. Under fp16 loss scaling a non-finite
-        gradient is an overflow first: the step is skipped and the scale lowered (``last_overflow``).
-        """
-        step = self.start_step if step is None else step
-        if self.accumulate > 1:
-            return self._accumulated_step(batch, step)
-        total, outputs = self.job.model(batch, step=step)
-        # global: equal on every rank; one host read for every task
-        losses = dict(zip(outputs, host_floats(o.global_loss for o in outputs.values())))
-        self.last_bad = NonFiniteGuard.bad_losses(losses)
-        self.last_overflow = False
-        if self.last_bad:  # global losses: every rank skips the backward (and its collectives) alike
-            self.last_grad_norm, self.last_weights = None, {"weight": {}}
-        else:
-            self._backward_and_update(outputs, losses, step)
-        return total, outputs
-
-    def _backward_and_update(self, outputs, losses, step):
-        """The weighted backward, loss-scale and clip the gradients, and apply them (or skip a bad step)."""
-        scale = self.scaler.scale if self.scaler is not None else 1.0
-        weighting = self.balancer.snapshot()
-        self.last_weights = self.balancer.backward(outputs, losses, step, scale)
-        self._apply(weighting, scale)
-
-    def _accumulated_step(self, batch, step):
-        """One optimizer step read as ``accumulate`` micro-batches (``mtl.train.balancing.AccumulatedStep``): each
-        micro-batch's forward and backward (gradients add up; heads that sample prepare for the whole step), then
-        the step's weighting, the loss-scale, non-finite and clipping decisions and the update, once. Returns the
-        static-weighted total and ``{task: HeadOutput}`` of the means over the micro-batches (a step stopped at a
-        non-finite loss: over those run)."""
-        model = self.job.model
-        scale = self.scaler.scale if self.scaler is not None else 1.0
-        model.prepare_step(batch, step, self.accumulate)
-        weighting = self.balancer.snapshot()
-        plan = self.balancer.accumulated(list(batch), step, scale, self.accumulate)
-        sums, self.last_bad, self.last_overflow = StepMeans(), [], False
-        for part in micro_batches(batch, self.accumulate):
-            _, outputs = model(part, step=step)
-            losses = {t: float(o.global_loss) for t, o in outputs.items()}  # global: equal on every rank
-            sums.add(outputs, losses)
-            self.last_bad = NonFiniteGuard.bad_losses(losses)
-            if self.last_bad:  # every rank alike: the rest of the step is not run, nothing is applied
-                break
-            plan.backward()
-        outputs = sums.outputs()
-        if self.last_bad:
-            self.optimizer.discard()
-            self.last_grad_norm, self.last_weights = None, {"weight": {}}
-        else:
-            self.last_weights = plan.finish({t: float(o.global_loss) for t, o in outputs.items()})
-            self._apply(weighting, scale)
-        return sum(o.loss * model.loss_weights[t] for t, o in outputs.items()), outputs
-
-    def _apply(self, weighting, scale):
-        """After the backward of a step: unscale, the global norm (non-finite: the guard or an fp16 overflow, the
-        weighting's state put back), clip, the optimizer step and the averager."""
-        rows = self.job.model.row_gradients()
-        if scale != 1.0:
-            self.strategy.unscale_gradients(1.0 / scale, rows)
-        self.last_grad_norm = self.strategy.grad_norm(rows)  # global: every rank decides alike
-        if not math.isfinite(self.last_grad_norm):
-            self.balancer.restore(weighting)
-            self.optimizer.discard()
-            self.last_overflow = self.scaler is not None and self.scaler.overflow()
-            self.last_bad = [] if self.last_overflow else ["gradient"]
-            return
-        if self.scaler is not None:
-            self.scaler.good_step()
-        self.strategy.clip_gradients(self.cfg["optimizer"]["clip_norm"], self.last_grad_norm, rows)
-        self.optimizer.step(rows)
-        if self.averager is not None:
-            self.averager.step()
-
-    def _to_tensors(self, batch):
-        """The step batch as tensors (the DataLoader already yields tensors; numpy arrays from tests are wrapped)."""
-        return {t: {k: v if isinstance(v, paddle.Tensor) else paddle.to_tensor(v) for k, v in sub.items()}
-                for t, sub in batch.items()}
+    def as_tensors(self, batch):
+        """The step batch as the tensors the model reads (a subclass may widen them, e.g. to float64)."""
+        return as_tensors(batch)
 
     def _check_first(self, batch, seen):
         """Check the first batch of every task against the fields its backbone and head declared."""
@@ -229,8 +188,9 @@ class Trainer:
             if task not in seen:
                 seen.add(task)
                 t = self.job.task(task)
-                fields = self.job.backbone.input_fields() + t.head.fields()
-                check_batch(task, f"reader '{t.cfg['reader']['type']}'", fields, batch[task])
+                inputs = self.job.backbone.input_fields()
+                check_batch(task, f"reader '{t.cfg['reader']['type']}'", inputs + t.head.fields(), batch[task],
+                            groups={f.name for f in inputs})
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self, until=None):
@@ -238,8 +198,15 @@ class Trainer:
 
         ``until``: stop after that step as a pre-empted job would (:meth:`stop_early`: a checkpoint of the step, no
         final evaluation, no ``summary.json``). A pre-emption signal saves the current step and raises
-        :class:`Preempted`. On any error the progress bar is closed first, so the error starts on its own line.
+        :class:`Preempted`. On any error the progress bar is closed first, so the error starts on its own line. The
+        output folder's hold is given back however the run ends.
         """
+        try:
+            return self._run(until)
+        finally:
+            self.release()
+
+    def _run(self, until):
         end = self.steps if until is None else max(self.start_step, min(self.steps, int(until)))
         loader = make_loader(self._dataset(end), self.cfg["data"]["num_workers"])
         self.job.model.train()
@@ -266,13 +233,10 @@ class Trainer:
         """Train on ``batch`` (the batch of step ``step + 1``), record it and run the hooks; the new step count."""
         self._check_first(batch, loop.seen)
         lr = self.optimizer.get_lr()
-        _, outputs = self.train_step(self._to_tensors(batch), step)
+        result = self.train_step(batch, step)
         step += 1
-        loop.pending.append(StepRecord(step, lr, self.last_grad_norm,
-                                       {t: o.global_loss.detach() for t, o in outputs.items()},
-                                       {t: dict(o.metrics) for t, o in outputs.items()}, self.last_weights,
-                                       bool(self.last_bad), self.last_overflow, self._scale()))
-        self._after_step(step, loop)
+        loop.pending.append(StepRecord(step, lr, result))
+        self._after_step(step, result, loop)
         return step
 
     def stop_early(self, step):
@@ -282,15 +246,14 @@ class Trainer:
         checkpoint ``--resume`` continues from (None before any)."""
         if step > self.start_step and not self.should_save(step):
             self._save(step)
-        saved = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
-        return {"steps": step, "stopped_early": True, "checkpoint": saved}
+        return {"steps": step, "stopped_early": True, "checkpoint": self.saved}
 
-    def _after_step(self, step, loop):
+    def _after_step(self, step, result: StepResult, loop):
         """Bad-step handling, then the hooks: log, evaluate, save."""
         loop.window.add(self.cfg["schedule"]["batch_size"])
-        if self.last_bad:
-            self._on_bad_step(step, loop)
-        else:
+        if result.nonfinite:
+            self._on_bad_step(step, result, loop)
+        elif result.applied:
             self.guard.good_step()
         # a checkpoint or an evaluation first writes out every pending record, so a resumed run misses none
         if self.should_log(step) or self.should_save(step) or self.should_eval(step):
@@ -312,16 +275,15 @@ class Trainer:
             self._flush(loop)
             loop.close()
             if step > self.start_step and not self.should_save(step):
-                self._save(step)
-            saved = checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy)
+                self._save(step)  # hashed once, as it is written: the path is known, nothing is read again
             raise Preempted(f"stopped after step {step} on request ({stop.signal_name or 'another rank'}); "
-                            f"checkpoint {saved}; continue with --resume")
+                            f"checkpoint {self.saved}")  # the command line adds the command that continues
 
-    def _on_bad_step(self, step, loop):
+    def _on_bad_step(self, step, result: StepResult, loop):
         """A non-finite step: write its record (strict JSON), then stop or count it as ``on_nonfinite`` says."""
         self._flush(loop)
-        self.guard.bad_step(step, self.last_bad, checkpoint.latest_checkpoint(self.output_dir, strategy=self.strategy))
-        log.warning("step %d skipped: %s not finite", step, ", ".join(self.last_bad))
+        self.guard.bad_step(step, result.nonfinite, self.saved)
+        log.warning("step %d skipped: %s not finite", step, ", ".join(result.nonfinite))
 
     def _dataset(self, end):
         """The step dataset of this rank from ``start_step`` to ``end``, with the class-label range checks."""
@@ -330,7 +292,8 @@ class Trainer:
         ranges = {t.name: (t.head.label_field, t.head.class_count()) for t in job.tasks
                   if t.head.class_count() is not None}
         return StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.strategy.world,
-                           self.strategy.rank, ranges, self.accumulate)
+                           self.strategy.rank, ranges, self.optimizer_step.accumulate,
+                           self.cfg["data"]["bucket_batches"])
 
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):
@@ -357,33 +320,22 @@ class Trainer:
 
     def _record(self, item: StepRecord, samples_per_s: float) -> dict:
         """The ``metrics.jsonl`` record of one step."""
+        result = item.result
         record = {"step": item.step, "lr": float(item.lr)}
-        if item.grad_norm is not None:
-            record["grad_norm"] = item.grad_norm  # global norm before clipping
-        weights = item.weights["weight"]  # a skipped step has none: its total is the static one
-        statics = self.job.model.loss_weights
-        record["loss"] = float(sum(weights.get(t, statics[t]) * float(v) for t, v in item.losses.items()))
-        record.update({f"loss/{t}": float(v) for t, v in item.losses.items()})
-        record.update({f"{kind}/{t}": v for kind, values in item.weights.items() for t, v in values.items()})
+        if result.grad_norm is not None:
+            record["grad_norm"] = result.grad_norm  # global norm before clipping
+        record["loss"] = result.total(self.job.model.loss_weights)  # a skipped step: the static weights
+        record.update({f"loss/{t}": v for t, v in result.losses.items()})
+        record.update({f"{kind}/{t}": v for kind, values in result.weights.items() for t, v in values.items()})
         record.update({f"{k}/{t}": float(v) for t, ms in item.metrics.items() for k, v in ms.items()})
         record["samples_per_s"] = round(samples_per_s, 2)
-        if item.loss_scale is not None:
-            record["loss_scale"] = item.loss_scale
-        if item.overflow:
+        if result.loss_scale is not None:
+            record["loss_scale"] = result.loss_scale
+        if result.overflow:
             record["overflow"] = True  # fp16 overflow: not applied, scale lowered
-        if item.nonfinite:
+        if result.nonfinite:
             record["nonfinite"] = True  # not applied (on_nonfinite); non-finite values are written as null
         return record
-
-    def _scale(self):
-        return self.scaler.scale if self.scaler is not None else None
-
-    def _extra_state(self):
-        """State equal on every rank, kept in the checkpoint's state.json."""
-        extra = {"weighting": self.balancer.state_dict(), "nonfinite": self.guard.state_dict()}
-        if self.scaler is not None:
-            extra["loss_scale"] = self.scaler.state_dict()
-        return extra
 
     def _averaged(self):
         """Context: the averaged weights when the run averages, else the live ones; either way with BatchNorm
@@ -402,12 +354,25 @@ class Trainer:
         return results
 
     def _save(self, step):
-        checkpoint.save(self.output_dir, step, self.job.model, self.optimizer, self.job.schedule, self.strategy,
-                        self.averager, keep=self.cfg["checkpoint"]["keep"], extra=self._extra_state())
+        """Checkpoint ``step`` (every rank); it becomes the one ``--resume`` continues from."""
+        self.saved = self.state.save(self.output_dir, step)
+
+    def _write_same_person(self):
+        """Cross-head negatives with the online rule: the same-person pairs it estimated, to
+        ``output_dir/same_person.json`` (every rank's counts merged on rank 0)."""
+        cross = self.job.model.cross_negatives
+        if cross is None or cross.mask != "online":
+            return
+        texts = self.strategy.gather_texts(json.dumps(cross.state["removed"]))
+        if self.is_main:
+            path = os.path.join(self.output_dir, "same_person.json")
+            pairs = cross.write_estimate(path, [json.loads(text) for text in texts])
+            self.console(f"cross-head negatives: {len(pairs)} likely-same people across heads ({path})")
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
         step = self.steps if step is None else step
+        self._write_same_person()
         with self.strategy.agreed_statistics():
             live = self.evaluator.evaluate()
         averaged = None

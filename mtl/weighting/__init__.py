@@ -1,4 +1,4 @@
-"""Task-weighting strategies (issues #9 and #21): every module of this package is imported by
+"""Task-weighting strategies (loss-, Gram- and gradient-matrix-based): every module of this package is imported by
 ``mtl.registry.load_builtin``.
 
 ``base`` holds the interface; ``loss_based``, ``imtl_l`` and ``stch`` the strategies that only see the task losses;

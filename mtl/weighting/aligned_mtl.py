@@ -2,6 +2,7 @@
 import numpy as np
 
 from mtl.registry import register_weighting
+from mtl.weighting.base import on_present
 from mtl.weighting.gradient_based import GradientWeighting
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # the gradients reach the strategy as float32
@@ -47,6 +48,4 @@ class AlignedMTL(GradientWeighting):
     def combine(self, gram, losses, present, step):
         """alpha = B 1 over the present tasks (0 for absent ones)."""
         _, _, gram, index = self._combine_inputs(gram, losses, present)
-        alpha = np.zeros(self.num_tasks)
-        alpha[index] = aligned_weights(gram[np.ix_(index, index)])
-        return alpha
+        return on_present(aligned_weights, gram, index)

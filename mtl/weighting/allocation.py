@@ -16,6 +16,7 @@ cannot change the update). When the origin lies in the convex hull of the remain
 """
 import numpy as np
 
+from mtl.weighting.base import unit_gram
 from mtl.weighting.simplex import wolfe_min_norm
 
 STATIONARY = 1e-6  # distance of the unit gradients' hull to the origin below which no update is made
@@ -79,14 +80,11 @@ def fair_weights(gram, a=1.0):
     """w >= 0 with (K w)_t = w_t^(-1/a) for every task of non-zero gradient (0 for the others); all 0 when the
     tasks are Pareto stationary. ``gram``: the T x T Gram matrix of the tasks to weigh. Solved for K / N^2
     (N = max_t ||g_t||, so that r stays representable), then w(K) = N^(-2a/(a+1)) w(K / N^2)."""
-    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
-    usable = np.flatnonzero(norms > 0.0)
+    norms, usable, correlation = unit_gram(gram)
     w = np.zeros(gram.shape[0])
     if usable.size == 0:
         return w
     n = norms[usable]
-    correlation = gram[np.ix_(usable, usable)] / np.outer(n, n)
-    np.fill_diagonal(correlation, 1.0)
     nearest = wolfe_min_norm(correlation)
     if float(nearest @ correlation @ nearest) <= STATIONARY ** 2:
         return w

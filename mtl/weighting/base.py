@@ -8,7 +8,7 @@ numbers; random draws come from ``np.random.default_rng([seed, step, constant])`
 """
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, ParameterError
 
 
 class Weighting:
@@ -44,14 +44,14 @@ class Weighting:
     def __init__(self, tasks, loss_weights, seed=0):
         self.tasks = [str(t) for t in tasks]
         if not self.tasks:
-            raise ValueError("tasks must name at least one task")
+            raise ParameterError("tasks must name at least one task")
         self.loss_weights = np.array(loss_weights, dtype=np.float64).reshape(-1)
         if self.loss_weights.shape != (len(self.tasks),):
-            raise ValueError(
+            raise ParameterError(
                 f"loss_weights must hold one value per task ({len(self.tasks)}), got {self.loss_weights.shape[0]}"
             )
         if not np.all(np.isfinite(self.loss_weights)) or np.any(self.loss_weights < 0):
-            raise ValueError(f"loss_weights must be finite and >= 0, got {self.loss_weights.tolist()}")
+            raise ParameterError(f"loss_weights must be finite and >= 0, got {self.loss_weights.tolist()}")
         self.seed = int(seed)
         self.state = {}
 
@@ -100,6 +100,12 @@ class Weighting:
             self.state[key] = value
 
     # ---- helpers for subclasses -------------------------------------------------------------------------------
+    def _present_loss_weights(self, losses, present):
+        """loss_weight_t for the present tasks, 0 for the absent ones (the inputs validated): the weights of the
+        strategies that leave the losses alone (static, and those that act on the gradients instead)."""
+        _, present = self._inputs(losses, present)
+        return np.where(present, self.loss_weights, 0.0)
+
     def _inputs(self, losses, present):
         """Validate and convert (losses, present) to float64 [T] and bool [T]; present losses must be finite."""
         losses = np.asarray(losses, dtype=np.float64).reshape(-1)
@@ -134,6 +140,49 @@ class Weighting:
         return np.random.default_rng([self.seed, int(step), int(constant)])
 
 
+def unit_gram(gram, unit_diagonal=True):
+    """``(norms, usable, C)`` of a Gram matrix K of task gradients: n_t = ||g_t|| = sqrt(K_tt) (0 where rounding
+    made K_tt negative), the indices of the tasks with a non-zero gradient, and the Gram matrix of their unit
+    gradients C = K_uu / (n_u n_u^T), whose diagonal is set to exactly 1 with ``unit_diagonal``. The strategies
+    that solve on C (IMTL-G, UPGrad, the fair allocations) see angles, not norms."""
+    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
+    usable = np.flatnonzero(norms > 0.0)
+    n = norms[usable]
+    correlation = gram[np.ix_(usable, usable)] / np.outer(n, n)
+    if unit_diagonal:
+        np.fill_diagonal(correlation, 1.0)
+    return norms, usable, correlation
+
+
+def on_present(solve, gram, index):
+    """``solve`` (a function of the Gram matrix of some tasks, returning one weight per task) applied to the rows
+    and columns ``index`` of ``gram``: its weights at ``index``, 0 for every other task."""
+    alpha = np.zeros(gram.shape[0])
+    alpha[index] = solve(gram[np.ix_(index, index)])
+    return alpha
+
+
+def within_norm(alpha, gram, max_norm):
+    """``alpha`` scaled down so that the update sum_t alpha_t g_t has norm sqrt(alpha^T K alpha) at most
+    ``max_norm`` (0: no limit)."""
+    norm = np.sqrt(max(float(alpha @ gram @ alpha), 0.0))
+    if max_norm > 0.0 and norm > max_norm:
+        alpha = alpha * (max_norm / norm)
+    return alpha
+
+
+def per_task(name, value, num_tasks, low=None, high=None):
+    """A parameter given as one number for every task or a list of one number per task, as float64 [T], each
+    checked by :func:`check_range`; a list of another length is a ValueError sentence naming ``name``."""
+    values = np.atleast_1d(np.asarray(value, dtype=object)).reshape(-1)
+    if values.size == 1:
+        values = np.repeat(values, num_tasks)
+    if values.size != num_tasks:
+        raise ParameterError(f"parameter '{name}' must be a number or a list of {num_tasks} numbers "
+                             f"(one per task), got {value!r}")
+    return np.array([check_range(name, v, low, high) for v in values], dtype=np.float64)
+
+
 def masked_softmax(logits, present):
     """softmax over the present entries (stable: the maximum is subtracted first); absent entries get 0."""
     out = np.zeros_like(logits, dtype=np.float64)
@@ -156,12 +205,12 @@ def check_range(name, value, low=None, high=None, low_open=False):
         lower = "" if low is None else f"{'>' if low_open else '>='} {low}"
         upper = "" if high is None else f"<= {high}"
         expected = " and ".join(part for part in (lower, upper) if part) or "a finite number"
-        raise ValueError(f"parameter '{name}' must be a number {expected}, got {value!r}")
+        raise ParameterError(f"parameter '{name}' must be a number {expected}, got {value!r}")
     return number
 
 
 def check_integer(name, value, low):
     """Return ``int(value)``; raise a ValueError sentence naming ``name`` unless it is an integer >= ``low``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"parameter '{name}' must be an integer >= {low}, got {value!r}")
+        raise ParameterError(f"parameter '{name}' must be an integer >= {low}, got {value!r}")
     return int(value)

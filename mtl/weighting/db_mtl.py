@@ -1,7 +1,7 @@
 """DB-MTL: log-transformed losses and moving-average gradients rescaled to the largest norm (Lin et al. 2023)."""
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, ParameterError
 from mtl.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.matrix_based import GradientMatrixWeighting
@@ -28,6 +28,10 @@ class DBMTL(GradientMatrixWeighting):
 
     As LibMTL's implementation (by the paper's first author): hhat starts at 0 without bias correction, so the first
     updates are (1 - beta) times smaller. Defaults beta = 0.9 and sigma = 0 are LibMTL's.
+
+    Parameters:
+        beta (float): moving-average factor of the log losses' gradients
+        beta_sigma (float): sigma of beta_k = beta / k^sigma (0: a constant beta)
     """
 
     description = "log losses, moving-average gradients rescaled to the largest norm (Lin et al. 2023)"
@@ -36,7 +40,7 @@ class DBMTL(GradientMatrixWeighting):
         super().__init__(tasks, loss_weights, seed)
         self.beta = check_range("beta", beta, 0.0, 1.0)
         if self.beta >= 1.0:
-            raise ValueError(f"parameter 'beta' must be a number >= 0.0 and < 1.0, got {beta!r}")
+            raise ParameterError(f"parameter 'beta' must be a number >= 0.0 and < 1.0, got {beta!r}")
         self.beta_sigma = check_range("beta_sigma", beta_sigma, 0.0)
         self.state = {"average": np.zeros((self.num_tasks, 0)), "updates": 0}
 

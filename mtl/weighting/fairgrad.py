@@ -1,9 +1,8 @@
 """FairGrad: the update as an alpha-fair allocation of improvement among the tasks (Ban & Ji, ICML 2024)."""
-import numpy as np
 
 from mtl.registry import register_weighting
 from mtl.weighting.allocation import fair_weights
-from mtl.weighting.base import check_range
+from mtl.weighting.base import check_range, on_present, within_norm
 from mtl.weighting.gradient_based import GradientWeighting
 
 
@@ -24,6 +23,10 @@ class FairGrad(GradientWeighting):
     system with scipy's ``least_squares`` from w = 1/T at its default tolerances (about 1e-8 relative, and bounded
     by w >= 0 rather than w > 0), and the authors' code multiplies the update by T "to match the sum loss"; here
     the system is solved exactly and the update is d = G w as in the paper.
+
+    Parameters:
+        alpha (float): fairness: 1 is Nash-MTL's bargaining solution, larger approaches max-min fairness
+        max_norm (float): scale the update down to this norm when longer (0: off)
     """
 
     description = "alpha-fair allocation G^T G w = w^(-1/alpha), solved exactly (Ban & Ji 2024)"
@@ -36,9 +39,5 @@ class FairGrad(GradientWeighting):
     def combine(self, gram, losses, present, step):
         """w of the alpha-fair allocation over the present tasks (0 for absent ones), scaled to ``max_norm``."""
         _, _, gram, index = self._combine_inputs(gram, losses, present)
-        weights = np.zeros(self.num_tasks)
-        weights[index] = fair_weights(gram[np.ix_(index, index)], self.alpha)
-        norm = np.sqrt(max(float(weights @ gram @ weights), 0.0))
-        if self.max_norm > 0.0 and norm > self.max_norm:
-            weights = weights * (self.max_norm / norm)
-        return weights
+        weights = on_present(lambda block: fair_weights(block, self.alpha), gram, index)
+        return within_norm(weights, gram, self.max_norm)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from mtl.registry import register_weighting
-from mtl.weighting.base import check_range
+from mtl.weighting.base import per_task
 from mtl.weighting.matrix_based import GradientMatrixWeighting
 
 GRADDROP_STREAM = 0x6D0  # the third entry of GradDrop's generator key: (seed, step, GRADDROP_STREAM)
@@ -26,19 +26,16 @@ class GradDrop(GradientMatrixWeighting):
     signal sign(A) * dL_i/dA summed over the batch; in this project each task scores its own rows, so tasks never
     share an activation, and the rule is applied to the shared parameters' per-task gradients instead (as TorchJD's
     aggregator does on the Jacobian; LibMTL implements only the activation form).
+
+    Parameters:
+        leak (list|float): the share of each task's gradient never dropped, in [0, 1] (one number, or one per task)
     """
 
     description = "keep one gradient sign per shared coordinate, drawn by sign purity (Chen et al. 2020)"
 
     def __init__(self, tasks, loss_weights, seed=0, leak=0.0):
         super().__init__(tasks, loss_weights, seed)
-        values = np.atleast_1d(np.asarray(leak, dtype=object)).reshape(-1)
-        if values.size == 1:
-            values = np.repeat(values, self.num_tasks)
-        if values.size != self.num_tasks:
-            raise ValueError(f"parameter 'leak' must be a number or a list of {self.num_tasks} numbers "
-                             f"(one per task), got {leak!r}")
-        self.leak = np.array([check_range("leak", v, 0.0, 1.0) for v in values], dtype=np.float64)
+        self.leak = per_task("leak", leak, self.num_tasks, 0.0, 1.0)
 
     def combine_matrix(self, matrix, losses, present, step):
         """sum_i (l_i + (1 - l_i) M_i) * g_i over the present tasks, M from the purity and this step's draw."""

@@ -21,8 +21,7 @@ class GradientWeighting(Weighting):
 
     def weights(self, losses, present, step):
         """Heads are scaled by their static loss_weight (0 if absent); the backbone gets ``combine``'s result."""
-        _, present = self._inputs(losses, present)
-        return np.where(present, self.loss_weights, 0.0)
+        return self._present_loss_weights(losses, present)
 
 
 @register_weighting("gradnorm")
@@ -35,6 +34,10 @@ class GradNorm(GradientWeighting):
     on L_grad = sum_t |G_t - target_t|:  dL_grad / dw_t = sign(G_t - target_t) ||g_t||; finally w is kept at least
     1e-6 and renormalised to sum_t w_t = T. Means run over the present tasks.
     Note: ||g_t|| = sqrt(gram_tt) is the norm over ALL shared parameters; the paper uses the last shared layer only.
+
+    Parameters:
+        alpha (float): strength of the pull towards equal training rates (0: equal gradient norms)
+        lr (float): learning rate of the task weights
     """
 
     description = "learned weights balancing gradient norms by training rates (Chen et al. 2018)"

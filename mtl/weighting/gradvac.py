@@ -33,6 +33,9 @@ class GradVac(GradientWeighting):
     1e-8 to the denominators instead (its phihat then decays towards 0 on such pairs). A target of exactly 1 is
     skipped too (the formula divides by sqrt(1 - phihat^2) = 0). Granularity: the whole shared gradient (LibMTL's
     default ``group_type`` 0); the paper also applies it per layer.
+
+    Parameters:
+        beta (float): moving-average factor of the target cosines
     """
 
     description = "pull each gradient towards a moving-average target cosine (Wang et al. 2021)"

@@ -2,6 +2,7 @@
 import numpy as np
 
 from mtl.registry import register_weighting
+from mtl.weighting.base import on_present, unit_gram
 from mtl.weighting.gradient_based import GradientWeighting
 
 RANK_TOLERANCE = 1e-10  # eigenvalues of the unit gradients' Gram matrix below this times the largest are dropped
@@ -15,13 +16,11 @@ def equal_projection_weights(gram):
     generalisation) and alpha = (beta / n) / s, s = sum_t beta_t / n_t. Zero gradients get 0; s = 0 (no common
     direction: opposite gradients) gives all 0.
     """
-    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
-    usable = np.flatnonzero(norms > 0.0)
+    norms, usable, correlation = unit_gram(gram, unit_diagonal=False)
     alpha = np.zeros(gram.shape[0])
     if usable.size == 0:
         return alpha
     n = norms[usable]
-    correlation = gram[np.ix_(usable, usable)] / np.outer(n, n)
     values, vectors = np.linalg.eigh(correlation)
     keep = values > RANK_TOLERANCE * values.max()
     beta = vectors[:, keep] @ ((vectors[:, keep].T @ np.ones(usable.size)) / values[keep])
@@ -59,6 +58,4 @@ class IMTLG(GradientWeighting):
     def combine(self, gram, losses, present, step):
         """alpha of IMTL-G over the present tasks (0 for absent ones)."""
         _, _, gram, index = self._combine_inputs(gram, losses, present)
-        alpha = np.zeros(self.num_tasks)
-        alpha[index] = equal_projection_weights(gram[np.ix_(index, index)])
-        return alpha
+        return on_present(equal_projection_weights, gram, index)

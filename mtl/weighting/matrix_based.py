@@ -22,8 +22,7 @@ class GradientMatrixWeighting(Weighting):
 
     def weights(self, losses, present, step):
         """Heads are scaled by their static loss_weight (0 if absent); the backbone gets ``combine_matrix``'s."""
-        _, present = self._inputs(losses, present)
-        return np.where(present, self.loss_weights, 0.0)
+        return self._present_loss_weights(losses, present)
 
     def _matrix_inputs(self, matrix, losses, present):
         """``(losses, present, matrix)`` validated: the matrix has one row per task. Non-finite entries are passed

@@ -5,6 +5,7 @@ alpha with the applied shared gradient sum_t alpha_t g_t.
 """
 import numpy as np
 
+from mtl.errors import ParameterError
 from mtl.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.gradient_based import GradientWeighting
@@ -63,6 +64,10 @@ class CAGrad(GradientWeighting):
     (1 + c^2) when ``rescale`` (the authors' code, rescale=1). alpha = (1/T + sqrt(phi) / ||g_w*|| w*) / (1 + c^2).
     The dual is solved exactly (see :func:`cagrad_dual`) instead of by SLSQP as in the authors' code. When
     g_w* = 0 (the origin is the optimum of the dual), d = g0; when g0 = 0 or c = 0, d = g0 too.
+
+    Parameters:
+        c (float): radius of the ball around the mean gradient, relative to its norm (0: the mean gradient)
+        rescale (bool): divide the update by 1 + c^2 (the authors' code)
     """
 
     description = "mean gradient corrected towards the worst task, radius c (Liu et al. 2021)"
@@ -71,7 +76,7 @@ class CAGrad(GradientWeighting):
         super().__init__(tasks, loss_weights, seed)
         self.c = check_range("c", c, 0.0)
         if not isinstance(rescale, bool):
-            raise ValueError(f"parameter 'rescale' must be true or false, got {rescale!r}")
+            raise ParameterError(f"parameter 'rescale' must be true or false, got {rescale!r}")
         self.rescale = rescale
 
     def combine(self, gram, losses, present, step):
@@ -106,6 +111,10 @@ class MGDA(GradientWeighting):
     norms 1 and 3 gives -g_1 instead of 0). ``representation: true`` is MGDA-UB: the trainer then passes the Gram
     matrix of the gradients with respect to the shared representation (the upper bound's gradients, one T x T
     all-reduce) instead of the shared parameters; the math here is unchanged.
+
+    Parameters:
+        normalization (str): how each task's gradient is scaled before the min-norm point: none, l2, loss, loss+
+        representation (bool): MGDA-UB: the Gram matrix of the gradients of the shared features, not parameters
     """
 
     description = "exact min-norm point of the task gradients' hull (Sener & Koltun 2018)"
@@ -113,10 +122,10 @@ class MGDA(GradientWeighting):
     def __init__(self, tasks, loss_weights, seed=0, normalization="none", representation=False):
         super().__init__(tasks, loss_weights, seed)
         if normalization not in NORMALIZATIONS:
-            raise ValueError(f"parameter 'normalization' must be one of {', '.join(NORMALIZATIONS)}, "
-                             f"got {normalization!r}")
+            raise ParameterError(f"parameter 'normalization' must be one of {', '.join(NORMALIZATIONS)}, "
+                                 f"got {normalization!r}")
         if not isinstance(representation, bool):
-            raise ValueError(f"parameter 'representation' must be true or false, got {representation!r}")
+            raise ParameterError(f"parameter 'representation' must be true or false, got {representation!r}")
         self.normalization = normalization
         self.uses_representation = representation
 

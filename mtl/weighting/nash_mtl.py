@@ -3,7 +3,7 @@ import numpy as np
 
 from mtl.registry import register_weighting
 from mtl.weighting.allocation import fair_weights
-from mtl.weighting.base import check_integer, check_range
+from mtl.weighting.base import check_integer, check_range, on_present, within_norm
 from mtl.weighting.gradient_based import GradientWeighting
 
 
@@ -24,6 +24,10 @@ class NashMTL(GradientWeighting):
     divide G^T G by its Frobenius norm N before solving (the update is then sqrt(N) times the paper's), run at most
     20 convex-concave steps of ECOS from the previous alpha and stop at a residual of 1e-3 (so alpha depends on the
     history), and clip the shared gradient to max_norm 1.0 by default.
+
+    Parameters:
+        max_norm (float): scale the update down to this norm when longer (0: off)
+        update_weights_every (int): solve the bargaining weights every this many steps (reused in between)
     """
 
     description = "Nash bargaining solution G^T G alpha = 1/alpha, solved exactly (Navon et al. 2022)"
@@ -38,11 +42,5 @@ class NashMTL(GradientWeighting):
         """alpha of the bargaining solution (solved this step or reused), scaled to ``max_norm`` if set."""
         _, present, gram, index = self._combine_inputs(gram, losses, present)
         if int(step) % self.every == 0:
-            solved = np.zeros(self.num_tasks)
-            solved[index] = fair_weights(gram[np.ix_(index, index)], 1.0)
-            self.state["alpha"] = solved
-        alpha = np.where(present, self.state["alpha"], 0.0)
-        norm = np.sqrt(max(float(alpha @ gram @ alpha), 0.0))
-        if self.max_norm > 0.0 and norm > self.max_norm:
-            alpha = alpha * (self.max_norm / norm)
-        return alpha
+            self.state["alpha"] = on_present(lambda block: fair_weights(block, 1.0), gram, index)
+        return within_norm(np.where(present, self.state["alpha"], 0.0), gram, self.max_norm)

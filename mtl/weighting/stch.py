@@ -23,6 +23,11 @@ class STCH(Weighting):
 
     The authors' code (also in LibMTL) counts the warm-up in epochs (4, then the nadir averaged over the 5th);
     here both spans are in steps, so set them to your epoch length. mu = 1 is their default.
+
+    Parameters:
+        mu (float): smoothing of the maximum (towards 0: Tchebycheff's max)
+        warmup_steps (int): steps of the plain log-loss objective before the nadir span
+        nadir_steps (int): steps whose losses are averaged into each task's nadir point (0: nadir 1)
     """
 
     description = "smooth max of the nadir-normalised log losses (Lin et al. 2024)"

@@ -2,6 +2,7 @@
 import numpy as np
 
 from mtl.registry import register_weighting
+from mtl.weighting.base import on_present, unit_gram
 from mtl.weighting.gradient_based import GradientWeighting
 
 
@@ -51,11 +52,8 @@ def dual_cone_weights(correlation, lower):
 def upgrad_weights(gram):
     """alpha = (1/m) sum_i w_i with w_i = argmin_{v >= e_i} v^T G v over the m tasks (zero gradients: w_i = e_i)."""
     size = gram.shape[0]
-    norms = np.sqrt(np.maximum(np.diag(gram), 0.0))
-    usable = np.flatnonzero(norms > 0.0)
+    norms, usable, correlation = unit_gram(gram)
     n = norms[usable]
-    correlation = gram[np.ix_(usable, usable)] / np.outer(n, n)
-    np.fill_diagonal(correlation, 1.0)
     alpha = np.zeros(size)
     for i in range(size):
         weights = np.eye(size)[i]
@@ -87,6 +85,4 @@ class UPGrad(GradientWeighting):
     def combine(self, gram, losses, present, step):
         """alpha of UPGrad over the present tasks (0 for absent ones)."""
         _, _, gram, index = self._combine_inputs(gram, losses, present)
-        alpha = np.zeros(self.num_tasks)
-        alpha[index] = upgrad_weights(gram[np.ix_(index, index)])
-        return alpha
+        return on_present(upgrad_weights, gram, index)

@@ -24,9 +24,9 @@ def train_float64(args):
         def finish(self, seconds, step=None):
             return {}
 
-        def _to_tensors(self, batch):
+        def as_tensors(self, batch):
             wide = paddle.get_default_dtype()
-            tensors = super()._to_tensors(batch)
+            tensors = super().as_tensors(batch)
             return {t: {k: v.astype(wide) if v.dtype == paddle.float32 else v for k, v in sub.items()}
                     for t, sub in tensors.items()}
 

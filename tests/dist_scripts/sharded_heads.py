@@ -3,8 +3,8 @@
 Usage: ``python -m paddle.distributed.launch --nproc_per_node 2 sharded_heads.py OUT_DIR``. Each case builds a head,
 feeds this rank's contiguous slice of a fixed global batch, runs forward and backward, and records the loss,
 metrics, the gradient of its feature rows, the initial shard, the shard gradient and eval predictions into
-``OUT_DIR/rank{k}.npz``. ``tests/test_sharded_heads.py`` imports ``CASES``, ``global_batch`` and ``EVAL_ROWS``
-from this file to rerun the same heads in one process on the whole batch.
+``OUT_DIR/rank{k}.npz``. ``tests/sharded_heads_run.py`` loads ``CASES``, ``global_batch`` and ``split_rows``
+from this file for the tests to rerun the same heads in one process on the whole batch.
 """
 import os
 import sys
@@ -66,14 +66,15 @@ def run_case(name, registry, paddle, rank):
     feats = paddle.to_tensor(features[begin:end], stop_gradient=False)
     result = head(feats, paddle.to_tensor(labels[begin:end]))
     result.loss.backward()
-    weight_grad = head.weight_gradient() if hasattr(head, "weight_gradient") else head.weight.grad.numpy()
+    softmax = cfg["type"] == "softmax"  # else a margin head (arcface, cosface)
+    weight_grad = head.weight.grad.numpy() if softmax else head.weight_gradient()
     out.update(loss=result.loss.numpy(), feature_grad=feats.grad.numpy(), weight_grad=weight_grad)
     out.update({f"metric_{k}": v.numpy() for k, v in result.metrics.items()})
-    if getattr(head, "bias", None) is not None:
+    if softmax:
         out["bias_grad"] = head.bias.grad.numpy()
-    if getattr(head, "last_sampled_classes", None) is not None:
+    if cfg.get("sample_ratio", 1.0) < 1.0:  # Partial FC
         out["sampled"] = head.last_sampled_classes.numpy()
-    out["eval_topk"] = head.predict_topk(evaluation, getattr(head, "topk", 1))
+    out["eval_topk"] = head.predict_topk(evaluation, head.topk if softmax else 1)
     return {f"{name}/{k}": v for k, v in out.items()}
 
 

@@ -1,4 +1,5 @@
-"""Train weighting_all.py's small job once per strategy of issue #21 (1 process, or under paddle.distributed.launch).
+"""Train weighting_all.py's small job once per newer strategy (nash_mtl ... db_mtl), in 1 process or
+under paddle.distributed.launch.
 
 Usage: weighting_more.py OUT_ROOT [STEPS [UNTIL [NAMES]]]: one run per strategy in OUT_ROOT/<name>; with UNTIL,
 every run stops after step UNTIL and is then resumed to STEPS in the same folder (through a real checkpoint);

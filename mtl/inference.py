@@ -1,0 +1,372 @@
+"""A trained model for inference, read through one small loader: a run's weights, an export, or converted weights.
+
+Inference never goes through the training checkpoint's loader: no optimizer, averager sums, random state or
+re-sharding. A run is read as the weight files of one checkpoint folder (the newest that verifies, or the one given),
+each checked against the folder's manifest before it is read with the safe reader (:mod:`mtl.safe_pickle`); an export
+as its Paddle inference program (``export.json`` beside it); converted weights (``mtl convert``) as their
+``.pdparams`` with the backbone config beside them.
+
+Plug-in code of a run (the ``.py`` files of the plug-in folders and the Python task files its ``job.json`` names) is
+code from elsewhere: it is imported only with ``trust_plugins`` (``--trust-plugins``), or when every such file is one
+the project installs itself (its ``heads/`` and ``tasks/``).
+"""
+import json
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from mtl.errors import ConfigError
+from mtl.safe_pickle import load_paddle_file
+
+WEIGHTS = ("auto", "averaged", "live")
+
+
+def _read_json(path, what):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{what} '{path}' cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def installed_plugin_folders() -> List[str]:
+    """The plug-in folders the project installs itself: its head plug-ins and its task files."""
+    from mtl import registry
+    from mtl.config.loading import REPO_ROOT
+
+    return [os.path.abspath(registry.builtin_heads_folder()), os.path.abspath(os.path.join(REPO_ROOT, "tasks"))]
+
+
+def plugin_files(cfg: dict) -> List[str]:
+    """The ``.py`` files importing a run's ``job.json`` would run: every plug-in file of its ``plugin_folders`` and
+    its Python task files, except the ones the project installs itself; sorted."""
+    installed = installed_plugin_folders()
+    found = set()
+    for folder in cfg.get("plugin_folders") or []:
+        if os.path.isdir(folder):
+            found.update(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py") and
+                         not n.startswith("_"))
+    found.update(t["source"] for t in cfg.get("tasks", []) if str(t.get("source", "")).endswith(".py"))
+    return sorted(os.path.abspath(f) for f in found
+                  if not any(os.path.dirname(os.path.abspath(f)) == folder for folder in installed))
+
+
+def import_plugins(cfg: dict, where: str, trust_plugins: bool):
+    """Register what a finished run needs: the built-in plug-ins always; the run's own plug-in files only when
+    trusted (else a ConfigError naming them)."""
+    from mtl import registry
+
+    registry.load_builtin()
+    files = plugin_files(cfg)
+    if files and not trust_plugins:
+        raise ConfigError(f"'{where}' was trained with plug-in code ({', '.join(files)}); importing it runs that "
+                          f"code: pass --trust-plugins if you trust these files")
+    if files:
+        registry.load_all(cfg.get("plugin_folders") or [])
+        for task in cfg.get("tasks", []):
+            if str(task.get("source", "")).endswith(".py"):
+                registry.load_file(task["source"])
+
+
+def add_trust_plugins(parser):
+    """The ``--trust-plugins`` option of the commands that read a finished run (eval, export, overlap)."""
+    parser.add_argument("--trust-plugins", action="store_true",
+                        help="import the plug-in files the run's job.json names (their code runs); without it a run "
+                             "trained with plug-ins of its own is refused, naming the files")
+
+
+RUN_DATA = "data.json"  # a run's label names and input preparation, per task (written when training starts)
+
+
+def run_data(job) -> dict:
+    """What predictions need to know of a built job's data: ``{"label_names": {task: {field: names}}, "inputs":
+    {task: input spec}}`` from its training readers (:meth:`mtl.readers.base.Reader.label_names`, ``input_spec``)."""
+    return {"label_names": {t.name: names for t in job.tasks if (names := t.reader.label_names())},
+            "inputs": {t.name: spec for t in job.tasks if (spec := t.reader.input_spec())}}
+
+
+def write_run_data(job, folder: str):
+    """Write :func:`run_data` of ``job`` to ``folder/data.json``."""
+    with open(os.path.join(folder, RUN_DATA), "w") as f:
+        json.dump(run_data(job), f, indent=1)
+
+
+def read_run_data(folder: str) -> dict:
+    """A run's ``data.json`` (``{}`` for a run trained before it was written)."""
+    path = os.path.join(folder, RUN_DATA)
+    return _read_json(path, "run data") if os.path.isfile(path) else {}
+
+
+@dataclass
+class RunWeights:
+    """One checkpoint of a finished run, for inference: its job config, folder, step and which weights it reads."""
+
+    run_dir: str
+    cfg: dict
+    checkpoint: str
+    step: int
+    averaged: bool
+
+    @property
+    def description(self) -> str:
+        """``<checkpoint> (averaged weights)`` or ``(live weights)``."""
+        return f"{self.checkpoint} ({'averaged' if self.averaged else 'live'} weights)"
+
+    def _file(self, name: str) -> str:
+        from mtl.train import integrity
+
+        problem = integrity.verify(self.checkpoint, [name])
+        if problem:
+            raise ConfigError(f"checkpoint '{self.checkpoint}' is damaged: {problem}")
+        return os.path.join(self.checkpoint, name)
+
+    def backbone_config(self) -> dict:
+        """The backbone's constructor config (the job's ``pretrained``/``freeze`` keys removed), pointed at the run's
+        own assets where the backbone has some (a text encoder's tokenizer: ``Backbone.run_config``)."""
+        from mtl import registry
+        from mtl.backbones.base import constructor_config
+
+        cfg = constructor_config(registry.as_component(self.cfg["backbone"]))
+        entry, _ = registry.split_cfg("backbone", cfg, self.cfg.get("source"), "backbone")
+        return entry.cls.run_config(cfg, self.run_dir)
+
+    def load_into(self, backbone):
+        """Load this checkpoint's backbone weights into ``backbone`` (cast to its dtypes) and set eval mode."""
+        from mtl.low_precision import state_for
+
+        name = "backbone.averaged.pdparams" if self.averaged else "backbone.pdparams"
+        backbone.set_state_dict(state_for(backbone, load_paddle_file(self._file(name), "backbone weights")))
+        backbone.eval()
+        return backbone
+
+    def backbone(self, task: Optional[str] = None):
+        """What embeds the run's samples, with this checkpoint's weights, in eval mode: the backbone, or, when the
+        run's architecture gives each task its own embedding (:mod:`mtl.architectures`), backbone + the
+        architecture's layers for ``task`` (required then; ignored under ``hard`` without towers)."""
+        from mtl import registry
+        from mtl.architectures.base import TaskEmbedder
+        from mtl.low_precision import state_for
+
+        built = registry.build("backbone", self.backbone_config(), self.cfg.get("source"), "backbone")
+        architecture = self.architecture(built, task)  # its layers inside the backbone: before the weights load
+        self.load_into(built)
+        if architecture is None:
+            return built
+        if any(True for _ in architecture.parameters()):
+            name = "architecture.averaged.pdparams" if self.averaged else "architecture.pdparams"
+            state = load_paddle_file(self._file(name), "architecture weights")
+            architecture.set_state_dict(state_for(architecture, state))
+        architecture.eval()
+        return TaskEmbedder(built, architecture, task)
+
+    def architecture(self, backbone, task: Optional[str]):
+        """The run's architecture attached to ``backbone`` (None under ``hard`` without towers); ConfigError when it
+        embeds per task and ``task`` does not name one of the run's tasks."""
+        from mtl.architectures.build import architecture_config, build_architecture
+
+        architecture = build_architecture(self.cfg, backbone)
+        if architecture.is_identity:
+            return None
+        names = [t["name"] for t in self.cfg["tasks"]]
+        if task not in names:
+            kind = architecture_config(self.cfg)["type"]
+            what = f"task '{task}' is not one of them" if task is not None else \
+                "name the task to embed for (mtl export RUN OUT --task NAME; mtl eval and mtl embed read the export)"
+            raise ConfigError(f"the run's architecture '{kind}' gives each task its own embedding "
+                              f"({', '.join(names)}): {what}")
+        return architecture
+
+    def load_heads_into(self, heads: dict):
+        """Load this checkpoint's weights of every head of ``{task: head}`` (heads built in one process, which hold
+        every class: the shards are merged) and set eval mode."""
+        from mtl.low_precision import state_for
+
+        for task, head in heads.items():
+            head.set_state_dict(state_for(head, self.head_state(task)))
+            head.eval()
+
+    def head_state(self, task: str) -> dict:
+        """A head's full weights as numpy (shards merged along the class axis), each file verified first."""
+        from mtl.train import layout
+
+        for path in layout.head_files(self.checkpoint, task, self.averaged):
+            self._file(os.path.relpath(path, self.checkpoint).replace(os.sep, "/"))
+        return layout.merged_head_state(self.checkpoint, task, self.averaged)
+
+
+def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "auto",
+             trust_plugins: bool = False) -> RunWeights:
+    """A run's weights for inference: the newest checkpoint that verifies (or ``checkpoint``), the averaged weights
+    when it has them and ``weights`` is ``auto`` (``averaged`` requires them, ``live`` takes the live ones); its
+    plug-ins registered (:func:`import_plugins`)."""
+    from mtl.train import layout
+
+    job_json = os.path.join(run_dir, "job.json")
+    if not os.path.isfile(job_json):
+        raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
+    cfg = _read_json(job_json, "job config")
+    folder = checkpoint or layout.latest_checkpoint(run_dir)
+    if folder is None or not os.path.isfile(os.path.join(folder, "state.json")):
+        raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")
+    has_average = os.path.isfile(os.path.join(folder, "backbone.averaged.pdparams"))
+    if weights not in WEIGHTS:
+        raise ConfigError(f"weights '{weights}': expected one of {', '.join(WEIGHTS)}")
+    if weights == "averaged" and not has_average:
+        raise ConfigError(f"checkpoint '{folder}' has no averaged weights (the run did not average)")
+    import_plugins(cfg, run_dir, trust_plugins)
+    step = int(_read_json(os.path.join(folder, "state.json"), "checkpoint state")["step"])
+    return RunWeights(run_dir, cfg, folder, step, has_average and weights != "live")
+
+
+@dataclass
+class LoadedModel:
+    """What an evaluation or embedding needs of a model: a layer taking ``{field: batch}``, its input, step, what it
+    is, and how the training images were prepared (``{task: preprocess mapping}``)."""
+
+    model: object
+    input_field: str
+    input_shape: list
+    step: int
+    description: str
+    preprocessing: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # an export's export.json
+
+
+def field_adapter(model, field, to_dict):
+    """A Layer between the backbone interface (a dict of fields) and a single-tensor model.
+
+    ``to_dict``: ``forward(x) = model({field: x})`` (a backbone made exportable by ``jit.save``); otherwise
+    ``forward(inputs) = model(inputs[field])`` (an exported model used where a backbone is expected).
+    """
+    import paddle
+
+    class FieldAdapter(paddle.nn.Layer):
+        """Converts the input between one tensor and ``{field: tensor}``."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x):
+            return self.inner({field: x}) if to_dict else self.inner(x[field])
+
+    return FieldAdapter()
+
+
+def export_meta(folder: str) -> dict:
+    """An export folder's ``export.json`` (input field and shape, step, heads, preprocessing)."""
+    meta_path = os.path.join(folder, "export.json")
+    if not os.path.isfile(meta_path):
+        raise ConfigError(f"'{folder}' is not an export folder (no export.json); run `mtl export` first")
+    return _read_json(meta_path, "export metadata")
+
+
+def open_export(folder: str) -> LoadedModel:
+    """An export folder (``mtl export``): its inference program behind the ``{field: batch}`` interface."""
+    import paddle
+
+    meta = export_meta(folder)
+    if not os.path.isfile(os.path.join(folder, "backbone.json")):
+        raise ConfigError(f"export '{folder}' holds no inference program backbone.json (export it again with "
+                          "`mtl export`)")
+    model = field_adapter(paddle.jit.load(os.path.join(folder, "backbone")), meta["input_field"], to_dict=False)
+    model.eval()
+    kind = "averaged" if meta.get("averaged") else "live"
+    return LoadedModel(model, meta["input_field"], meta["input_shape"], meta["step"], f"export ({kind} weights)",
+                       meta.get("preprocess") or {}, meta)
+
+
+def open_converted(path: str) -> LoadedModel:
+    """Converted weights (``mtl convert``'s ``.pdparams``) with the backbone config written beside them."""
+    from mtl import registry
+    from mtl.backbones.base import load_pretrained
+    from mtl.convert.weights import sidecar_path
+
+    config_path = sidecar_path(path)
+    if not os.path.isfile(config_path):
+        raise ConfigError(f"'{path}' needs its backbone config '{config_path}' beside it (mtl convert writes it)")
+    config = _read_json(config_path, "backbone config")["backbone"]
+    registry.load_builtin()
+    backbone = registry.build("backbone", config, config_path, "backbone")
+    load_pretrained(backbone, path, config_path, "backbone")
+    backbone.eval()
+    shape = backbone.input_fields()[0]
+    return LoadedModel(backbone, shape.name, list(shape.shape), 0, f"{path} (converted weights)")
+
+
+def load_model(path: str, weights: str = "auto", trust_plugins: bool = False) -> LoadedModel:
+    """A run folder, an export folder or converted weights, for evaluation or embedding."""
+    from mtl.data.preprocess import task_preprocessing
+
+    if os.path.isfile(os.path.join(path, "export.json")):
+        if weights != "auto":
+            raise ConfigError(f"--weights {weights} applies to a run; the export '{path}' holds the weights it was "
+                              "exported with (see its export.json)")
+        return open_export(path)
+    if os.path.isfile(path) and path.endswith(".pdparams"):
+        if weights != "auto":
+            raise ConfigError(f"--weights {weights} applies to a run, not to the weights file '{path}'")
+        return open_converted(path)
+    if os.path.isfile(os.path.join(path, "job.json")):
+        run = open_run(path, None, weights, trust_plugins)
+        backbone = run.backbone()
+        shape = backbone.input_fields()[0]
+        return LoadedModel(backbone, shape.name, list(shape.shape), run.step, run.description,
+                           task_preprocessing(run.cfg["tasks"]))
+    raise ConfigError(f"'{path}' is neither a training run (job.json), an export (export.json) nor converted weights "
+                      "(a .pdparams file from mtl convert)")
+
+
+@dataclass
+class PredictionModel:
+    """What predictions need of a run or an export: the backbone behind ``{field: batch}``, each task's head config
+    and weights (numpy, shards merged), the data record (label names, input preparation: :func:`run_data`) and how
+    each task's images were prepared."""
+
+    loaded: LoadedModel
+    head_configs: dict
+    data: dict
+    head_weights: object  # task -> {name: array}
+
+    @property
+    def tasks(self) -> List[str]:
+        return list(self.head_configs)
+
+    def head_state(self, task: str) -> dict:
+        """The head of ``task``'s full weights as numpy arrays."""
+        return self.head_weights(task)
+
+
+def _export_head_state(folder: str, task: str) -> dict:
+    """``heads/<task>.npz`` of an export (plain arrays: read without pickle)."""
+    path = os.path.join(folder, "heads", f"{task}.npz")
+    if not os.path.isfile(path):
+        raise ConfigError(f"export '{folder}' has no head weights for task '{task}' ({path})")
+    with np.load(path, allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def open_for_prediction(path: str, weights: str = "auto", trust_plugins: bool = False) -> PredictionModel:
+    """A run folder or an export folder, ready for :mod:`mtl.prediction`: the same backbone :func:`load_model`
+    gives, and the heads' weights of the same checkpoint (a run) or the export's ``heads/<task>.npz``."""
+    from mtl.data.preprocess import task_preprocessing
+
+    if os.path.isfile(os.path.join(path, "export.json")):
+        loaded = load_model(path, weights, trust_plugins)
+        meta = loaded.meta
+        if "head_configs" not in meta:
+            raise ConfigError(f"export '{path}' was written before exports recorded their heads: export the run "
+                              "again with `mtl export` to predict with it")
+        data = {"label_names": meta.get("label_names") or {}, "inputs": meta.get("inputs") or {}}
+        return PredictionModel(loaded, meta["head_configs"], data, lambda task: _export_head_state(path, task))
+    if os.path.isfile(os.path.join(path, "job.json")):
+        run = open_run(path, None, weights, trust_plugins)
+        backbone = run.backbone()
+        shape = backbone.input_fields()[0]
+        loaded = LoadedModel(backbone, shape.name, list(shape.shape), run.step, run.description,
+                             task_preprocessing(run.cfg["tasks"]))
+        return PredictionModel(loaded, {t["name"]: t["head"] for t in run.cfg["tasks"]}, read_run_data(path),
+                               run.head_state)
+    raise ConfigError(f"'{path}' is neither a training run (job.json) nor an export (export.json)")

@@ -1,0 +1,24 @@
+"""Run by ``mtl launch`` (tests/test_documented_keys.py): each rank starts the process group as a job does, sums
+its rank + 1 over the group and prints what it sees as one ``PROBE {json}`` line."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def main():
+    import paddle
+    import paddle.distributed as dist
+
+    from mtl.runtime import init_distributed, local_process_count
+
+    rank, world = init_distributed()
+    total = paddle.to_tensor(float(rank + 1))
+    dist.all_reduce(total)
+    print("PROBE " + json.dumps({"rank": rank, "world": world, "local": local_process_count(), "sum": float(total),
+                                 "endpoints": os.environ.get("PADDLE_TRAINER_ENDPOINTS", "")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

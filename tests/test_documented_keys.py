@@ -1,0 +1,197 @@
+"""Keys and options the documentation promises, each against what it says it does: ``data.check_batches``
+(docs/configuration.md), ``eval.max_samples``, ``optimizer.betas`` (checked at load time), ``threads`` and
+``tune_malloc`` (set before Paddle starts; glibc's own allocation counters), and ``mtl launch --ips``
+(docs/distributed.md). ``max_consecutive_nonfinite`` is in tests/test_nonfinite.py, the optimizer's update with
+``betas`` in tests/test_optim.py."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+from mtl.config.loading import load_job
+from mtl.errors import ConfigError, ContractError
+from mtl.evaluation.evaluator import Evaluator
+from mtl.job import build_job
+from mtl.readers.synthetic import SyntheticReader
+from mtl.train.trainer import Trainer
+from tests.dist_util import ROOT, launcher_env
+
+INT32_LABELS = '''
+import numpy as np
+from mtl.contracts import Field
+from mtl.readers.base import Reader
+from mtl.registry import register_reader
+
+
+@register_reader("dk_int32_labels")
+class Int32Labels(Reader):
+    """Declares int64 labels and yields int32 ones."""
+
+    num_classes = 3
+
+    def __init__(self, split="train"):
+        pass
+
+    def fields(self):
+        return [Field("image", (1, 8, 8), "float32"), Field("label", (), "int64")]
+
+    def __len__(self):
+        return 12
+
+    def labels(self):
+        return np.arange(12) % 3
+
+    def __getitem__(self, i):
+        return {"image": np.full((1, 8, 8), i % 3, np.float32), "label": np.array(i % 3, np.int32)}
+'''
+
+
+def small_job(folder, task, **options):
+    """One task on an MLP, 2 steps of 4 samples, nothing averaged or plotted."""
+    return {"seed": 0, "device": "cpu", "output_dir": str(folder / "run"), "tasks": [task],
+            "backbone": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [16], "embedding_size": 8},
+            "schedule": {"batch_size": 4, "steps": 2}, "log": {"progress": False, "plot": False},
+            "averaging": {"type": "none"}, **options}
+
+
+@pytest.fixture(scope="module")
+def int32_plugins(tmp_path_factory):
+    """One plug-in folder for the module: a reader registers its name once per session."""
+    folder = tmp_path_factory.mktemp("plugins")
+    (folder / "int32_labels.py").write_text(INT32_LABELS)
+    return str(folder)
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_check_batches_checks_the_first_batch_against_the_declared_fields(tmp_path, check, int32_plugins):
+    """A reader that declares int64 labels and yields int32: with ``data.check_batches`` (the default) the first
+    batch stops the job with a sentence naming the task, the reader and both descriptions; without, it trains."""
+    job = small_job(tmp_path, {"name": "t", "reader": {"type": "dk_int32_labels"}, "head": "softmax", "eval": None},
+                    plugins=[int32_plugins], data={"num_workers": 0, "check_batches": check})
+    trainer = Trainer(build_job(load_job(data=job)), console=lambda *a: None)
+    if not check:
+        assert trainer.run()["steps"] == 2
+        return
+    with pytest.raises(ContractError, match=r"^task 't': reader 'dk_int32_labels' declared label\[\] int64 but a "
+                                            r"batch holds label\[\] int32$"):
+        trainer.run()
+
+
+def test_eval_max_samples_scores_the_first_samples_only(tmp_path, monkeypatch):
+    """``eval.max_samples`` N: the evaluation reads samples 0..N-1 of the split and its accuracy is the accuracy of
+    the softmax head's logits (features W^T + b, computed here in numpy) on those N samples."""
+    read = []
+    original = SyntheticReader.__getitem__
+
+    def recording(self, index):
+        read.append(int(index))
+        return original(self, index)
+
+    task = {"name": "t", "reader": {"type": "synthetic", "num_samples": 40, "num_classes": 4},
+            "head": "softmax", "eval": {"max_samples": 7}}
+    job = build_job(load_job(data=small_job(tmp_path, task)))
+    monkeypatch.setattr(SyntheticReader, "__getitem__", recording)
+    got = Evaluator(job).evaluate()["t"]["accuracy"]
+    assert sorted(set(read)) == list(range(7))
+    reader = job.eval_reader(job.task("t"))
+    samples = [original(reader, i) for i in range(len(reader))]
+    with paddle.no_grad():
+        job.model.eval()
+        feats = job.model.backbone({"image": paddle.to_tensor(np.stack([s["image"] for s in samples]))}).numpy()
+    head = job.task("t").head
+    logits = feats.astype(np.float64) @ head.weight.numpy().T + head.bias.numpy()
+    labels = np.array([int(s["label"]) for s in samples])
+    hits = logits.argmax(axis=1) == labels
+    assert got == pytest.approx(hits[:7].mean(), abs=1e-12)
+    assert hits[:7].mean() != hits.mean()  # the premise: the whole split would score otherwise
+
+
+def test_optimizer_betas_are_checked_at_load_time():
+    task = {"name": "t", "reader": {"type": "synthetic"}, "head": "softmax"}
+    for bad in ([0.9], [0.9, 1.0], [-0.1, 0.9]):
+        with pytest.raises(ConfigError, match=r"optimizer.betas: expected two numbers in \[0, 1\)"):
+            load_job(data={"tasks": [task], "backbone": "mlp", "optimizer": {"type": "adamw", "betas": bad}})
+
+
+PROBE = r'''
+import ctypes, ctypes.util, json, os, sys
+
+from mtl import runtime
+from mtl.commands import train
+
+before_paddle = []
+set_threads = runtime.set_threads
+runtime.set_threads = lambda threads=None: (before_paddle.append("paddle" not in sys.modules), set_threads(threads))[1]
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+parser = __import__("argparse").ArgumentParser()
+train.add_train_args(parser)
+train.prepare_job(parser.parse_args(sys.argv[1:]))
+mapped = libc.mallinfo2().hblks
+block = bytearray(64 << 20)  # 64 MiB: above glibc's largest mmap threshold, unless mmap is turned off
+print(json.dumps({"threads": [os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                           "OPENBLAS_NUM_THREADS")],
+                  "before_paddle": before_paddle, "mmapped": libc.mallinfo2().hblks - mapped}))
+'''
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("threads, env, expected, tune", [(3, "1", "3", True), (None, "1", "1", False),
+                                                          (None, None, str(os.cpu_count() or 1), True)])
+def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, env, expected, tune):
+    """``threads`` sets the intra-op thread count (OMP, MKL, OpenBLAS) before Paddle is imported; without it a
+    user's OMP_NUM_THREADS stands, else cores / local processes. ``tune_malloc`` turns glibc's mmap of large
+    blocks off (a 64 MiB block then comes from the heap: mallinfo2's count of mmapped blocks does not grow)."""
+    task = {"name": "t", "reader": {"type": "synthetic"}, "head": "softmax"}
+    job = small_job(tmp_path, task, tune_malloc=tune, **({"threads": threads} if threads else {}))
+    path = tmp_path / "job.json"  # JSON is YAML
+    path.write_text(json.dumps(job))
+    run_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                               "OPENBLAS_NUM_THREADS")}
+    run_env.update(PYTHONPATH=ROOT, **({"OMP_NUM_THREADS": env} if env else {}))
+    done = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, env=run_env,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    if threads or env is None:
+        assert seen["threads"] == [expected] * 3
+    else:
+        assert seen["threads"][0] == expected  # the user's own variable, left as it was
+    assert seen["before_paddle"] == [True]
+    assert seen["mmapped"] == (0 if tune else 1)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.distributed
+def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
+    """``mtl launch --ips HOST --nproc_per_node 2`` (docs/distributed.md: the same command on every node listed):
+    one node here, so 2 ranks of one group, both on this host (local processes 2, which the thread default divides
+    the cores by), and a collective across them."""
+    script = os.path.join(ROOT, "tests", "dist_scripts", "launch_probe.py")
+    done = subprocess.run([sys.executable, "-m", "mtl.cli", "launch", "--ips", "127.0.0.1", "--start_port",
+                           str(free_port()), "--nproc_per_node", "2", "--log_dir", str(tmp_path / "logs"), script],
+                          capture_output=True, text=True, env=launcher_env(), cwd=ROOT, timeout=300)
+    logs = "".join((tmp_path / "logs" / f"workerlog.{k}").read_text() for k in range(2)
+                   if (tmp_path / "logs" / f"workerlog.{k}").is_file())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs[-3000:]
+    probes = sorted((json.loads(line[len("PROBE "):]) for line in logs.splitlines() if line.startswith("PROBE ")),
+                    key=lambda p: p["rank"])
+    assert [(p["rank"], p["world"], p["local"], p["sum"]) for p in probes] == [(0, 2, 2, 3.0), (1, 2, 2, 3.0)]
+    assert all(len(p["endpoints"].split(",")) == 2 and p["endpoints"].startswith("127.0.0.1:") for p in probes)
