@@ -1,10 +1,11 @@
 """The same small jobs trained by any checkout of mtl: the reference that ``architecture: hard`` is bit-identical
 to the model before architectures existed (tests/test_arch_training.py).
 
-Regenerate the fixture (this file runs against the checkout on PYTHONPATH; commit 92daa20 is the last one before
-the architecture layer):
+Regenerate the fixture (this file runs against the checkout on PYTHONPATH; commit 26a3f02 is main's last one before
+the architecture layer was merged: its weighting step sums the Gram matrix in float64 row pairs, so PCGrad and
+MGDA-UB differ from 92daa20's in the last bits):
 
-    mkdir /tmp/mtl_before && git archive 92daa20 | tar -x -C /tmp/mtl_before
+    mkdir /tmp/mtl_before && git archive 26a3f02 | tar -x -C /tmp/mtl_before
     PYTHONPATH=/tmp/mtl_before OMP_NUM_THREADS=1 python tests/hard_reference.py tests/fixtures/hard_reference.npz
 
 The jobs: three tasks (ArcFace with sharded-style classes, softmax, regression) on an MLP and on a small CNN with
@@ -69,13 +70,13 @@ def _floats(tree):
 
 def model_weights(folder):
     """Every array of the final checkpoint's backbone and head files, by file and name."""
-    from mtl.convert.weights import read_paddle_file
+    from mtl.safe_pickle import load_paddle_file
 
     ckpt = os.path.join(folder, "checkpoints", "step_6")
     out = {}
     for path in sorted([os.path.join(ckpt, "backbone.pdparams")] +
                        [os.path.join(ckpt, "heads", f) for f in os.listdir(os.path.join(ckpt, "heads"))]):
-        for name, value in read_paddle_file(path).items():
+        for name, value in load_paddle_file(path).items():
             out[f"{os.path.basename(path)}:{name}"] = np.asarray(value)
     return out
 

@@ -45,8 +45,8 @@ def _two_processes(folder):
 @pytest.mark.slow
 def test_hard_is_bit_identical_to_the_model_before_architectures(tmp_path):
     """Six jobs (MLP and CNN with BatchNorm; static, PCGrad, MGDA-UB) trained with ``architecture: hard``: every
-    step's losses, the final evaluation and every final weight equal, bit for bit, those of commit 92daa20 (the code
-    before the architecture layer; tests/hard_reference.py made the fixture with it)."""
+    step's losses, the final evaluation and every final weight equal, bit for bit, those of commit 26a3f02 (main's
+    code before the architecture layer; tests/hard_reference.py made the fixture with it)."""
     from mtl.runtime import select_device
 
     select_device("cpu")
@@ -71,13 +71,13 @@ def test_every_architecture_agrees_between_one_and_two_processes(single_runs, tw
 
 
 def checkpoint_arrays(folder):
-    from mtl.convert.weights import read_paddle_file
+    from mtl.safe_pickle import load_paddle_file
 
     ckpt = os.path.join(folder, "checkpoints", f"step_{STEPS}")
     files = [os.path.join(ckpt, f) for f in sorted(os.listdir(ckpt)) if f.endswith((".pdparams", ".pdopt"))]
     files += [os.path.join(ckpt, "heads", f) for f in sorted(os.listdir(os.path.join(ckpt, "heads")))]
     return {f"{os.path.basename(f)}:{k}": np.asarray(v) for f in files if "rng" not in f
-            for k, v in read_paddle_file(f).items() if isinstance(v, np.ndarray)}
+            for k, v in load_paddle_file(f).items() if isinstance(v, np.ndarray)}
 
 
 @pytest.mark.slow
@@ -136,7 +136,8 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
     """``mtl export --task T``: the inference model's embeddings equal backbone + the architecture's layers for T
     with the run's averaged weights (in this process); naming no task, or another one, is one sentence."""
     from mtl.errors import ConfigError
-    from mtl.export import export, load_run_backbone
+    from mtl.export import export
+    from mtl.inference import open_run
 
     job, run = _train(tmp_path, architecture["type"], architecture)
     images = np.random.RandomState(0).randn(5, 1, 8, 8).astype(np.float32)
@@ -145,11 +146,11 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
         assert meta["task"] == task and meta["architecture"]["type"] == architecture["type"]
         exported = paddle.jit.load(str(tmp_path / f"export_{task}" / "backbone"))
         exported.eval()
-        embedder = load_run_backbone(run, task=task)[0]
+        embedder = open_run(run).backbone(task)
         expected = embedder({"image": paddle.to_tensor(images)}).numpy()
         np.testing.assert_allclose(exported(paddle.to_tensor(images)).numpy(), expected, rtol=1e-5, atol=1e-6)
         assert meta["feature_size"] == expected.shape[1] == job.model.architecture.output_size
-    others = load_run_backbone(run, task="arc7")[0]({"image": paddle.to_tensor(images)}).numpy()
+    others = open_run(run).backbone("arc7")({"image": paddle.to_tensor(images)}).numpy()
     assert not np.allclose(others, expected)  # each task its own embedding
     for task, words in ((None, "name the task to embed for (mtl export RUN OUT --task NAME"),
                         ("nope", "task 'nope' is not one of them")):
