@@ -13,10 +13,6 @@ class Backbone(paddle.nn.Layer):
     ``input_fields()`` declares what the backbone reads (name, per-sample shape, dtype); ``feature_size`` is the
     width of the features it returns; ``forward(inputs)`` takes a dict of batched tensors and returns [B, feature_size].
     ``pretrained`` (a ``.pdparams`` path) is loaded by :func:`load_pretrained` after construction.
-
-    Parameters:
-        embedding_size (int): width of the features (the embedding) the backbone returns
-        input_field (str): the sample field the backbone reads
     """
 
     feature_size: int = 0
@@ -67,8 +63,10 @@ class ImageBackbone(Backbone):
     """A backbone that reads one square image field ``(in_channels, input_size, input_size)`` float32.
 
     Parameters:
+        embedding_size (int): width of the features (the embedding) the backbone returns
         input_size (int): side of the square input images
         in_channels (int): channels of the input images (3: RGB, 1: grey)
+        input_field (str): the sample field the backbone reads (the reader's image field)
     """
 
     def set_image_input(self, input_size, in_channels, input_field, embedding_size):

@@ -82,7 +82,36 @@ class EncoderLayer(nn.Layer):
 
 @register_backbone("bert")
 class Bert(TextBackbone):
-    """BERT/ERNIE encoder; outputs ``sequence`` [B, T, hidden] and ``pooled`` [B, hidden] (the tanh pooler)."""
+    """BERT/ERNIE encoder; outputs ``sequence`` [B, T, hidden] and ``pooled`` [B, hidden] (the tanh pooler).
+
+    Parameters:
+        vocab_size (int): rows of the word embedding table (default: the tokenizer's number of pieces; may be larger,
+            as a checkpoint's padded table is, never smaller)
+        hidden_size (int): width of the embeddings and of every layer's states: the width of the sequence and pooled
+            outputs; a multiple of num_heads
+        num_layers (int): transformer encoder layers
+        num_heads (int): attention heads of each layer (each of hidden_size / num_heads dimensions)
+        intermediate_size (int): width of the inner layer of each feed-forward block
+        max_position (int): rows of the position embedding table: the most pieces an input may have (the readers'
+            max_length must not exceed it)
+        type_vocab_size (int): rows of the segment embedding table (segment ids 0 and 1 of a text pair need 2)
+        task_type_vocab_size (int): rows of ERNIE 3.0's task-type embedding table, whose row task_id is added at
+            every position; 0: no task-type embedding (BERT, ERNIE 1.0/2.0)
+        task_id (int): the task-type embedding row added at every position (0 to task_type_vocab_size - 1; unused
+            when task_type_vocab_size is 0)
+        activation (str): the feed-forward activation: gelu (exact, erf; BERT, ERNIE 2.0/3.0) or relu (ERNIE 1.0)
+        layer_norm_eps (float): epsilon of every LayerNorm (added to the variance)
+        dropout (float): dropout probability of the embeddings and of the attention and feed-forward outputs of each
+            layer (before their residual sums)
+        attention_dropout (float): dropout probability of the attention weights (after the softmax)
+        pre_norm (bool): LayerNorm before each attention and feed-forward block and a final LayerNorm (Xiong et al.,
+            2020); false: after the residual sums, as BERT and ERNIE
+        weights (str): a checkpoint loaded into the encoder by name at construction: a Hugging Face BERT
+            model.safetensors or pytorch_model.bin (.bin, .pt, .pth), or a PaddleNLP ERNIE .pdparams; every tensor
+            of the encoder must be there with its shape, tensors of other parts (e.g. a pre-training head) are left
+            out (default: none, random initialisation; a relative path is taken from the job config's folder when
+            it is there)
+    """
 
     def __init__(self, tokenizer=None, vocab_size=None, hidden_size=768, num_layers=12, num_heads=12,
                  intermediate_size=3072, max_position=512, type_vocab_size=2, task_type_vocab_size=0, task_id=0,

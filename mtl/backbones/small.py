@@ -103,11 +103,14 @@ class MLP(Backbone):
     """Flatten the input field; ``h = act(h @ W + b)`` per hidden size, then ``h @ W + b`` to the embedding.
 
     Parameters:
+        embedding_size (int): width of the features (the embedding) the backbone returns: the last linear layer's
+            outputs
         hidden (list): widths of the hidden layers
         activation (str): the hidden layers' activation: relu, tanh or gelu
         input_shape (list): shape of the input field of a sample (flattened)
         batch_norm (bool): BatchNorm after each hidden layer
         dropout (float): dropout after each hidden layer
+        input_field (str): the sample field the backbone reads (e.g. features, of a table reader)
     """
 
     def __init__(

@@ -53,7 +53,26 @@ class CharPieces(nn.Layer):
 @register_backbone("text_bilstm")
 class TextBiLSTM(TextBackbone):
     """Piece embeddings (+ segments, + optional character CNN) and a BiLSTM; outputs ``sequence`` [B, T, 2H] and
-    ``pooled`` [B, 2H]."""
+    ``pooled`` [B, 2H].
+
+    Parameters:
+        embedding_size (int): width of the piece (and segment) embeddings, the LSTM's input with the character
+            features; not the output width, which is 2 x hidden_size
+        hidden_size (int): LSTM state width of each direction: the sequence and pooled outputs are 2 x hidden_size
+            wide
+        num_layers (int): stacked BiLSTM layers
+        dropout (float): dropout probability between the BiLSTM layers (with num_layers > 1) and on the output
+            sequence; in [0, 1)
+        embedding_dropout (float): dropout probability of the LSTM's input (piece + segment embeddings and character
+            features); in [0, 1)
+        word_dropout (float): in training, the probability that a piece (special tokens excepted) is replaced by
+            [UNK], so that the model learns a use for [UNK]; in [0, 1)
+        char_size (int): width of the character CNN features of each piece's spelling (its first 16 characters,
+            ``##`` dropped), concatenated to its embedding; 0: no character part
+        segments (bool): add a segment embedding (segment id 0 or 1 of a text pair) to the piece embeddings
+        pooling (str): the pooled output: max (masked maximum over the pieces), mean (masked mean) or first
+            (position 0, [CLS])
+    """
 
     def __init__(self, tokenizer=None, embedding_size=128, hidden_size=128, num_layers=2, dropout=0.33,
                  embedding_dropout=0.33, word_dropout=0.0, char_size=0, segments=True, pooling="max",

@@ -63,7 +63,15 @@ class Vocabulary:
 
 
 class TextReader(Reader):
-    """Base of the text readers: samples precomputed as dicts of arrays, their lengths, the text fields."""
+    """Base of the text readers: samples precomputed as dicts of arrays, their lengths, the text fields.
+
+    Parameters:
+        path (str): the training file: the samples of split: train (a reader with label classes also takes its
+            label vocabulary from it for either split, so that both splits number their labels alike)
+        eval_path (str): the evaluation file, read for split: eval (required then)
+        max_length (int): most pieces of one sample (of each row of token_ids), [CLS] and [SEP] included; at least
+            3
+    """
 
     num_classes = None
 
@@ -105,7 +113,14 @@ class TextReader(Reader):
 
 
 class WordReader(TextReader):
-    """Base of readers of sentences of words with word-level (or sentence-level) labels."""
+    """Base of readers of sentences of words with word-level (or sentence-level) labels.
+
+    Parameters:
+        max_length (int): most pieces of a sentence (a sample), [CLS] and [SEP] included; at least 3
+        too_long (str): what a sentence of more than max_length pieces does: error (a data error naming it), split
+            (cut between words into consecutive parts that each fit, every word keeping its tag; word-level tags
+            only) or skip (left out, counted and reported; training split only)
+    """
 
     counts_skipped = True
 

@@ -41,6 +41,13 @@ class ConlluReader(WordReader):
     ``path``: the training file (it also fixes the label vocabulary); ``eval_path``: the evaluation file
     (``split: eval``). ``max_length``: pieces per sentence with ``[CLS]`` and ``[SEP]``; ``too_long``: error, split
     (tags only) or skip (training only), :mod:`mtl.text.words`.
+
+    Parameters:
+        path (str): the training CoNLL-U file: the sentences of split: train, and for either split the label
+            vocabulary (tags, DEPRELs of target tree, or sentence labels; sorted)
+        target (str or mapping): what is learned: a column, upos, xpos, feats, deprel or lemma (word-level tags),
+            tree (the basic dependency tree: each word's head and DEPREL), or {comment: KEY, pattern: REGEX} (a
+            sentence label: the one group of REGEX matched in the sentence's comment KEY)
     """
 
     def __init__(self, path, target="upos", eval_path=None, split="train", tokenizer=None, max_length=256,

@@ -11,7 +11,16 @@ class Iob2Reader(WordReader):
     word-level ``tags`` [W]; the vocabulary (``O`` first, then sorted) comes from the training file ``path``.
 
     ``word_column``, ``tag_column``: the columns of the word and the tag (default: the last two); ``max_length``,
-    ``too_long`` as the ``conllu`` reader's (``split`` keeps every tag)."""
+    ``too_long`` as the ``conllu`` reader's (``split`` keeps every tag).
+
+    Parameters:
+        path (str): the training IOB2 file: the sentences of split: train, and for either split the tag vocabulary
+            (O first, then sorted)
+        word_column (int): the column of the words (counted from 0; negative: from the end, -2 the second-to-last);
+            cells are separated by tabs, or by runs of spaces on a line without a tab
+        tag_column (int): the column of the tags, O, B-TYPE or I-TYPE (counted from 0; negative: from the end, -1
+            the last)
+    """
 
     def __init__(self, path, eval_path=None, split="train", tokenizer=None, word_column=-2, tag_column=-1,
                  max_length=256, too_long="error"):

@@ -15,7 +15,16 @@ class MaskedLmReader(Reader):
     """The ``token_ids`` and ``segment_ids`` of another text reader (``source``, a reader config, e.g.
     ``{type: conllu, path: train.conllu, eval_path: dev.conllu}``) with ``probability`` of the pieces masked and
     their original ids as ``mlm_labels`` [T] (-1 elsewhere). The corruption of sample i in epoch e is drawn from
-    ``default_rng([seed, i, e])``: new every epoch in training, fixed (epoch 0) for evaluation."""
+    ``default_rng([seed, i, e])``: new every epoch in training, fixed (epoch 0) for evaluation.
+
+    Parameters:
+        source (mapping): the text reader whose texts are masked: a reader config with its type (e.g. {type:
+            conllu, path: train.conllu, eval_path: dev.conllu}) that gives one text per sample (token_ids [T]; not
+            matching's pairwise mode); it gets this reader's split and tokenizer, its labels are not used
+        probability (float): the fraction of each text's pieces (special tokens excepted) chosen for prediction, at
+            least one piece: of the chosen, 80% become [MASK], 10% a random piece and 10% stay as they are; in
+            (0, 1)
+    """
 
     epoch_aware = True
 

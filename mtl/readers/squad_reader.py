@@ -13,7 +13,19 @@ class SquadReader(TextReader, SpanExamples):
     """Questions of a SQuAD v1.1 file, one sample per window: ``token_ids``, ``segment_ids`` (0 question, 1
     context), ``start`` / ``end`` (answer pieces; 0 = not in this window), ``context_mask`` [T] (1 on the window's
     context pieces), ``piece_chars`` [T, 2] (character span of each context piece, -1 elsewhere) and
-    ``example_index`` (the question). Training windows use the first gold answer."""
+    ``example_index`` (the question). Training windows use the first gold answer.
+
+    Parameters:
+        path (str): the training SQuAD v1.1 JSON file: the questions of split: train
+        eval_path (str): the evaluation SQuAD v1.1 JSON file, read for split: eval (required then); the span head
+            scores each of its questions against the best of its gold answers
+        max_length (int): most pieces of a window, [CLS] question [SEP] context [SEP]: each window takes up to
+            max_length - 3 - (the question's pieces) pieces of the context
+        doc_stride (int): pieces from the start of one window's context to the next over a context too long for one
+            window (at most the window's context size, so that no piece is skipped); a positive integer
+        max_query_length (int): most pieces of a question (a longer one is cut at its end); max_query_length + 4
+            must not exceed max_length
+    """
 
     def __init__(self, path, eval_path=None, split="train", tokenizer=None, max_length=384, doc_stride=128,
                  max_query_length=64):

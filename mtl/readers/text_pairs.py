@@ -41,7 +41,15 @@ def read_tsv(path, columns):
 
 
 class TsvTextReader(TextReader):
-    """Shared set-up of the TSV readers: the split's file, its records, the too-long policy."""
+    """Shared set-up of the TSV readers: the split's file, its records, the too-long policy.
+
+    Parameters:
+        path (str): the training TSV file (a header row names the columns): the records of split: train
+        eval_path (str): the evaluation TSV file, read for split: eval (required then)
+        max_length (int): most pieces of a text or pair with its special tokens ([CLS] a [SEP] b [SEP]); at least 3
+        too_long (str): what a longer record does: error (a data error naming its line) or truncate (pieces dropped
+            from the end of the longer text until the record fits; no label is lost)
+    """
 
     def _records(self, path, eval_path, split, tokenizer, max_length, too_long, columns):
         self._setup(tokenizer, max_length)
@@ -58,7 +66,14 @@ class TsvTextReader(TextReader):
 @register_reader("text_classification")
 class TextClassificationReader(TsvTextReader):
     """One text or a pair of texts and a class, from a TSV file with columns ``text_a`` [, ``text_b``], ``label``;
-    classes sorted (vocabulary of the training file ``path``), the evaluation file ``eval_path``."""
+    classes sorted (vocabulary of the training file ``path``), the evaluation file ``eval_path``.
+
+    Parameters:
+        path (str): the training TSV file (a header row names the columns): the records of split: train, and for
+            either split the sorted class vocabulary of its label column
+        pair (bool): each record is a pair of texts (columns text_a, text_b: [CLS] a [SEP] b [SEP], segments 0 then
+            1); false: one text (text_a)
+    """
 
     def __init__(self, path, eval_path=None, split="train", tokenizer=None, pair=False, max_length=128,
                  too_long="error"):
@@ -84,7 +99,13 @@ class TextClassificationReader(TsvTextReader):
 @register_reader("matching")
 class MatchingReader(TsvTextReader):
     """Text matching from a TSV file: ``mode: pointwise`` (``text_a``, ``text_b``, ``label`` 0/1) or
-    ``mode: pairwise`` (``text_a``, ``text_b`` matching, ``text_c`` not matching; a group of two rows per sample)."""
+    ``mode: pairwise`` (``text_a``, ``text_b`` matching, ``text_c`` not matching; a group of two rows per sample).
+
+    Parameters:
+        mode (str): pointwise (columns text_a, text_b, label: 1 = the texts match, 0 = not; one pair per sample) or
+            pairwise (text_a, text_b that matches it, text_c that does not; a sample is the two pairs a-b and a-c,
+            token_ids [2, T], the matching one first)
+    """
 
     def __init__(self, path, mode="pointwise", eval_path=None, split="train", tokenizer=None, max_length=128,
                  too_long="error"):
