@@ -102,9 +102,10 @@ def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_pa
         tmp_path / "f.json", "--only", "joint", "--no-baselines", "--set",
         "architecture={type: mmoe, experts: 2, expert_layers: [16], last_relu: false}")
     report = json.load(open(tmp_path / "f.json"))
-    assert set(report["datasets"]) == {"yale", "umist"}
-    assert all(len(info["joint"]) == 1 and 0 <= info["joint"][0] <= 1 for info in report["datasets"].values())
-    job = json.load(open(tmp_path / "f" / "seed0" / "joint" / "job.json"))
+    datasets = report["arms"]["separate"]["datasets"]
+    assert set(datasets) == {"yale", "umist"}
+    assert all(len(per_seed) == 1 and 0 <= per_seed[0] <= 1 for per_seed in datasets.values())
+    job = json.load(open(tmp_path / "f" / "seed0" / "separate" / "job.json"))
     assert job["architecture"]["type"] == "mmoe"
 
 
