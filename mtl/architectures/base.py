@@ -125,6 +125,14 @@ class Architecture(paddle.nn.Layer):
     Subclasses implement :meth:`mix` (task t's rows of backbone features -> its representation) and declare their
     own shared and task parameters; the base adds the optional per-task towers (``tower``: widths, ReLU after each,
     ``tower_dropout``) after :meth:`mix`.
+
+    Parameters:
+        seed (int): set by the job: drawn from the job's seed (and the name architecture); every weight of the
+            architecture's own layers is drawn from it
+        tower (list): widths of the layers of each task's tower, ``h = dropout(relu(h W + b))`` per width, after
+            the architecture's own layers (on the backbone's features for task_norm and adapters; Ma et al.'s towers
+            h^k); the last width is what the task's head reads (its feature_size); empty (the default): no tower
+        tower_dropout (float): dropout rate in [0, 1) after every layer of the towers (training only); 0: none
     """
 
     per_task_backbone = False  # True: task-specific layers inside the backbone; it runs once per task (select)

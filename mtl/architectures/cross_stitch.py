@@ -32,7 +32,18 @@ def _check_init(init):
 
 @register_architecture("cross_stitch")
 class CrossStitch(Architecture):
-    """One MLP column per task with a learned linear mix of the columns after every layer (cross-stitch units)."""
+    """One MLP column per task with a learned linear mix of the columns after every layer (cross-stitch units).
+
+    Parameters:
+        layers (list): widths of the layers l = 1..L of each task's column ``a_s^l = relu(W_s^l h_s^(l-1) + b_s^l)``
+            (Misra et al., eq. 1), a cross-stitch unit after each; at least one; the last width is what the towers
+            or heads read
+        init (list): [alpha_same, alpha_others]: the start of the cross-stitch units' alpha^l (trained): alpha_tt =
+            alpha_same, alpha_others split evenly over the other columns (the paper's convex combination [0.9, 0.1]);
+            Misra et al. train alpha with a larger learning rate (optimizer.lr_mult: {architecture.stitches: ...})
+        last_relu (bool): ReLU after the columns' last layer too (true, the paper's); false: their last layer
+            linear, for embeddings a cosine head scores (ReLU would confine them to the positive orthant)
+    """
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, layers=(64,), init=(0.9, 0.1), last_relu: bool = True,
                  tower=(), tower_dropout: float = 0.0):

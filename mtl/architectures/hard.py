@@ -12,6 +12,11 @@ class Hard(Architecture):
     without an architecture layer). ``bottom: [w, ...]`` adds shared ReLU layers after the backbone and
     ``tower: [w, ...]`` a stack of ReLU layers per task: task t's head sees ``tower_t(bottom(z))`` (Ma et al.'s
     shared-bottom model, eq. 1: y_k = h^k(f(x)); Sener and Koltun's LeNet with its per-task layers).
+
+    Parameters:
+        bottom (list): widths of shared ReLU layers ``h = relu(h W + b)`` after the backbone, read by every task (Ma et
+            al.'s shared bottom f, eq. 1); no dropout (tower_dropout is the towers'); empty (the default): none, the
+            towers or heads read the backbone's features
     """
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, bottom=(), tower=(), tower_dropout: float = 0.0):

@@ -14,7 +14,17 @@ from mtl.registry import register_architecture
 
 @register_architecture("mmoe")
 class MMoE(Architecture):
-    """Experts shared by every task mixed by one softmax gate per task (``gates: task``) or one for all (``one``)."""
+    """Experts shared by every task mixed by one softmax gate per task (``gates: task``) or one for all (``one``).
+
+    Parameters:
+        experts (int): n, the number of experts f_i shared by every task (the sum over i = 1..n of Ma et al.'s eq. 7)
+        expert_layers (list): widths of the layers of each expert, an MLP ``h = relu(h W + b)`` per width on the
+            backbone's features (at least one); the last width is the mixture's, what the towers or heads read
+        gates (str): task (one softmax gate g^k per task, each seeing only its task's rows: MMoE, eqs. 6-8) or one
+            (a single gate g for every task: the one-gate mixture of experts, OMoE, eq. 5)
+        last_relu (bool): ReLU after the experts' last layer too (true, the paper's ReLU experts); false: their last
+            layer linear, for embeddings a cosine head scores (ReLU would confine them to the positive orthant)
+    """
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, experts: int = 8, expert_layers=(16,),
                  gates: str = "task", last_relu: bool = True, tower=(), tower_dropout: float = 0.0):

@@ -51,9 +51,20 @@ class ExtractionLevel(paddle.nn.Layer):
         return outputs, mix_experts(self.shared_gate(shared_input), everything)
 
 
-@register_architecture("ple")
-class PLE(Architecture):
-    """Progressive layered extraction: ``levels`` stacked CGC levels with shared gates between them."""
+class StackedExtraction(Architecture):
+    """Base of ``cgc`` and ``ple``: ``levels`` stacked extraction levels (:class:`ExtractionLevel`), task t's head
+    reading task t's output of the last one (the module docstring).
+
+    Parameters:
+        task_experts (int): m_k, the experts of each task's own at every level (Tang et al., eq. 4; the same count
+            for every task)
+        shared_experts (int): m_s, the shared experts at every level (eq. 4), read by every task's gate
+        expert_layers (list): widths of the layers of each expert (every level's), an MLP ``h = relu(h W + b)`` per
+            width (at least one); the last width is a level's output, what the next level, the towers or the heads
+            read
+        last_relu (bool): ReLU after the experts' last layer too (true, ReLU experts); false: their last layer
+            linear, for embeddings a cosine head scores (ReLU would confine them to the positive orthant)
+    """
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, levels: int = 2, task_experts: int = 1,
                  shared_experts: int = 1, expert_layers=(16,), last_relu: bool = True, tower=(),
@@ -99,8 +110,18 @@ class PLE(Architecture):
         return self._level_parts(task)[1]
 
 
+@register_architecture("ple")
+class PLE(StackedExtraction):
+    """Progressive layered extraction: ``levels`` stacked CGC levels with shared gates between them.
+
+    Parameters:
+        levels (int): N, the number of stacked extraction levels (Tang et al., eq. 5): every level but the last has
+            a shared gate over all its experts that makes the next level's shared input; 1 is cgc
+    """
+
+
 @register_architecture("cgc")
-class CGC(PLE):
+class CGC(StackedExtraction):
     """Customized gate control: one extraction level, task experts and shared experts, one gate per task."""
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, task_experts: int = 1, shared_experts: int = 1,

@@ -18,7 +18,18 @@ from mtl.registry import register_backbone
 
 @register_backbone("lenet")
 class LeNet(ImageBackbone):
-    """Sener and Koltun's shared LeNet trunk: conv-pool-conv-pool and one fully connected layer to 50 features."""
+    """Sener and Koltun's shared LeNet trunk: conv-pool-conv-pool and one fully connected layer to 50 features.
+
+    Parameters:
+        channels (list): output channels of the two 5x5 convolutions (theirs: 10 and 20)
+        dropout (float): rate in [0, 1) of the channel dropout after the second convolution (each channel of each
+            sample dropped with probability p, the kept ones scaled by 1 / (1 - p); theirs: 0.5); 0: none
+        batch_norm (bool): a BatchNorm after each convolution, before its pooling (not in their trunk: for the
+            architectures that make BatchNorms task-specific, task_norm and adapters)
+        pretrained (str): a .pdparams file loaded once the trunk is built (every parameter must match by name and
+            shape); None: the initialisation. A job's backbone.pretrained is the job's own key, loaded the same way
+            after construction, not passed here
+    """
 
     def __init__(self, embedding_size: int = 50, channels=(10, 20), in_channels: int = 1, input_size: int = 28,
                  dropout: float = 0.5, batch_norm: bool = False, input_field: str = "image", pretrained: str = None):

@@ -159,7 +159,13 @@ class Identity(Backbone):
     """The input field itself, flattened: ``[B, *input_shape] -> [B, prod(input_shape)]`` (no parameters).
 
     For tabular inputs whose whole model is the architecture's (Ma et al.'s synthetic benchmark: the experts, or the
-    shared bottom, read the input features directly)."""
+    shared bottom, read the input features directly).
+
+    Parameters:
+        input_shape (list): shape of the input field of a sample; the backbone's feature_size (what the
+            architecture reads) is its product
+        input_field (str): the sample field the backbone reads (e.g. features, of mmoe_synthetic or a table reader)
+    """
 
     def __init__(self, input_shape: Sequence[int] = (100,), input_field: str = "features"):
         super().__init__()

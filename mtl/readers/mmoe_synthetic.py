@@ -50,7 +50,24 @@ def labels(inputs, weights, alpha, beta, noise):
 
 @register_reader("mmoe_synthetic")
 class MMoESyntheticReader(Reader):
-    """Ma et al.'s two regression tasks with correlation score ``correlation`` (the cosine of their weights)."""
+    """Ma et al.'s two regression tasks with correlation score ``correlation`` (the cosine of their weights).
+
+    Parameters:
+        correlation (float): p, the correlation score in [-1, 1]: the cosine of the two tasks' weight vectors w1 and
+            w2 (the labels' Pearson correlation is lower: 0.27 at p = 0.5, 0.77 at 0.9)
+        task (int): the task whose label y_k the reader gives as target: 0 (y_1, weights w1 = c u1) or 1 (y_2)
+        seed (int): seed of u1, u2, the inputs and the noise: the readers of both tasks with the same seed read the
+            same inputs (sample i is the same x)
+        num_samples (int): inputs of split train
+        eval_samples (int): inputs of the evaluation split (other ones than the training split's)
+        dimension (int): d, the dimension of the inputs x and of the weights w_k (at least 2)
+        scale (float): c, the norm of both weight vectors (w_k^T x ~ N(0, c^2))
+        sines (int): m, the sine terms sin(alpha_i w_k^T x + beta_i) added to each label
+        noise (float): standard deviation of the label noise eps_k (the paper's variance 0.01: 0.1); 0: none
+        shape_seed (int): seed of the sines' alpha_i, beta_i ~ N(0, 1), the same for both tasks (the paper's "given
+            parameters": keep it across repeated runs, vary seed)
+        input_field (str): name of the input field x, float32 [dimension] (the label is field target, [1])
+    """
 
     num_outputs = 1
 

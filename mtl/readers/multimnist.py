@@ -100,7 +100,22 @@ def partners(count, seed):
 
 @register_reader("multimnist")
 class MultiMNISTReader(Reader):
-    """Two overlapping MNIST digits per image; the label is the ``left`` (top-left) or ``right`` digit."""
+    """Two overlapping MNIST digits per image; the label is the ``left`` (top-left) or ``right`` digit.
+
+    Parameters:
+        mnist_dir (str): the folder of the MNIST IDX files (gzipped or not): train-images-idx3-ubyte and
+            train-labels-idx1-ubyte, and for eval_split: test t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte
+        digit (str): the task's label: left (the top-left digit, Sener and Koltun's task L) or right (the
+            bottom-right one, task R)
+        eval_split (str): what the evaluation split reads: val (the val_size validation digits held out of the
+            60,000 training digits, for choosing settings) or test (the 10,000 MNIST test digits, t10k-*, their
+            test set; an error where those files are absent)
+        val_size (int): training digits held out as the validation part (1 to 59,999); split: train reads the others
+        seed (int): seed of the training/validation split and of the partners drawn in each part: the left and
+            right readers with the same seed read the same images
+        image_field (str): name of the image field, float32 [1, 28, 28] normalised as (x / 255 - 0.1307) / 0.3081
+            (the label is field label, int64)
+    """
 
     num_classes = 10
 
