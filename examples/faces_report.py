@@ -151,13 +151,24 @@ def train_all(args, runs):
 
 
 def embeddings(run_dir, readers, batch_size=256):
-    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights)."""
+    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights); when
+    the run's architecture gives each task its own embedding, each reader's through its task's (a merged run's one
+    task for every reader)."""
+    from mtl.architectures.base import TaskEmbedder
     from mtl.evaluation.evaluator import embed
     from mtl.inference import open_run
 
-    backbone = open_run(run_dir).backbone()
+    run = open_run(run_dir)
+    tasks = [t["name"] for t in run.cfg["tasks"]]
+    built = {}
     out = {}
     for name, reader in readers.items():
+        task = name if name in tasks else tasks[0] if len(tasks) == 1 else None
+        if task not in built:
+            built[task] = run.backbone(task)
+        backbone = built[task]
+        if not isinstance(backbone, TaskEmbedder):  # one embedding for every task: built once
+            built = {key: backbone for key in [*tasks, None]}
         features, rest = embed(backbone, reader, batch_size)
         out[name] = (features.numpy().astype(np.float64), np.asarray(rest["label"]).reshape(-1))
     return out

@@ -1,8 +1,10 @@
 """Export a trained run for inference, and embed images with the exported model.
 
-``mtl export RUN_DIR OUT_DIR`` writes ``OUT_DIR/backbone`` (a Paddle inference model from ``paddle.jit.save``, with
-the averaged weights when the run averaged them), ``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards
-merged along the class axis) and ``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks).
+``mtl export RUN_DIR OUT_DIR [--task NAME]`` writes ``OUT_DIR/backbone`` (a Paddle inference model from
+``paddle.jit.save``, with the averaged weights when the run averaged them; when the run's architecture gives each task
+its own embedding, the backbone and the architecture's layers of the task ``--task`` names),
+``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards merged along the class axis) and
+``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks, architecture and the task embedded for).
 With ``--onnx`` it also writes ``OUT_DIR/backbone.onnx`` (through paddle2onnx, batch axis dynamic), for deployment with
 onnxruntime and the like; paddle2onnx and onnxruntime are an optional extra (requirements-extras.txt).
 ``mtl embed OUT_DIR IMAGES... -o emb.npy`` embeds image files (decoded, resized, ``(x/255 - 0.5)/0.5``) or ``.npy``
@@ -18,18 +20,19 @@ from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError
 
 
-def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False):
+def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None):
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
     ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``.
     The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.inference.import_plugins`).
+    ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
     """
     import paddle
 
     from mtl.inference import field_adapter, open_run, read_run_data
 
     run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
-    backbone = run.backbone()
+    backbone = run.backbone(task)
     fields = backbone.input_fields()
     field = fields[0]
     model = field_adapter(backbone, field.name, to_dict=True) if len(fields) == 1 else fields_adapter(backbone)
@@ -40,8 +43,8 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
                     os.path.join(out_dir, "backbone"))
     backbone.save_assets(out_dir)  # a text encoder's tokenizer.json: `mtl embed` tokenises as training did
     heads = {}
-    for task in run.cfg["tasks"]:
-        name = task["name"]
+    for tcfg in run.cfg["tasks"]:
+        name = tcfg["name"]
         state = run.head_state(name)
         np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
         heads[name] = {k: list(v.shape) for k, v in state.items()}
@@ -51,6 +54,11 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
             "step": run.step, "checkpoint": os.path.abspath(run.checkpoint), "heads": heads,
             "preprocess": task_preprocessing(run.cfg["tasks"]),
             "head_configs": {t["name"]: t["head"] for t in run.cfg["tasks"]}, **read_run_data(run_dir)}
+    from mtl.architectures.base import TaskEmbedder
+    from mtl.architectures.build import architecture_config
+
+    meta["architecture"] = architecture_config(run.cfg)
+    meta["task"] = backbone.task if isinstance(backbone, TaskEmbedder) else None  # the task it embeds for
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta

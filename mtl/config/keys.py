@@ -178,6 +178,9 @@ JOB = {
     "max_consecutive_nonfinite": Opt(int, 10, min=1, doc="skip: stop after this many bad steps in a row"),
     "weighting": Opt((dict, str), "static", check=_component,
                      doc="task weighting strategy: {type: name, ...params} (mtl plugins lists them)"),
+    "architecture": Opt((dict, str), "hard", check=_component,
+                        doc="the layer between backbone and heads: hard (shared backbone), mmoe, cgc, ple, "
+                            "cross_stitch, task_norm, adapters; {type: name, ...params} (docs/architectures.md)"),
     "schedule": Section(SCHEDULE, doc="how steps are composed"),
     "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
     "log": Section({

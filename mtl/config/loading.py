@@ -263,16 +263,16 @@ def blame_set(task: dict, exc: ConfigError) -> ConfigError:
     return exc
 
 
-PATH_KEYS = ("path", "root", "list", "eval_path", "target_list")
+PATH_KEYS = ("path", "root", "list", "eval_path", "target_list", "mnist_dir")
 BACKBONE_PATH_KEYS = ("tokenizer", "weights")
 
 
 def resolve_reader_paths(cfg, task_source, base_dir=None):
-    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``, and
-    those of the sources of a ``concat`` reader's ``readers`` and of a ``masked_lm`` reader's ``source``) are taken
-    relative to the task file's folder (``base_dir`` for a task written inline in a job config whose source label is
-    not a file, e.g. with ``--set``) when they exist there, else left as they are (relative to the working
-    directory)."""
+    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``,
+    ``mnist_dir``, and those of the sources of a ``concat`` reader's ``readers`` and of a ``masked_lm`` reader's
+    ``source``) are taken relative to the task file's folder (``base_dir`` for a task written inline in a job config
+    whose source label is not a file, e.g. with ``--set``) when they exist there, else left as they are (relative to
+    the working directory)."""
     if task_source and os.path.isfile(str(task_source)):
         base_dir = os.path.dirname(os.path.abspath(task_source))
     if not base_dir:
@@ -360,7 +360,8 @@ def _load_tasks(job, base_dir, folders, source, task_overrides):
 
 
 def _check_components(job, tasks, source):
-    """Every component names a registered plug-in with parameters it accepts; the weighting fits the schedule."""
+    """Every component (the architecture too) names a registered plug-in with parameters it accepts; the weighting
+    fits the schedule."""
     from mtl.backbones.base import JOB_KEYS, constructor_config
 
     validate(BACKBONE, {k: v for k, v in job["backbone"].items() if k in JOB_KEYS}, source, "backbone")
@@ -372,6 +373,7 @@ def _check_components(job, tasks, source):
                 _check_component(kind, t[kind], t["source"], prefix + kind)
             except ConfigError as exc:
                 raise blame_set(t, exc) from None
+    _check_component("architecture", job["architecture"], source, "architecture")
     entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
     # built once here (plain numpy, cheap) so that a bad hyper-parameter value fails at load time too
     registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
@@ -470,6 +472,7 @@ def load_job(path=None, overrides=(), data=None):
         if isinstance(job["backbone"].get(key), str):
             job["backbone"][key] = resolve_path(job["backbone"][key], base_dir)
     job["weighting"] = registry.as_component(job["weighting"])
+    job["architecture"] = registry.as_component(job["architecture"])
     _check_components(job, tasks, source)
     _check_cross_negatives(job, tasks, base_dir, source)
     _check_optimizer(job, source)

@@ -82,7 +82,7 @@ class Evaluator:
                 from mtl.evaluation.verify import evaluate_sets
 
                 roc = os.path.join(self.output_dir, f"roc_{task.name}.png") if self.output_dir else None
-                metrics.update(evaluate_sets(self.job.model.backbone, self.sets(task), batch_size,
+                metrics.update(evaluate_sets(self.job.model.embedder(task.name), self.sets(task), batch_size,
                                              self.job.backbone.input_fields()[0].name, roc, f"{task.name}: ROC"))
             results[task.name] = metrics
         return results
@@ -95,7 +95,7 @@ class Evaluator:
 
             return evaluate_batches(self.job.model.backbone, task.head, reader, batch_size,
                                     task.cfg["eval"]["max_samples"])
-        feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
+        feats, rest = embed(self.job.model.embedder(task.name), reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
         if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them
             from mtl.evaluation.pairs import open_set_verification

@@ -5,6 +5,9 @@ and go through the backbone in one pass; the features are split back per task an
 Text sub-batches of different lengths share a signature: they are padded to the longest and each task's sequence
 features are cut back to its own length; a head reads the backbone output it names (``Head.reads``: ``sequence``
 [B, T, D] or ``pooled`` [B, D] of a text encoder) (:mod:`mtl.backbones.rows`).
+Between the backbone and the heads sits the job's architecture (:mod:`mtl.architectures`): task t's features (its
+rows only) become what task t's head sees; ``hard`` (the default, no towers) hands them over unchanged. An
+architecture with task layers inside the backbone (``per_task_backbone``) gets one backbone pass per task.
 Total loss = sum_t loss_weight_t * loss_t over the tasks present in the step; absent tasks cost nothing.
 
 Backward (:meth:`JointModel.backward`) runs in two phases: each head's loss is differentiated alone, in job order, down
@@ -42,9 +45,14 @@ class JointModel(paddle.nn.Layer):
     """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``)."""
 
     def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],
-                 cross_negatives=None):
+                 cross_negatives=None, architecture=None):
         super().__init__()
         self.backbone = backbone
+        if architecture is None:  # hard parameter sharing without towers: the heads read the backbone's features
+            from mtl.architectures.hard import Hard
+
+            architecture = Hard(backbone.feature_size, list(heads))
+        self.architecture = architecture
         self.cross_negatives = cross_negatives  # the heads' CrossNegatives (mtl.heads.cross_negatives), or None
         self.heads = paddle.nn.LayerDict(heads)
         for head in heads.values():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
@@ -59,16 +67,23 @@ class JointModel(paddle.nn.Layer):
         length) are None, so text sub-batches of any length share one pass (:mod:`mtl.backbones.rows`)."""
         return rows.input_signature(self._input_fields, sub_batch)
 
-    def features(self, batch) -> Dict[str, object]:
-        """Backbone output per task (a tensor, or ``{name: tensor}``), one backbone pass per input signature."""
+    def backbone_passes(self, batch):
+        """The tasks of each backbone pass: one pass per input signature (per task with a ``per_task_backbone``
+        architecture), in the batch's order."""
         groups = OrderedDict()
         for task, sub in batch.items():
-            groups.setdefault(self.signature(sub), []).append(task)
+            groups.setdefault((task,) if self.architecture.per_task_backbone else self.signature(sub), []).append(task)
+        return list(groups.values())
+
+    def features(self, batch) -> Dict[str, object]:
+        """What every task's head sees (a tensor, or ``{name: tensor}`` of a text encoder): the backbone's output per
+        pass, split per task, through the architecture's layers for the task (its rows only)."""
         out = {}
-        self._groups = list(groups.values())
+        self._groups = self.backbone_passes(batch)
         fields = self._input_fields
-        for tasks in groups.values():
+        for tasks in self._groups:
             subs = [batch[t] for t in tasks]
+            self.architecture.select(tasks[0])  # per_task_backbone: the task whose layers this pass uses
             with self.autocast():
                 feats = self.backbone(rows.concat_rows(fields, subs))
             feats = rows.to_float32(feats) if paddle.get_default_dtype() == "float32" else feats
@@ -77,7 +92,7 @@ class JointModel(paddle.nn.Layer):
             sizes = [rows.variable_size(fields, sub) for sub in subs]
             for t, f in zip(tasks, rows.split_outputs(feats, self.backbone.output_fields(), counts, groups_of,
                                                       sizes)):
-                out[t] = f
+                out[t] = f if self.architecture.is_identity else self.architecture(t, f)
         return out
 
     def prepare_step(self, batch, step: int, accumulate: int):
@@ -162,9 +177,22 @@ class JointModel(paddle.nn.Layer):
         self._feature_grads = {}
 
     def shared_parameters(self):
-        """The parameters every task's loss reaches (the backbone's trainable ones): those whose per-task gradients a
-        gradient-based weighting strategy combines (:mod:`mtl.train.balancing`)."""
-        return [p for p in self.backbone.parameters() if not p.stop_gradient]
+        """The trainable parameters several tasks' losses reach: the ones whose per-task gradients a gradient-based
+        weighting combines (the backbone's under ``hard``; ``Architecture.shared_parameters``)."""
+        return self.architecture.shared_parameters(self.backbone)
+
+    def task_parameters(self, task):
+        """The parameters only ``task``'s loss reaches: its head's and its own layers of the architecture."""
+        return list(self.heads[task].parameters()) + self.architecture.task_parameters(task, self.backbone)
+
+    def embedder(self, task):
+        """What embeds ``task``'s samples (evaluation, export): the backbone itself when the architecture hands its
+        features over unchanged, else backbone + the architecture's layers for ``task``."""
+        if self.architecture.is_identity:
+            return self.backbone
+        from mtl.architectures.base import TaskEmbedder
+
+        return TaskEmbedder(self.backbone, self.architecture, task)
 
     def row_gradients(self):
         """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``)."""
