@@ -42,6 +42,11 @@ demo: $(STAMP)
 demo-faces: $(STAMP)  ## six real face datasets, open set: the joint run of one seed, the classic baselines, mtl overlap
 	$(PY) examples/faces_report.py --seeds 0 --only joint --overlap --out runs/faces_demo
 
+.PHONY: demo-text
+demo-text: $(STAMP)  ## the English Web Treebank recipe, one seed, shortened: joint and each task alone (under 5 minutes)
+	OMP_NUM_THREADS=1 $(PY) examples/text_report.py --seeds 0 --steps 100 --only joint alone --out runs/text_demo \
+		--json runs/text_demo/report.json
+
 test: $(STAMP) $(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 

@@ -28,6 +28,7 @@ setup(
         "matplotlib==3.11.2",
         "pillow==13.0.0",
         "opencv-python-headless==5.0.0.93",
+        "tokenizers==0.23.3",  # the subword tokenizer of the text encoders (mtl.text.tokenizer)
     ],
     extras_require={"cpu": ["paddlepaddle==3.3.1"],  # the GPU build comes from Paddle's CUDA index: the Makefile
                     "test": ["pytest==9.2.0", "ruff==0.17.6", "scipy==1.17.1", "hypothesis==6.170.17"],

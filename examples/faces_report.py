@@ -1,5 +1,5 @@
 """Open-set face verification report of a multi-dataset recipe: arms of training on several face datasets, scored on
-the held-out people of every dataset, one dataset at a time and all people together (issue #29, item 5).
+the held-out people of every dataset, one dataset at a time and all people together.
 
     python examples/faces_report.py [--config examples/configs/faces_six.yaml] [--arms ARM,...] [--seeds 0 1 2]
         [--json FILE] [--plot FILE] [--out runs/faces_report] [--jobs 2] [--steps N] [--set KEY=VALUE ...]
@@ -151,13 +151,24 @@ def train_all(args, runs):
 
 
 def embeddings(run_dir, readers, batch_size=256):
-    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights)."""
+    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights); when
+    the run's architecture gives each task its own embedding, each reader's through its task's (a merged run's one
+    task for every reader)."""
+    from mtl.architectures.base import TaskEmbedder
     from mtl.evaluation.evaluator import embed
     from mtl.inference import open_run
 
-    backbone = open_run(run_dir).backbone()
+    run = open_run(run_dir)
+    tasks = [t["name"] for t in run.cfg["tasks"]]
+    built = {}
     out = {}
     for name, reader in readers.items():
+        task = name if name in tasks else tasks[0] if len(tasks) == 1 else None
+        if task not in built:
+            built[task] = run.backbone(task)
+        backbone = built[task]
+        if not isinstance(backbone, TaskEmbedder):  # one embedding for every task: built once
+            built = {key: backbone for key in [*tasks, None]}
         features, rest = embed(backbone, reader, batch_size)
         out[name] = (features.numpy().astype(np.float64), np.asarray(rest["label"]).reshape(-1))
     return out

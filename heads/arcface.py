@@ -8,14 +8,18 @@ One step, as named pieces:
    than normalising W, see docs/paddle-notes.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
    (``mtl.heads.margin``), then everything is multiplied by ``scale``;
-5. loss: softmax cross-entropy across shards, with the top-1 prediction settled in the same two all-reduces (MAX
-   and SUM; ``mtl.parallel.topk.top1_votes``). Steps 3-5 run in one autograd function over blocks of class rows
-   (``mtl.heads.chunked_softmax``): the per-class work stays in cache, and Partial FC allocates nothing of size
-   ``[K, D]`` but the sampled rows' gradient. On CPU tensors the chunk passes run in numpy on the tensors' own
-   memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower there).
-   Inter-class filtering (``interclass_filtering_threshold``, ``interclass_filtering_mode``) and known same-person
-   class pairs (``same_person``) take negatives out of a sample's softmax inside those passes
-   (``mtl.heads.filtering``).
+5. negatives of other heads (cross-head negatives, ``mtl.heads.cross_negatives``): the rows of the job's other face
+   heads on this rank, scored after the own ones, without their same-person classes;
+6. loss: the softmax cross-entropy across shards, loss only (``mtl.heads.chunked_softmax``: one MAX and one SUM
+   all-reduce); steps 3-6 run in one autograd function over blocks of class rows: the per-class work stays in
+   cache, and Partial FC allocates nothing of size ``[K, D]`` but the sampled rows' gradient, handed to the
+   optimizer as a :class:`mtl.train.sparse.RowGradient`. On CPU tensors the chunk passes run in numpy on the
+   tensors' own memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower
+   there). Inter-class filtering (``interclass_filtering_threshold``, ``interclass_filtering_mode``) and known
+   same-person class pairs (``same_person``) take negatives out of a sample's softmax inside those passes
+   (``mtl.heads.filtering``);
+7. top-1: the training accuracy, from the best own logit each rank saw in the passes, settled across shards outside
+   the loss (``mtl.parallel.topk.top1_across_shards``).
 The fused path (``fused: true``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, no
 inter-class filtering, and no fallback past ``m1*theta + m2 > pi``); the composed path is the reference, runs on
 every device and is the default everywhere (``fused: auto``): the fused one has not run in this project yet
@@ -32,14 +36,15 @@ from mtl.arrays import to_numpy, unit_rows
 from mtl.errors import ParameterError
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
-from mtl.heads.chunked_softmax import ClassRows, Workspace, chunk_rows, chunked_margin_softmax, inverse_norm
-from mtl.heads.filtering import check_filtering, chunk_mask
+from mtl.heads.chunked_softmax import Statistics, chunked_margin_softmax, inverse_norm
+from mtl.heads.class_rows import RowSource, ScoredRows, Workspace, chunk_rows
+from mtl.heads.filtering import ChunkMask, check_filtering, own_segment
 from mtl.heads.margin import check_margin, margin_transform
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.heads.sharded_loss import local_targets
 from mtl.parallel import distributed
 from mtl.parallel.collective import all_gather_rows
-from mtl.parallel.topk import sharded_topk
+from mtl.parallel.topk import sharded_topk, top1_across_shards
 from mtl.registry import register_head
 from mtl.train.sparse import RowGradient
 
@@ -50,6 +55,7 @@ class ArcFaceHead(ShardedClassHead):
 
     primary_metric = "verification_accuracy"
     higher_is_better = True
+    cross_negatives = True
     default_margin = (1.0, 0.5, 0.0)
 
     def __init__(self, num_classes=None, feature_size=None, margin=None, scale=64.0, sample_ratio=1.0,
@@ -74,6 +80,8 @@ class ArcFaceHead(ShardedClassHead):
         self._workspace = Workspace()  # Partial FC: the step's work buffer, reused from step to step
         self._step_sample = None  # accumulated step: (step, sorted global ids) drawn over all its micro-batches
         self._summed = None  # accumulated step: the sampled rows' gradient summed over its finished micro-batches
+        self.cross = None  # the job's CrossNegatives (mtl.heads.cross_negatives), attached when built
+        self.task = ""
 
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
@@ -136,7 +144,8 @@ class ArcFaceHead(ShardedClassHead):
         return self.cosine(F.normalize(features, axis=1), self.weight)
 
     def sample_classes(self, labels):
-        """The class rows this rank scores for the gathered ``labels``: ``(ClassRows, global ids [K_k], target [N])``
+        """The own class rows this rank scores for the gathered ``labels``: ``(RowSource, global ids [K_k],
+        target [N])``
         with ``target`` = the label's column among the rows, or -1 (another rank's class).
 
         Without sampling K_k = C_k. With sampling, the sample is drawn over all C classes from (seed, step)
@@ -147,7 +156,7 @@ class ArcFaceHead(ShardedClassHead):
         target = local_targets(labels, self.shard_start, self.shard_size)
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         if count >= self.num_classes:
-            return ClassRows(self.weight, first_id=self.shard_start), self.class_ids, target
+            return RowSource(self.weight, None, self.shard_start, self.task), self.class_ids, target
         if self.training and self._step_sample is not None and self._step_sample[0] == self.sample_step:
             sampled = self._step_sample[1]  # an accumulated step: the sample drawn over all its micro-batches
         else:
@@ -155,8 +164,7 @@ class ArcFaceHead(ShardedClassHead):
         index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
-        rows = ClassRows(self.weight, index, self._workspace, first_id=self.shard_start)
-        return rows, index + self.shard_start, target
+        return RowSource(self.weight, index, self.shard_start, self.task), index + self.shard_start, target
 
     def set_step(self, step: int):
         """Partial FC draws its sample from (seed, step): take the runner's global step."""
@@ -181,42 +189,65 @@ class ArcFaceHead(ShardedClassHead):
         """Accumulated step: add the last micro-batch's sampled-row gradient (in the reused work buffer) into the
         step's sum, which then stands as that micro-batch's gradient (idempotent)."""
         last = self._sampled
-        if self._step_sample is None or last is None or last.rows.grad is None or last.rows.grad is self._summed:
+        if self._step_sample is None or last is None or last.grad is None or last.grad is self._summed:
             return
         if self._summed is None:
-            self._summed = last.rows.grad.clone()  # the buffer is reused by the next micro-batch
+            self._summed = last.grad.clone()  # the buffer is reused by the next micro-batch
         else:
-            self._summed.add_(last.rows.grad)
-        last.rows.grad = self._summed
+            self._summed.add_(last.grad)
+        last.grad = self._summed
+
+    def attach_cross_negatives(self, cross, task: str):
+        """Score the other face heads' classes as negatives too (the job's ``cross_negatives``)."""
+        self.cross, self.task = cross, task
 
     def forward(self, features, labels) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
         self._fold_rows()  # an accumulated step: the last micro-batch's row gradient, before the buffer is reused
         self._sampled = None  # the last step's row gradient: released before this step allocates its own
-        x, y = self.gather_batch(features, labels)
-        rows, class_ids, target = self.sample_classes(y)
-        if self.training and rows.index is not None:
+        x, y = self.gather_batch(features, labels)  # 1. gather
+        own, class_ids, target = self.sample_classes(y)  # 2. sample
+        step = self.sample_step
+        if self.training and own.index is not None:
             self.sample_step += 1
         self.last_sampled_classes = class_ids
         x_hat = F.normalize(x, axis=1)
         if self.fused:
-            m1, m2, m3 = self.margin
-            cos = self.cosine(x_hat, self.weight)
-            group = None if distributed.is_distributed() else False
-            loss = F.margin_cross_entropy(cos, y, margin1=m1, margin2=m2, margin3=m3, scale=self.scale,
-                                          group=group, reduction="mean")
-            predicted = sharded_topk(cos.detach(), class_ids, 1)[:, 0]
-        else:
-            mask = chunk_mask(self.filtering, y.numpy(), self.scale, self.shard_start, rows.count,
-                              None if rows.index is None else rows.index.numpy()) if self.filtering.active else None
-            loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, dense=rows.index is None,
-                                          mask=mask)
-            predicted = rows.predicted
-        # Partial FC in training: the optimizer updates the sampled rows from rows.grad (mtl.train.sparse)
-        self._sampled = RowGradient(self.weight, rows.index, rows) if self.training and rows.index is not None \
-            else None
-        accuracy = (predicted == y).astype("float32").mean()
-        return HeadOutput(loss=loss, metrics={"accuracy": accuracy})
+            return self._fused(x_hat, y, class_ids)
+        others = self.cross.sources(self.task, step) if self.cross is not None and self.training else []
+        rows = ScoredRows([own] + others, self._workspace if own.index is not None else None)  # 5. other heads
+        mask = self.negative_mask(y.numpy(), rows) if self.filtering.active or others else None
+        stats = Statistics()
+        if self.training and own.index is not None:  # Partial FC: the optimizer updates the sampled rows
+            stats.gradient = self._sampled = RowGradient(self.weight, own.index)
+        loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, mask=mask, stats=stats)  # 3-6
+        if self.cross is not None and self.training:
+            self.cross.observe(self.task, step, y.numpy(), stats.target_cosine, rows, mask)
+        predicted = top1_across_shards(stats.best, rows.global_ids(stats.best_column))  # 7. top-1
+        return HeadOutput(loss=loss, metrics={"accuracy": (predicted == y).astype("float32").mean()})
+
+    def negative_mask(self, labels: np.ndarray, rows: ScoredRows):
+        """What the passes filter (:class:`mtl.heads.filtering.ChunkMask`): the head's own filtering on its rows,
+        the same-person classes of the other heads on theirs; None when nothing can be."""
+        index = None if rows.index is None else rows.index.numpy()
+        segment, columns, batch = own_segment(self.filtering if self.filtering.active else None, labels, self.scale,
+                                              self.shard_start, rows.own_count, index)
+        segments, cross_columns, cross_batch = [segment], np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if len(rows.sources) > 1:
+            extra, cross_columns, cross_batch = self.cross.segments(self.task, labels, rows, self.scale)
+            segments += extra
+        mask = ChunkMask(segments, np.concatenate([columns, cross_columns]), np.concatenate([batch, cross_batch]))
+        return None if mask.empty else mask
+
+    def _fused(self, x_hat, y, class_ids) -> HeadOutput:
+        """Paddle's ``margin_cross_entropy`` on the dense logits (``fused: true``, GPU only)."""
+        m1, m2, m3 = self.margin
+        cos = self.cosine(x_hat, self.weight)
+        group = None if distributed.is_distributed() else False
+        loss = F.margin_cross_entropy(cos, y, margin1=m1, margin2=m2, margin3=m3, scale=self.scale, group=group,
+                                      reduction="mean")
+        predicted = sharded_topk(cos.detach(), class_ids, 1)[:, 0]
+        return HeadOutput(loss=loss, metrics={"accuracy": (predicted == y).astype("float32").mean()})
 
     def check_eval_labels(self, labels):
         """Verification needs pairs: at least two classes in the split and one class with two samples."""
@@ -235,8 +266,8 @@ class ArcFaceHead(ShardedClassHead):
         is ``weight.grad``.
         """
         self._fold_rows()
-        if self._sampled is not None and self._sampled.rows.grad is not None:
-            grad = self._sampled.rows.grad.numpy()
+        if self._sampled is not None and self._sampled.grad is not None:
+            grad = self._sampled.grad.numpy()
             dense = np.zeros(self.weight.shape, dtype=grad.dtype)
             dense[self._sampled.index.numpy()] = grad
             return dense

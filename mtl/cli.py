@@ -10,11 +10,24 @@ import os
 import sys
 import time
 
-from mtl.commands import checkpoint, compare, convert, data, evaluate, export, launch, overlap, plugins, predict
+from mtl.commands import (
+    checkpoint,
+    compare,
+    convert,
+    data,
+    evaluate,
+    export,
+    launch,
+    overlap,
+    plugins,
+    predict,
+    tokenizer,
+)
 from mtl.commands import train as train_command
 
 # every sub-command, in the order ``mtl --help`` lists them; each module's add_cli(subparsers) registers its parser
-COMMANDS = (train_command, launch, plugins, data, evaluate, predict, export, convert, overlap, compare, checkpoint)
+COMMANDS = (train_command, launch, plugins, data, evaluate, predict, export, convert, overlap, compare, checkpoint,
+            tokenizer)
 
 
 def build_parser():

@@ -23,12 +23,17 @@ def canonical_dtype(dtype) -> str:
 
 @dataclass(frozen=True)
 class Field:
-    """One named array per sample. ``shape`` excludes the batch axis; ``None`` in it means "any size"."""
+    """One named array per sample. ``shape`` excludes the batch axis; ``None`` in it means "any size".
+
+    ``pad``: the value a batch pads a sample with along its ``None`` axes (token ids with the tokenizer's
+    ``[PAD]``, labels with -1 = no label); None: every sample of the field must have the same shape.
+    """
 
     name: str
     shape: Tuple[Optional[int], ...]
     dtype: str = "float32"
     doc: str = ""
+    pad: Optional[float] = None
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(self.shape))
@@ -40,13 +45,24 @@ class Field:
             return False
         return all(a is None or b is None or a == b for a, b in zip(self.shape, other.shape))
 
+    def group_size(self, other: "Field") -> Optional[int]:
+        """Rows of this (backbone input) field that one sample of ``other`` holds: 1 when it accepts ``other``;
+        K when ``other`` is a group of K such rows (shape ``(K, *shape)``, e.g. a pairwise matching sample's
+        query + positive and query + negative); None when neither."""
+        if self.accepts(other):
+            return 1
+        if len(other.shape) == len(self.shape) + 1 and isinstance(other.shape[0], int) and \
+                self.accepts(Field(other.name, other.shape[1:], other.dtype)):
+            return other.shape[0]
+        return None
+
     def describe(self) -> str:
         """Human-readable ``name[shape] dtype``."""
         dims = ", ".join("?" if d is None else str(d) for d in self.shape)
         return f"{self.name}[{dims}] {self.dtype}"
 
 
-def _require(task, consumer, provider, fields, provided):
+def _require(task, consumer, provider, fields, provided, groups=False):
     for need in fields:
         have = provided.get(need.name)
         if have is None:
@@ -55,7 +71,7 @@ def _require(task, consumer, provider, fields, provided):
                 f"task '{task}': {consumer} needs field '{need.name}' ({need.describe()}) "
                 f"but {provider} provides only: {names}"
             )
-        if not need.accepts(have):
+        if not (need.group_size(have) if groups else need.accepts(have)):
             problem = conversion_problem(have.dtype, need.dtype) if have.dtype != need.dtype else None
             raise ContractError(
                 f"task '{task}': {consumer} needs field {need.describe()} "
@@ -66,19 +82,34 @@ def _require(task, consumer, provider, fields, provided):
 def check_task(task, reader_name, reader_fields, backbone_name, backbone_fields, head_name, head_fields):
     """Check that the reader provides every field the backbone and the head need; raise ContractError if not."""
     provided = {f.name: f for f in reader_fields}
-    _require(task, f"backbone '{backbone_name}'", f"reader '{reader_name}'", backbone_fields, provided)
+    _require(task, f"backbone '{backbone_name}'", f"reader '{reader_name}'", backbone_fields, provided, groups=True)
     _require(task, f"head '{head_name}'", f"reader '{reader_name}'", head_fields, provided)
 
 
-def check_batch(task, component, fields, batch):
-    """Per-batch check: every declared field is present with the declared dtype and per-sample shape."""
+def check_output(task, backbone_name, outputs, default, head_name, reads):
+    """The head reads an output the backbone has: ``reads`` (or the backbone's ``default_output``) among its
+    named outputs; a head that names an output needs a backbone that returns several."""
+    if outputs is None:
+        if reads is not None:
+            raise ContractError(f"task '{task}': head '{head_name}' reads the backbone output '{reads}', but backbone "
+                                f"'{backbone_name}' returns one feature vector per sample (use a text encoder)")
+        return
+    key = reads or default
+    if key not in outputs:
+        raise ContractError(f"task '{task}': head '{head_name}' reads the backbone output '{key}', but backbone "
+                            f"'{backbone_name}' returns only: {', '.join(sorted(outputs))}")
+
+
+def check_batch(task, component, fields, batch, groups=()):
+    """Per-batch check: every declared field is present with the declared dtype and per-sample shape (the fields
+    named in ``groups``, a backbone's inputs, may also hold a group of rows: :meth:`Field.group_size`)."""
     for f in fields:
         if f.name not in batch:
             raise ContractError(f"task '{task}': batch from {component} lacks field '{f.name}'")
         value = batch[f.name]
         shape = tuple(value.shape)[1:]
         got = Field(f.name, shape, canonical_dtype(value.dtype))
-        if not f.accepts(got):
+        if not (f.group_size(got) if f.name in groups else f.accepts(got)):
             raise ContractError(
                 f"task '{task}': {component} declared {f.describe()} but a batch holds {got.describe()}"
             )

@@ -1,8 +1,10 @@
 """Export a trained run for inference, and embed images with the exported model.
 
-``mtl export RUN_DIR OUT_DIR`` writes ``OUT_DIR/backbone`` (a Paddle inference model from ``paddle.jit.save``, with
-the averaged weights when the run averaged them), ``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards
-merged along the class axis) and ``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks).
+``mtl export RUN_DIR OUT_DIR [--task NAME]`` writes ``OUT_DIR/backbone`` (a Paddle inference model from
+``paddle.jit.save``, with the averaged weights when the run averaged them; when the run's architecture gives each task
+its own embedding, the backbone and the architecture's layers of the task ``--task`` names),
+``OUT_DIR/heads/<task>.npz`` (each head's full weights, shards merged along the class axis) and
+``OUT_DIR/export.json`` (input field and shape, feature size, step, tasks, architecture and the task embedded for).
 With ``--onnx`` it also writes ``OUT_DIR/backbone.onnx`` (through paddle2onnx, batch axis dynamic), for deployment with
 onnxruntime and the like; paddle2onnx and onnxruntime are an optional extra (requirements-extras.txt).
 ``mtl embed OUT_DIR IMAGES... -o emb.npy`` embeds image files (decoded, resized, ``(x/255 - 0.5)/0.5``) or ``.npy``
@@ -18,36 +20,45 @@ from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError
 
 
-def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False):
+def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None):
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
     ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``.
     The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.inference.import_plugins`).
+    ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
     """
     import paddle
 
     from mtl.inference import field_adapter, open_run, read_run_data
 
     run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
-    backbone = run.backbone()
-    field = backbone.input_fields()[0]
-    model = field_adapter(backbone, field.name, to_dict=True)
-    spec = paddle.static.InputSpec([None] + [d if d is not None else -1 for d in field.shape], field.dtype,
-                                   name=field.name)
+    backbone = run.backbone(task)
+    fields = backbone.input_fields()
+    field = fields[0]
+    model = field_adapter(backbone, field.name, to_dict=True) if len(fields) == 1 else fields_adapter(backbone)
+    specs = [paddle.static.InputSpec([None] + [d if d is not None else -1 for d in f.shape], f.dtype, name=f.name)
+             for f in fields]
     os.makedirs(os.path.join(out_dir, "heads"), exist_ok=True)
-    paddle.jit.save(paddle.jit.to_static(model, input_spec=[spec], full_graph=True),
+    paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True),
                     os.path.join(out_dir, "backbone"))
+    backbone.save_assets(out_dir)  # a text encoder's tokenizer.json: `mtl embed` tokenises as training did
     heads = {}
-    for task in run.cfg["tasks"]:
-        name = task["name"]
+    for tcfg in run.cfg["tasks"]:
+        name = tcfg["name"]
         state = run.head_state(name)
         np.savez(os.path.join(out_dir, "heads", f"{name}.npz"), **state)
         heads[name] = {k: list(v.shape) for k, v in state.items()}
     meta = {"input_field": field.name, "input_shape": list(field.shape), "input_dtype": field.dtype,
+            "input_fields": [f.name for f in fields], "text": backbone.tokenizer is not None,
             "feature_size": int(backbone.feature_size), "backbone": run.backbone_config(), "averaged": run.averaged,
             "step": run.step, "checkpoint": os.path.abspath(run.checkpoint), "heads": heads,
             "preprocess": task_preprocessing(run.cfg["tasks"]),
             "head_configs": {t["name"]: t["head"] for t in run.cfg["tasks"]}, **read_run_data(run_dir)}
+    from mtl.architectures.base import TaskEmbedder
+    from mtl.architectures.build import architecture_config
+
+    meta["architecture"] = architecture_config(run.cfg)
+    meta["task"] = backbone.task if isinstance(backbone, TaskEmbedder) else None  # the task it embeds for
     with open(os.path.join(out_dir, "export.json"), "w") as f:
         json.dump(meta, f, indent=1)
     return meta
@@ -85,6 +96,32 @@ def export_onnx(out_dir, opset=13):
     if not os.path.isfile(path):
         raise ConfigError(f"paddle2onnx could not convert '{model_file}' to ONNX{_tail(native.text)}")
     return path
+
+
+def fields_adapter(backbone):
+    """A Layer ``forward(token_ids, segment_ids)`` over a text encoder (the backbones of two input fields),
+    returning its default output (the pooled vector)."""
+    import paddle
+
+    from mtl.backbones.rows import select
+
+    names = [f.name for f in backbone.input_fields()]
+    if names != ["token_ids", "segment_ids"]:
+        raise ConfigError(f"export of a backbone with the inputs {names}: only one input, or a text encoder's "
+                          "token_ids and segment_ids, can be exported")
+
+    class TextAdapter(paddle.nn.Layer):
+        """Two tensors -> ``{field: tensor}``; a dict of outputs -> the default one."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = backbone
+
+        def forward(self, token_ids, segment_ids):
+            outputs = self.inner({"token_ids": token_ids, "segment_ids": segment_ids})
+            return select(outputs, None, backbone.default_output)
+
+    return TextAdapter()
 
 
 def _tail(text: str) -> str:
@@ -149,7 +186,12 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False,
     if flip and len(meta["input_shape"]) != 3:
         raise ConfigError(f"--flip mirrors images, but this model's input '{meta['input_field']}' has shape "
                           f"{meta['input_shape']}, not [channels, height, width]: drop --flip")
-    model = open_export(export_dir).model.inner  # the inference program itself, one tensor in and out
+    model = open_export(export_dir).model.inner  # the inference program itself
+    if meta.get("text"):  # text files, one text per line, tokenised with the export's own tokenizer.json
+        from mtl.text.embed import embed_texts
+
+        emb = embed_texts(model, export_dir, inputs, batch_size)
+        return unit_rows(emb) if normalize_output else emb
     x = read_inputs(inputs, meta["input_shape"], export_preprocess(meta, export_dir, preprocess_task))
     out = []
     with paddle.no_grad():

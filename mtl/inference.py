@@ -123,11 +123,14 @@ class RunWeights:
         return os.path.join(self.checkpoint, name)
 
     def backbone_config(self) -> dict:
-        """The backbone's constructor config (the job's ``pretrained``/``freeze`` keys removed)."""
+        """The backbone's constructor config (the job's ``pretrained``/``freeze`` keys removed), pointed at the run's
+        own assets where the backbone has some (a text encoder's tokenizer: ``Backbone.run_config``)."""
         from mtl import registry
         from mtl.backbones.base import constructor_config
 
-        return constructor_config(registry.as_component(self.cfg["backbone"]))
+        cfg = constructor_config(registry.as_component(self.cfg["backbone"]))
+        entry, _ = registry.split_cfg("backbone", cfg, self.cfg.get("source"), "backbone")
+        return entry.cls.run_config(cfg, self.run_dir)
 
     def load_into(self, backbone):
         """Load this checkpoint's backbone weights into ``backbone`` (cast to its dtypes) and set eval mode."""
@@ -138,12 +141,42 @@ class RunWeights:
         backbone.eval()
         return backbone
 
-    def backbone(self):
-        """The run's backbone with this checkpoint's weights, in eval mode."""
+    def backbone(self, task: Optional[str] = None):
+        """What embeds the run's samples, with this checkpoint's weights, in eval mode: the backbone, or, when the
+        run's architecture gives each task its own embedding (:mod:`mtl.architectures`), backbone + the
+        architecture's layers for ``task`` (required then; ignored under ``hard`` without towers)."""
         from mtl import registry
+        from mtl.architectures.base import TaskEmbedder
+        from mtl.low_precision import state_for
 
         built = registry.build("backbone", self.backbone_config(), self.cfg.get("source"), "backbone")
-        return self.load_into(built)
+        architecture = self.architecture(built, task)  # its layers inside the backbone: before the weights load
+        self.load_into(built)
+        if architecture is None:
+            return built
+        if any(True for _ in architecture.parameters()):
+            name = "architecture.averaged.pdparams" if self.averaged else "architecture.pdparams"
+            state = load_paddle_file(self._file(name), "architecture weights")
+            architecture.set_state_dict(state_for(architecture, state))
+        architecture.eval()
+        return TaskEmbedder(built, architecture, task)
+
+    def architecture(self, backbone, task: Optional[str]):
+        """The run's architecture attached to ``backbone`` (None under ``hard`` without towers); ConfigError when it
+        embeds per task and ``task`` does not name one of the run's tasks."""
+        from mtl.architectures.build import architecture_config, build_architecture
+
+        architecture = build_architecture(self.cfg, backbone)
+        if architecture.is_identity:
+            return None
+        names = [t["name"] for t in self.cfg["tasks"]]
+        if task not in names:
+            kind = architecture_config(self.cfg)["type"]
+            what = f"task '{task}' is not one of them" if task is not None else \
+                "name the task to embed for (mtl export RUN OUT --task NAME; mtl eval and mtl embed read the export)"
+            raise ConfigError(f"the run's architecture '{kind}' gives each task its own embedding "
+                              f"({', '.join(names)}): {what}")
+        return architecture
 
     def load_heads_into(self, heads: dict):
         """Load this checkpoint's weights of every head of ``{task: head}`` (heads built in one process, which hold

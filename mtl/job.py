@@ -12,6 +12,7 @@ import numpy as np
 import paddle
 
 from mtl import contracts, registry
+from mtl.architectures.build import build_architecture
 from mtl.backbones.base import build_backbone
 from mtl.config.loading import blame_set
 from mtl.data.scheduler import build_schedule
@@ -71,7 +72,7 @@ class Job:
 def reader_context(backbone) -> dict:
     """Keyword arguments offered to readers so that their samples fit the backbone (image size, channels, shape)."""
     fields = backbone.input_fields()
-    ctx = {}
+    ctx = {} if backbone.tokenizer is None else {"tokenizer": backbone.tokenizer}  # text: every task tokenises alike
     if fields:
         shape = fields[0].shape
         ctx["shape"] = tuple(shape)
@@ -97,25 +98,32 @@ def build_reader(task_cfg, split_overrides=None, context=None):
 
 
 def _build_backbone(cfg):
-    """The job's backbone (with pretrained weights, and synchronised BatchNorm when asked for at world > 1), its
-    ``freeze`` prefixes frozen and, with ``freeze_bn``, its BatchNorm statistics."""
+    """The job's backbone as :func:`_build_backbone_and_architecture` builds it."""
+    return _build_backbone_and_architecture(cfg)[0]
+
+
+def _build_backbone_and_architecture(cfg):
+    """(backbone, architecture): the job's backbone (with pretrained weights, the architecture's task layers inside
+    it, and synchronised BatchNorm when asked for at world > 1), its ``freeze`` prefixes frozen and, with
+    ``freeze_bn``, its BatchNorm statistics; the architecture between it and the heads."""
     # drawn on the CPU's generator whatever the device: the same seed gives the same weights on CPU and GPU
     backbone = on_host_generator(lambda: build_backbone(cfg["backbone"], cfg["source"]))
+    architecture = build_architecture(cfg, backbone)
     if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
         backbone = sync_bn.convert_sync_batchnorm(backbone)
     freeze_parameters(backbone, cfg["backbone"].get("freeze") or [], cfg["source"])
     if cfg["backbone"].get("freeze_bn"):
         freeze_batchnorm(backbone)
-    return backbone
+    return backbone, architecture
 
 
-def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
+def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True, feature_size=None) -> Task:
     """One task: its (built) reader, its head (seeded from the job seed and the task name), contracts checked;
     ``warn``: print the warnings of :func:`check_class_count` (rank 0 of a training run)."""
     name, source = tcfg["name"], tcfg["source"]
     head_key = f"{tcfg['key']}.head" if tcfg["key"] else "head"
     paddle.seed(task_seed(cfg["seed"], name))
-    head_ctx = {"feature_size": backbone.feature_size, "seed": task_seed(cfg["seed"], name)}
+    head_ctx = {"feature_size": feature_size or backbone.feature_size, "seed": task_seed(cfg["seed"], name)}
     sizes = reader.sizes()
     head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
     head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
@@ -127,6 +135,10 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True) -> Task:
         raise blame_set(tcfg, exc) from None
     contracts.check_task(name, tcfg["reader"]["type"], reader.fields(), backbone.registered_name,
                          backbone.input_fields(), tcfg["head"]["type"], head.fields())
+    contracts.check_output(name, backbone.registered_name, backbone.output_fields(), backbone.default_output,
+                           tcfg["head"]["type"], head.reads)
+    if head.ties_input_embeddings:
+        head.tie_input_embeddings(backbone.input_embeddings())
     try:
         check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
     except ConfigError as exc:  # a class count --set gave is named as --set's
@@ -164,20 +176,43 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
 
     ``announce_plan``: print the memory plan (training); tools that rebuild a finished run's job pass False."""
     paddle.seed(cfg["seed"])
-    backbone = _build_backbone(cfg)
+    backbone, architecture = _build_backbone_and_architecture(cfg)
     ctx = reader_context(backbone)
     # the per-process memory plan: stop (exit 2) before the heads allocate if it does not fit
     readers = {tcfg["name"]: build_reader(tcfg, None, ctx) for tcfg in cfg["tasks"]}
     verbose = os.environ.get("MTL_VERBOSE") == "1"
-    plan = check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan and verbose)
+    plan = check_job_memory(cfg, backbone, lambda tcfg: readers[tcfg["name"]].sizes(), announce_plan and verbose,
+                            architecture)
     warn = announce_plan and distributed.rank() == 0
-    tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn) for tcfg in cfg["tasks"]]
-    model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks})
+    tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn, architecture.output_size)
+             for tcfg in cfg["tasks"]]
+    model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
+                       _cross_negatives(cfg, tasks, architecture), architecture)
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
     if warn and not verbose:
         show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+def _cross_negatives(cfg, tasks, architecture):
+    """The job's :class:`mtl.heads.cross_negatives.CrossNegatives` (attached to its heads), or None when off;
+    refused (before any training) under an architecture that gives each task its own embedding."""
+    from mtl.heads.cross_negatives import CrossNegatives
+
+    spec = cfg["cross_negatives"]
+    if spec["rate"] <= 0:
+        return None
+    if not architecture.is_identity:
+        raise ConfigError(f"cross_negatives scores a sample against the other heads' class centres, which needs one "
+                          f"embedding shared by every task; the architecture '{architecture.registered_name}' gives "
+                          f"each task its own (use architecture: hard without towers, or cross_negatives.rate: 0)",
+                          cfg["source"], "cross_negatives.rate")
+    heads = {t.name: t.head for t in tasks if t.head.cross_negatives}
+    cross = CrossNegatives(spec, heads, task_seed(cfg["seed"], "cross_negatives"), cfg["source"])
+    for name in cross.tasks:
+        heads[name].attach_cross_negatives(cross, name)
+    return cross
 
 
 PLAN_SHOWN_FROM = 1 << 30  # bytes per process from which a training run prints its memory plan (always: --verbose)

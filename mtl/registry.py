@@ -1,4 +1,5 @@
-"""Plug-in registry: readers, backbones, heads and task-weighting strategies register under a name with a decorator.
+"""Plug-in registry: readers, backbones, heads, task-weighting strategies and architectures (the layer between the
+backbone and the heads, :mod:`mtl.architectures`) register under a name with a decorator.
 
 Plug-in files are found by importing every ``.py`` of a folder (``heads/``, ``tasks/``, any folder a job lists under
 ``plugins:``) and through the entry-point group ``mtl.plugins``. ``build(kind, cfg)`` turns ``{"type": name, ...}``
@@ -16,10 +17,10 @@ from typing import Dict, Optional
 
 from mtl.errors import ConfigError, DataError, MtlError, PluginError
 
-KINDS = ("reader", "backbone", "head", "weighting")
+KINDS = ("reader", "backbone", "head", "weighting", "architecture")
 # Constructor arguments the runner supplies at build time (not required in configs).
 CONTEXT_KEYS = frozenset({"feature_size", "num_classes", "num_outputs", "seed", "split", "image_size", "channels",
-                          "shape", "tasks", "loss_weights"})
+                          "shape", "tasks", "loss_weights", "tokenizer"})
 ENTRY_POINT_GROUP = "mtl.plugins"
 
 
@@ -58,7 +59,7 @@ def first_line(doc: Optional[str]) -> str:
 
 
 def register(kind: str, name: str):
-    """Class decorator: register ``cls`` as a ``kind`` (reader|backbone|head|weighting) called ``name``."""
+    """Class decorator: register ``cls`` as a ``kind`` (reader|backbone|head|weighting|architecture) called ``name``."""
     if kind not in KINDS:
         raise ValueError(f"unknown plug-in kind {kind!r}; expected one of {KINDS}")
 
@@ -104,6 +105,11 @@ def register_weighting(name):
     return wrap
 
 
+def register_architecture(name):
+    """Register an architecture, the layer between backbone and heads (:class:`mtl.architectures.base.Architecture`)."""
+    return register("architecture", name)
+
+
 def did_you_mean(word, choices) -> str:
     """Return `` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
@@ -121,7 +127,7 @@ def load_builtin():
     ``heads/`` (by path, like ``tasks/``: it is a folder of plug-in files, not an installed package)."""
     import pkgutil
 
-    for package in ("mtl.readers", "mtl.backbones", "mtl.weighting"):
+    for package in ("mtl.readers", "mtl.backbones", "mtl.weighting", "mtl.architectures"):
         pkg = importlib.import_module(package)
         for info in pkgutil.iter_modules(pkg.__path__):
             if not info.name.startswith("_"):
@@ -293,6 +299,7 @@ CONTEXT_MEANINGS = {
     "shape": "set by the job: the backbone's input shape",
     "tasks": "set by the job: the names of its tasks",
     "loss_weights": "set by the job: each task's loss_weight",
+    "tokenizer": "set by the job: the text backbone's tokenizer (its vocab), shared by every text task",
 }
 SECTION = "Parameters:"
 

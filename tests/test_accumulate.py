@@ -89,6 +89,22 @@ def test_task_weighting_sees_the_whole_step(tmp_path, name):
     assert worst_difference(one, run(tmp_path, name, 2, *WEIGHTINGS[name]), f"{name} K=2") <= 1e-4
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("weighting", ["pcgrad"])  # static weights: the 1 vs 2 processes test of cross_negatives
+def test_cross_head_negatives_see_the_whole_step(tmp_path, weighting):
+    """Cross-head negatives between the two margin heads (a sampled half of the other head's classes, one draw per
+    optimizer step; one same-person pair masked; on from step 2): two micro-batches equal one, with static weights
+    and with a gradient-based strategy (the other head's rows enter the task's loss, not the shared set)."""
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps([{"task_a": "arc13", "class_a": 2, "task_b": "cos5", "class_b": 1}]))
+    cross = ["cross_negatives.rate=0.5", "cross_negatives.mask=pairs", f"cross_negatives.pairs={pairs}",
+             "cross_negatives.warmup=2", f"weighting={weighting}"]
+    one = run(tmp_path, f"cross_{weighting}", 1, *cross)
+    separate = records(run(tmp_path, f"separate_{weighting}", 1, f"weighting={weighting}"))
+    assert any(abs(a["loss/arc13"] - b["loss/arc13"]) > 1e-4 for a, b in zip(records(one)[2:], separate[2:]))
+    assert worst_difference(one, run(tmp_path, f"cross_{weighting}", 2, *cross), f"cross {weighting} K=2") <= 1e-4
+
+
 def test_partial_fc_draws_one_sample_over_all_micro_batches_and_sums_the_rows_gradient():
     """A head given the step's labels (prepare_step) scores the sample of all of them in each micro-batch; the rows'
     gradient summed over two micro-batches (each loss halved) is the gradient of the head run on the whole batch."""
@@ -116,7 +132,7 @@ def test_partial_fc_draws_one_sample_over_all_micro_batches_and_sums_the_rows_gr
     for _ in range(2):
         (rows,) = heads[1].row_gradients()
         dense = np.zeros_like(expected)
-        dense[rows.index.numpy()] = rows.rows.grad.numpy()
+        dense[rows.index.numpy()] = rows.grad.numpy()
         np.testing.assert_allclose(dense, expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(heads[1].weight_gradient(), expected, rtol=1e-5, atol=1e-7)
 

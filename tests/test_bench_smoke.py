@@ -29,3 +29,16 @@ def test_accumulation_benchmark_runs():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"K=2: step \d+ ms \(x[0-9.]+\), peak RSS \d+ MiB, of which training adds -?\d+ MiB",
                      proc.stdout), proc.stdout
+
+
+@pytest.mark.subprocess
+def test_text_encoder_benchmark_runs_and_both_sides_agree():
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_text_encoder.py"), "--steps", "2",
+                           "--batch", "8", "--hidden", "16", "--path",
+                           os.path.join(ROOT, "tests", "fixtures", "text", "ewt_sample.conllu")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"first-step loss: toolkit ([0-9.]+), hand-written ([0-9.]+)", proc.stdout)
+    assert m, proc.stdout
+    assert abs(float(m.group(1)) - float(m.group(2))) <= 1e-5 * abs(float(m.group(2)))
+    assert re.search(r"overhead ratio [0-9.]+", proc.stdout)

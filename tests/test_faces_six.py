@@ -309,7 +309,7 @@ def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
 @pytest.mark.subprocess
 def test_report_on_a_shortened_overlap_benchmark(tmp_path):
     """The overlap benchmark of the two-dataset variant, the arms that run today (naive, oracle, separate), one
-    seed, four steps: the JSON layout of issue #29 item 5, the sampling difference reported, a progress line per run,
+    seed, four steps: the report's JSON layout, the sampling difference reported, a progress line per run,
     the duplicates of `mtl overlap` on the separate run scored against duplicates.json, the ROC plot."""
     from tools import make_overlap_benchmark
 

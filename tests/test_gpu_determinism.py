@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 from mtl import arrays
-from mtl.heads import chunked_softmax
+from mtl.heads import class_rows
 from mtl.runtime import on_host_generator
 from mtl.train import checkpoint
 
@@ -25,7 +25,7 @@ def test_the_device_backward_scatters_target_terms_without_index_add(monkeypatch
 
     monkeypatch.setattr(paddle, "index_add_", refuse)
     monkeypatch.setattr(arrays, "HOST_PATHS", False)
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 4)
     paddle.set_default_dtype("float64")
     try:
         head = ArcFaceHead(num_classes=11, feature_size=5, scale=8.0, margin=[1.0, 0.3, 0.1], seed=3)

@@ -8,8 +8,8 @@ import paddle
 import pytest
 
 from mtl import arrays
-from mtl.heads import chunked_softmax
-from mtl.heads.chunked_softmax import CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS, chunk_rows
+from mtl.heads import class_rows
+from mtl.heads.class_rows import CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS, chunk_rows
 from mtl.registry import plugin_class
 
 ArcFaceHead = plugin_class("head", "arcface")  # the one way head plug-ins are imported
@@ -42,16 +42,16 @@ def test_the_device_passes_with_gpu_sized_chunks_equal_cpu_sized_ones(monkeypatc
     """The Paddle-op passes (the GPU's) run with the GPU's chunk rule (budget shrunk so that 37 classes make
     several uneven chunks) and with the CPU's: same loss, gradients and top-1 (float64)."""
     monkeypatch.setattr(arrays, "HOST_PATHS", False)
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 3)
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((5, 6)), np.array([3, 3, 30, 17, 36])
     paddle.set_default_dtype("float64")
     try:
         cpu = _step(x, y, sample_ratio)
         seen = []
-        original = chunked_softmax.chunk_rows
-        monkeypatch.setattr(chunked_softmax, "DEVICE_CHUNK_ELEMENTS", 11 * 6)  # 11 rows of max(N, D) = 6
-        monkeypatch.setattr(chunked_softmax, "chunk_rows",
+        original = class_rows.chunk_rows
+        monkeypatch.setattr(class_rows, "DEVICE_CHUNK_ELEMENTS", 11 * 6)  # 11 rows of max(N, D) = 6
+        monkeypatch.setattr(class_rows, "chunk_rows",
                             lambda width, on_gpu: seen.append(width) or original(width, True))
         gpu = _step(x, y, sample_ratio)
     finally:

@@ -9,7 +9,7 @@ import paddle
 import pytest
 
 from mtl import arrays
-from mtl.heads import chunked_softmax
+from mtl.heads import class_rows
 from mtl.heads.filtering import same_person_pairs
 from mtl.registry import plugin_class
 from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi, run_head
@@ -48,7 +48,7 @@ def np_filtered_head(x, w, labels, margin, scale, threshold=None, mode="zero", p
 def passes(request, monkeypatch):
     """The chunk passes in numpy on the host or in Paddle ops (the device path), over several chunks."""
     monkeypatch.setattr(arrays, "HOST_PATHS", request.param == "host")
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 3)  # several chunks, filtered entries in each
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 3)  # several chunks, filtered entries in each
     return request.param
 
 

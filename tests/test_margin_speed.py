@@ -8,7 +8,7 @@ import paddle
 import pytest
 
 from mtl import arrays
-from mtl.heads import chunked_softmax
+from mtl.heads import class_rows
 from mtl.registry import plugin_class
 from tests.references.margin import MARGINS, assert_close, np_margin_head, run_head
 
@@ -26,7 +26,7 @@ def passes(request, monkeypatch):
 @pytest.mark.parametrize("chunk", [1, 3, 5, 64])
 @pytest.mark.parametrize("name", ["arcface", "sphere_fallback"])
 def test_full_softmax_over_chunks_matches_numpy(monkeypatch, float64, chunk, name):
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", chunk)
     rng = np.random.RandomState(4)
     x = rng.randn(9, 6)
     y = np.array([0, 12, 12, 5, 6, 3, 10, 0, 1])  # classes in several chunks, duplicates, chunk ends
@@ -44,7 +44,7 @@ def test_full_softmax_over_chunks_matches_numpy(monkeypatch, float64, chunk, nam
 
 @pytest.mark.parametrize("chunk", [1, 2, 7])
 def test_partial_fc_over_chunks_matches_numpy_on_the_sample(monkeypatch, float64, chunk):
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", chunk)
     rng = np.random.RandomState(5)
     x, y = rng.randn(6, 5), np.array([3, 3, 17, 40, 0, 22])
     head = ArcFaceHead(num_classes=41, feature_size=5, sample_ratio=0.3, scale=16.0, seed=8)
@@ -62,7 +62,7 @@ def test_partial_fc_over_chunks_matches_numpy_on_the_sample(monkeypatch, float64
 
 def test_float32_chunks_agree_with_the_float64_reference_at_scale(monkeypatch):
     """2000 classes in chunks of 256, scale 64, float32: the loss to 1e-5 and gradients to 1e-4 (relative)."""
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 256)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 256)
     rng = np.random.RandomState(6)
     x, y = rng.randn(32, 16), rng.randint(0, 2000, size=32)
     head = ArcFaceHead(num_classes=2000, feature_size=16, seed=1)
@@ -78,7 +78,7 @@ def test_float32_chunks_agree_with_the_float64_reference_at_scale(monkeypatch):
 @pytest.mark.parametrize("rows,dim", [(3, 10), (10, 3), (4, 4)])  # D > N: chunks run backwards in the buffer
 def test_shared_buffer_for_exp_values_and_gradient_rows_in_either_shape(monkeypatch, float64, sample_ratio,
                                                                         rows, dim):
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 2)
     rng = np.random.RandomState(7)
     x, y = rng.randn(rows, dim), rng.randint(0, 11, size=rows)
     head = ArcFaceHead(num_classes=11, feature_size=dim, sample_ratio=sample_ratio, scale=8.0, seed=3)
@@ -103,7 +103,7 @@ def _head_step(head, x, y, host):
 @pytest.mark.parametrize("rows,dim", [(6, 6), (9, 4), (3, 8)])
 def test_host_and_device_passes_agree(monkeypatch, float64, sample_ratio, rows, dim):
     """The numpy host passes against the Paddle-op passes directly: loss, feature and centre gradients, top-1."""
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 4)
     rng = np.random.RandomState(11)
     x, y = rng.randn(rows, dim), rng.randint(0, 23, size=rows)
     y[1] = y[0]  # a duplicated target
@@ -121,7 +121,7 @@ def test_host_and_device_passes_agree(monkeypatch, float64, sample_ratio, rows, 
 def test_partial_fc_workspace_across_steps_of_changing_size(monkeypatch, float64):
     """One head, several Partial FC steps whose sample size changes (more positives than negatives at step 2):
     the reused buffer grows, and every step equals the same step with a fresh buffer (device passes, no reuse)."""
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 3)
     rng = np.random.RandomState(12)
     reused = ArcFaceHead(num_classes=40, feature_size=5, sample_ratio=0.1, scale=8.0, seed=2)
     labels = [np.array([1, 2, 3]), np.arange(0, 40, 3), np.array([7, 7])]
@@ -157,7 +157,7 @@ def test_a_second_forward_before_backward_is_refused_with_partial_fc():
 def test_host_passes_without_stride_kernels(monkeypatch, float64):
     """With Paddle's view slicing off (FLAGS_use_stride_kernel=0) slices are copies; the host passes do not rely
     on them and still match the numpy reference."""
-    monkeypatch.setattr(chunked_softmax, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 2)
     rng = np.random.RandomState(13)
     x, y = rng.randn(5, 6), np.array([0, 4, 4, 9, 2])
     head = ArcFaceHead(num_classes=11, feature_size=6, sample_ratio=0.5, scale=8.0, seed=3)

@@ -42,7 +42,7 @@ def test_head_plan_is_the_hand_computation_and_the_built_head():
     optimizer.step(head.row_gradients(), 0.1)
     velocity = optimizer.velocity(head.weight)
     assert velocity.numel() * velocity.element_size() == plan["optimizer state"]
-    grad = head.row_gradients()[0].rows.grad
+    grad = head.row_gradients()[0].grad
     assert grad.numel() * grad.element_size() <= plan["sampled rows: exp values, then gradient"]  # 100 of <= 104
     buffer = head._workspace.flat  # the buffer the head keeps from step to step
     assert buffer.numel() * buffer.element_size() <= plan["sampled rows: exp values, then gradient"]

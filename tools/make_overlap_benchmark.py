@@ -1,4 +1,4 @@
-"""A benchmark whose face datasets really share people, built from a multi-dataset config (issue #29, item 4).
+"""A benchmark whose face datasets really share people, built from a multi-dataset config.
 
     python tools/make_overlap_benchmark.py --config examples/configs/faces_six.yaml --fraction 0.5 --seed 0 \\
         --out runs/overlap_f0.5

@@ -13,13 +13,33 @@ class Backbone(paddle.nn.Layer):
     ``input_fields()`` declares what the backbone reads (name, per-sample shape, dtype); ``feature_size`` is the
     width of the features it returns; ``forward(inputs)`` takes a dict of batched tensors and returns [B, feature_size].
     ``pretrained`` (a ``.pdparams`` path) is loaded by :func:`load_pretrained` after construction.
-
-    Parameters:
-        embedding_size (int): width of the features (the embedding) the backbone returns
-        input_field (str): the sample field the backbone reads
     """
 
     feature_size: int = 0
+    # the output a head reads when it names none (``Head.reads``), for a backbone that returns a dict of outputs
+    default_output: Optional[str] = None
+    # the subword tokenizer of a text backbone (mtl.text.tokenizer.TextTokenizer): readers get it from the job
+    tokenizer = None
+
+    def output_fields(self) -> Optional[dict]:
+        """``{name: Field}`` of the outputs when ``forward`` returns a dict (per-row shapes; a ``None`` axis has the
+        inputs' variable size, e.g. ``sequence`` ``(None, D)`` and ``pooled`` ``(D,)`` of a text encoder); None (the
+        default): ``forward`` returns one tensor ``[B, feature_size]``."""
+        return None
+
+    def input_embeddings(self):
+        """The input embedding matrix ``[vocab, D]`` a masked-LM head ties its output layer to (text encoders)."""
+        raise NotImplementedError(f"backbone '{self.registered_name}' has no input embeddings to tie a head to")
+
+    def save_assets(self, folder: str):
+        """Write what the backbone needs besides its weights (a text encoder's ``tokenizer.json``) into ``folder``
+        (the run folder, an export). Default: nothing."""
+
+    @classmethod
+    def run_config(cls, config: dict, folder: str) -> dict:
+        """The constructor config of a backbone read back from ``folder`` (a run or an export), pointing at the
+        assets :meth:`save_assets` wrote there. Default: ``config`` as it is."""
+        return config
 
     def planned_bytes(self, optimizer_slots: int) -> dict:
         """Bytes of the parameters, their gradients and ``optimizer_slots`` optimizer copies (activations, which
@@ -43,8 +63,10 @@ class ImageBackbone(Backbone):
     """A backbone that reads one square image field ``(in_channels, input_size, input_size)`` float32.
 
     Parameters:
+        embedding_size (int): width of the features (the embedding) the backbone returns
         input_size (int): side of the square input images
         in_channels (int): channels of the input images (3: RGB, 1: grey)
+        input_field (str): the sample field the backbone reads (the reader's image field)
     """
 
     def set_image_input(self, input_size, in_channels, input_field, embedding_size):

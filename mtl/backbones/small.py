@@ -7,6 +7,7 @@ final feature map, keeping where each feature is: the "E" output block of insigh
 et al., "Bag of Tricks and A Strong Baseline for Deep Person Re-identification", CVPRW 2019; the BN after the
 embedding of insightface's IResNet): it centres and scales every embedding dimension, which helps cosine-margin
 heads on small data. Defaults: ``pool``, no dropout, no BN-neck.
+``identity``: the input field flattened (no parameters: the architecture is the whole model).
 ``mlp``: flatten, then ``Linear - [BN] - activation - [dropout]`` per hidden size, then a linear layer. By default it
 has no BatchNorm and no dropout, so its output depends only on its weights and its input (what the tests that compare
 a one-process run with a many-process run need).
@@ -102,11 +103,14 @@ class MLP(Backbone):
     """Flatten the input field; ``h = act(h @ W + b)`` per hidden size, then ``h @ W + b`` to the embedding.
 
     Parameters:
+        embedding_size (int): width of the features (the embedding) the backbone returns: the last linear layer's
+            outputs
         hidden (list): widths of the hidden layers
         activation (str): the hidden layers' activation: relu, tanh or gelu
         input_shape (list): shape of the input field of a sample (flattened)
         batch_norm (bool): BatchNorm after each hidden layer
         dropout (float): dropout after each hidden layer
+        input_field (str): the sample field the backbone reads (e.g. features, of a table reader)
     """
 
     def __init__(
@@ -148,3 +152,31 @@ class MLP(Backbone):
     def forward(self, inputs):
         """``inputs[input_field]`` [B, *input_shape] -> [B, embedding_size]."""
         return self.layers(paddle.flatten(inputs[self.input_field], start_axis=1))
+
+
+@register_backbone("identity")
+class Identity(Backbone):
+    """The input field itself, flattened: ``[B, *input_shape] -> [B, prod(input_shape)]`` (no parameters).
+
+    For tabular inputs whose whole model is the architecture's (Ma et al.'s synthetic benchmark: the experts, or the
+    shared bottom, read the input features directly).
+
+    Parameters:
+        input_shape (list): shape of the input field of a sample; the backbone's feature_size (what the
+            architecture reads) is its product
+        input_field (str): the sample field the backbone reads (e.g. features, of mmoe_synthetic or a table reader)
+    """
+
+    def __init__(self, input_shape: Sequence[int] = (100,), input_field: str = "features"):
+        super().__init__()
+        self.input_shape = _positive_ints(input_shape, "input_shape")
+        self.feature_size = math.prod(self.input_shape)
+        self.input_field = input_field
+
+    def input_fields(self):
+        """One float32 field of shape ``input_shape``."""
+        return [Field(self.input_field, self.input_shape, "float32")]
+
+    def forward(self, inputs):
+        """``inputs[input_field]`` flattened to [B, prod(input_shape)]."""
+        return paddle.flatten(inputs[self.input_field], start_axis=1)

@@ -9,14 +9,15 @@ from mtl.inference import add_trust_plugins
 
 
 def _cmd_export(args):
-    meta = export(args.run_dir, args.out_dir, args.checkpoint, args.weights, args.trust_plugins)
+    meta = export(args.run_dir, args.out_dir, args.checkpoint, args.weights, args.trust_plugins, args.task)
     if args.onnx:
         meta["onnx"] = os.path.basename(export_onnx(args.out_dir, args.opset))
         meta["onnx_opset"] = args.opset
         with open(os.path.join(args.out_dir, "export.json"), "w") as f:
             json.dump(meta, f, indent=1)
     print(f"exported step {meta['step']} ({'averaged' if meta['averaged'] else 'live'} weights) to {args.out_dir}: "
-          f"backbone (input {meta['input_field']} {meta['input_shape']}, {meta['feature_size']}-d), heads "
+          f"backbone (input {meta['input_field']} {meta['input_shape']}, {meta['feature_size']}-d"
+          + (f", embeds for task {meta['task']}" if meta["task"] else "") + "), heads "
           f"{', '.join(meta['heads'])}" + (f"; ONNX {meta['onnx']} (dynamic batch)" if args.onnx else ""))
 
 
@@ -34,6 +35,8 @@ def add_cli(sub):
     p.add_argument("--checkpoint", help="a checkpoint folder (default: the run's latest)")
     p.add_argument("--weights", choices=["auto", "averaged", "live"], default="auto",
                    help="which weights (auto: averaged when the run averaged)")
+    p.add_argument("--task", help="the task the model embeds for, when the run's architecture gives each task its own "
+                                  "embedding (mmoe, cgc, ple, cross_stitch, task_norm, adapters, towers)")
     p.add_argument("--onnx", action="store_true", help="also write backbone.onnx (dynamic batch) via paddle2onnx")
     p.add_argument("--opset", type=int, default=13, help="ONNX opset of --onnx")
     add_trust_plugins(p)

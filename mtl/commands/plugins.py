@@ -11,7 +11,8 @@ PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
                     "plugins.md")
 HEADERS = ["parameter", "type", "default", "meaning"]
 BUILT_IN = ("mtl/", "heads/")  # where the plug-ins of the reference page are defined (not those a job loads)
-KIND_TITLES = {"reader": "Readers", "backbone": "Backbones", "head": "Heads", "weighting": "Task weighting"}
+KIND_TITLES = {"reader": "Readers", "backbone": "Backbones", "head": "Heads", "weighting": "Task weighting",
+               "architecture": "Architectures (between backbone and heads)"}
 
 
 def summary(cls) -> str:
@@ -143,7 +144,7 @@ def add_cli(sub):
                                        "plug-in's parameters (--describe NAME)")
     p.add_argument("plugins", nargs="*", help="extra plug-in folders to load (./tasks and tasks/ always are)")
     p.add_argument("--describe", metavar="NAME", help="the parameters of the plug-in NAME: type, default, meaning")
-    p.add_argument("--kind", choices=["reader", "backbone", "head", "weighting", "averager"],
+    p.add_argument("--kind", choices=["reader", "backbone", "head", "weighting", "architecture", "averager"],
                    help="--describe: the kind of plug-in, when several kinds have one called NAME")
     p.set_defaults(func=plugins)
 

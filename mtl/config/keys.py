@@ -129,6 +129,30 @@ AVERAGING = {
     "average_batchnorm": Opt(bool, None, nullable=True, doc="also average BatchNorm statistics (default false)"),
 }
 
+def _check_cross_tasks(value):
+    if value == "all" or (isinstance(value, list) and len(value) >= 2 and all(isinstance(t, str) for t in value)):
+        return None
+    return f"expected 'all' or a list of at least two task names, got {value!r}"
+
+
+CROSS_NEGATIVES = {
+    "rate": Opt(float, 0.0, min=0.0, max=1.0,
+                doc="fraction of the other face heads' classes scored as negatives of a sample per step (0: off, "
+                    "separate heads; 1: all; DAIL's crossing dropout: 1e-4); docs/faces.md"),
+    "tasks": Opt((str, list), "all", check=_check_cross_tasks,
+                 doc="'all': every head that can (arcface, cosface); or a list of at least two task names"),
+    "mask": Opt(str, "online", choices=["online", "pairs", "none"],
+                doc="which other-head classes are the sample's person and leave its softmax: online (a cosine "
+                    "rule calibrated on the target cosines), pairs (a same-person JSON), none"),
+    "pairs": Opt(str, None, nullable=True, doc="mask pairs: a same-person JSON in the form mtl overlap --json writes"),
+    "warmup": Opt(int, 100, min=0, doc="steps of separate heads before the heads score each other's classes"),
+    "quantile": Opt(float, 0.05, min=0.0, max=0.5, min_exclusive=True,
+                    doc="online: a class of another head is the sample's person when their cosine is at least this "
+                        "quantile of the target cosines (mean - z_q std of their average)"),
+    "momentum": Opt(float, 0.9, min=0.0, max=0.999999, doc="online: exponential average of the target cosines"),
+    "floor": Opt(float, 0.2, min=-1.0, max=1.0, doc="online: the cosine threshold is at least this"),
+}
+
 JOB = {
     "base": Opt(str, None, nullable=True, doc="another job config this one starts from (its keys merged under these)"),
     "seed": Opt(int, 0, min=0, doc="seed of the schedule, the sample order and the initialisation"),
@@ -154,6 +178,9 @@ JOB = {
     "max_consecutive_nonfinite": Opt(int, 10, min=1, doc="skip: stop after this many bad steps in a row"),
     "weighting": Opt((dict, str), "static", check=_component,
                      doc="task weighting strategy: {type: name, ...params} (mtl plugins lists them)"),
+    "architecture": Opt((dict, str), "hard", check=_component,
+                        doc="the layer between backbone and heads: hard (shared backbone), mmoe, cgc, ple, "
+                            "cross_stitch, task_norm, adapters; {type: name, ...params} (docs/architectures.md)"),
     "schedule": Section(SCHEDULE, doc="how steps are composed"),
     "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
     "log": Section({
@@ -171,11 +198,16 @@ JOB = {
         "every": Opt(int, 0, min=0, doc="save every N steps (0: only the final step)"),
         "keep": Opt(int, 3, min=1, doc="how many checkpoints to keep"),
     }, doc="checkpoints"),
+    "cross_negatives": Section(CROSS_NEGATIVES, doc="cross-head negatives: face heads score each other's classes as "
+                                                    "negatives, except the same person (mtl.heads.cross_negatives)"),
     "averaging": Section(AVERAGING, check=_check_averaging,
                          doc="averaged weights for evaluation, checkpoints and export"),
     "data": Section({
         "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank"),
         "check_batches": Opt(bool, True, doc="check the first batch of every task against the declared fields"),
+        "bucket_batches": Opt(int, 20, min=0, doc="readers that know their samples' lengths (text): the samples of "
+                                                   "every N steps are sorted by length, so a step pads little "
+                                                   "(mtl.data.buckets); 0: plain random batches"),
     }, doc="data loading"),
     "distributed": Section({
         "sync_bn": Opt(bool, False, doc="synchronised BatchNorm across processes"),

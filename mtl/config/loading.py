@@ -234,7 +234,7 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
     task["set_prefix"], task["set_keys"] = key, _set_keys(overrides)  # what --set tasks.N.* changed in this task
     if task["eval"] is None:
         task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None, "sets": [], "split": True}
-    _normalise_components(task)
+    _normalise_components(task, base_dir)
     base = os.path.dirname(os.path.abspath(task_source)) if os.path.isfile(str(task_source)) else base_dir
     task["eval"]["sets"] = [_verification_set(entry, base, task_source, f"{task_key + '.' if task_key else ''}"
                                                                         f"eval.sets.{i}")
@@ -263,36 +263,44 @@ def blame_set(task: dict, exc: ConfigError) -> ConfigError:
     return exc
 
 
-PATH_KEYS = ("path", "root", "list", "eval_path", "target_list")
+PATH_KEYS = ("path", "root", "list", "eval_path", "target_list", "mnist_dir")
+BACKBONE_PATH_KEYS = ("tokenizer", "weights")
 
 
-def resolve_reader_paths(cfg, task_source):
-    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``, and
-    those of the sources of a ``concat`` reader's ``readers``) are taken relative to the task file's folder when they
-    exist there, else left as they are (relative to the working directory)."""
-    if not task_source or not os.path.isfile(str(task_source)):
+def resolve_reader_paths(cfg, task_source, base_dir=None):
+    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``,
+    ``mnist_dir``, and those of the sources of a ``concat`` reader's ``readers`` and of a ``masked_lm`` reader's
+    ``source``) are taken relative to the task file's folder (``base_dir`` for a task written inline in a job config
+    whose source label is not a file, e.g. with ``--set``) when they exist there, else left as they are (relative to
+    the working directory)."""
+    if task_source and os.path.isfile(str(task_source)):
+        base_dir = os.path.dirname(os.path.abspath(task_source))
+    if not base_dir:
         return cfg
-    base = os.path.dirname(os.path.abspath(task_source))
+    base = base_dir
     for key in PATH_KEYS:
         if isinstance(cfg.get(key), str):
             cfg[key] = resolve_path(cfg[key], base, suffixes=("", ".rec"))  # a RecordIO prefix names train.rec
+    if isinstance(cfg.get("source"), dict):  # a reader over another reader (masked_lm)
+        cfg["source"] = resolve_reader_paths(dict(cfg["source"]), None, base)
     if isinstance(cfg.get("readers"), list):
-        cfg["readers"] = [resolve_reader_paths(dict(r), task_source) if isinstance(r, dict) else r
+        cfg["readers"] = [resolve_reader_paths(dict(r), None, base) if isinstance(r, dict) else r
                           for r in cfg["readers"]]
     return cfg
 
 
-def _normalise_components(task):
+def _normalise_components(task, base_dir=None):
     """Reader and head become ``{type: ...}`` dicts; the reader's data paths (and those of its evaluation
-    overrides) and the head's ``same_person.pairs`` file are resolved against the task file, once, here."""
-    task["reader"] = resolve_reader_paths(registry.as_component(task["reader"]), task["source"])
+    overrides) and the head's ``same_person.pairs`` file are resolved against the task file (an inline task's:
+    ``base_dir``, its job config's folder), once, here."""
+    task["reader"] = resolve_reader_paths(registry.as_component(task["reader"]), task["source"], base_dir)
     task["head"] = registry.as_component(task["head"])
     same = task["head"].get("same_person")
     if isinstance(same, dict) and isinstance(same.get("pairs"), str) and os.path.isfile(str(task["source"])):
         same = dict(same, pairs=resolve_path(same["pairs"], os.path.dirname(os.path.abspath(task["source"]))))
         task["head"]["same_person"] = same  # a pairs file is taken relative to the task file, as data paths are
     if task["eval"]["reader"]:
-        task["eval"]["reader"] = resolve_reader_paths(dict(task["eval"]["reader"]), task["source"])
+        task["eval"]["reader"] = resolve_reader_paths(dict(task["eval"]["reader"]), task["source"], base_dir)
 
 
 def _verification_set(entry, base_dir, source, key):
@@ -352,7 +360,8 @@ def _load_tasks(job, base_dir, folders, source, task_overrides):
 
 
 def _check_components(job, tasks, source):
-    """Every component names a registered plug-in with parameters it accepts; the weighting fits the schedule."""
+    """Every component (the architecture too) names a registered plug-in with parameters it accepts; the weighting
+    fits the schedule."""
     from mtl.backbones.base import JOB_KEYS, constructor_config
 
     validate(BACKBONE, {k: v for k, v in job["backbone"].items() if k in JOB_KEYS}, source, "backbone")
@@ -364,6 +373,7 @@ def _check_components(job, tasks, source):
                 _check_component(kind, t[kind], t["source"], prefix + kind)
             except ConfigError as exc:
                 raise blame_set(t, exc) from None
+    _check_component("architecture", job["architecture"], source, "architecture")
     entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
     # built once here (plain numpy, cheap) so that a bad hyper-parameter value fails at load time too
     registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
@@ -377,6 +387,36 @@ def _check_components(job, tasks, source):
         raise ConfigError(
             f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
+
+
+def _check_cross_negatives(job, tasks, base_dir, source):
+    """Cross-head negatives name tasks of the job whose heads can score other heads' classes, at least two; the
+    pairs file of ``mask: pairs`` exists and reads as same-person pairs (its path resolved as data paths are)."""
+    cross = job["cross_negatives"]
+    if cross["rate"] <= 0:
+        return
+    names = [t["name"] for t in tasks]
+    able = [t["name"] for t in tasks if registry.get("head", t["head"]["type"]).cls.cross_negatives]
+    chosen = able if cross["tasks"] == "all" else cross["tasks"]
+    for name in chosen:
+        if name not in names:
+            raise ConfigError(f"task '{name}' is not a task of this job ({', '.join(names)})", source,
+                              "cross_negatives.tasks")
+        if name not in able:
+            head = next(t["head"]["type"] for t in tasks if t["name"] == name)
+            raise ConfigError(f"task '{name}': head '{head}' cannot score other heads' classes as negatives (the "
+                              f"margin heads can: arcface, cosface)", source, "cross_negatives.tasks")
+    if len(chosen) < 2:
+        raise ConfigError(f"cross-head negatives need at least two heads that can take part, the job has "
+                          f"{len(chosen)} ({', '.join(chosen) or 'none'})", source, "cross_negatives.tasks")
+    if cross["mask"] == "pairs":
+        if not cross["pairs"]:
+            raise ConfigError("mask: pairs needs the same-person JSON in cross_negatives.pairs", source,
+                              "cross_negatives.pairs")
+        from mtl.heads.cross_negatives import read_pairs
+
+        cross["pairs"] = os.path.abspath(resolve_path(cross["pairs"], base_dir))
+        read_pairs(cross["pairs"], source)
 
 
 def _check_optimizer(job, source):
@@ -428,8 +468,13 @@ def load_job(path=None, overrides=(), data=None):
     registry.load_all(plugin_folders + [f for f in folders if f not in plugin_folders], source, "plugins")
     tasks = _load_tasks(job, base_dir, folders, source, task_overrides)
     job["backbone"] = registry.as_component(job["backbone"])
+    for key in BACKBONE_PATH_KEYS:  # a text encoder's files, taken relative to the job config when they are there
+        if isinstance(job["backbone"].get(key), str):
+            job["backbone"][key] = resolve_path(job["backbone"][key], base_dir)
     job["weighting"] = registry.as_component(job["weighting"])
+    job["architecture"] = registry.as_component(job["architecture"])
     _check_components(job, tasks, source)
+    _check_cross_negatives(job, tasks, base_dir, source)
     _check_optimizer(job, source)
     _check_accumulate(job, tasks, source)
     job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,

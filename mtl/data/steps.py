@@ -15,7 +15,9 @@ import zlib
 import numpy as np
 import paddle
 
+from mtl.data.buckets import BucketedOrder
 from mtl.data.loader import ERROR_KEY, error_item, error_text, format_fault, make_loader, raise_error_text
+from mtl.data.padding import collate_padded
 from mtl.errors import ConfigError, DataError, MtlError
 
 __all__ = ["ERROR_KEY", "StepDataset", "SampleOrder", "check_divisible", "check_labels", "collate", "error_item",
@@ -111,27 +113,40 @@ def _fits(schedule, batch_size, world, accumulate=1):
         return False
 
 
-def collate(samples):
-    """Stack a list of ``{field: array}`` samples into ``{field: [n, ...] array}``."""
-    return {k: np.stack([np.asarray(s[k]) for s in samples]) for k in samples[0]}
+def collate(samples, fields=None):
+    """Stack a list of ``{field: array}`` samples into ``{field: [n, ...] array}``, padding the fields of variable
+    size with their declared value (``fields``: name -> Field; :mod:`mtl.data.padding`)."""
+    return collate_padded(samples, fields)
+
+
+def sample_order(reader, size: int, seed: int, rows: int, bucket_batches: int, job_seed: int):
+    """The read order of one task: plain epochs, or bucketed by length (``bucket_batches`` > 0 and a reader that
+    knows its samples' lengths, :meth:`mtl.readers.base.Reader.lengths`)."""
+    order = SampleOrder(size, seed)
+    lengths = reader.lengths() if bucket_batches > 0 else None
+    if lengths is None:
+        return order
+    return BucketedOrder(order, lengths, rows, bucket_batches, job_seed)
 
 
 class StepDataset(paddle.io.Dataset):
     """Item ``i`` is the batch of step ``start_step + i`` for this rank: ``{task: {field: array}}``."""
 
     def __init__(self, schedule, readers: dict, seed: int, start_step: int, end_step: int, world: int = 1,
-                 rank: int = 0, label_ranges=None, accumulate: int = 1):
+                 rank: int = 0, label_ranges=None, accumulate: int = 1, bucket_batches: int = 0):
         super().__init__()
         self.accumulate = int(accumulate)  # the step's rows of this rank: its share of each micro-batch, in order
         self.label_ranges = dict(label_ranges or {})  # {task: (field, num_classes)}: labels must be in [0, C)
         self.schedule = schedule
         self.readers = readers
-        self.orders = {name: SampleOrder(len(r), task_seed(seed, name)) for name, r in readers.items()}
+        self.orders = {name: sample_order(r, len(r), task_seed(seed, name), schedule.possible_sizes(name)[0],
+                                          int(bucket_batches), seed) for name, r in readers.items()}
         self.start_step = int(start_step)
         self.end_step = int(end_step)
         self.world = int(world)
         self.rank = int(rank)
         self.fields = {name: [f.name for f in r.fields()] for name, r in readers.items()}
+        self.declared = {name: {f.name: f for f in r.fields()} for name, r in readers.items()}
 
     def __len__(self):
         return max(0, self.end_step - self.start_step)
@@ -161,7 +176,7 @@ class StepDataset(paddle.io.Dataset):
                 keys = [(int(j), int(e)) for j, e in zip(idx, self.orders[task].epochs(start, n)[part])]
             else:
                 keys = [int(j) for j in idx]
-            batch[task] = collate([self._sample(task, key, step) for key in keys])
+            batch[task] = collate([self._sample(task, key, step) for key in keys], self.declared[task])
             if task in self.label_ranges:
                 check_labels(task, batch[task], *self.label_ranges[task], indices=idx, step=step)
         return batch
@@ -213,5 +228,8 @@ def check_labels(task, batch, field, num_classes, indices=None, step=None, split
 def iterate_eval(reader, batch_size: int, max_samples=None):
     """Batches ``{field: array}`` of a whole evaluation split, in order (no shuffling, no rank slicing)."""
     n = len(reader) if max_samples is None else min(len(reader), int(max_samples))
+    def fields():  # asked for only when a batch needs padding
+        return {f.name: f for f in reader.fields()}
+
     for start in range(0, n, batch_size):
-        yield collate([reader[i] for i in range(start, min(n, start + batch_size))])
+        yield collate([reader[i] for i in range(start, min(n, start + batch_size))], fields)

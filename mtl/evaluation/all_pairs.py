@@ -1,4 +1,4 @@
-"""Verification over every pair of held-out images: the all-people figures of the face report (issue #29, item 5).
+"""Verification over every pair of held-out images: the all-people figures of the face report.
 
 All ``N (N - 1) / 2`` pairs of the images (no sampled subset), scored by the cosine of the unit embeddings (the
 squared L2 distance of the per-dataset protocol is ``d = 2 - 2 cos``). Negatives are then mostly pairs of people of

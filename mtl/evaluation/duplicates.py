@@ -1,4 +1,4 @@
-"""Estimated same-person class pairs against the true ones: precision and recall (issue #29, item 5).
+"""Estimated same-person class pairs against the true ones: precision and recall (the face report's duplicates figures).
 
 Pairs are entries of the ``mtl overlap --json`` form (``{task_a, class_a, task_b, class_b, ...}``; the overlap
 benchmark's ``duplicates.json``, ``mtl overlap``'s decision, the online mask's ``same_person.json``). A pair is the

@@ -25,7 +25,8 @@ def embed(backbone, reader, batch_size: int, max_samples=None):
     try:
         for batch in iterate_eval(reader, batch_size, max_samples):
             with inference_autocast(backbone):  # O2: the backbone's weights are bfloat16/float16
-                feats.append(float32(backbone({n: paddle.to_tensor(batch[n]) for n in names})))
+                out = backbone({n: paddle.to_tensor(batch[n]) for n in names})
+            feats.append(float32(out[backbone.default_output] if isinstance(out, dict) else out))  # text: pooled
             for k, v in batch.items():
                 if k not in names:
                     rest.setdefault(k, []).append(v)
@@ -81,7 +82,7 @@ class Evaluator:
                 from mtl.evaluation.verify import evaluate_sets
 
                 roc = os.path.join(self.output_dir, f"roc_{task.name}.png") if self.output_dir else None
-                metrics.update(evaluate_sets(self.job.model.backbone, self.sets(task), batch_size,
+                metrics.update(evaluate_sets(self.job.model.embedder(task.name), self.sets(task), batch_size,
                                              self.job.backbone.input_fields()[0].name, roc, f"{task.name}: ROC"))
             results[task.name] = metrics
         return results
@@ -89,7 +90,12 @@ class Evaluator:
     def _evaluate_split(self, task, batch_size):
         """The head's own metrics on the task's evaluation split."""
         reader = self.reader(task)
-        feats, rest = embed(self.job.model.backbone, reader, batch_size, task.cfg["eval"]["max_samples"])
+        if task.head.evaluates_batches:  # variable-length text: predictions batch by batch
+            from mtl.evaluation.batches import evaluate_batches
+
+            return evaluate_batches(self.job.model.backbone, task.head, reader, batch_size,
+                                    task.cfg["eval"]["max_samples"])
+        feats, rest = embed(self.job.model.embedder(task.name), reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
         if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them
             from mtl.evaluation.pairs import open_set_verification

@@ -30,6 +30,14 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``equal_rows`` (set by the joint model): every rank passes the same number of rows to each forward, so a head that
   gathers rows need not exchange row counts first (the runner's batches guarantee it:
   ``mtl.data.steps.check_divisible``). False for a head used on its own.
+* ``reads``: the backbone output the head scores when the backbone returns several (a text encoder's ``sequence``
+  [B, T, D] or ``pooled`` [B, D]); None: the backbone's ``default_output`` (or its one tensor).
+* ``labels_of(sub_batch)``: what the joint model passes as ``labels`` (default: the ``label_field`` tensor; a head
+  that scores several fields, e.g. word positions and tags, returns ``{field: tensor}``).
+* ``ties_input_embeddings`` / ``tie_input_embeddings(weight)``: the head's output layer is the backbone's input
+  embedding matrix (masked LM), handed over when the job is built.
+* ``evaluates_batches``: evaluation runs batch by batch (variable-length text): ``predict(features, labels)`` per
+  batch returns one prediction per sample and ``score(predictions, reader)`` the metrics of the split.
 * ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate=1)`` (class method): the memory
   the head will hold in one process, by part, computed from its options before it is built
   (``mtl.train.memory_plan``); ``global_rows`` are those of one micro-batch when a step is read as ``accumulate``.
@@ -65,9 +73,13 @@ class Head(paddle.nn.Layer):
 
     sharded = False
     row_sparse = False
+    cross_negatives = False  # can score other heads' classes as negatives (mtl.heads.cross_negatives)
     reader_sizes = {"num_classes": "num_classes"}
     primary_metric = "loss"
     higher_is_better = False
+    reads = None
+    ties_input_embeddings = False
+    evaluates_batches = False
 
     def __init__(self, feature_size: int, label_field: str = "label"):
         super().__init__()
@@ -83,6 +95,23 @@ class Head(paddle.nn.Layer):
         """Number of classes when the labels are class ids in ``[0, C)``; None otherwise (the default)."""
         return None
 
+    def labels_of(self, sub_batch):
+        """The ``labels`` argument of :meth:`forward` from a task's sub-batch ``{field: tensor}`` (default: the
+        ``label_field`` tensor)."""
+        return sub_batch[self.label_field]
+
+    def tie_input_embeddings(self, weight):
+        """Use the backbone's input embedding matrix ``weight`` (heads with ``ties_input_embeddings``)."""
+        raise NotImplementedError(f"head '{self.registered_name}' does not tie input embeddings")
+
+    def predict(self, features, labels) -> list:
+        """One prediction per sample of an evaluation batch (heads with ``evaluates_batches``)."""
+        raise NotImplementedError
+
+    def score(self, predictions: list, reader) -> Dict[str, float]:
+        """Metrics of a whole evaluation split from :meth:`predict`'s predictions, in sample order."""
+        raise NotImplementedError
+
     def set_step(self, step: int):
         """Called by the joint model before a training forward with the global step (0-based).
 
@@ -93,6 +122,11 @@ class Head(paddle.nn.Layer):
     def prepare_step(self, step: int, labels, accumulate: int):
         """Before the first of ``accumulate`` micro-batches of training step ``step``; ``labels``: this rank's labels
         of all of them. Default: nothing (a head whose forward does not depend on the rest of the step)."""
+
+    def attach_cross_negatives(self, cross, task: str):
+        """Score the other heads' classes of ``cross`` (a :class:`mtl.heads.cross_negatives.CrossNegatives`) as
+        negatives of this task's samples; only heads that declare ``cross_negatives`` can (the job checks it)."""
+        raise NotImplementedError(f"head '{type(self).__name__}' does not declare cross_negatives")
 
     def check_eval_labels(self, labels):
         """Raise a user error (:class:`mtl.errors.DataError` or ConfigError, a sentence) when ``evaluate`` could not

@@ -18,13 +18,17 @@ What happens to such a negative is ``mode``:
 
 The top-1 prediction the head logs is taken before the filtering (it is a property of the model, not of the loss).
 Pairs are used as listed, in both directions, not transitively. Pairs whose two classes belong to two different
-heads have no effect and are dropped: no sample of one task is ever scored against another head's classes, so such
-a class is never its negative (each head's softmax runs over its own classes only).
+heads are the business of cross-head negatives (:mod:`mtl.heads.cross_negatives`), where another head's class
+believed to be the sample's person is always removed; without cross-head negatives no sample is ever scored against
+another head's classes, so such a pair has no effect here.
+
+A :class:`ChunkMask` says, per segment of the scored columns (the head's own rows, each other head's rows), what is
+filtered: logits above a limit and listed (column, row) entries, with the segment's mode.
 """
 import json
 import os
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -91,37 +95,93 @@ class Filtering:
 
 
 @dataclass
-class ChunkMask:
-    """What the chunk passes filter in one forward: logits above ``limit`` (= scale * threshold, or None) and the
-    listed entries (``columns`` of the scored rows, batch ``rows``; numpy), with ``mode``."""
+class Segment:
+    """Columns ``[begin, end)`` of the scored rows (one source's) and how they are filtered: logits above ``limit``
+    (None: none) and listed entries, with ``mode``; ``record``: keep the filtered entries (cross-head estimation)."""
 
-    limit: Optional[float]
-    mode: str
+    begin: int
+    end: int
+    limit: Optional[float] = None
+    mode: str = "zero"
+    record: bool = False
+
+
+@dataclass
+class ChunkMask:
+    """What the chunk passes filter in one forward: per :class:`Segment`, its limit and mode, and the listed entries
+    (``columns`` of the scored rows, batch ``rows``; numpy). Filtered entries of recording segments are collected
+    in ``found`` as ``(columns, rows)`` (global columns)."""
+
+    segments: List[Segment]
     columns: np.ndarray
     rows: np.ndarray
+    found: List[Tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def segment(self, begin: int) -> Segment:
+        """The segment holding column ``begin`` (a chunk lies in one)."""
+        for seg in self.segments:
+            if seg.begin <= begin < seg.end:
+                return seg
+        return Segment(begin, begin + 1)
+
+    def setting(self, begin: int):
+        """``(limit, mode)`` of the chunk starting at column ``begin``."""
+        seg = self.segment(begin)
+        return seg.limit, seg.mode
+
+    def recording(self, begin: int) -> bool:
+        """Whether the chunk's filtered entries are kept."""
+        return self.segment(begin).record
+
+    def record(self, begin: int, columns, rows):
+        """Keep the filtered entries ``(columns - begin, rows)`` of a chunk."""
+        if len(columns):
+            self.found.append((np.asarray(columns, np.int64) + begin, np.asarray(rows, np.int64)))
 
     def entries(self, begin: int, end: int):
         """``(columns - begin, rows)`` of the listed entries inside the chunk ``[begin, end)``."""
         inside = (self.columns >= begin) & (self.columns < end)
         return self.columns[inside] - begin, self.rows[inside]
 
+    @property
+    def empty(self) -> bool:
+        """Nothing is ever filtered."""
+        return not len(self.columns) and all(seg.limit is None for seg in self.segments)
+
+
+def listed_columns(partners: np.ndarray, first_id: int, count: int, index=None) -> Tuple[np.ndarray, np.ndarray]:
+    """``(hit [F] bool, columns [F])``: which global class ids ``partners`` are among one source's rows — rows
+    ``[0, count)`` of a shard whose first class is ``first_id``, or the sorted local ids ``index`` — and their
+    columns in the source."""
+    local = np.asarray(partners, np.int64) - int(first_id)
+    if index is None:
+        return (local >= 0) & (local < int(count)), local
+    columns = np.searchsorted(index, local)
+    hit = columns < len(index)
+    hit[hit] = index[columns[hit]] == local[hit]
+    return hit, columns
+
+
+def own_segment(filtering: Filtering, labels: np.ndarray, scale: float, first_id: int, count: int, index=None):
+    """The own rows' :class:`Segment` and listed ``(columns, rows)`` of one forward: inter-class filtering and the
+    head's same-person pairs among this rank's scored rows."""
+    limit = None if filtering is None or filtering.threshold is None else float(scale) * float(filtering.threshold)
+    segment = Segment(0, int(count), limit, "zero" if filtering is None else filtering.mode)
+    if filtering is None or not filtering.active:
+        return segment, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows, partners = filtering.partners(labels)
+    hit, columns = listed_columns(partners, first_id, count, index)
+    return segment, columns[hit].astype(np.int64), rows[hit].astype(np.int64)
+
 
 def chunk_mask(filtering: Filtering, labels: np.ndarray, scale: float, first_id: int, count: int, index=None):
-    """The :class:`ChunkMask` of one forward (None when nothing can be filtered): the pairs' partners of the gathered
-    ``labels`` that are among this rank's scored rows — rows ``[0, count)`` of the shard whose first class is
-    ``first_id``, or (Partial FC) the sorted local ids ``index`` of the shard."""
+    """The :class:`ChunkMask` of one forward of the own rows alone (None when nothing can be filtered): the pairs'
+    partners of the gathered ``labels`` that are among this rank's scored rows — rows ``[0, count)`` of the shard
+    whose first class is ``first_id``, or (Partial FC) the sorted local ids ``index`` of the shard."""
     if filtering is None or not filtering.active:
         return None
-    rows, partners = filtering.partners(labels)
-    local = partners - int(first_id)
-    if index is None:
-        hit, columns = (local >= 0) & (local < int(count)), local
-    else:
-        columns = np.searchsorted(index, local)
-        hit = columns < len(index)
-        hit[hit] = index[columns[hit]] == local[hit]
-    limit = None if filtering.threshold is None else float(scale) * float(filtering.threshold)
-    return ChunkMask(limit, filtering.mode, columns[hit].astype(np.int64), rows[hit].astype(np.int64))
+    segment, columns, rows = own_segment(filtering, labels, scale, first_id, count, index)
+    return ChunkMask([segment], columns, rows)
 
 
 def check_filtering(threshold, mode, same_person, num_classes: int) -> Filtering:

@@ -14,6 +14,7 @@ import numpy as np
 import paddle
 
 from mtl.arrays import NORM_FLOOR_SQUARED, host_view
+from mtl.heads.class_rows import chunk_order
 
 _LOW = np.float32(-1e30)
 TRANSPOSED_BLOCK = 128  # rows per product of dx += G'^T W: single-threaded OpenBLAS runs [128, K] x [K, 128] with
@@ -38,28 +39,32 @@ def prepare_blas():
 
 
 class HostRows:
-    """numpy access to a :class:`mtl.heads.chunked_softmax.ClassRows` for one forward and its backward: blocks of
-    the weight, views or gathered into one reused ``[CHUNK_ROWS, D]`` buffer (Partial FC; the block gathered last
-    is kept for the backward, which with one chunk, or D >= N, starts with it), and two scratch blocks."""
+    """numpy access to a :class:`mtl.heads.class_rows.ScoredRows` for one forward and its backward: blocks of each
+    source's weight, views or gathered into one reused ``[CHUNK_ROWS, D]`` buffer (a sample; the block gathered
+    last is kept for the backward, which with one chunk, or D >= N, starts with it), and two scratch blocks."""
 
-    def __init__(self, rows, chunk_rows: int):
+    def __init__(self, rows):
         prepare_blas()
+        self.rows = rows
         self.chunks = rows.chunks()
         self.held = None  # (begin, end) of the rows in ``gathered``
-        self.weight = host_view(rows.weight)
-        self.index = None if rows.index is None else host_view(rows.index)
-        width = min(chunk_rows, rows.count)
-        dim = self.weight.shape[1]
-        self.gathered = None if self.index is None else np.empty((width, dim), self.weight.dtype)
-        self.scratch = np.empty((2, width, dim), self.weight.dtype)
+        self.weights = [host_view(source.weight) for source in rows.sources]
+        self.indexes = [None if source.index is None else host_view(source.index) for source in rows.sources]
+        width = max(end - begin for begin, end in self.chunks)
+        dim = self.weights[0].shape[1]
+        dtype = self.weights[0].dtype
+        self.gathered = None if all(i is None for i in self.indexes) else np.empty((width, dim), dtype)
+        self.scratch = np.empty((2, width, dim), dtype)
 
     def block(self, begin: int, end: int) -> np.ndarray:
-        """Rows ``[begin, end)`` of the scored set (valid until the next call)."""
-        if self.index is None:
-            return self.weight[begin:end]
+        """Rows of columns ``[begin, end)`` (valid until the next call)."""
+        which = next(i for i, stop in enumerate(self.rows.offsets[1:]) if begin < stop)
+        offset, weight, index = self.rows.offsets[which], self.weights[which], self.indexes[which]
+        if index is None:
+            return weight[begin - offset:end - offset]
         out = self.gathered[:end - begin]
         if self.held != (begin, end):
-            np.take(self.weight, self.index[begin:end], axis=0, out=out, mode="clip")  # "raise" buffers ``out``
+            np.take(weight, index[begin - offset:end - offset], axis=0, out=out, mode="clip")  # "raise" buffers out
             self.held = (begin, end)
         return out
 
@@ -93,16 +98,23 @@ def _add_transposed_product(out, g, block, scratch):
 
 
 def _filter_chunk(z: np.ndarray, begin: int, end: int, mask, chunk_max):
-    """Inter-class filtering of one chunk (``mtl.heads.filtering``), after the top-1 search: the filtered logits
-    become 0 (``zero``) or -inf (``remove``); returns the softmax's chunk maximum and the filtered entries (None)."""
+    """Filtering of one chunk (``mtl.heads.filtering``: inter-class filtering, same-person classes), after the
+    top-1 search: the filtered logits become 0 (``zero``) or -inf (``remove``); returns the softmax's chunk maximum
+    and the filtered entries (None)."""
     if mask is None:
         return chunk_max, None
-    dirty = z > z.dtype.type(mask.limit) if mask.limit is not None else np.zeros(z.shape, bool)
+    limit, mode = mask.setting(begin)
     columns, rows = mask.entries(begin, end)
+    if limit is None and not len(columns):
+        return chunk_max, None
+    dirty = z > z.dtype.type(limit) if limit is not None else np.zeros(z.shape, bool)
     dirty[columns, rows] = True
+    if mask.recording(begin):
+        found = np.nonzero(dirty)
+        mask.record(begin, found[0], found[1])
     if not dirty.any():
         return chunk_max, None
-    z[dirty] = 0.0 if mask.mode == "zero" else -np.inf
+    z[dirty] = 0.0 if mode == "zero" else -np.inf
     return z.max(axis=0), dirty
 
 
@@ -126,18 +138,19 @@ def online_pass(host: HostRows, x_hat, scale, owned, column, work, inverse, mask
         hits, position = _in_chunk(owned, column, begin, end)
         z[position, hits] = -np.inf  # the target logit enters once, with its margin (z_t)
         chunk_max = z.max(axis=0)
-        better = np.flatnonzero(chunk_max > best)
-        if better.size == n:  # top-1: the first largest masked logit, searched only where this chunk beats the best
-            best_column[:] = _first_peak_rows(z, chunk_max) + begin
-        elif better.size:
-            best_column[better] = z[:, better].argmax(axis=0) + begin
-        best[better] = chunk_max[better]
+        if host.rows.trainable(begin):  # top-1 among the own classes: the first largest masked logit, searched
+            better = np.flatnonzero(chunk_max > best)  # only where this chunk beats the best
+            if better.size == n:
+                best_column[:] = _first_peak_rows(z, chunk_max) + begin
+            elif better.size:
+                best_column[better] = z[:, better].argmax(axis=0) + begin
+            best[better] = chunk_max[better]
         chunk_max, dirty = _filter_chunk(z, begin, end, mask, chunk_max)
         grown = np.maximum(running, chunk_max)
         z -= grown
         paddle.utils.dlpack.from_dlpack(z).exp_()  # Paddle's exp, in place on z's memory (no slice of ``work``)
         total = total * np.exp(running - grown) + z.sum(axis=0)  # S rescaled to the new maximum
-        if dirty is not None and mask.mode == "zero":
+        if dirty is not None and mask.setting(begin)[1] == "zero":
             z[dirty] = 0.0  # counted in S, but a constant logit: no gradient
         running = grown
         maxima.append(grown)
@@ -154,19 +167,17 @@ def gradient_pass(host: HostRows, x_hat, work, inverse, maxima, coefficient, row
     target_rows = None if target_rows is None else target_rows.numpy()
     coefficient, row_max = coefficient.numpy(), row_max.numpy()
     dx_host, dx_part = np.zeros((n, dim), x.dtype), np.empty((n, dim), x.dtype)
-    order = list(enumerate(host.chunks))
-    # chunk c's gradient rows go to buffer[b D, e D), where its exp values were (buffer[b N, e N)): in reverse
-    # order when D > N, forward when D < N, nothing is overwritten before it is read; D = N allows either, and
-    # reverse starts with the block the forward gathered last (Partial FC: one gather less)
-    for index, (begin, end) in reversed(order) if dim >= n else order:
+    for index, (begin, end) in chunk_order(host.chunks, n, dim):
         count = end - begin
         g = buffer[begin * n:end * n].reshape(count, n)
         g *= (coefficient * np.exp(maxima[index] - row_max))[None, :]
         inv = inverses[begin:end]
         g *= inv[:, None]  # G'_jn = G_jn inv_j
         block = host.block(begin, end)
-        products, correction = host.scratch[0, :count], host.scratch[1, :count]
         _add_transposed_product(dx_host, g, block, dx_part)
+        if not host.rows.trainable(begin):  # another head's rows: negatives without a gradient of their own
+            continue
+        products, correction = host.scratch[0, :count], host.scratch[1, :count]
         np.matmul(g, x, out=products)  # M = G' x_hat
         np.multiply(block, (np.einsum("ij,ij->i", products, block) * inv * inv)[:, None], out=correction)
         part = buffer[begin * dim:end * dim].reshape(count, dim)  # g's memory (read above) or already-used memory

@@ -105,6 +105,23 @@ def agree(message, stop: bool, limit: int = 4096, counts=()):
     return _first_text(message, limit), stop, uneven
 
 
+def gather_texts(text: str) -> list:
+    """Every rank's ``text``, in rank order, on every rank (one all-gather of the lengths, one of the bytes)."""
+    import numpy as np
+
+    if not is_distributed():
+        return [text]
+    raw = text.encode()
+    sizes = []
+    dist.all_gather(sizes, paddle.to_tensor([len(raw)], dtype="int64"))
+    longest = max(int(s.numpy()[0]) for s in sizes)
+    buf = np.zeros(max(longest, 1), dtype=np.uint8)
+    buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    parts = []
+    dist.all_gather(parts, paddle.to_tensor(buf))
+    return [bytes(part.numpy()[:int(size.numpy()[0])]).decode() for part, size in zip(parts, sizes)]
+
+
 def _first_text(message, limit):
     """The lowest rank's non-empty ``message`` (one all-gather of ``limit`` bytes per rank)."""
     import numpy as np

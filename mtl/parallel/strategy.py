@@ -80,7 +80,22 @@ class ParallelStrategy:
     def reduce_gradients(self):
         """SUM of every replicated parameter's gradient over ranks, in one fused all-reduce."""
         if self.world > 1:
+            self.fill_missing_gradients()
             distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None])
+
+    def fill_missing_gradients(self):
+        """A replicated parameter that got a gradient on some rank but not on this one (its use depended on this
+        rank's rows: a CRF's transitions for a slice of one-word sentences) gets a zero gradient here, so that
+        every rank all-reduces the same tensors; one all-reduce of a flag per parameter. A parameter no rank used
+        keeps no gradient, as at one process."""
+        params = list(self.replicated)
+        if not params:
+            return
+        flags = paddle.to_tensor([0.0 if p.grad is None else 1.0 for p in params], dtype="float32")
+        anywhere = distributed.all_reduce_sum(flags).numpy() > 0
+        missing = [p for p, used in zip(params, anywhere) if used and p.grad is None]
+        if missing:
+            paddle.autograd.backward([paddle.add_n([(p * 0.0).sum() for p in missing])])
 
     @paddle.no_grad()
     @contextlib.contextmanager
@@ -111,19 +126,19 @@ class ParallelStrategy:
         ``row_gradients`` (:class:`mtl.train.sparse.RowGradient`) are the row-sparse gradients heads hand to the
         optimizer (sharded: each rank holds its own rows); they count in the norm.
         """
-        return global_grad_norm(self.replicated, self.sharded + [r.rows for r in row_gradients])
+        return global_grad_norm(self.replicated, self.sharded + list(row_gradients))
 
     @paddle.no_grad()
     def unscale_gradients(self, factor: float, row_gradients=()):
         """Multiply every gradient of this step by ``factor`` (``1 / loss scale`` after an fp16 backward)."""
-        for grad in _grads(self.replicated + self.sharded + [r.rows for r in row_gradients]):
+        for grad in _grads(self.replicated + self.sharded + list(row_gradients)):
             grad.scale_(factor)
 
     def clip_gradients(self, max_norm: Optional[float], norm: float, row_gradients=()):
         """Scale every gradient of this step (row-sparse ones too) to the global norm ``max_norm`` (None: no
         clipping); ``norm`` is :meth:`grad_norm`'s."""
         if max_norm:
-            scale_to_norm(self.replicated + self.sharded + [r.rows for r in row_gradients], norm, max_norm)
+            scale_to_norm(self.replicated + self.sharded + list(row_gradients), norm, max_norm)
 
     def barrier(self):
         """Wait until every rank gets here (checkpoint writing and clearing a run folder)."""
@@ -133,6 +148,10 @@ class ParallelStrategy:
         """The first error text any rank met (the lowest rank's), or None, equal on every rank: every rank then stops
         together instead of leaving the others waiting in the next collective."""
         return distributed.lowest_rank_text(text)
+
+    def gather_texts(self, text: str) -> list:
+        """Every rank's ``text`` in rank order, on every rank (results each rank holds alone, merged once)."""
+        return distributed.gather_texts(text)
 
     def from_main(self, text: Optional[str]) -> Optional[str]:
         """Rank 0's ``text`` on every rank (the other ranks' values are ignored): one rank decides, all follow."""
@@ -173,5 +192,6 @@ class ParallelStrategy:
     def reduce_gradients_except(self, skip):
         """SUM over ranks of the replicated gradients, leaving ``skip`` (already global) untouched."""
         if self.world > 1:
+            self.fill_missing_gradients()
             ids = {id(p) for p in skip}
             distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None and id(p) not in ids])

@@ -94,3 +94,17 @@ def top1_from_votes(votes: paddle.Tensor, best: paddle.Tensor, ids: paddle.Tenso
     tied = not exclusive and distributed.is_distributed() and bool((count > 1).any())
     predicted = sharded_top1(best, ids) if tied else unpack_ids(votes[:2].T, check=False)
     return paddle.where(count > 0, predicted, paddle.full_like(ids, -1))
+
+
+def top1_across_shards(best: paddle.Tensor, ids: paddle.Tensor) -> paddle.Tensor:
+    """Global top-1 class ids ``[N]`` from each rank's best scores ``[N]`` and their global ``ids`` (ties to the
+    lowest rank, as one argmax over all classes): one MAX all-reduce of :func:`rank_key` scores and one SUM of the
+    winners' votes; the margin head's training accuracy, outside its loss."""
+    if not distributed.is_distributed():
+        return ids
+    with paddle.no_grad():
+        keyed = best.dtype == paddle.float32
+        score = rank_key(best, distributed.rank()) if keyed else best
+        winner = distributed.all_reduce_max(score)
+        votes = distributed.all_reduce_sum(top1_votes(score, winner, ids))
+        return top1_from_votes(votes, best, ids, keyed)

@@ -61,6 +61,11 @@ class Reader:
     def set_augmentation(self, enabled: bool):
         """Turn random training augmentation (flips, crops, ...) on or off; readers without any ignore this."""
 
+    def lengths(self):
+        """The length of every sample (token count of a text), for length-bucketed batches
+        (:mod:`mtl.data.buckets`); None (the default): samples have no length, batches are not bucketed."""
+        return None
+
     def labels(self):
         """All labels of the split, in sample order (default: read every sample)."""
         return np.array([self[i]["label"] for i in range(len(self))])

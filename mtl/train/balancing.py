@@ -160,14 +160,15 @@ class TaskBalancer:
             self.strategy.reduce_gradients()
             return self.logged(weights, present)
         self.model.backward_heads(self.scaled(self.static, scale))
-        self.rescale_heads(weights, present)
         if self.weighting.uses_representation:
             squares = self.strategy.sum_over_ranks(representation_squares(self.model.feature_gradients(), self.tasks))
             alpha = self.combine(np.diag(squares.numpy()) / scale ** 2, values, present, step)
             self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
+            self.rescale_heads(weights, present)
             self.strategy.reduce_gradients()
             return self.logged(weights, present, alpha)
         matrix = task_gradient_matrix(self.model, self.tasks)
+        self.rescale_heads(weights, present)  # after the backbone passes: the architecture's task layers too
         self.strategy.sum_over_ranks_(matrix)
         return self.logged(weights, present, self.apply(matrix, values, present, step, scale))
 
@@ -200,14 +201,15 @@ class TaskBalancer:
 
     @paddle.no_grad()
     def rescale_heads(self, weights, present):
-        """Scale each head's gradients by ``w_t / loss_weight_t`` where the strategy changes a task's weight."""
+        """Scale each task's own gradients (its head's, its architecture layers': ``JointModel.task_parameters``) by
+        ``w_t / loss_weight_t`` where the strategy changes a task's weight."""
         for task, w, static, here in zip(self.tasks, weights, self.static, present):
             if not here or w == static:
                 continue
             factor = float(w / static) if static else 0.0
             head = self.model.heads[task]
-            tensors = [p.grad for p in head.parameters() if p.grad is not None]
-            tensors += [row.rows.grad for row in head.row_gradients() if row.rows.grad is not None]
+            tensors = [p.grad for p in self.model.task_parameters(task) if p.grad is not None]
+            tensors += [row.grad for row in head.row_gradients() if row.grad is not None]
             for grad in tensors:
                 grad.scale_(factor)
 

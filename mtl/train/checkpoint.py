@@ -37,10 +37,18 @@ def _save(obj, path):
     integrity.fsync_file(path)
 
 
+def _has_architecture_state(model) -> bool:
+    """The architecture has weights of its own (``architecture.pdparams``); ``hard`` without towers has none."""
+    return len(model.architecture.state_dict()) > 0
+
+
 def _write_weights(tmp, model, rank, world, suffix=".pdparams"):
-    """Backbone (rank 0), replicated heads (rank 0) and this rank's head shards into ``tmp``."""
+    """Backbone and the architecture's own weights (rank 0), replicated heads (rank 0) and this rank's head shards
+    into ``tmp``."""
     if rank == 0:  # float32 files whatever the precision (O2 keeps bfloat16 weights): export and eval read them
         _save(portable_state(model.backbone.state_dict()), os.path.join(tmp, "backbone" + suffix))
+        if _has_architecture_state(model):
+            _save(portable_state(model.architecture.state_dict()), os.path.join(tmp, "architecture" + suffix))
     for task, head in model.heads.items():
         if head.sharded or rank == 0:
             path = os.path.join(tmp, layout.head_file(task, head, rank, world))
@@ -165,6 +173,7 @@ def _files_read(path, model, rank, world, saved_world, averager):
     classes = {task: head.class_count() for task, head in model.heads.items() if head.sharded}
     ranks = [rank] if saved_world == world else reshard.needed_ranks(classes, saved_world, world, rank)
     files = ["backbone.pdparams", f"rng.rank{rank}.pdparams"] + [f"optimizer.rank{k}.pdopt" for k in ranks]
+    files += ["architecture.pdparams"] if _has_architecture_state(model) else []
     if saved_world == world and os.path.isfile(os.path.join(path, f"statistics.rank{rank}.pdparams")):
         files.append(f"statistics.rank{rank}.pdparams")
     files += [layout.head_file(task, head, k, saved_world).replace(os.sep, "/") for task, head in model.heads.items()
@@ -190,6 +199,8 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     if saved_world == world and os.path.isfile(own):  # this rank's own BatchNorm statistics (resharded: the average)
         weights.update(load_paddle_file(own))  # one complete state: a partial one makes Paddle warn per parameter
     model.backbone.set_state_dict(state_for(model.backbone, weights))
+    if _has_architecture_state(model):
+        load_architecture(path, model.architecture)
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
     classes = {task: head.class_count() for task, head in model.heads.items() if head.sharded}
@@ -203,6 +214,15 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     if averager is not None and per_rank["averager"] is not None:
         averager.set_state_dict(per_rank["averager"])
     return state
+
+
+def load_architecture(path, architecture, averaged=False):
+    """The architecture's own weights from checkpoint ``path`` (``architecture[.averaged].pdparams``)."""
+    file = os.path.join(path, "architecture.averaged.pdparams" if averaged else "architecture.pdparams")
+    if not os.path.isfile(file):
+        raise ConfigError(f"checkpoint '{path}' has no weights of architecture '{architecture.registered_name}' "
+                          f"({file}): it was written by a job with another architecture")
+    architecture.set_state_dict(state_for(architecture, load_paddle_file(file, "architecture weights")))
 
 
 def _head_state(path, task, head, saved_world, world, rank):

@@ -1,4 +1,5 @@
-"""The memory plan of a job, per process, made before the heads allocate anything (issue 14.3).
+"""The memory plan of a job, per process, made before the heads allocate anything: a job that does not fit stops in
+one line before it allocates.
 
 Every head declares what it will hold from its options alone (``Head.planned_bytes``: weight, optimizer state,
 sampled rows, logits and their gradient per step), the backbone counts its parameters, gradients and optimizer state
@@ -41,13 +42,14 @@ def gib(count: int) -> str:
     return f"{count / 2 ** 30:.2f} GiB" if count >= 2 ** 30 else f"{count / 2 ** 20:.1f} MiB"
 
 
-def head_options(tcfg: dict, backbone, seed: int, reader_sizes) -> dict:
+def head_options(tcfg: dict, backbone, seed: int, reader_sizes, feature_size=None) -> dict:
     """The keyword arguments the head of task ``tcfg`` will be built with (``num_classes`` from the reader if
-    the config does not give it: ``reader_sizes()`` is only called then)."""
+    the config does not give it: ``reader_sizes()`` is only called then; ``feature_size``: the architecture's
+    output, default the backbone's)."""
     from mtl import registry
 
     options = {k: v for k, v in tcfg["head"].items() if k != "type"}
-    options.update(feature_size=backbone.feature_size, seed=seed)
+    options.update(feature_size=feature_size or backbone.feature_size, seed=seed)
     head_cls = registry.get("head", tcfg["head"]["type"]).cls
     missing = {param: size for param, size in head_cls.reader_sizes.items() if param not in options}
     if missing:
@@ -66,8 +68,10 @@ def backbone_parts(backbone, optimizer_slots: int, rows: int) -> Dict[str, int]:
     return parts
 
 
-def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) -> List[PlanEntry]:
-    """The plan of process ``rank``: backbone, every head, averager. ``reader_sizes(tcfg)`` -> the reader's sizes.
+def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0, architecture=None) -> List[PlanEntry]:
+    """The plan of process ``rank``: backbone, architecture, every head, averager. ``reader_sizes(tcfg)`` -> the
+    reader's sizes. ``architecture`` (:class:`mtl.architectures.base.Architecture`, None: ``hard``): its own
+    parameters count next to the backbone's (its task layers inside the backbone count as the backbone's).
 
     Per-step figures are those of one micro-batch (``schedule.accumulate`` K: the step's batch is read as K
     micro-batches, each through the backbone and the heads before the next): the backbone's activations for
@@ -82,20 +86,50 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0) 
     micro = int(cfg["schedule"]["batch_size"]) // accumulate
     rows = max(1, micro)  # a task's sub-batch of a micro-batch is at most the micro-batch
     entries = [PlanEntry("backbone", "backbone", backbone_parts(backbone, slots, max(1, micro // world_size)))]
+    if architecture is not None and any(True for _ in architecture.parameters()):
+        entries.append(PlanEntry(f"architecture '{architecture.registered_name}'", "architecture",
+                                 architecture.planned_bytes(slots)))
+    heads_from = len(entries)
+    feature_size = architecture.output_size if architecture is not None else None
     for index, tcfg in enumerate(cfg["tasks"]):
-        options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]), lambda t=tcfg: reader_sizes(t))
+        options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]), lambda t=tcfg: reader_sizes(t),
+                               feature_size)
         head_cls = registry.get("head", tcfg["head"]["type"]).cls
         parts = head_cls.planned_bytes(options, rows, world_size, rank, slots, accumulate)
         key = f"tasks.{index}.head"  # the --set path of the job's task, inline or from a task file alike
         entries.append(PlanEntry(f"task '{tcfg['name']}' head '{tcfg['head']['type']}'", key, parts,
                                  advice=head_advice(head_cls, key, options)))
+    entries += _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank)
     kind, _ = averaging_options(cfg.get("averaging"), cfg["source"])
     if kind != "none":
-        tracked = entries[0].parts["parameters"] + sum(e.parts.get("weight", 0) for e in entries[1:])
+        tracked = sum(e.parts["parameters"] for e in entries[:heads_from]) + \
+            sum(e.parts.get("weight", 0) for e in entries[heads_from:])
         copies = KINDS[kind].peak_copies
         entries.append(PlanEntry(f"averager '{kind}'", "averaging", {f"{copies} copies": copies * tracked},
                                  KINDS[kind].copies_note(), averager_advice(kind, KINDS)))
     return entries
+
+
+def _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank) -> List[PlanEntry]:
+    """What cross-head negatives add to each task's step (:func:`mtl.heads.cross_negatives.planned_bytes`)."""
+    from mtl import registry
+    from mtl.data.steps import task_seed
+    from mtl.heads.cross_negatives import planned_bytes
+
+    cross = cfg.get("cross_negatives") or {}
+    if float(cross.get("rate", 0.0)) <= 0:
+        return []
+    classes = {}
+    for tcfg in cfg["tasks"]:
+        if registry.get("head", tcfg["head"]["type"]).cls.cross_negatives:
+            options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]),
+                                   lambda t=tcfg: reader_sizes(t))
+            if options.get("num_classes"):
+                classes[tcfg["name"]] = int(options["num_classes"])
+    parts = planned_bytes(cross, classes, rows, backbone.feature_size, world_size, rank)
+    smaller = f"sample fewer other classes (--set cross_negatives.rate={min(0.1, float(cross['rate']) / 2):g})"
+    return [PlanEntry(f"task '{task}' cross-head negatives", "cross_negatives.rate", p, advice=smaller)
+            for task, p in parts.items()]
 
 
 def head_advice(head_cls, key: str, options: dict) -> str:
@@ -150,11 +184,11 @@ def format_plan(entries: List[PlanEntry], available: int, world_size: int) -> st
     return "\n".join(lines)
 
 
-def check_job_memory(cfg: dict, backbone, reader_sizes, announce: bool = True):
+def check_job_memory(cfg: dict, backbone, reader_sizes, announce: bool = True, architecture=None):
     """Print the plan on rank 0 (if ``announce``) and raise a one-line ``ConfigError`` when it does not fit, on
     every rank alike."""
     world = distributed.world_size()
-    entries = plan_job(cfg, backbone, reader_sizes, world)
+    entries = plan_job(cfg, backbone, reader_sizes, world, architecture=architecture)
     available = available_bytes()
     if distributed.is_distributed():  # the smallest figure of all ranks, so that every rank decides the same
         available = int(distributed.min_over_ranks(available))

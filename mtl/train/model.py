@@ -2,6 +2,12 @@
 
 Sub-batches whose backbone inputs have the same signature (field names, per-sample shapes, dtypes) are concatenated
 and go through the backbone in one pass; the features are split back per task and each head scores its own rows.
+Text sub-batches of different lengths share a signature: they are padded to the longest and each task's sequence
+features are cut back to its own length; a head reads the backbone output it names (``Head.reads``: ``sequence``
+[B, T, D] or ``pooled`` [B, D] of a text encoder) (:mod:`mtl.backbones.rows`).
+Between the backbone and the heads sits the job's architecture (:mod:`mtl.architectures`): task t's features (its
+rows only) become what task t's head sees; ``hard`` (the default, no towers) hands them over unchanged. An
+architecture with task layers inside the backbone (``per_task_backbone``) gets one backbone pass per task.
 Total loss = sum_t loss_weight_t * loss_t over the tasks present in the step; absent tasks cost nothing.
 
 Backward (:meth:`JointModel.backward`) runs in two phases: each head's loss is differentiated alone, in job order, down
@@ -17,6 +23,7 @@ from typing import Dict
 
 import paddle
 
+from mtl.backbones import rows
 from mtl.heads.base import HeadOutput
 
 
@@ -37,38 +44,55 @@ def micro_batches(batch, accumulate: int):
 class JointModel(paddle.nn.Layer):
     """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``)."""
 
-    def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float]):
+    def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],
+                 cross_negatives=None, architecture=None):
         super().__init__()
         self.backbone = backbone
+        if architecture is None:  # hard parameter sharing without towers: the heads read the backbone's features
+            from mtl.architectures.hard import Hard
+
+            architecture = Hard(backbone.feature_size, list(heads))
+        self.architecture = architecture
+        self.cross_negatives = cross_negatives  # the heads' CrossNegatives (mtl.heads.cross_negatives), or None
         self.heads = paddle.nn.LayerDict(heads)
         for head in heads.values():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
             head.equal_rows = True
         self.loss_weights = dict(loss_weights)
-        self._input_names = [f.name for f in backbone.input_fields()]
+        self._input_fields = list(backbone.input_fields())
         self._pending, self._present, self._groups, self._feature_grads = [], [], [], {}
         self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
     def signature(self, sub_batch) -> tuple:
-        """(name, per-sample shape, dtype) of every backbone input of a sub-batch."""
-        return tuple((n, tuple(sub_batch[n].shape[1:]), str(sub_batch[n].dtype)) for n in self._input_names)
+        """(name, per-row shape, dtype) of every backbone input of a sub-batch; declared variable axes (token
+        length) are None, so text sub-batches of any length share one pass (:mod:`mtl.backbones.rows`)."""
+        return rows.input_signature(self._input_fields, sub_batch)
 
-    def features(self, batch) -> Dict[str, paddle.Tensor]:
-        """Backbone features per task, one backbone pass per input signature."""
+    def backbone_passes(self, batch):
+        """The tasks of each backbone pass: one pass per input signature (per task with a ``per_task_backbone``
+        architecture), in the batch's order."""
         groups = OrderedDict()
         for task, sub in batch.items():
-            groups.setdefault(self.signature(sub), []).append(task)
+            groups.setdefault((task,) if self.architecture.per_task_backbone else self.signature(sub), []).append(task)
+        return list(groups.values())
+
+    def features(self, batch) -> Dict[str, object]:
+        """What every task's head sees (a tensor, or ``{name: tensor}`` of a text encoder): the backbone's output per
+        pass, split per task, through the architecture's layers for the task (its rows only)."""
         out = {}
-        self._groups = list(groups.values())
-        for tasks in groups.values():
-            inputs = {n: paddle.concat([batch[t][n] for t in tasks], axis=0) if len(tasks) > 1 else batch[tasks[0]][n]
-                      for n in self._input_names}
+        self._groups = self.backbone_passes(batch)
+        fields = self._input_fields
+        for tasks in self._groups:
+            subs = [batch[t] for t in tasks]
+            self.architecture.select(tasks[0])  # per_task_backbone: the task whose layers this pass uses
             with self.autocast():
-                feats = self.backbone(inputs)
-            if feats.dtype != paddle.float32 and paddle.get_default_dtype() == "float32":
-                feats = feats.astype("float32")  # heads, margins and class centres stay in float32
-            sizes = [int(batch[t][self._input_names[0]].shape[0]) for t in tasks]
-            for t, f in zip(tasks, paddle.split(feats, sizes, axis=0) if len(tasks) > 1 else [feats]):
-                out[t] = f
+                feats = self.backbone(rows.concat_rows(fields, subs))
+            feats = rows.to_float32(feats) if paddle.get_default_dtype() == "float32" else feats
+            groups_of = [rows.group_size(fields, sub) for sub in subs]
+            counts = [int(sub[fields[0].name].shape[0]) * k for sub, k in zip(subs, groups_of)]
+            sizes = [rows.variable_size(fields, sub) for sub in subs]
+            for t, f in zip(tasks, rows.split_outputs(feats, self.backbone.output_fields(), counts, groups_of,
+                                                      sizes)):
+                out[t] = f if self.architecture.is_identity else self.architecture(t, f)
         return out
 
     def prepare_step(self, batch, step: int, accumulate: int):
@@ -96,12 +120,13 @@ class JointModel(paddle.nn.Layer):
             head = self.heads[task]
             if step is not None:
                 head.set_step(step)
-            leaf = feats[task].detach()
+            feature = rows.select(feats[task], head.reads, self.backbone.default_output)
+            leaf = feature.detach()
             leaf.stop_gradient = False
-            out = head(leaf, batch[task][head.label_field])
+            out = head(leaf, head.labels_of(batch[task]))
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
-            self._pending.append((task, feats[task], leaf, out))
+            self._pending.append((task, feature, leaf, out))
             self._present.append(task)
             total = term if total is None else total + term
         return total, outputs
@@ -152,9 +177,22 @@ class JointModel(paddle.nn.Layer):
         self._feature_grads = {}
 
     def shared_parameters(self):
-        """The parameters every task's loss reaches (the backbone's trainable ones): those whose per-task gradients a
-        gradient-based weighting strategy combines (:mod:`mtl.train.balancing`)."""
-        return [p for p in self.backbone.parameters() if not p.stop_gradient]
+        """The trainable parameters several tasks' losses reach: the ones whose per-task gradients a gradient-based
+        weighting combines (the backbone's under ``hard``; ``Architecture.shared_parameters``)."""
+        return self.architecture.shared_parameters(self.backbone)
+
+    def task_parameters(self, task):
+        """The parameters only ``task``'s loss reaches: its head's and its own layers of the architecture."""
+        return list(self.heads[task].parameters()) + self.architecture.task_parameters(task, self.backbone)
+
+    def embedder(self, task):
+        """What embeds ``task``'s samples (evaluation, export): the backbone itself when the architecture hands its
+        features over unchanged, else backbone + the architecture's layers for ``task``."""
+        if self.architecture.is_identity:
+            return self.backbone
+        from mtl.architectures.base import TaskEmbedder
+
+        return TaskEmbedder(self.backbone, self.architecture, task)
 
     def row_gradients(self):
         """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``)."""

@@ -10,8 +10,8 @@ dynamic loss scaler whose overflow decision every rank takes alike.
 * fp16 loss scaling (Micikevicius et al. 2018): losses are multiplied by ``s`` before the backward and gradients by
   ``1/s`` after it. An overflow is a non-finite global gradient norm, which every rank already computes from the
   same all-reduce: all ranks skip the same steps and lower the same scale (per-rank ``found_inf`` is how
-  insightface #2200 / PLSC #112 ended with different weights per rank). ``s`` is multiplied by ``backoff`` on an
-  overflow and by ``growth`` after ``growth_interval`` good steps in a row.
+  insightface issue 2200 and PLSC issue 112 on GitHub ended with different weights per rank). ``s`` is multiplied by
+  ``backoff`` on an overflow and by ``growth`` after ``growth_interval`` good steps in a row.
 """
 import contextlib
 

@@ -25,6 +25,7 @@ rows) a row first sampled at step t >> 1 / (1 - b2) moves by lr (1 - b1) / sqrt(
 sampled), so every row's moments decay, every row keeps moving on its old moments and is weight-decayed each step.
 """
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import paddle
@@ -38,12 +39,13 @@ ADAM_EPSILON = 1e-8  # Paddle's AdamW default (the dense optimizer of the job us
 
 @dataclass
 class RowGradient:
-    """Rows of ``parameter`` that a head scored this step: ``rows`` (a detached copy, whose ``.grad`` is the rows'
-    gradient ``[K, D]``) at local row ids ``index [K]``. Only these rows (and their momentum) change."""
+    """Rows of ``parameter`` that a head scored this step, at local row ids ``index [K]``, and their gradient
+    ``grad [K, D]`` (set by the head's backward; None before it, or for a step whose backward did not run). Only
+    these rows (and their optimizer state) change."""
 
     parameter: paddle.Tensor
     index: paddle.Tensor
-    rows: paddle.Tensor
+    grad: Optional[paddle.Tensor] = None
 
 
 UPDATE_CHUNK_ROWS = 1 << 13  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]
@@ -195,14 +197,14 @@ class RowSparseOptimizer:
     def step(self, row_gradients, lr: float):
         """Apply the update to every declared row gradient."""
         for row in row_gradients:
-            if row.rows.grad is None:
+            if row.grad is None:
                 continue
             slots = self._slots_of(row.parameter)
             scaled = lr * row.parameter.optimize_attr.get("learning_rate", 1.0)  # optimizer.lr_mult
             if self.kind == "adamw":
                 moments = (slots["moment1"], slots["moment2"], slots["steps"])
-                row_sparse_adamw_(row.parameter, moments, row.index, row.rows.grad, scaled, self.betas, ADAM_EPSILON,
+                row_sparse_adamw_(row.parameter, moments, row.index, row.grad, scaled, self.betas, ADAM_EPSILON,
                                   self.weight_decay)
             else:
-                row_sparse_momentum_(row.parameter, slots.get("velocity"), row.index, row.rows.grad, scaled,
+                row_sparse_momentum_(row.parameter, slots.get("velocity"), row.index, row.grad, scaled,
                                      self.momentum, self.weight_decay)

@@ -26,6 +26,8 @@ class TrainingState:
         extra = {"weighting": self.balancer.state_dict(), "nonfinite": self.guard.state_dict()}
         if self.scaler is not None:
             extra["loss_scale"] = self.scaler.state_dict()
+        if self.model.cross_negatives is not None:
+            extra["cross_negatives"] = self.model.cross_negatives.state_dict()
         return extra
 
     def save(self, output_dir: str, step: int) -> str:
@@ -44,6 +46,8 @@ class TrainingState:
             self.guard.set_state_dict(state["nonfinite"])
         if "loss_scale" in state and self.scaler is not None:
             self.scaler.set_state_dict(state["loss_scale"])
+        if "cross_negatives" in state and self.model.cross_negatives is not None:
+            self.model.cross_negatives.set_state_dict(state["cross_negatives"])
         if state["step"] > total_steps:
             raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
                               f"schedule.steps {total_steps}", source, "schedule.steps")

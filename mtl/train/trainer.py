@@ -128,6 +128,7 @@ class Trainer:
         if self.is_main:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
                 json.dump(self.cfg, f, indent=1, default=str)
+            job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
 
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none; a
@@ -187,8 +188,9 @@ class Trainer:
             if task not in seen:
                 seen.add(task)
                 t = self.job.task(task)
-                fields = self.job.backbone.input_fields() + t.head.fields()
-                check_batch(task, f"reader '{t.cfg['reader']['type']}'", fields, batch[task])
+                inputs = self.job.backbone.input_fields()
+                check_batch(task, f"reader '{t.cfg['reader']['type']}'", inputs + t.head.fields(), batch[task],
+                            groups={f.name for f in inputs})
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def run(self, until=None):
@@ -290,7 +292,8 @@ class Trainer:
         ranges = {t.name: (t.head.label_field, t.head.class_count()) for t in job.tasks
                   if t.head.class_count() is not None}
         return StepDataset(job.schedule, readers, self.cfg["seed"], self.start_step, end, self.strategy.world,
-                           self.strategy.rank, ranges, self.optimizer_step.accumulate)
+                           self.strategy.rank, ranges, self.optimizer_step.accumulate,
+                           self.cfg["data"]["bucket_batches"])
 
     def _progress(self):
         if not (self.is_main and self.cfg["log"]["progress"]):
@@ -354,9 +357,22 @@ class Trainer:
         """Checkpoint ``step`` (every rank); it becomes the one ``--resume`` continues from."""
         self.saved = self.state.save(self.output_dir, step)
 
+    def _write_same_person(self):
+        """Cross-head negatives with the online rule: the same-person pairs it estimated, to
+        ``output_dir/same_person.json`` (every rank's counts merged on rank 0)."""
+        cross = self.job.model.cross_negatives
+        if cross is None or cross.mask != "online":
+            return
+        texts = self.strategy.gather_texts(json.dumps(cross.state["removed"]))
+        if self.is_main:
+            path = os.path.join(self.output_dir, "same_person.json")
+            pairs = cross.write_estimate(path, [json.loads(text) for text in texts])
+            self.console(f"cross-head negatives: {len(pairs)} likely-same people across heads ({path})")
+
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
         step = self.steps if step is None else step
+        self._write_same_person()
         with self.strategy.agreed_statistics():
             live = self.evaluator.evaluate()
         averaged = None

@@ -1,0 +1,146 @@
+"""MultiMNIST (Sener and Koltun, NeurIPS 2018): single-task baselines, every task-weighting strategy and every
+architecture on their LeNet, several seeds; left and right accuracy and Delta_m against single task, with their
+Table 3 beside.
+
+    python examples/multimnist_report.py [--config examples/configs/multimnist.yaml] [--configurations NAME,...]
+        [--seeds 0 1 2] [--steps N] [--json FILE] [--out runs/multimnist_report] [--set KEY=VALUE ...]
+
+Configurations (``--configurations``, default all): ``single`` (each digit trained alone: the recipe with one task,
+its 256 images per step, the same steps), every weighting strategy by name (``static`` is the recipe itself; ``mgda_ub``
+is MGDA on the representation, Sener and Koltun's MGDA-UB) and every architecture by name (``mmoe``, ``cgc``, ``ple``,
+``cross_stitch``, and on the LeNet with BatchNorm ``hard_bn``, ``task_norm``, ``adapters``). Each run trains in its
+own process; a run whose ``summary.json`` exists is not trained again. Accuracy is the head's on the recipe's
+evaluation split (``eval_split`` of the task files: the validation part of the training digits). ``--json`` writes
+``{"seeds": [...], "configurations": {NAME: {"left": [per seed], "right": [per seed]}}}`` (accuracy in percent).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "examples", "configs", "multimnist.yaml")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from architecture_variants import MULTIMNIST as ARCHITECTURES  # noqa: E402
+from bench_weighting import STRATEGIES  # noqa: E402  (the 20 strategies, as the weighting benchmarks name them)
+
+PAPER = {"single task": (97.23, 95.90), "uniform scaling": (96.46, 94.99), "MGDA-UB": (97.26, 95.90)}
+TASKS = ("left", "right")
+
+
+def configurations():
+    """``{name: [overrides]}`` of every configuration but ``single``."""
+    out = {name: [f"weighting={spec}"] for name, spec in STRATEGIES.items()}
+    out.update(ARCHITECTURES)
+    return out
+
+
+def runs(name, config, seed, out, sets):
+    """``[(run folder, overrides, tasks)]`` of configuration ``name`` at ``seed``."""
+    base = [*sets, f"seed={seed}", "log.progress=false", "log.plot=false"]
+    if name != "single":
+        folder = os.path.join(out, f"seed{seed}", name)
+        return [(folder, [*base, *configurations()[name], f"output_dir={folder}"], TASKS)]
+    from mtl.config.loading import load_job
+
+    cfg = load_job(config, list(sets))
+    size = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
+    return [(os.path.join(out, f"seed{seed}", f"single_{t['name']}"),
+             [*base, f"tasks=[{t['source']}]", f"schedule.batch_size={size}",
+              f"output_dir={os.path.join(out, f'seed{seed}', 'single_' + t['name'])}"], (t["name"],))
+            for t in cfg["tasks"]]
+
+
+def train(config, folder, sets):
+    """Train one run in a fresh process unless its summary exists; the error text on failure."""
+    if os.path.isfile(os.path.join(folder, "summary.json")):
+        return None
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
+    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return None if done.returncode == 0 else f"{' '.join(cmd)}\n{done.stderr[-3000:]}"
+
+
+def accuracy(folder, task):
+    """The task's accuracy (percent) in a finished run's final evaluation."""
+    with open(os.path.join(folder, "summary.json")) as f:
+        return 100.0 * float(json.load(f)["tasks"][task]["eval"]["accuracy"])
+
+
+def run_all(args):
+    """Train every run of every configuration and seed; return the report's JSON content."""
+    result = {"config": os.path.relpath(args.config, ROOT), "seeds": args.seeds, "configurations": {}}
+    for name in args.configurations:
+        cell = result["configurations"][name] = {t: [] for t in TASKS}
+        for seed in args.seeds:
+            for folder, sets, tasks in runs(name, args.config, seed, args.out, args.sets):
+                print(f"seed {seed}: {name} {' '.join(tasks)}", flush=True)
+                failure = train(args.config, folder, sets)
+                if failure:
+                    sys.exit("training failed:\n" + failure)
+                for task in tasks:
+                    cell[task].append(accuracy(folder, task))
+    return result
+
+
+def delta_m(cell, single):
+    """Delta_m (%): the mean over tasks of (M_t - M_single,t) / M_single,t x 100 (accuracy: higher is better)."""
+    return float(np.mean([(np.mean(cell[t]) - np.mean(single[t])) / np.mean(single[t]) * 100 for t in TASKS]))
+
+
+def table(result):
+    """Mean ± std over seeds per configuration, Delta_m against single, and Sener and Koltun's Table 3."""
+    from tabulate import tabulate
+
+    configs = result["configurations"]
+    single = configs.get("single")
+    rows = []
+    for name, cell in configs.items():
+        dm = f"{delta_m(cell, single):+.2f}" if single and name != "single" else ""
+        rows.append([name, *(f"{np.mean(cell[t]):.2f} ± {np.std(cell[t]):.2f}" for t in TASKS), dm])
+    rows += [[f"{name} (their Table 3)", f"{left:.2f}", f"{right:.2f}", ""] for name, (left, right) in PAPER.items()]
+    return tabulate(rows, headers=["configuration", "left (%)", "right (%)", "Δm vs single (%)"],
+                    tablefmt="github", disable_numparse=True)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=CONFIG)
+    parser.add_argument("--configurations", default=",".join(["single", *configurations()]),
+                        help="comma-separated names (default: all)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
+    parser.add_argument("--out", default=os.path.join("runs", "multimnist_report"))
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--set", dest="sets", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides of every run")
+    args = parser.parse_args(argv)
+    args.configurations = [c for c in args.configurations.split(",") if c]
+    known = ["single", *configurations()]
+    unknown = [c for c in args.configurations if c not in known]
+    if unknown:
+        parser.error(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if args.steps is not None:
+        args.sets = [*args.sets, f"schedule.steps={args.steps}"]
+    args.config = os.path.abspath(args.config)
+    return args
+
+
+def main(argv=None):
+    """Train (or read) every run, print the table, write ``--json``."""
+    args = parse_args(argv)
+    result = run_all(args)
+    print(table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Joint vs alone report of a text recipe (default: the English Web Treebank recipe, examples/configs/text_ewt.yaml).
+
+    python examples/text_report.py [--config CFG] [--seeds 0 1 2] [--json FILE] [--out runs/text_report]
+        [--steps N] [--nproc 2] [--set KEY=VALUE ...] [--only joint alone noaux] [--reuse]
+
+For every seed it trains, one run at a time (each in its own process, under ``mtl launch`` when ``--nproc`` > 1):
+
+* **joint**: the config as it is (every task on one encoder);
+* **alone**: each main task by itself: the same encoder, steps, optimizer, seed, and the task's per-step sub-batch
+  of the joint job;
+* **noaux**: the main tasks jointly without the auxiliary ones (heads of type ``masked_lm``), with their summed
+  sub-batches: the auxiliary task's effect is joint - noaux.
+
+Each run's score of a task is its head's primary metric on the task's evaluation file (``eval_path`` of its reader:
+change that one key to score another split), in percent (``accuracy``, ``las``, ``f1``). ``--reuse`` keeps a run folder
+that already holds a finished run of the same steps (``summary.json``) instead of training it again, and continues
+(``--resume``) a run that was stopped before its end. ``--json`` writes
+``{"seeds": [...], "tasks": {TASK: {"metric": NAME, "joint": [per seed], "alone": [...], "noaux": [...]}},
+"delta_m": [per seed], "seconds": {run: [per seed]}}`` with Δm (Maninis et al., 2019) = the mean over main tasks of
+``100 (joint - alone) / alone`` (every metric here is higher-better).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "examples", "configs", "text_ewt.yaml")
+sys.path.insert(0, ROOT)
+AUXILIARY_HEADS = ("masked_lm",)
+
+
+def plan(cfg):
+    """(main tasks, auxiliary tasks, sub-batch of every task) of a validated config."""
+    from mtl.commands.compare import sub_batches
+
+    auxiliary = [t for t in cfg["tasks"] if t["head"]["type"] in AUXILIARY_HEADS]
+    main = [t for t in cfg["tasks"] if t not in auxiliary]
+    return main, auxiliary, sub_batches(cfg)
+
+
+def runs(cfg, kinds):
+    """``[(name, overrides)]`` of one seed: joint, alone_TASK, noaux."""
+    main, auxiliary, sizes = plan(cfg)
+    out = [("joint", [])] if "joint" in kinds else []
+    if "alone" in kinds:
+        out += [(f"alone_{t['name']}", [f"tasks=[{t['source']}]", f"schedule.batch_size={sizes[t['name']]}"])
+                for t in main]
+    if "noaux" in kinds and auxiliary:
+        out.append(("noaux", [f"tasks=[{', '.join(t['source'] for t in main)}]",
+                              f"schedule.batch_size={sum(sizes[t['name']] for t in main)}"]))
+    return out
+
+
+def train(config, out_dir, seed, sets, nproc, resume=False):
+    """One run in fresh processes; (seconds, None) or (seconds, the failure's command and stderr tail)."""
+    sets = [*sets, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    cut_short = resume and os.path.isdir(os.path.join(out_dir, "checkpoints"))  # stopped before: continue it
+    script = [os.path.join(ROOT, "examples", "train_joint.py"), config, "--resume" if cut_short else "--overwrite",
+              "--set", *sets]
+    cmd = [sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", str(nproc), *script] if nproc > 1 \
+        else [sys.executable, *script]
+    started = time.time()
+    done = subprocess.run(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    failure = None if done.returncode == 0 else f"{' '.join(cmd)}\n{done.stderr[-3000:]}"
+    return time.time() - started, failure
+
+
+def scores(run_dir):
+    """``{task: (metric name, value)}`` of a finished run (its live weights' evaluation)."""
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        tasks = json.load(f)["tasks"]
+    return {name: (t["primary_metric"], float((t["eval_averaged"] or t["eval"])[t["primary_metric"]]))
+            for name, t in tasks.items()}
+
+
+def collect(cfg, seeds, done):
+    """The report's JSON from ``done[seed][run] = run folder``."""
+    main, _, _ = plan(cfg)
+    report = {"seeds": list(seeds), "tasks": {}, "delta_m": [], "seconds": {}}
+    for t in main:
+        entry = report["tasks"].setdefault(t["name"], {"metric": None, "joint": [], "alone": [], "noaux": []})
+        for seed in seeds:
+            for kind, run in (("joint", "joint"), ("alone", f"alone_{t['name']}"), ("noaux", "noaux")):
+                if run in done[seed]:
+                    metric, value = scores(done[seed][run])[t["name"]]
+                    entry["metric"] = metric
+                    entry[kind].append(value)
+    for i, _ in enumerate(seeds):
+        gains = [100.0 * (e["joint"][i] - e["alone"][i]) / e["alone"][i] for e in report["tasks"].values()
+                 if len(e["joint"]) > i and len(e["alone"]) > i and e["alone"][i]]
+        if gains:
+            report["delta_m"].append(float(np.mean(gains)))
+    return report
+
+
+def table(report) -> str:
+    """The report as a markdown table: mean ± standard deviation over seeds."""
+    def cell(values):
+        return f"{np.mean(values):.2f} ± {np.std(values):.2f}" if values else "-"
+
+    rows = ["| task | metric | joint | alone | joint - alone | without the auxiliary task |",
+            "|---|---|---|---|---|---|"]
+    for name, e in report["tasks"].items():
+        diff = [a - b for a, b in zip(e["joint"], e["alone"])]
+        rows.append(f"| {name} | {e['metric']} | {cell(e['joint'])} | {cell(e['alone'])} | {cell(diff)} | "
+                    f"{cell(e['noaux'])} |")
+    if report["delta_m"]:
+        rows.append(f"\nΔm (joint vs alone, mean over the main tasks): {cell(report['delta_m'])} % "
+                    f"({len(report['seeds'])} seed(s))")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=CONFIG)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--json", help="write the report's JSON here")
+    parser.add_argument("--out", default=os.path.join(ROOT, "runs", "text_report"))
+    parser.add_argument("--steps", type=int, help="schedule.steps of every run (default: the config's)")
+    parser.add_argument("--nproc", type=int, default=1, help="processes per run (mtl launch when > 1)")
+    parser.add_argument("--set", nargs="*", default=[], help="overrides of every run (KEY=VALUE)")
+    parser.add_argument("--only", nargs="+", default=["joint", "alone", "noaux"], choices=["joint", "alone", "noaux"])
+    parser.add_argument("--reuse", action="store_true", help="keep finished runs of the same steps, continue stopped "
+                        "ones")
+    args = parser.parse_args(argv)
+    from mtl.commands.compare import finished
+    from mtl.config.loading import load_job
+
+    sets = list(args.set) + ([f"schedule.steps={args.steps}"] if args.steps else [])
+    cfg = load_job(args.config, sets)
+    done = {seed: {} for seed in args.seeds}
+    seconds = {}
+    for seed in args.seeds:
+        for name, overrides in runs(cfg, args.only):
+            out_dir = os.path.join(args.out, f"seed{seed}", name)
+            if args.reuse and finished(out_dir, cfg["schedule"]["steps"]):
+                print(f"seed {seed}: {name} (finished before, kept)", flush=True)
+                done[seed][name] = out_dir
+                continue
+            print(f"seed {seed}: {name}", flush=True)
+            took, failure = train(args.config, out_dir, seed, [*sets, *overrides], args.nproc, args.reuse)
+            if failure:
+                raise SystemExit(f"error: a run failed:\n{failure}")
+            done[seed][name] = out_dir
+            seconds.setdefault(name, []).append(round(took, 1))
+    report = collect(cfg, args.seeds, done)
+    report["seconds"] = seconds
+    print(table(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return report
+
+
+if __name__ == "__main__":
+    main()

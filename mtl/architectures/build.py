@@ -1,0 +1,30 @@
+"""Building a job's architecture (``architecture:`` in the job, default ``hard``) for its backbone."""
+from mtl import registry
+from mtl.data.steps import task_seed
+from mtl.errors import ConfigError
+
+
+def architecture_config(cfg: dict) -> dict:
+    """The job's ``architecture`` component (``{"type": "hard"}`` for runs written before the key existed)."""
+    return registry.as_component(cfg.get("architecture") or "hard")
+
+
+def build_architecture(cfg: dict, backbone):
+    """The architecture of job ``cfg`` on ``backbone`` (its layers inside the backbone attached), drawn from the job's
+    seed; errors name ``architecture.<key>``."""
+    spec = architecture_config(cfg)
+    architecture = registry.build("architecture", spec, cfg.get("source"), "architecture",
+                                  feature_size=backbone.feature_size, tasks=[t["name"] for t in cfg["tasks"]],
+                                  seed=task_seed(cfg["seed"], "architecture"))
+    if not architecture.is_identity and backbone.output_fields() is not None:
+        raise ConfigError(f"architecture '{spec['type']}' mixes one feature vector per sample, but backbone "
+                          f"'{backbone.registered_name}' gives several outputs "
+                          f"({', '.join(backbone.output_fields())}): use architecture: hard with it",
+                          cfg.get("source"), "architecture.type")
+    try:
+        architecture.attach(backbone)
+    except ConfigError as exc:
+        if exc.source is None:
+            raise ConfigError(exc.bare_message, cfg.get("source"), f"architecture.{exc.key}") from None
+        raise
+    return architecture

@@ -1,0 +1,271 @@
+"""Cross-head negatives: a sample of one face head is scored, as negatives, against the classes of the other face
+heads, except the classes believed to be the same person.
+
+Separate heads (one per dataset) never push people of two datasets apart: a deployed model verifies everyone
+against everyone, so that way of training gives a worse model than merging the datasets, unless the heads also see
+each other's classes. Here a sample of task A keeps its own head's margin softmax (its classes, its margin, Partial
+FC as configured) and its softmax denominator also holds, as plain negatives (no margin), the classes of every other
+participating head B on this rank: all of them (``rate`` 1) or a fraction drawn from (seed, step, A, B) over B's
+classes (Partial FC style; every rank keeps its own range, so the set does not depend on the process count). Every
+rank already holds a shard of every head and the gathered features of every task, so nothing new is communicated:
+B's rows are more rows of A's chunk passes, inside A's two all-reduces. B's class centres get no gradient from A's
+samples (negatives as a memory bank: a sample is pushed away from them; they move with their own data), which keeps
+every head's update row-sparse exactly as it was and costs the backward one product per extra chunk.
+
+A class of B believed to be the sample's person leaves that sample's softmax (no term, no gradient), as
+``mask`` says:
+
+* ``pairs``: the pairs given in a same-person JSON (``mtl overlap --json``'s form: ``task_a, class_a, task_b,
+  class_b``), both directions;
+* ``online`` (the default): per sample, a class of another head whose cosine with the sample is at least ``tau``,
+  where ``tau`` is the ``quantile`` of the target cosines (a sample's cosine with its own class centre), taken as
+  mean - z_q std of an exponential average (``momentum``) of the global batch statistics, floored at ``floor``;
+  calibrated on the run itself, refreshed every step, from step ``warmup`` on (before it the heads are separate, as
+  the target cosines mean little yet; the average starts ``CALIBRATION_STEPS`` steps earlier). Removed entries are
+  counted per (class of A, class of B); a pair removed for at least half of the samples of its A class seen since
+  the warm-up, and mutually the most removed one, is written to ``output_dir/same_person.json`` at the end (the
+  estimate of who is the same person);
+* ``none``: no mask (DAIL's crossing dropout, with its rate 1e-4).
+
+What ``online`` cannot promise: it removes every other-head class that looks as much like the sample as its own
+class does, which is also what a hard negative of another person can look like (arcface_torch's inter-class
+filtering makes the same trade inside one head); and a person seen only under conditions the model does not
+generalise across is not recognised.
+"""
+import math
+import zlib
+from typing import Dict, List
+
+import numpy as np
+import paddle
+
+from mtl.arrays import host_floats
+from mtl.errors import ConfigError
+from mtl.heads.class_rows import RowSource
+from mtl.heads.filtering import Segment, listed_columns
+from mtl.heads.sharded import sample_classes_globally, shard_of_sample
+
+MASKS = ("none", "pairs", "online")
+CALIBRATION_STEPS = 20  # the online rule averages the target cosines of this many steps before the warm-up ends
+
+
+def normal_quantile(q: float) -> float:
+    """z_q of the standard normal distribution (Acklam's rational approximation, |error| < 1.2e-9)."""
+    a = [-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02,
+         -3.066479806614716e+01, 2.506628277459239e+00]
+    b = [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01,
+         -1.328068155288572e+01]
+    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00,
+         4.374664141464968e+00, 2.938163982698783e+00]
+    d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00]
+    if q < 0.02425:
+        r = math.sqrt(-2 * math.log(q))
+        return (((((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4]) * r + c[5]) / \
+            ((((d[0] * r + d[1]) * r + d[2]) * r + d[3]) * r + 1)
+    if q > 1 - 0.02425:
+        return -normal_quantile(1 - q)
+    r = (q - 0.5) ** 2
+    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * (q - 0.5) / \
+        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+
+
+def read_pairs(path: str, source=None, key="cross_negatives.pairs") -> List[dict]:
+    """The pairs of a same-person JSON (``mtl overlap --json``), checked."""
+    import json
+    import os
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"same-person pairs '{path}' do not exist", source, key)
+    try:
+        with open(path) as f:
+            pairs = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"same-person pairs '{path}' cannot be read as JSON ({exc})", source, key) from None
+    if not isinstance(pairs, list):
+        raise ConfigError(f"same-person pairs '{path}' hold a {type(pairs).__name__}, not a list of pairs", source,
+                          key)
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, dict) or not {"task_a", "class_a", "task_b", "class_b"} <= set(pair):
+            raise ConfigError(f"same-person pairs '{path}': entry {i} is not a mapping with task_a, class_a, task_b, "
+                              f"class_b (mtl overlap --json), got {str(pair)[:80]}", source, key)
+    return pairs
+
+
+class CrossNegatives:
+    """The cross-head negatives of a job (module docstring): which rows each head scores as negatives, their mask,
+    and the online rule's state (saved with the run)."""
+
+    def __init__(self, cfg: dict, heads: Dict[str, object], seed: int, source=None):
+        self.rate, self.mask = float(cfg["rate"]), cfg["mask"]
+        self.warmup, self.quantile, self.momentum = int(cfg["warmup"]), float(cfg["quantile"]), float(cfg["momentum"])
+        self.floor, self.seed = float(cfg["floor"]), int(seed)
+        names = list(heads) if cfg["tasks"] == "all" else list(cfg["tasks"])
+        self.heads = {name: heads[name] for name in names}
+        self.pairs = self._pair_table(read_pairs(cfg["pairs"], source)) if self.mask == "pairs" else {}
+        self.state = {"mean": None, "var": None, "removed": {}, "seen": {}}
+
+    @property
+    def tasks(self) -> List[str]:
+        """The participating tasks, in job order."""
+        return list(self.heads)
+
+    def active(self, step: int) -> bool:
+        """Whether the heads score each other's classes at ``step`` (0-based): from the warm-up on, and with the
+        online rule once its threshold has been calibrated."""
+        calibrated = self.mask != "online" or self.state["mean"] is not None
+        return self.rate > 0 and len(self.heads) > 1 and step >= self.warmup and calibrated
+
+    def _pair_table(self, pairs) -> Dict[tuple, np.ndarray]:
+        """``{(A, B): [E, 2] sorted (class of A, class of B)}`` from the pairs, both directions."""
+        table = {}
+        for pair in pairs:
+            a, b = str(pair["task_a"]), str(pair["task_b"])
+            if a in self.heads and b in self.heads and a != b:
+                table.setdefault((a, b), []).append((int(pair["class_a"]), int(pair["class_b"])))
+                table.setdefault((b, a), []).append((int(pair["class_b"]), int(pair["class_a"])))
+        return {k: np.unique(np.array(v, np.int64), axis=0) for k, v in table.items()}
+
+    def sources(self, task: str, step: int) -> List[RowSource]:
+        """The other heads' rows this rank scores as negatives of ``task``'s samples at ``step``."""
+        if task not in self.heads or not self.active(step):
+            return []
+        out = []
+        for other, head in self.heads.items():
+            if other == task:
+                continue
+            index = None
+            if self.rate < 1.0:
+                count = max(1, math.ceil(self.rate * head.num_classes))
+                salt = zlib.crc32(f"{task}\0{other}".encode())
+                sampled = sample_classes_globally([], head.num_classes, count, self.seed + salt, step)
+                index = paddle.to_tensor(shard_of_sample(sampled, head.shard_start, head.shard_size), dtype="int64")
+            out.append(RowSource(head.weight, index, head.shard_start, other))
+        return out
+
+    def threshold(self):
+        """The online rule's cosine ``tau`` (None before the target cosines have been seen)."""
+        if self.state["mean"] is None:
+            return None
+        tau = self.state["mean"] + normal_quantile(self.quantile) * math.sqrt(max(self.state["var"], 0.0))
+        return max(tau, self.floor)
+
+    def segments(self, task: str, labels: np.ndarray, rows, scale: float):
+        """``(segments, columns, rows)`` of the other heads' columns of ``rows`` (a ScoredRows whose own source is
+        ``task``'s): each one removed entries only (``remove``), above ``scale * tau`` with the online rule, the
+        listed same-person classes with ``pairs``."""
+        segments, columns, batch = [], [], []
+        tau = self.threshold() if self.mask == "online" else None
+        for source, offset in zip(rows.sources[1:], rows.offsets[1:]):
+            segments.append(Segment(offset, offset + source.count, None if tau is None else float(scale) * tau,
+                                    "remove", record=self.mask == "online"))
+            table = self.pairs.get((task, source.task))
+            if table is None or not len(table):
+                continue
+            low = np.searchsorted(table[:, 0], labels, side="left")
+            high = np.searchsorted(table[:, 0], labels, side="right")
+            which = np.repeat(np.arange(len(labels), dtype=np.int64), high - low)
+            partners = table[np.concatenate([np.arange(a, b) for a, b in zip(low, high)] + [np.zeros(0, np.int64)])
+                             .astype(np.int64), 1]
+            index = None if source.index is None else source.index.numpy()
+            hit, local = listed_columns(partners, source.first_id, source.count, index)
+            columns.append(local[hit] + offset)
+            batch.append(which[hit])
+        join = (lambda parts: np.concatenate(parts).astype(np.int64)) if columns else \
+            (lambda parts: np.zeros(0, np.int64))
+        return segments, join(columns), join(batch)
+
+    def observe(self, task: str, step: int, labels: np.ndarray, target_cosine, rows, mask):
+        """After ``task``'s forward at ``step`` (training): the target cosines into the online rule's average, and
+        the entries the rule removed into the same-person counts."""
+        if task not in self.heads or self.mask != "online" or step < self.warmup - CALIBRATION_STEPS:
+            return
+        cosines = np.asarray(host_floats([target_cosine.mean(), (target_cosine * target_cosine).mean()]))
+        mean, second = cosines
+        if self.state["mean"] is None:
+            self.state["mean"], self.state["var"] = mean, second - mean * mean
+        else:
+            keep = self.momentum
+            self.state["mean"] = keep * self.state["mean"] + (1 - keep) * mean
+            self.state["var"] = keep * self.state["var"] + (1 - keep) * (second - mean * mean)
+        seen = self.state["seen"].setdefault(task, {})
+        for label in labels.tolist():
+            seen[label] = seen.get(label, 0) + 1
+        if mask is None or not self.active(step):
+            return
+        removed = self.state["removed"].setdefault(task, {})
+        for columns, batch in mask.found:
+            for column, row in zip(columns.tolist(), batch.tolist()):
+                source, offset = rows.source_of(column)
+                local = column - offset
+                cls = int(local if source.index is None else source.index[local]) + source.first_id
+                key = f"{labels[row]} {source.task} {cls}"
+                removed[key] = removed.get(key, 0) + 1
+
+    def estimated_pairs(self, removed: Dict[str, Dict[str, int]], seen: Dict[str, Dict[int, int]]) -> List[dict]:
+        """Same-person pairs in ``mtl overlap --json``'s form from removal counts summed over ranks: a pair removed
+        for at least half the samples of its class seen since the warm-up, and each class's most removed partner in
+        the other head (mutual)."""
+        best = {}
+        for task, counts in removed.items():
+            for key, count in counts.items():
+                label, other, cls = key.split(" ")
+                share = count / max(seen.get(task, {}).get(int(label), 0), 1)
+                here = (task, int(label), other)
+                if share >= 0.5 and share > best.get(here, (0.0, None))[0]:
+                    best[here] = (share, int(cls))
+        pairs = []
+        for (task, label, other), (share, cls) in sorted(best.items()):
+            back = best.get((other, cls, task))
+            if back is not None and back[1] == label and task < other:
+                pairs.append({"task_a": task, "class_a": label, "task_b": other, "class_b": cls,
+                              "similarity": round(min(share, back[0]), 4)})
+        return pairs
+
+    def write_estimate(self, path: str, removed_per_rank: List[dict]) -> List[dict]:
+        """Write the estimated same-person pairs (``mtl overlap --json``'s form) from every rank's removal counts
+        (each rank finds the entries of its own shards: summed here); returns them."""
+        import json
+
+        removed: Dict[str, Dict[str, int]] = {}
+        for counts in removed_per_rank:
+            for task, table in counts.items():
+                mine = removed.setdefault(task, {})
+                for key, count in table.items():
+                    mine[key] = mine.get(key, 0) + count
+        pairs = self.estimated_pairs(removed, self.state["seen"])
+        with open(path, "w") as f:
+            json.dump(pairs, f, indent=1)
+        return pairs
+
+    def state_dict(self) -> dict:
+        """The online rule's threshold statistics (equal on every rank; they decide the masks, so a resumed run
+        continues exactly). The removal counts behind ``same_person.json`` are each rank's own (it finds the entries
+        of its own shards) and are not saved: after a resume the estimate counts from the resumed step on."""
+        return {"mean": self.state["mean"], "var": self.state["var"]}
+
+    def set_state_dict(self, state: dict):
+        """Restore :meth:`state_dict` output."""
+        self.state.update(mean=state.get("mean"), var=state.get("var"))
+
+
+def planned_bytes(cfg: dict, classes: Dict[str, int], global_rows: int, dim: int, world_size: int,
+                  rank: int) -> Dict[str, Dict[str, int]]:
+    """``{task: {part: bytes}}`` the other heads' rows add to a task's step on process ``rank``: their exp values
+    (``max(N, D)`` floats per row of the work buffer), their inverse norms, and (a sampled rate) the gathered
+    block; ``classes``: ``{task: class count}`` of the heads that can take part."""
+    from mtl.parallel.distributed import shard_range
+
+    if not cfg or float(cfg.get("rate", 0.0)) <= 0:
+        return {}
+    names = list(classes) if cfg.get("tasks", "all") == "all" else [t for t in cfg["tasks"] if t in classes]
+    rate, item = float(cfg["rate"]), np.dtype(paddle.get_default_dtype()).itemsize
+    out = {}
+    for task in names:
+        rows = 0
+        for other in names:
+            if other != task:
+                shard = shard_range(classes[other], world_size, rank)[1]
+                rows += shard if rate >= 1.0 else min(shard, math.ceil(rate * shard) + 1)
+        out[task] = {"other heads' rows: exp values": rows * max(int(global_rows), int(dim)) * item,
+                     "their norms": rows * item}
+    return out

@@ -1,0 +1,144 @@
+"""The benchmark reports on shortened runs (the pipelines, not the targets): examples/mmoe_synthetic_report.py,
+examples/multimnist_report.py, examples/faces_report.py with an architecture, examples/architectures_report.py, and
+the recipes loading as they are."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from mtl.config.loading import load_job
+from tests.dist_util import ROOT
+
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def run(tmp_path, script, *args):
+    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *map(str, args)], capture_output=True,
+                          text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_the_recipes_load_with_their_architectures():
+    mnist = load_job(os.path.join(EXAMPLES, "configs", "multimnist.yaml"))
+    assert mnist["architecture"] == {"type": "hard", "tower": [50], "tower_dropout": 0.5}
+    assert [t["reader"]["mnist_dir"] for t in mnist["tasks"]] == [os.path.join(EXAMPLES, "data", "mnist")] * 2
+    assert [t["reader"]["eval_split"] for t in mnist["tasks"]] == ["val", "val"]  # never the kept-back test digits
+    synthetic = load_job(os.path.join(EXAMPLES, "configs", "mmoe_synthetic.yaml"))
+    assert synthetic["architecture"]["type"] == "mmoe" and synthetic["backbone"]["type"] == "identity"
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_synthetic_report_on_a_shortened_run(tmp_path):
+    out = tmp_path / "synthetic"
+    proc = run(tmp_path, "mmoe_synthetic_report.py", "--runs", 2, "--steps", 20, "--correlations", 0.5, 1.0,
+               "--out", out, "--json", tmp_path / "s.json", "--plot", tmp_path / "s.png")
+    report = json.load(open(tmp_path / "s.json"))
+    assert set(report["cells"]) == {"0.5", "1.0"} and report["runs"] == 2
+    for models in report["cells"].values():
+        assert set(models) == {"shared_bottom", "omoe", "mmoe"}
+        for cell in models.values():
+            assert len(cell["final"]) == 2 and all(len(c) == len(report["steps"]) for c in cell["curves"])
+            assert cell["final"] == [c[-1] for c in cell["curves"]]
+    assert report["steps"][-1] == 20 and (tmp_path / "s.png").stat().st_size > 10000
+    assert "minus shared-bottom" in proc.stdout
+    job = json.load(open(out / "p0.5" / "mmoe" / "run1" / "job.json"))
+    assert job["seed"] == 1 and [t["reader"]["seed"] for t in job["tasks"]] == [1, 1]
+    assert [t["reader"]["correlation"] for t in job["tasks"]] == [0.5, 0.5]
+    again = run(tmp_path, "mmoe_synthetic_report.py", "--runs", 2, "--steps", 20, "--correlations", 0.5, 1.0,
+                "--out", out)  # every run is read, none trained again
+    assert "correlation 0.5 mmoe run" not in again.stdout
+
+
+def shortened_multimnist(tmp_path):
+    """The recipe with task files that hold 300 validation digits and evaluate 200 of them."""
+    for digit in ("left", "right"):
+        task = yaml.safe_load(open(os.path.join(EXAMPLES, "configs", "multimnist", f"{digit}.yaml")))
+        task["reader"].update(mnist_dir=os.path.join(EXAMPLES, "data", "mnist"), val_size=300)
+        task["eval"] = {"max_samples": 200}
+        (tmp_path / f"{digit}.yaml").write_text(yaml.safe_dump(task))
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(yaml.safe_dump({"base": os.path.join(EXAMPLES, "configs", "multimnist.yaml"),
+                                       "tasks": ["left.yaml", "right.yaml"], "data": {"num_workers": 0},
+                                       "schedule": {"batch_size": 16}}))
+    return variant
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_multimnist_report_on_a_shortened_run(tmp_path):
+    proc = run(tmp_path, "multimnist_report.py", "--config", shortened_multimnist(tmp_path), "--configurations",
+               "single,static,mgda_ub,mmoe,task_norm", "--seeds", 0, 1, "--steps", 2, "--out", tmp_path / "r",
+               "--json", tmp_path / "m.json")
+    report = json.load(open(tmp_path / "m.json"))
+    assert report["seeds"] == [0, 1]
+    assert set(report["configurations"]) == {"single", "static", "mgda_ub", "mmoe", "task_norm"}
+    for cell in report["configurations"].values():
+        assert set(cell) == {"left", "right"} and all(len(v) == 2 and 0 <= min(v) <= max(v) <= 100
+                                                      for v in cell.values())
+    single = json.load(open(tmp_path / "r" / "seed1" / "single_right" / "job.json"))
+    assert [t["name"] for t in single["tasks"]] == ["right"] and single["schedule"]["batch_size"] == 8
+    norm = json.load(open(tmp_path / "r" / "seed0" / "task_norm" / "job.json"))
+    assert norm["architecture"]["type"] == "task_norm" and norm["backbone"]["batch_norm"] is True
+    assert "MGDA-UB (their Table 3)" in proc.stdout and "Δm vs single" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_path):
+    tasks = os.path.join(EXAMPLES, "configs", "faces_six")
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(yaml.safe_dump({
+        "base": os.path.join(EXAMPLES, "configs", "faces_six.yaml"),
+        "tasks": [os.path.join(tasks, "yale.yaml"), os.path.join(tasks, "umist.yaml")],
+        "schedule": {"steps": 4, "batch_size": 16}, "backbone": {"input_size": 16, "channels": [8, 16]},
+        "averaging": {"min_average_window": 2}, "data": {"num_workers": 0}}))
+    run(tmp_path, "faces_report.py", "--config", variant, "--seeds", 0, "--out", tmp_path / "f", "--json",
+        tmp_path / "f.json", "--only", "joint", "--no-baselines", "--set",
+        "architecture={type: mmoe, experts: 2, expert_layers: [16], last_relu: false}")
+    report = json.load(open(tmp_path / "f.json"))
+    datasets = report["arms"]["separate"]["datasets"]
+    assert set(datasets) == {"yale", "umist"}
+    assert all(len(per_seed) == 1 and 0 <= per_seed[0] <= 1 for per_seed in datasets.values())
+    job = json.load(open(tmp_path / "f" / "seed0" / "separate" / "job.json"))
+    assert job["architecture"]["type"] == "mmoe"
+
+
+def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
+    """Paired differences against twice their standard error, the widest interquartile range, faces' wins and mean
+    gap: on numbers made up so that each verdict is known."""
+    sys.path.insert(0, EXAMPLES)
+    import architectures_report
+
+    runs = np.arange(20)
+    base = 1.0 + 0.1 * np.sin(runs)  # the same data in every run: the pair differences are what counts
+    cells = {"0.5": {"shared_bottom": base * 1.5, "omoe": base * 1.2, "mmoe": base},
+             "1.0": {"shared_bottom": base + 0.3 * np.cos(runs), "omoe": base + 0.001 * (-1) ** runs, "mmoe": base}}
+    synthetic = {"runs": 20, "steps": [1], "cells": {p: {m: {"final": list(v), "curves": [[x] for x in v]}
+                                                         for m, v in c.items()} for p, c in cells.items()}}
+    (tmp_path / "s.json").write_text(json.dumps(synthetic))
+    alone = {"a": [0.8, 0.82], "b": [0.7, 0.7], "c": [0.9, 0.9]}
+    faces_hard = {"datasets": {d: {"joint": [v[0] - 0.01] * 2, "alone": v} for d, v in alone.items()}}
+    faces_norm = {"datasets": {"a": {"joint": [0.83, 0.83]}, "b": {"joint": [0.69, 0.71]},
+                               "c": {"joint": [0.89, 0.89]}}}
+    (tmp_path / "h.json").write_text(json.dumps(faces_hard))
+    (tmp_path / "n.json").write_text(json.dumps(faces_norm))
+    doc = tmp_path / "doc.md"
+    doc.write_text("before\n<!-- architectures-tables -->\nold\n<!-- /architectures-tables -->\nafter\n")
+    content = architectures_report.main(["--synthetic", str(tmp_path / "s.json"), "--faces",
+                                         f"hard={tmp_path / 'h.json'}", f"task_norm={tmp_path / 'n.json'}",
+                                         "--write", str(doc)])
+    low, high = content["synthetic"]["0.5"], content["synthetic"]["1.0"]
+    assert low["mmoe_below_shared_bottom"] and not low["mmoe_equals_omoe"] and low["widest"] == "shared_bottom"
+    assert high["mmoe_equals_omoe"] and high["widest"] == "shared_bottom"
+    assert content["faces"]["hard"]["wins"] == 0  # every joint 0.01 below the first seed's alone
+    assert content["faces"]["task_norm"]["wins"] == 2  # a: 0.83 >= 0.81, b: 0.70 >= 0.70
+    assert abs(content["faces"]["task_norm"]["mean_gap"] - np.mean([0.02, 0.0, -0.01])) < 1e-12
+    text = doc.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "| mean" in text and "joint, task_norm" in text

@@ -1,0 +1,200 @@
+"""Architectures in training: ``hard`` bit-identical to the model before architectures existed, every architecture
+equal at 1 and 2 processes (per step, 1e-4), a stopped and resumed run equal to an uninterrupted one bit for bit,
+the memory plan counting the architecture, and an export that embeds for a named task.
+
+The 2-process runs are in the session's one launch of 2-process runs (tests/shared_runs.py); the 1-process runs and
+the resumed runs train in this process (tests/dist_scripts/architectures_all.py).
+"""
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+import yaml
+
+from tests import hard_reference
+from tests.dist_scripts import architectures_all
+from tests.dist_scripts.architectures_all import RUNS
+from tests.dist_util import ROOT
+from tests.shared_runs import two_process_run
+
+SCRIPT = os.path.join(ROOT, "tests", "dist_scripts", "architectures_all.py")
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hard_reference.npz")
+STEPS = 12
+RESUMED = ["mmoe", "ple_cagrad", "cross_stitch_graddrop", "task_norm", "adapters_gradnorm"]
+
+
+def records(out, name):
+    with open(os.path.join(out, name, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if "loss" in r and "lr" in r]
+
+
+@pytest.fixture(scope="module")
+def single_runs(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("architectures") / "one")
+    architectures_all.main(out, STEPS)
+    return out
+
+
+@two_process_run("architectures_all")
+def _two_processes(folder):
+    return {"call": [SCRIPT, "main", str(folder), str(STEPS)]}, str(folder)
+
+
+@pytest.mark.slow
+def test_hard_is_bit_identical_to_the_model_before_architectures(tmp_path):
+    """Six jobs (MLP and CNN with BatchNorm; static, PCGrad, MGDA-UB) trained with ``architecture: hard``: every
+    step's losses, the final evaluation and every final weight equal, bit for bit, those of commit 26a3f02 (main's
+    code before the architecture layer; tests/hard_reference.py made the fixture with it)."""
+    from mtl.runtime import select_device
+
+    select_device("cpu")
+    got = hard_reference.train_all(str(tmp_path), {"architecture": "hard"})
+    expected = np.load(FIXTURE)
+    assert sorted(got) == sorted(expected.files)
+    for key in expected.files:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("architectures_all")
+def test_every_architecture_agrees_between_one_and_two_processes(single_runs, two_process):
+    two = two_process["architectures_all"]
+    for name in RUNS:
+        a, b = records(single_runs, name), records(two, name)
+        assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1)), name
+        keys = [k for k in a[0] if k.startswith(("loss/", "weight/", "alpha/"))]
+        assert len([k for k in keys if k.startswith("loss/")]) == 3, name
+        worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-6) for ra, rb in zip(a, b) for k in keys)
+        assert worst <= 1e-4, (name, worst)
+
+
+def checkpoint_arrays(folder):
+    from mtl.safe_pickle import load_paddle_file
+
+    ckpt = os.path.join(folder, "checkpoints", f"step_{STEPS}")
+    files = [os.path.join(ckpt, f) for f in sorted(os.listdir(ckpt)) if f.endswith((".pdparams", ".pdopt"))]
+    files += [os.path.join(ckpt, "heads", f) for f in sorted(os.listdir(os.path.join(ckpt, "heads")))]
+    return {f"{os.path.basename(f)}:{k}": np.asarray(v) for f in files if "rng" not in f
+            for k, v in load_paddle_file(f).items() if isinstance(v, np.ndarray)}
+
+
+@pytest.mark.slow
+def test_stopped_and_resumed_runs_are_bit_identical(single_runs, tmp_path):
+    """Stopped after step 6 (a checkpoint, a fresh Trainer) and resumed to step 12: every step's losses and every
+    weight of the final checkpoint (backbone, architecture, heads, optimizer state) equal the uninterrupted run's."""
+    out = str(tmp_path / "resumed")
+    architectures_all.main(out, STEPS, 6, ",".join(RESUMED))
+    for name in RESUMED:
+        a, b = records(single_runs, name), records(out, name)
+        assert [r["step"] for r in b] == list(range(1, STEPS + 1)), name
+        for ra, rb in zip(a, b):
+            assert {k: v for k, v in ra.items() if k.startswith(("loss", "weight", "alpha"))} == \
+                   {k: v for k, v in rb.items() if k.startswith(("loss", "weight", "alpha"))}, name
+        first, second = checkpoint_arrays(os.path.join(single_runs, name)), checkpoint_arrays(os.path.join(out, name))
+        assert sorted(first) == sorted(second)
+        assert any(k.startswith("architecture.pdparams") for k in first) == (name != "adapters_gradnorm"), name
+        for key in first:
+            np.testing.assert_array_equal(first[key], second[key], err_msg=f"{name} {key}")
+
+
+def test_the_memory_plan_counts_the_architecture():
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.memory_plan import plan_job
+
+    cfg = load_job(data=architectures_all.job("unused", "mmoe", 2))
+    job = build_job(cfg, announce_plan=False)
+    plan = {e.key: e for e in plan_job(cfg, job.backbone, lambda t: job.task(t["name"]).reader.sizes(), 1,
+                                       architecture=job.model.architecture)}
+    count = sum(int(np.prod(p.shape)) for p in job.model.architecture.parameters())
+    assert plan["architecture"].parts == {"parameters": 4 * count, "gradients": 4 * count,
+                                          "optimizer state": 4 * count}  # momentum: one slot
+    assert plan["tasks.2.head"].parts["weight"] == 4 * (8 * 3)  # the softmax head reads the tower's 8 features
+
+
+def _train(tmp_path, name, architecture):
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    raw = architectures_all.job(str(tmp_path / name), "mmoe", 4)
+    raw.update(architecture=architecture, backbone=architectures_all.CNN,
+               averaging={"type": "ema", "decay": 0.5})
+    job = build_job(load_job(data=raw), announce_plan=False)
+    Trainer(job, console=lambda *a: None, overwrite=True).run()
+    return job, str(tmp_path / name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", [{"type": "mmoe", "experts": 2, "expert_layers": [8]},
+                                          {"type": "ple", "levels": 2, "expert_layers": [8]},
+                                          {"type": "cross_stitch", "layers": [8]},
+                                          {"type": "task_norm"}, {"type": "adapters", "tower": [6]}])
+def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
+    """``mtl export --task T``: the inference model's embeddings equal backbone + the architecture's layers for T
+    with the run's averaged weights (in this process); naming no task, or another one, is one sentence."""
+    from mtl.errors import ConfigError
+    from mtl.export import export
+    from mtl.inference import open_run
+
+    job, run = _train(tmp_path, architecture["type"], architecture)
+    images = np.random.RandomState(0).randn(5, 1, 8, 8).astype(np.float32)
+    for task in ("arc5", "soft3"):
+        meta = export(run, str(tmp_path / f"export_{task}"), task=task)
+        assert meta["task"] == task and meta["architecture"]["type"] == architecture["type"]
+        exported = paddle.jit.load(str(tmp_path / f"export_{task}" / "backbone"))
+        exported.eval()
+        embedder = open_run(run).backbone(task)
+        expected = embedder({"image": paddle.to_tensor(images)}).numpy()
+        np.testing.assert_allclose(exported(paddle.to_tensor(images)).numpy(), expected, rtol=1e-5, atol=1e-6)
+        assert meta["feature_size"] == expected.shape[1] == job.model.architecture.output_size
+    others = open_run(run).backbone("arc7")({"image": paddle.to_tensor(images)}).numpy()
+    assert not np.allclose(others, expected)  # each task its own embedding
+    for task, words in ((None, "name the task to embed for (mtl export RUN OUT --task NAME"),
+                        ("nope", "task 'nope' is not one of them")):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            export(run, str(tmp_path / "bad"), task=task)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cross_stitch_graddrop", "task_norm"])
+def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
+    """The 20 strategies of the weighting benchmarks, 3 steps each, on an architecture whose shared and task
+    parameters interleave (cross-stitch) and on one with task layers inside the backbone: finite losses, and every
+    shared and task parameter updated."""
+    import sys
+
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from bench_weighting import STRATEGIES
+
+    for strategy, spec in STRATEGIES.items():
+        raw = architectures_all.job(str(tmp_path / strategy), name, 3)
+        raw["weighting"] = yaml.safe_load(spec)  # "{type: mgda, representation: true}"
+        raw["optimizer"]["weight_decay"] = 0.0  # a parameter moves only if its gradient did
+        job = build_job(load_job(data=raw), announce_plan=False)
+        before = {id(p): p.numpy().copy() for p in job.model.parameters()}
+        Trainer(job, console=lambda *a: None, overwrite=True).run()
+        losses = [r["loss"] for r in records(str(tmp_path), strategy)]
+        assert len(losses) == 3 and all(np.isfinite(losses)), strategy
+        model = job.model
+        moved = [p for p in model.shared_parameters() + model.architecture.task_parameters("soft3", model.backbone)
+                 if not np.array_equal(before[id(p)], p.numpy())]
+        assert len(moved) == len(model.shared_parameters()) + len(
+            model.architecture.task_parameters("soft3", model.backbone)), strategy
+
+
+def test_overlap_refuses_a_run_whose_tasks_embed_apart(tmp_path):
+    """mtl overlap compares class centres of several tasks in one embedding: a run with per-task embeddings is one
+    sentence, not a comparison across spaces."""
+    from mtl.commands.overlap import load_run
+    from mtl.errors import ConfigError
+
+    _, run = _train(tmp_path, "mmoe", {"type": "mmoe", "experts": 2, "expert_layers": [8]})
+    with pytest.raises(ConfigError, match="gives each task its own"):
+        load_run(run)

@@ -1,0 +1,268 @@
+"""Cross-head negatives (mtl/heads/cross_negatives.py) against a float64 numpy reference of the masked softmax, its
+loss and gradients: the other heads' classes as plain negatives (no margin, no gradient of their own), the
+same-person classes out of the sample's softmax; with masks from pairs and from the online rule, a sampled rate,
+Partial FC on the own head, several chunks, the numpy and the Paddle-op passes."""
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+from mtl import arrays
+from mtl.heads import class_rows
+from mtl.heads.cross_negatives import CrossNegatives, normal_quantile
+from mtl.registry import plugin_class
+from tests import equivalence
+from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi
+from tests.shared_runs import one_process_run, train_here, two_process_run
+
+ArcFaceHead = plugin_class("head", "arcface")
+ARC = (1.0, 0.5, 0.0)
+SCALE = 16.0
+CFG = {"rate": 1.0, "tasks": "all", "mask": "none", "pairs": None, "warmup": 0, "quantile": 0.05, "momentum": 0.9,
+       "floor": 0.2}
+
+
+@pytest.fixture(params=["host", "device"])
+def passes(request, monkeypatch):
+    """The chunk passes in numpy on the host or in Paddle ops, over several chunks (other heads' too)."""
+    monkeypatch.setattr(arrays, "HOST_PATHS", request.param == "host")
+    monkeypatch.setattr(class_rows, "CHUNK_ROWS", 3)
+    return request.param
+
+
+def np_cross_head(x, w_own, labels, others, removed, margin, scale, own_columns=None):
+    """Loss and gradients (features, own centres) of a margin head whose softmax also holds ``others`` (a list of
+    ``[C_b, D]`` centres: plain cosines, no margin), ``removed[b] [N, C_b]`` True where a class leaves the sample's
+    softmax; ``own_columns``: the own classes scored (Partial FC), all by default. The other centres get no
+    gradient. float64."""
+    n = len(labels)
+    own_columns = np.arange(len(w_own)) if own_columns is None else np.asarray(own_columns)
+    xn = np.linalg.norm(x, axis=1, keepdims=True)
+    xh = x / xn
+    blocks = [w_own[own_columns]] + list(others)
+    w = np.concatenate(blocks)
+    wn = np.linalg.norm(w, axis=1, keepdims=True)
+    wh = w / wn
+    c = xh @ wh.T
+    target = np.searchsorted(own_columns, labels)
+    rows = np.arange(n)
+    z = scale * c
+    z[rows, target] = scale * np_psi(c[rows, target], *margin)
+    gone = np.zeros(c.shape, bool)
+    offset = len(own_columns)
+    for block, mask in zip(others, removed):
+        gone[:, offset:offset + len(block)] = mask
+        offset += len(block)
+    z[gone] = -np.inf
+    loss, dz = np_ce(z, target)
+    dz[gone] = 0.0
+    dc = scale * dz
+    dc[rows, target] *= np_dpsi(c[rows, target], *margin)
+    dxh = dc @ wh
+    dx = (dxh - xh * (xh * dxh).sum(1, keepdims=True)) / xn
+    own = len(own_columns)
+    dwh = dc[:, :own].T @ xh
+    dw_cols = (dwh - wh[:own] * (wh[:own] * dwh).sum(1, keepdims=True)) / wn[:own]
+    dw = np.zeros_like(w_own)
+    dw[own_columns] = dw_cols
+    return loss, dx, dw, c
+
+
+def heads(partial=1.0):
+    """Three margin heads of 11, 7 and 5 classes (the first with Partial FC at ``partial``)."""
+    return {"a": ArcFaceHead(num_classes=11, feature_size=4, scale=SCALE, seed=3, sample_ratio=partial),
+            "b": ArcFaceHead(num_classes=7, feature_size=4, scale=SCALE, seed=4),
+            "c": ArcFaceHead(num_classes=5, feature_size=4, scale=SCALE, seed=5)}
+
+
+def attach(built, **cfg):
+    cross = CrossNegatives({**CFG, **cfg}, built, seed=9)
+    for name, head in built.items():
+        head.attach_cross_negatives(cross, name)
+    return cross
+
+
+def run(head, x, y, step=0):
+    head.train()
+    head.set_step(step)
+    feats = paddle.to_tensor(x.astype(paddle.get_default_dtype()), stop_gradient=False)
+    out = head(feats, paddle.to_tensor(y))
+    out.loss.backward()
+    return out, feats.grad.numpy(), head.weight_gradient()
+
+
+def data(seed=1, n=10):
+    rng = np.random.RandomState(seed)
+    return rng.randn(n, 4), rng.randint(0, 11, size=n)
+
+
+def test_all_other_classes_as_negatives_with_no_mask(passes, float64):
+    built = heads()
+    attach(built)
+    x, y = data()
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    out, dx, dw = run(built["a"], x, y)
+    no_mask = [np.zeros((len(y), 7), bool), np.zeros((len(y), 5), bool)]
+    loss, ref_dx, ref_dw, _ = np_cross_head(x, w["a"], y, [w["b"], w["c"]], no_mask, ARC, SCALE)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw, ref_dw, 1e-10, "own centre gradient")
+    assert built["b"].weight.grad is None and built["c"].weight.grad is None  # no gradient to the other heads
+    separate = np_cross_head(x, w["a"], y, [], [], ARC, SCALE)[0]
+    assert loss > separate  # more negatives, a larger loss
+
+
+def test_same_person_pairs_leave_the_softmax(passes, float64, tmp_path):
+    x, y = data(2)
+    pairs = [{"task_a": "a", "class_a": int(y[0]), "task_b": "b", "class_b": 3},
+             {"task_a": "c", "class_a": 1, "task_b": "a", "class_b": int(y[1])},
+             {"task_a": "a", "class_a": int(y[2]), "task_b": "b", "class_b": 0}]
+    path = tmp_path / "same.json"
+    path.write_text(json.dumps(pairs))
+    built = heads()
+    attach(built, mask="pairs", pairs=str(path))
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    out, dx, dw = run(built["a"], x, y)
+    removed_b, removed_c = np.zeros((len(y), 7), bool), np.zeros((len(y), 5), bool)
+    removed_b[y == y[0], 3] = True
+    removed_c[y == y[1], 1] = True
+    removed_b[y == y[2], 0] = True
+    loss, ref_dx, ref_dw, _ = np_cross_head(x, w["a"], y, [w["b"], w["c"]], [removed_b, removed_c], ARC, SCALE)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw, ref_dw, 1e-10, "own centre gradient")
+    unmasked = np_cross_head(x, w["a"], y, [w["b"], w["c"]], [removed_b & False, removed_c & False], ARC, SCALE)[0]
+    assert loss < unmasked
+
+
+def test_a_sampled_rate_and_partial_fc_on_the_own_head(passes, float64):
+    built = heads(partial=0.5)
+    cross = attach(built, rate=0.5)
+    x, y = data(3)
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    sources = cross.sources("a", 0)
+    picked = [s.index.numpy() for s in sources]
+    assert [len(p) for p in picked] == [4, 3] and all(np.all(np.diff(p) > 0) for p in picked)  # ceil(0.5 C)
+    out, dx, dw = run(built["a"], x, y)
+    own = np.sort(built["a"].last_sampled_classes.numpy())
+    assert set(y) <= set(own) and len(own) == 6  # every positive kept, ceil(0.5 * 11) in all
+    no_mask = [np.zeros((len(y), 4), bool), np.zeros((len(y), 3), bool)]
+    loss, ref_dx, ref_dw, _ = np_cross_head(x, w["a"], y, [w["b"][picked[0]], w["c"][picked[1]]], no_mask, ARC,
+                                            SCALE, own)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw, ref_dw, 1e-10, "own centre gradient (sampled rows)")
+    again = [s.index.numpy() for s in cross.sources("a", 0)]
+    assert all(np.array_equal(p, q) for p, q in zip(picked, again))  # from (seed, step, tasks) alone
+    assert not all(np.array_equal(p, q) for p, q in zip(picked, [s.index.numpy() for s in cross.sources("a", 1)]))
+
+
+def test_the_online_rule_removes_what_is_as_close_as_the_own_class(passes, float64):
+    built = heads()
+    cross = attach(built, mask="online")
+    cross.set_state_dict({"mean": 0.3, "var": 0.01})
+    tau = 0.3 + normal_quantile(0.05) * 0.1
+    assert tau == pytest.approx(0.3 - 1.6448536 * 0.1, abs=1e-7) and cross.threshold() == max(tau, 0.2)
+    x, y = data(4)
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    xh = x / np.linalg.norm(x, axis=1, keepdims=True)
+    cos_b = xh @ (w["b"] / np.linalg.norm(w["b"], axis=1, keepdims=True)).T
+    cos_c = xh @ (w["c"] / np.linalg.norm(w["c"], axis=1, keepdims=True)).T
+    limit = cross.threshold()
+    removed = [cos_b * SCALE > SCALE * limit, cos_c * SCALE > SCALE * limit]
+    assert 3 <= sum(r.sum() for r in removed) <= 60  # the case removes something, not everything
+    out, dx, dw = run(built["a"], x, y)
+    loss, ref_dx, ref_dw, c = np_cross_head(x, w["a"], y, [w["b"], w["c"]], removed, ARC, SCALE)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw, ref_dw, 1e-10, "own centre gradient")
+    own_cos = c[np.arange(len(y)), y]
+    mean = 0.9 * 0.3 + 0.1 * own_cos.mean()
+    assert cross.state["mean"] == pytest.approx(mean, rel=1e-9)  # the batch's target cosines entered the average
+    counted = sum(cross.state["removed"]["a"].values())
+    assert counted == sum(r.sum() for r in removed)
+    assert float(out.metrics["accuracy"]) == pytest.approx(np.mean(c[:, :11].argmax(axis=1) == y))  # own classes
+
+
+def test_the_estimated_pairs_are_mutual_and_removed_for_most_samples():
+    cross = CrossNegatives(CFG | {"mask": "online"}, {"a": None, "b": None}, seed=0)
+    seen = {"a": {0: 10, 1: 10, 2: 4}, "b": {5: 8, 6: 8}}
+    removed = {"a": {"0 b 5": 9, "0 b 6": 2, "1 b 6": 4, "2 b 6": 3},
+               "b": {"5 a 0": 7, "6 a 2": 5, "6 a 1": 1}}
+    pairs = cross.estimated_pairs(removed, seen)
+    # a0-b5: 0.9 and 0.875, mutual; a1-b6: 0.4 < 0.5; a2-b6: 0.75 and 0.625, mutual
+    assert [(p["class_a"], p["class_b"]) for p in pairs] == [(0, 5), (2, 6)]
+    assert pairs[0]["similarity"] == 0.875 and set(pairs[0]) == {"task_a", "class_a", "task_b", "class_b",
+                                                                 "similarity"}
+
+
+def test_before_the_warmup_the_heads_are_separate(float64):
+    built = heads()
+    attach(built, warmup=5)
+    x, y = data(5)
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    out, _, _ = run(built["a"], x, y, step=4)
+    separate = np_cross_head(x, w["a"], y, [], [], ARC, SCALE)[0]
+    assert abs(float(out.loss) - separate) <= 1e-12 * abs(separate)
+
+
+# ---- training: 1 vs 2 processes (a pair's classes on different ranks), stopped and resumed ---------------------
+# arc7's class 1 lives on rank 0 of 2 (classes [0, 4)), cos5's class 4 on rank 1 ([3, 5)); arc7's 5 and arc1's 0
+# on ranks 1 and 0
+PAIRS = [{"task_a": "arc7", "class_a": 1, "task_b": "cos5", "class_b": 4},
+         {"task_a": "arc1", "class_a": 0, "task_b": "arc7", "class_b": 5}]
+CROSS = ["cross_negatives.rate=1.0", "cross_negatives.mask=pairs", "cross_negatives.warmup=3"]
+
+
+def _pairs_argv(folder):
+    path = folder.parent / f"{folder.name}_pairs.json"
+    path.write_text(json.dumps(PAIRS))
+    return equivalence.argv(str(folder), equivalence.JOINT + CROSS + [f"cross_negatives.pairs={path}"])
+
+
+@one_process_run("cross_pairs")
+def _one_cross(folder):
+    return _pairs_argv(folder), str(folder)
+
+
+@two_process_run("cross_pairs")
+def _two_cross(folder):
+    return {"train": _pairs_argv(folder)}, str(folder)
+
+
+def step_records(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if "loss" in r]
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("cross_pairs")
+def test_one_and_two_processes_agree_with_a_pair_across_ranks(one_process, two_process):
+    a, b = step_records(one_process["cross_pairs"]), step_records(two_process["cross_pairs"])
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, equivalence.STEPS + 1))
+    worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a, b) for k in ra
+                if k.startswith("loss") or k == "grad_norm")
+    assert worst <= 1e-4, worst
+    separate = step_records(one_process["equivalence_joint"])
+    assert any(abs(r["loss/arc7"] - s["loss/arc7"]) > 1e-3 for r, s in zip(a[3:], separate[3:]))  # it took part
+    assert all(r["loss/arc7"] == s["loss/arc7"] for r, s in zip(a[:3], separate[:3]))  # separate in the warm-up
+
+
+@pytest.mark.slow
+def test_a_stopped_and_resumed_online_run_is_bit_identical(tmp_path):
+    """The online rule's threshold statistics are in the checkpoint: stopped after step 8 and resumed, the run
+    equals an uninterrupted one, loss for loss."""
+    online = equivalence.JOINT + ["cross_negatives.rate=0.5", "cross_negatives.mask=online",
+                                  "cross_negatives.warmup=4"]
+    full, cut = str(tmp_path / "full"), str(tmp_path / "cut")
+    train_here(*equivalence.argv(full, online))
+    train_here(*equivalence.argv(cut, online), "--until", "8")
+    train_here(*equivalence.argv(cut, online), "--resume")
+    a, b = step_records(full), step_records(cut)
+    assert [r["step"] for r in b] == list(range(1, equivalence.STEPS + 1))
+    assert all(ra[k] == rb[k] for ra, rb in zip(a, b) for k in ra if k.startswith("loss")), "not bit-identical"
+    state = json.load(open(os.path.join(full, "checkpoints", "step_20", "state.json")))["cross_negatives"]
+    assert state["mean"] is not None and state["var"] >= 0
+    assert os.path.isfile(os.path.join(full, "same_person.json"))
