@@ -534,3 +534,25 @@ def test_mtl_launch_reports_the_rank_that_failed_with_its_status(tmp_path):
     assert output.count("RuntimeError: deliberate failure on rank 1") == 1, output
     assert "rank 1 failed with exit status 1; the end of its log (" in output, output
     assert "LAUNCH" not in output and "Container failed" not in output, output
+
+
+# ---- 7. make demo-faces ---------------------------------------------------------------------------------------------
+def test_the_faces_tables_of_one_seed_say_one_seed_not_a_zero_spread():
+    from examples import faces_report
+
+    per_seed = {"orl": [0.9514], "yale": [0.8788]}
+    result = {"arms": {"separate": {"datasets": per_seed, "all": {"accuracy": [0.846], "tar_far_1e-2": [0.5],
+                                                                  "tar_far_1e-3": [0.2]}, "cross_condition": [0.1]}},
+              "sampling": {"separate": {"orl": 32, "yale": 32}}}
+    text = faces_report.tables(result)
+    assert "0.9514 (one seed)" in text and "0.8460 (one seed)" in text and "±" not in text, text
+
+
+def test_make_demo_faces_says_which_people_and_writes_its_report_into_its_folder():
+    demo = subprocess.run(["make", "-n", "demo-faces"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    command = next(line for line in demo.splitlines() if "faces_report.py" in line)
+    out = command.split("--out ")[1].split()[0]
+    assert f"--json {out}/report.json" in command, command
+    said = " ".join(demo.split())
+    assert "validation people" in said and "the test people (examples/configs/faces_six_test.yaml" in said, said
+    assert f"{out}/report.md" in said and f"{out}/roc_all_people.png" in said
