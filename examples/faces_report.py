@@ -223,9 +223,12 @@ def duplicates_of(args, recipe, arms, runs):
     if arm is None or (truth is None and not args.overlap):
         return None
     out = {"arm": arm, "from": [], "pairs": [], "correct": [], "true": None, "precision": [], "recall": []}
-    for _, run_arm, _, out_dir, _ in runs:
+    progress = Progress("duplicates", sum(run_arm == arm for _, run_arm, *_ in runs))
+    for seed, run_arm, name, out_dir, _ in runs:
         if run_arm == arm:
+            began = time.time()
             found, how = estimated_pairs(out_dir)
+            progress.finished(f"seed {seed} {name}: {len(found)} same-person pairs estimated ({how})", began)
             scores = duplicate_scores(found, truth if truth is not None else [])
             if truth is None:  # nothing known: only the count of pairs found
                 scores.update(correct=None, precision=None, recall=None, true=None)

@@ -67,6 +67,18 @@ def run_step(out_dir, since=0.0):
     return None
 
 
+def _state(progress, elapsed, since_step, unchanged) -> str:
+    """``step 120 of 600, 1m05s, about 4m20s left`` (from the pace so far); once every step is logged, or when the
+    step did not move since the last line (an evaluation, a checkpoint), no estimate but what is known."""
+    step, steps = progress
+    if step >= steps:
+        return f"all {steps} steps done, {duration(elapsed)}; evaluating and saving"
+    if unchanged:
+        return f"step {step} of {steps} (logged {duration(since_step)} ago), {duration(elapsed)}"
+    left = f", about {duration(elapsed / step * (steps - step))} left" if step > 0 else ""
+    return f"step {step} of {steps}, {duration(elapsed)}{left}"
+
+
 class Progress:
     """One line per finished item: which of how many, its time, the time so far and the time left (estimated from
     the mean so far); with :meth:`watch`, lines of a running one. Safe to call from several threads."""
@@ -105,17 +117,16 @@ class Progress:
         since = time.time() - 1.0  # files written from now on (file times are the wall clock's)
 
         def report():
-            last = began
+            last, seen, shown = began, None, None  # seen: (step, when first read); shown: the step last printed
             while not stop.wait(POLL_SECONDS):
                 now = self.clock()
                 progress = run_step(out_dir, since)
+                if progress is not None and (seen is None or seen[0] != progress[0]):
+                    seen = (progress[0], now)
                 if progress is None or now - last < self.every:
                     continue
-                step, steps = progress
-                left = (now - began) / step * max(steps - step, 0) if step > 0 else None
-                self._print(f"{label}: step {step} of {steps}, {duration(now - began)}"
-                            + ("" if left is None else f", about {duration(left)} left"))
-                last = now
+                self._print(f"{label}: {_state(progress, now - began, now - seen[1], progress[0] == shown)}")
+                last, shown = now, progress[0]
 
         thread = threading.Thread(target=report, daemon=True)
         thread.start()

@@ -62,6 +62,31 @@ def test_a_watched_run_prints_its_step_and_time_left_while_it_trains(tmp_path, m
     assert out.getvalue().splitlines()[1] == "[train 2/3] seed 1 joint: step 5 of 10, 2m20s, about 2m20s left"
 
 
+def test_a_watched_run_that_stops_logging_says_so_and_when_every_step_is_done(tmp_path, monkeypatch):
+    """No estimate while the step does not move (an evaluation, a checkpoint), nor after the last step."""
+    monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.01)
+    now = [0.0]
+    out = io.StringIO()
+    progress = Progress("train", 1, stream=out, every=30.0, clock=lambda: now[0])
+    run = tmp_path / "run"
+    deadline = time.time() + 10
+
+    def line_at(when, count):
+        now[0] = when
+        while out.getvalue().count("\n") < count and time.time() < deadline:
+            time.sleep(0.01)
+        return out.getvalue().splitlines()[count - 1]
+
+    with progress.watch("seed 0 joint", str(run)):
+        write_run(run, 600, 580)
+        time.sleep(0.05)  # read at t = 0
+        assert line_at(60.0, 1) == "[train 1/1] seed 0 joint: step 580 of 600, 1m00s, about 2s left"
+        assert line_at(95.0, 2) == "[train 1/1] seed 0 joint: step 580 of 600 (logged 1m35s ago), 1m35s"
+        write_run(run, 600, 600)
+        time.sleep(0.05)
+        assert line_at(130.0, 3) == "[train 1/1] seed 0 joint: all 600 steps done, 2m10s; evaluating and saving"
+
+
 def test_a_finished_line_says_which_run_of_how_many_and_the_time_left():
     clock = iter([100.0, 130.0, 190.0])
     out = io.StringIO()
