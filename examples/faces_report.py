@@ -11,7 +11,8 @@ the six datasets as they are (the default there); ``naive``, ``oracle``, ``separ
 config; the default there); ``alone``. ``dropout`` and the ``cross`` arms set the job key ``cross_negatives``; a
 config whose schema lacks it fails, in one line, before anything trains. ``--only joint alone merged`` (the former
 report) is ``--arms separate,alone,merged``. Every run trains in its own process, ``--jobs`` at a time; a line per
-run says which of how many, the time so far and the time left (estimated).
+run says which of how many, the time so far and the time left (estimated), and a running run's step every
+30 s (:mod:`mtl.progress`).
 
 Scores, on the held-out people, by each run's backbone (averaged weights when the run averaged):
 
@@ -31,14 +32,14 @@ Baselines (raw pixels, PCA, Fisherfaces) are fitted on each evaluated task's own
 source A's). ``--json`` writes ``{"config", "seeds", "arms": {ARM: {"all": {"accuracy", "tar_far_1e-2",
 "tar_far_1e-3"}, "cross_condition", "datasets": {DATASET: [per seed]}}}, "duplicates": {"precision", "recall", ...},
 "sampling": {ARM: {DATASET: images per step}}, "baselines": {DATASET: {"pixels", "pca", "fisherfaces"}}}``; the plot
-(``--plot``, default ``OUT/roc_all_people.png``) is the all-people ROC of the arms (mean TAR over seeds, log FAR).
+(``--plot``, default ``OUT/roc_all_people.png``) is the all-people ROC of the arms (mean TAR over seeds, log FAR);
+the tables go to the console and ``OUT/report.md``.
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -51,6 +52,7 @@ sys.path.insert(0, ROOT)
 
 from examples import faces_arms  # noqa: E402
 from examples.faces_arms import ARMS, LEGACY, MERGED, ORACLE, Benchmark, Recipe, task_overrides  # noqa: E402
+from mtl.progress import Progress, spread  # noqa: E402
 
 PLOT_FARS = np.logspace(-4, 0, 121)
 
@@ -61,33 +63,6 @@ def load_cfg(config, sets=(), task_sets=()):
 
     count = len(load_job(config, list(sets))["tasks"])
     return load_job(config, list(sets) + task_overrides(task_sets, count))
-
-
-def duration(seconds) -> str:
-    """``1h02m``, ``3m05s`` or ``12s``."""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-class Progress:
-    """One line per finished item: which of how many, its time, the time so far and the time left (estimated from
-    the mean so far); safe to call from several threads."""
-
-    def __init__(self, what, total):
-        self.what, self.total, self.done = what, total, 0
-        self.start = time.time()
-        self.lock = threading.Lock()
-
-    def finished(self, text, began):
-        """Print the line of an item that started at ``began``."""
-        with self.lock:
-            self.done += 1
-            elapsed = time.time() - self.start
-            left = elapsed / self.done * (self.total - self.done)
-            print(f"[{self.what} {self.done}/{self.total}] {text} ({duration(time.time() - began)}); elapsed "
-                  f"{duration(elapsed)}, about {duration(left)} left", flush=True)
 
 
 def train(config, out_dir, seed, sets, threads):
@@ -140,7 +115,8 @@ def train_all(args, runs):
     def one(item):
         seed, _, name, out_dir, sets = item
         began = time.time()
-        failure = train(args.config, out_dir, seed, sets, threads)
+        with progress.watch(f"seed {seed} {name}", out_dir):  # the run's step every 30 s while it trains
+            failure = train(args.config, out_dir, seed, sets, threads)
         progress.finished(f"seed {seed} {name}" + (": FAILED" if failure else ""), began)
         return failure
 
@@ -247,9 +223,12 @@ def duplicates_of(args, recipe, arms, runs):
     if arm is None or (truth is None and not args.overlap):
         return None
     out = {"arm": arm, "from": [], "pairs": [], "correct": [], "true": None, "precision": [], "recall": []}
-    for _, run_arm, _, out_dir, _ in runs:
+    progress = Progress("duplicates", sum(run_arm == arm for _, run_arm, *_ in runs))
+    for seed, run_arm, name, out_dir, _ in runs:
         if run_arm == arm:
+            began = time.time()
             found, how = estimated_pairs(out_dir)
+            progress.finished(f"seed {seed} {name}: {len(found)} same-person pairs estimated ({how})", began)
             scores = duplicate_scores(found, truth if truth is not None else [])
             if truth is None:  # nothing known: only the count of pairs found
                 scores.update(correct=None, precision=None, recall=None, true=None)
@@ -270,18 +249,20 @@ def classic_baselines(recipe):
         return np.concatenate([b["image"] for b in batches]), np.concatenate([b["label"] for b in batches])
 
     out = {}
+    progress = Progress("baselines", len(recipe.eval_readers))
     for name, eval_reader in recipe.eval_readers.items():
+        began = time.time()
         train_x, train_y = images(recipe.train_readers[name])
         test_x, test_y = images(eval_reader)
         out[recipe.dataset[name]] = {kind: verify(cls().fit(train_x, train_y).transform(test_x), test_y.reshape(-1),
                                                   eval_reader.max_positive_pairs) for kind, cls in BASELINES.items()}
+        progress.finished(f"{recipe.dataset[name]}: {', '.join(BASELINES)}", began)
     return out
 
 
 def cell(values):
-    """``mean ± std`` over seeds (empty for no value)."""
-    values = [v for v in values if v is not None]
-    return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if values else ""
+    """``mean ± std`` over seeds, ``value (one seed)`` for one (empty for no value)."""
+    return spread(values)  # one seed: "0.8628 (one seed)", no spread
 
 
 def tables(result) -> str:
@@ -381,7 +362,10 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    """Train every arm, score, print the tables, write ``--json`` and the plot."""
+    """Train every arm, score, print the tables (also into ``OUT/report.md``), write ``--json`` and the plot."""
+    from mtl.console import configure_console
+
+    configure_console()  # Paddle's start-up warnings ("No ccache found") stay off the console
     args = parse_args(argv)
     recipe = Recipe(load_cfg(args.config, args.set, args.task_set), Benchmark.beside(args.config))
     runs = plan(args, recipe, args.arms)
@@ -396,9 +380,12 @@ def main(argv=None):
         result["duplicates"] = found
     if baselines:
         result["baselines"] = baselines
-    print(f"\nOpen-set verification on held-out people (seeds {', '.join(map(str, args.seeds))}: mean ± std over "
-          "seeds):")
-    print(tables(result))
+    seeds = f"seeds {', '.join(map(str, args.seeds))}: mean ± std over seeds" if len(args.seeds) > 1 else \
+        f"seed {args.seeds[0]}: one seed, no spread"
+    text = f"Open-set verification on held-out people ({seeds}):\n{tables(result)}"
+    print("\n" + text)
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write(text + "\n")
     plot(arms, args.plot or os.path.join(args.out, "roc_all_people.png"))
     if args.json:
         with open(args.json, "w") as f:

@@ -9,7 +9,8 @@ the final losses over runs (their Figure 5).
 Run r (0, 1, ..., runs - 1) of a cell draws new data (reader seed r: the task vectors, inputs and noise) and a new
 initialisation (job seed r); the three models of one run see the same data. The loss is the mean over the two tasks
 of the mean squared error on the evaluation inputs (2000 per run, never trained on), every ``eval.every`` steps.
-Runs already in ``OUT/results.jsonl`` are not trained again (an interrupted report continues). ``--json`` writes
+Runs already in ``OUT/results.jsonl`` are not trained again (an interrupted report continues); a line per run says
+which of how many and the time so far and left, and a running run's step every 30 s. ``--json`` writes
 ``{"steps": [...], "models": {name: architecture}, "parameters": {name: count}, "cells": {"<p>": {model:
 {"curves": [[loss per step] per run], "final": [per run]}}}}``.
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -25,6 +27,8 @@ CONFIG = os.path.join(ROOT, "examples", "configs", "mmoe_synthetic.yaml")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from architecture_variants import SYNTHETIC as MODELS  # noqa: E402
+
+from mtl.progress import Progress  # noqa: E402
 
 
 def overrides(model, correlation, run, steps, out_dir):
@@ -78,15 +82,17 @@ def run_all(args):
                 done[(item["correlation"], item["model"], item["run"])] = item
     todo = [(p, m, r) for p in args.correlations for r in range(args.runs) for m in args.models
             if (p, m, r) not in done]
-    for i, (p, model, run) in enumerate(todo):
-        out_dir = os.path.join(args.out, f"p{p}", model, f"run{run}")
-        folder, tasks, count = train_one(args.config, overrides(model, p, run, args.steps, out_dir))
+    progress = Progress("train", len(todo))
+    for p, model, run in todo:
+        out_dir, began = os.path.join(args.out, f"p{p}", model, f"run{run}"), time.time()
+        with progress.watch(f"correlation {p} {model} run {run}", out_dir):
+            folder, tasks, count = train_one(args.config, overrides(model, p, run, args.steps, out_dir))
         steps, values = curve(folder, tasks)
         done[(p, model, run)] = item = {"correlation": p, "model": model, "run": run, "steps": steps,
                                         "loss": values, "parameters": count}
         with open(path, "a") as f:
             f.write(json.dumps(item) + "\n")
-        print(f"[{i + 1}/{len(todo)}] correlation {p} {model} run {run}: final loss {values[-1]:.4f}", flush=True)
+        progress.finished(f"correlation {p} {model} run {run}: final loss {values[-1]:.4f}", began)
     return [done[(p, m, r)] for p in args.correlations for m in args.models for r in range(args.runs)]
 
 
@@ -172,6 +178,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     """Train (or read) every run, print the table, write ``--json`` and ``--plot``."""
+    from mtl.console import configure_console
+
+    configure_console()  # Paddle's start-up warnings stay off the console
     args = parse_args(argv)
     result = collect(run_all(args), args)
     print(table(result))

@@ -9,7 +9,8 @@ Configurations (``--configurations``, default all): ``single`` (each digit train
 its 256 images per step, the same steps), every weighting strategy by name (``static`` is the recipe itself; ``mgda_ub``
 is MGDA on the representation, Sener and Koltun's MGDA-UB) and every architecture by name (``mmoe``, ``cgc``, ``ple``,
 ``cross_stitch``, and on the LeNet with BatchNorm ``hard_bn``, ``task_norm``, ``adapters``). Each run trains in its
-own process; a run whose ``summary.json`` exists is not trained again. Accuracy is the head's on the recipe's
+own process; a run whose ``summary.json`` exists is not trained again; a line per run says which of how many and
+the time so far and left, and a running run's step every 30 s. Accuracy is the head's on the recipe's
 evaluation split (``eval_split`` of the task files: the validation part of the training digits). ``--json`` writes
 ``{"seeds": [...], "configurations": {NAME: {"left": [per seed], "right": [per seed]}}}`` (accuracy in percent).
 """
@@ -18,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -28,6 +30,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from architecture_variants import MULTIMNIST as ARCHITECTURES  # noqa: E402
 from bench_weighting import STRATEGIES  # noqa: E402  (the 20 strategies, as the weighting benchmarks name them)
+
+from mtl.progress import Progress, spread  # noqa: E402
 
 PAPER = {"single task": (97.23, 95.90), "uniform scaling": (96.46, 94.99), "MGDA-UB": (97.26, 95.90)}
 TASKS = ("left", "right")
@@ -57,9 +61,7 @@ def runs(name, config, seed, out, sets):
 
 
 def train(config, folder, sets):
-    """Train one run in a fresh process unless its summary exists; the error text on failure."""
-    if os.path.isfile(os.path.join(folder, "summary.json")):
-        return None
+    """Train one run in a fresh process; the error text on failure."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -73,18 +75,25 @@ def accuracy(folder, task):
 
 
 def run_all(args):
-    """Train every run of every configuration and seed; return the report's JSON content."""
+    """Train every run of every configuration and seed (a run whose summary exists is read, not trained again), a
+    progress line per run (:mod:`mtl.progress`); return the report's JSON content."""
     result = {"config": os.path.relpath(args.config, ROOT), "seeds": args.seeds, "configurations": {}}
-    for name in args.configurations:
-        cell = result["configurations"][name] = {t: [] for t in TASKS}
-        for seed in args.seeds:
-            for folder, sets, tasks in runs(name, args.config, seed, args.out, args.sets):
-                print(f"seed {seed}: {name} {' '.join(tasks)}", flush=True)
+    todo = [(name, seed, *run) for name in args.configurations for seed in args.seeds
+            for run in runs(name, args.config, seed, args.out, args.sets)]
+    progress = Progress("train", len(todo))
+    for name, seed, folder, sets, tasks in todo:
+        cell = result["configurations"].setdefault(name, {t: [] for t in TASKS})
+        label, began = f"seed {seed}: {name} {' '.join(tasks)}", time.time()
+        if os.path.isfile(os.path.join(folder, "summary.json")):
+            label += " (finished before, read)"
+        else:
+            with progress.watch(label, folder):
                 failure = train(args.config, folder, sets)
-                if failure:
-                    sys.exit("training failed:\n" + failure)
-                for task in tasks:
-                    cell[task].append(accuracy(folder, task))
+            if failure:
+                sys.exit("training failed:\n" + failure)
+        progress.finished(label, began)
+        for task in tasks:
+            cell[task].append(accuracy(folder, task))
     return result
 
 
@@ -94,7 +103,8 @@ def delta_m(cell, single):
 
 
 def table(result):
-    """Mean ± std over seeds per configuration, Delta_m against single, and Sener and Koltun's Table 3."""
+    """Mean ± std over seeds (one seed: said) per configuration, Delta_m against single, and Sener and Koltun's
+    Table 3."""
     from tabulate import tabulate
 
     configs = result["configurations"]
@@ -102,7 +112,7 @@ def table(result):
     rows = []
     for name, cell in configs.items():
         dm = f"{delta_m(cell, single):+.2f}" if single and name != "single" else ""
-        rows.append([name, *(f"{np.mean(cell[t]):.2f} ± {np.std(cell[t]):.2f}" for t in TASKS), dm])
+        rows.append([name, *(spread(cell[t], 2) for t in TASKS), dm])
     rows += [[f"{name} (their Table 3)", f"{left:.2f}", f"{right:.2f}", ""] for name, (left, right) in PAPER.items()]
     return tabulate(rows, headers=["configuration", "left (%)", "right (%)", "Δm vs single (%)"],
                     tablefmt="github", disable_numparse=True)
@@ -133,6 +143,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     """Train (or read) every run, print the table, write ``--json``."""
+    from mtl.console import configure_console
+
+    configure_console()  # Paddle's start-up warnings stay off the console
     args = parse_args(argv)
     result = run_all(args)
     print(table(result))

@@ -3,7 +3,8 @@
     python examples/text_report.py [--config CFG] [--seeds 0 1 2] [--json FILE] [--out runs/text_report]
         [--steps N] [--nproc 2] [--set KEY=VALUE ...] [--only joint alone noaux] [--reuse]
 
-For every seed it trains, one run at a time (each in its own process, under ``mtl launch`` when ``--nproc`` > 1):
+For every seed it trains, one run at a time (each in its own process, under ``mtl launch`` when ``--nproc`` > 1; a
+line per run says which of how many and the time so far and left, and a running run's step every 30 s):
 
 * **joint**: the config as it is (every task on one encoder);
 * **alone**: each main task by itself: the same encoder, steps, optimizer, seed, and the task's per-step sub-batch
@@ -31,6 +32,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "text_ewt.yaml")
 sys.path.insert(0, ROOT)
+from mtl.progress import Progress, spread  # noqa: E402
+
 AUXILIARY_HEADS = ("masked_lm",)
 
 
@@ -100,9 +103,9 @@ def collect(cfg, seeds, done):
 
 
 def table(report) -> str:
-    """The report as a markdown table: mean ± standard deviation over seeds."""
-    def cell(values):
-        return f"{np.mean(values):.2f} ± {np.std(values):.2f}" if values else "-"
+    """The report as a markdown table: mean ± standard deviation over seeds (one seed: said, no spread)."""
+    def cell(values, unit=""):
+        return spread(values, 2, unit) or "-"
 
     rows = ["| task | metric | joint | alone | joint - alone | without the auxiliary task |",
             "|---|---|---|---|---|---|"]
@@ -111,8 +114,8 @@ def table(report) -> str:
         rows.append(f"| {name} | {e['metric']} | {cell(e['joint'])} | {cell(e['alone'])} | {cell(diff)} | "
                     f"{cell(e['noaux'])} |")
     if report["delta_m"]:
-        rows.append(f"\nΔm (joint vs alone, mean over the main tasks): {cell(report['delta_m'])} % "
-                    f"({len(report['seeds'])} seed(s))")
+        rows.append(f"\nΔm (joint vs alone, mean over the main tasks): {cell(report['delta_m'], ' %')}"
+                    + (f" over {len(report['seeds'])} seeds" if len(report["seeds"]) > 1 else ""))
     return "\n".join(rows)
 
 
@@ -129,6 +132,9 @@ def main(argv=None):
     parser.add_argument("--reuse", action="store_true", help="keep finished runs of the same steps, continue stopped "
                         "ones")
     args = parser.parse_args(argv)
+    from mtl.console import configure_console
+
+    configure_console()  # Paddle's start-up warnings stay off the console
     from mtl.commands.compare import finished
     from mtl.config.loading import load_job
 
@@ -136,19 +142,20 @@ def main(argv=None):
     cfg = load_job(args.config, sets)
     done = {seed: {} for seed in args.seeds}
     seconds = {}
-    for seed in args.seeds:
-        for name, overrides in runs(cfg, args.only):
-            out_dir = os.path.join(args.out, f"seed{seed}", name)
-            if args.reuse and finished(out_dir, cfg["schedule"]["steps"]):
-                print(f"seed {seed}: {name} (finished before, kept)", flush=True)
-                done[seed][name] = out_dir
-                continue
-            print(f"seed {seed}: {name}", flush=True)
+    todo = [(seed, name, overrides) for seed in args.seeds for name, overrides in runs(cfg, args.only)]
+    progress = Progress("train", len(todo))
+    for seed, name, overrides in todo:
+        out_dir, began = os.path.join(args.out, f"seed{seed}", name), time.time()
+        done[seed][name] = out_dir
+        if args.reuse and finished(out_dir, cfg["schedule"]["steps"]):
+            progress.finished(f"seed {seed}: {name} (finished before, kept)", began)
+            continue
+        with progress.watch(f"seed {seed}: {name}", out_dir):
             took, failure = train(args.config, out_dir, seed, [*sets, *overrides], args.nproc, args.reuse)
-            if failure:
-                raise SystemExit(f"error: a run failed:\n{failure}")
-            done[seed][name] = out_dir
-            seconds.setdefault(name, []).append(round(took, 1))
+        if failure:
+            raise SystemExit(f"error: a run failed:\n{failure}")
+        progress.finished(f"seed {seed}: {name}", began)
+        seconds.setdefault(name, []).append(round(took, 1))
     report = collect(cfg, args.seeds, done)
     report["seconds"] = seconds
     print(table(report))

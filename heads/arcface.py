@@ -51,7 +51,23 @@ from mtl.train.sparse import RowGradient
 
 @register_head("arcface")
 class ArcFaceHead(ShardedClassHead):
-    """Additive angular margin head, class centres sharded across ranks, optional Partial FC (sample_ratio)."""
+    """Additive angular margin head, class centres sharded across ranks, optional Partial FC (sample_ratio).
+
+    Parameters:
+        margin (list): [m1, m2, m3]: the target cosine becomes cos(m1 theta + m2) - m3 (default: arcface's
+            [1, 0.5, 0], cosface's [1, 0, 0.35])
+        scale (float): s, every cosine is multiplied by it before the softmax
+        sample_ratio (float): Partial FC: the share of the classes scored per step (the batch's own classes and
+            random others); 1: every class
+        fused (str): auto or false: the composed path (every device); true: Paddle's margin_cross_entropy (CUDA
+            only; no Partial FC, no filtering)
+        interclass_filtering_threshold (float): a negative class whose cosine with the sample exceeds this is taken
+            for the sample's own person (Partial FC v2's filtering); 0: off
+        interclass_filtering_mode (str): what becomes of such a negative: zero (its logit is 0, arcface_torch's) or
+            remove (it leaves the softmax)
+        same_person (mapping): class pairs of this head known to be one person, {pairs: FILE or list (mtl overlap
+            --json), offsets: {task: its first class id}}: negatives treated as interclass_filtering_mode says
+    """
 
     primary_metric = "verification_accuracy"
     higher_is_better = True

@@ -29,7 +29,14 @@ def with_ones(x):
 @register_head("biaffine")
 class BiaffineHead(TextHead):
     """Arcs and relations of a dependency tree from the encoder's ``sequence`` (fields ``word_index``, ``heads``
-    [W] word numbers with 0 = root, ``relations`` [W])."""
+    [W] word numbers with 0 = root, ``relations`` [W]).
+
+    Parameters:
+        arc_size (int): width of the two arc MLPs (a word as dependent, as head): one hidden layer and the output
+        relation_size (int): width of the two relation MLPs, likewise
+        dropout (float): dropout after the hidden layer of each of the four MLPs
+        relation_field (str): the batch field holding each word's relation label (label_field: its head's number)
+    """
 
     reads = "sequence"
     primary_metric = "las"

@@ -14,7 +14,14 @@ class MatchingHead(TextHead):
     """``mode: pointwise``: the pair's pooled vector -> 2 logits, cross-entropy with ``label`` (1 = match);
     ``mode: pairwise``: each sample is a group of two rows (query + positive, query + negative), a score
     ``s = MLP(pooled)`` per row and the hinge ``max(0, margin - s_pos + s_neg)``. Accuracy: the right class
-    (pointwise), or ``s_pos > s_neg`` (pairwise)."""
+    (pointwise), or ``s_pos > s_neg`` (pairwise).
+
+    Parameters:
+        mode (str): pointwise (one pair: match or not) or pairwise (a group of a positive and a negative row: hinge)
+        margin (float): the pairwise hinge's margin (pointwise does not use it)
+        hidden (list): widths of the scoring MLP's hidden layers (each Linear, LeakyReLU, Dropout); empty: one Linear
+        dropout (float): dropout after each hidden layer of the scoring MLP
+    """
 
     primary_metric = "accuracy"
     higher_is_better = True

@@ -18,6 +18,10 @@ class MultiLabelHead(Head):
 
     Targets are 0/1 float32 vectors in field ``labels``. ``pos_weight`` (a number or one number per class) scales the
     positive term of the loss, as in ``BCEWithLogits``.
+
+    Parameters:
+        pos_weight (float|list): weight of the positive term of the loss: one number, or one per label (none: 1)
+        threshold (float): a label is predicted when its sigmoid reaches this (the F1 scores, mtl predict)
     """
 
     reader_sizes = {"num_classes": "num_labels"}  # one output per multi-hot label of the reader

@@ -20,6 +20,10 @@ class RegressionHead(Head):
 
     ``loss``: ``mse`` (d^2), ``l1`` (|d|) or ``smooth_l1`` (Huber form with ``delta``: 0.5 d^2 when |d| < delta,
     else delta * (|d| - 0.5 delta)), where d = prediction - target. Targets are float32 vectors in field ``target``.
+
+    Parameters:
+        loss (str): mse, l1 or smooth_l1 (Huber: quadratic below delta, linear above)
+        delta (float): where smooth_l1 turns from quadratic to linear, in the targets' units
     """
 
     reader_sizes = {"num_outputs": "num_outputs"}

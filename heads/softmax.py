@@ -11,7 +11,11 @@ from mtl.registry import register_head
 
 @register_head("softmax")
 class SoftmaxHead(ShardedClassHead):
-    """Linear classifier with softmax cross-entropy; weight [C_k, D] and bias [C_k] sharded by class."""
+    """Linear classifier with softmax cross-entropy; weight [C_k, D] and bias [C_k] sharded by class.
+
+    Parameters:
+        topk (int): k of the top-k accuracy reported beside the accuracy (only while k is below the class count)
+    """
 
     primary_metric = "accuracy"
     higher_is_better = True

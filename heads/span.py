@@ -17,7 +17,11 @@ class SpanHead(TextHead):
     position 0 (``[CLS]``: "the answer is not in this window"); loss = mean of the start and end cross-entropies
     over the global sub-batch. Prediction: per question, the best span ``start + end`` logit over all its windows
     (first <= last < first + ``max_answer_length``), mapped back to characters of the context; exact match and F1
-    as SQuAD v1.1's evaluation script computes them (:mod:`mtl.text.squad`)."""
+    as SQuAD v1.1's evaluation script computes them (:mod:`mtl.text.squad`).
+
+    Parameters:
+        max_answer_length (int): the most pieces a predicted answer spans
+    """
 
     reads = "sequence"
     primary_metric = "f1"

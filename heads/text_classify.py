@@ -12,7 +12,14 @@ from mtl.registry import register_head
 class TextClassifyHead(TextHead):
     """``MLP(x)`` [B, C] with softmax cross-entropy (mean over the global sub-batch) and accuracy; ``x`` is the
     encoder's ``pooled`` vector (``pooling: pooled``: BERT's tanh pooler, the BiLSTM's masked maximum) or the
-    sequence's first position, ``[CLS]`` (``pooling: first``)."""
+    sequence's first position, ``[CLS]`` (``pooling: first``).
+
+    Parameters:
+        pooling (str): pooled (the encoder's pooled vector) or first (the sequence's first position, [CLS])
+        hidden (list): widths of the classifier MLP's hidden layers (each Linear, LeakyReLU, Dropout); empty: one
+            Linear
+        dropout (float): dropout after each hidden layer of the classifier MLP
+    """
 
     primary_metric = "accuracy"
     higher_is_better = True

@@ -139,7 +139,10 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True, feature_size=None) 
                            tcfg["head"]["type"], head.reads)
     if head.ties_input_embeddings:
         head.tie_input_embeddings(backbone.input_embeddings())
-    check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
+    try:
+        check_class_count(name, head.class_count(), reader.num_classes, source, head_key + ".num_classes", warn)
+    except ConfigError as exc:  # a class count --set gave is named as --set's
+        raise blame_set(tcfg, exc) from None
     if head.row_sparse:
         check_sparse_optimizer(cfg["optimizer"], f"task '{name}' ({source})", cfg["source"])
     task = Task(name, tcfg, reader, head, tcfg["ratio"], tcfg["loss_weight"])

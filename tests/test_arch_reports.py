@@ -47,12 +47,16 @@ def test_the_synthetic_report_on_a_shortened_run(tmp_path):
             assert cell["final"] == [c[-1] for c in cell["curves"]]
     assert report["steps"][-1] == 20 and (tmp_path / "s.png").stat().st_size > 10000
     assert "minus shared-bottom" in proc.stdout
+    # a progress line per run: which of how many, times so far and left (issue 30); Paddle's start-up warning gone
+    assert "[train 1/12] correlation 0.5 shared_bottom run 0: final loss " in proc.stdout, proc.stdout
+    assert "[train 12/12] correlation 1.0 mmoe run 1: final loss " in proc.stdout and " left" in proc.stdout
+    assert "No ccache found" not in proc.stderr, proc.stderr
     job = json.load(open(out / "p0.5" / "mmoe" / "run1" / "job.json"))
     assert job["seed"] == 1 and [t["reader"]["seed"] for t in job["tasks"]] == [1, 1]
     assert [t["reader"]["correlation"] for t in job["tasks"]] == [0.5, 0.5]
     again = run(tmp_path, "mmoe_synthetic_report.py", "--runs", 2, "--steps", 20, "--correlations", 0.5, 1.0,
                 "--out", out)  # every run is read, none trained again
-    assert "correlation 0.5 mmoe run" not in again.stdout
+    assert "correlation 0.5 mmoe run" not in again.stdout and "[train" not in again.stdout
 
 
 def shortened_multimnist(tmp_path):
@@ -86,6 +90,8 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
     norm = json.load(open(tmp_path / "r" / "seed0" / "task_norm" / "job.json"))
     assert norm["architecture"]["type"] == "task_norm" and norm["backbone"]["batch_norm"] is True
     assert "MGDA-UB (their Table 3)" in proc.stdout and "Δm vs single" in proc.stdout
+    assert "[train 1/12] seed 0: single left (" in proc.stdout, proc.stdout  # which run of how many (issue 30)
+    assert "[train 12/12] seed 1: task_norm left right (" in proc.stdout and " left" in proc.stdout
 
 
 @pytest.mark.slow
@@ -98,9 +104,17 @@ def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_pa
         "tasks": [os.path.join(tasks, "yale.yaml"), os.path.join(tasks, "umist.yaml")],
         "schedule": {"steps": 4, "batch_size": 16}, "backbone": {"input_size": 16, "channels": [8, 16]},
         "averaging": {"min_average_window": 2}, "data": {"num_workers": 0}}))
-    run(tmp_path, "faces_report.py", "--config", variant, "--seeds", 0, "--out", tmp_path / "f", "--json",
-        tmp_path / "f.json", "--only", "joint", "--no-baselines", "--set",
-        "architecture={type: mmoe, experts: 2, expert_layers: [16], last_relu: false}")
+    proc = run(tmp_path, "faces_report.py", "--config", variant, "--seeds", 0, "--out", tmp_path / "f", "--json",
+               tmp_path / "f.json", "--only", "joint", "--no-baselines", "--set",
+               "architecture={type: mmoe, experts: 2, expert_layers: [16], last_relu: false}")
+    # make demo-faces's console (issue 30, item 7): a line per run and score, one seed said, no Paddle warning;
+    # the tables and the plot in the output folder
+    assert "[train 1/1] seed 0 separate (" in proc.stdout and "[score 1/1] seed 0 separate (" in proc.stdout
+    assert "(seed 0: one seed, no spread)" in proc.stdout and "(one seed)" in proc.stdout
+    assert "± 0.0000" not in proc.stdout and "No ccache found" not in proc.stderr, proc.stdout + proc.stderr
+    report = (tmp_path / "f" / "report.md").read_text()
+    assert report.startswith("Open-set verification on held-out people") and report.strip() in proc.stdout
+    assert (tmp_path / "f" / "roc_all_people.png").stat().st_size > 10000
     report = json.load(open(tmp_path / "f.json"))
     datasets = report["arms"]["separate"]["datasets"]
     assert set(datasets) == {"yale", "umist"}

@@ -127,14 +127,3 @@ def test_command_line_arms(bench, capsys):
         with pytest.raises(SystemExit):
             faces_report.parse_args(argv)
         assert words in capsys.readouterr().err
-
-
-def test_progress_line_says_which_run_and_the_time_left(capsys, monkeypatch):
-    clock = iter([100.0, 130.0, 130.0, 190.0, 190.0])
-    monkeypatch.setattr(faces_report.time, "time", lambda: next(clock))
-    progress = faces_report.Progress("train", 4)
-    progress.finished("seed 0 naive", 100.0)  # 30 s in: 1 of 4, about 90 s left
-    progress.finished("seed 0 oracle", 130.0)  # 90 s in: 2 of 4, about 90 s left
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "[train 1/4] seed 0 naive (30s); elapsed 30s, about 1m30s left"
-    assert lines[1] == "[train 2/4] seed 0 oracle (1m00s); elapsed 1m30s, about 1m30s left"

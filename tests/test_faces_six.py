@@ -303,6 +303,9 @@ def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
     subs = {r: json.load(open(out / "seed0" / r / "job.json"))["schedule"]["batch_size"] for r in runs}
     assert subs == {"separate": 16, "alone_yale": 8, "alone_umist": 8, "merged": 16}
     assert "separate - alone" in proc.stdout and "[train 4/4]" in proc.stdout
+    # a progress line for every step of the report (issue 30): the baselines, the runs, the scores, the duplicates
+    assert "[baselines 2/2] umist: pixels, pca, fisherfaces (" in proc.stdout, proc.stdout
+    assert "[score 4/4]" in proc.stdout and "[duplicates 1/1] seed 0 separate: " in proc.stdout, proc.stdout
 
 
 @pytest.mark.slow

@@ -209,6 +209,7 @@ def refused(path, overrides=()):
     ("tasks.0.head.scale=-1", "tasks.0.head.scale", "scale must be > 0"),
     ("tasks.0.reader.preprocess.equalise=true", "tasks.0.reader.preprocess.equalise", "did you mean 'equalize'"),
     ("tasks.0.reader.holdout_classes=[9]", "tasks.0.reader.holdout_classes", "label(s) [9]"),
+    ("tasks.0.head.num_classes=1", "tasks.0.head.num_classes", "set num_classes to 2"),
 ])
 def test_a_bad_value_given_by_set_is_blamed_on_set_not_on_the_task_file(tmp_path, override, key, words):
     path, task_file = task_file_job(tmp_path)
@@ -494,3 +495,64 @@ def test_mtl_eval_of_a_run_without_sets_scores_its_own_split_as_the_run_did(face
     assert json.load(open(tmp_path / "live" / "eval_run.json"))["tasks"] == results
     with pytest.raises(ConfigError, match="is an export: it holds no data of its own to score, so mtl eval needs"):
         evaluate_run(export)
+
+
+# ---- 6. the console of mtl launch -----------------------------------------------------------------------------------
+def launch(tmp_path, *args):
+    """``mtl launch --nproc_per_node 2 examples/train_joint.py ARGS``: (exit status, console output as written:
+    bytes decoded without newline translation, so that carriage returns stay)."""
+    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", "2",
+                           os.path.join(ROOT, "examples", "train_joint.py"), *map(str, args)],
+                          capture_output=True, cwd=str(tmp_path), timeout=600, env=environment())
+    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_mtl_launch_shows_one_progress_line_and_a_failure_once_with_its_exit_status(tmp_path):
+    data = image_job(tmp_path / "run", steps=30)
+    data["log"] = {"every": 1, "progress": True, "plot": False}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(data))
+    code, output = launch(tmp_path, tmp_path / "job.yaml")
+    assert code == 0, output[-3000:]
+    bar_lines = [line for line in output.split("\n") if "train:" in line]
+    assert len(bar_lines) == 1 and bar_lines[0].count("\r") >= 10, output[:3000]  # updated in place
+    code, output = launch(tmp_path, tmp_path / "job.yaml", "--set", f"output_dir={tmp_path / 'bad'}",
+                          "tasks.1.head.num_classes=2")
+    assert code == 2, output[-3000:]  # a user error's status, as a single process exits with
+    errors = [line for line in output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "num_classes 2" in errors[0], output
+    assert "LAUNCH" not in output and "Container" not in output, output
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_mtl_launch_reports_the_rank_that_failed_with_its_status(tmp_path):
+    job = os.path.join(ROOT, "tests", "dist_scripts", "failing_job.yaml")
+    code, output = launch(os.path.dirname(job), job, "--set", f"output_dir={tmp_path}")
+    assert code == 1, output[-3000:]  # rank 1's (a bug in a plug-in: a traceback, status 1)
+    assert output.count("RuntimeError: deliberate failure on rank 1") == 1, output
+    assert "rank 1 failed with exit status 1; the end of its log (" in output, output
+    assert "LAUNCH" not in output and "Container failed" not in output, output
+
+
+# ---- 7. make demo-faces ---------------------------------------------------------------------------------------------
+def test_the_faces_tables_of_one_seed_say_one_seed_not_a_zero_spread():
+    from examples import faces_report
+
+    per_seed = {"orl": [0.9514], "yale": [0.8788]}
+    result = {"arms": {"separate": {"datasets": per_seed, "all": {"accuracy": [0.846], "tar_far_1e-2": [0.5],
+                                                                  "tar_far_1e-3": [0.2]}, "cross_condition": [0.1]}},
+              "sampling": {"separate": {"orl": 32, "yale": 32}}}
+    text = faces_report.tables(result)
+    assert "0.9514 (one seed)" in text and "0.8460 (one seed)" in text and "±" not in text, text
+
+
+def test_make_demo_faces_says_which_people_and_writes_its_report_into_its_folder():
+    demo = subprocess.run(["make", "-n", "demo-faces"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    command = next(line for line in demo.splitlines() if "faces_report.py" in line)
+    out = command.split("--out ")[1].split()[0]
+    assert f"--json {out}/report.json" in command, command
+    said = " ".join(demo.split())
+    assert "validation people" in said and "the test people (examples/configs/faces_six_test.yaml" in said, said
+    assert f"{out}/report.md" in said and f"{out}/roc_all_people.png" in said

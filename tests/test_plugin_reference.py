@@ -53,11 +53,12 @@ def documented_kinds():
     return found + [("averager", name, cls, params) for name, cls, params in reference.averagers()]
 
 
-def test_every_parameter_of_the_readers_backbones_weightings_and_averagers_has_a_meaning():
-    """(The heads' own parameters are documented in heads/, the lead's files: not checked here yet.)"""
-    missing = [(kind, name, p.name) for kind, name, _, params in documented_kinds() if kind != "head"
-               for p in params if not p.meaning]
+def test_every_parameter_of_every_built_in_plugin_and_averager_has_a_meaning():
+    """Readers, backbones, heads, weighting strategies, architectures and averagers: none left undocumented."""
+    missing = [(kind, name, p.name) for kind, name, _, params in documented_kinds() for p in params
+               if not p.meaning]
     assert not missing, missing
+    assert {kind for kind, *_ in documented_kinds()} >= {"reader", "backbone", "head", "weighting", "averager"}
 
 
 def test_no_docstring_documents_a_parameter_the_constructor_does_not_have():

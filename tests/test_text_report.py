@@ -54,3 +54,7 @@ def test_text_report_pipeline(tmp_path):
     alone = json.load(open(tmp_path / "runs" / "seed1" / "alone_upos" / "job.json"))
     assert alone["schedule"]["batch_size"] == 4 and [t["name"] for t in alone["tasks"]] == ["upos"]
     assert "| upos | accuracy |" in done.stdout
+    # a progress line per run (which of how many, times so far and left); one seed said, no '± 0.00' (issue 30)
+    assert "[train 1/4] seed 1: joint (" in done.stdout and "[train 4/4] seed 1: noaux (" in done.stdout, done.stdout
+    assert "(one seed)" in done.stdout and "± 0.00" not in done.stdout
+    assert "No ccache found" not in done.stderr, done.stderr

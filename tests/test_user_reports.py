@@ -444,4 +444,8 @@ def test_ctrl_c_on_mtl_launch_exits_75_with_the_sentence_and_a_quiet_console(tmp
     code, output = interrupt_after(proc, out, 20, lambda: os.killpg(proc.pid, signal.SIGINT))
     assert code == 75, output[-3000:]
     assert_stop_sentence(output, out)
+    # what the user did (not the SIGTERM the launcher passes on) and the whole command that continues (issue 30)
+    assert "on request (Ctrl-C, SIGINT to mtl launch)" in output, output[-3000:]
+    assert f"To continue from it, run: mtl launch --nproc_per_node 2 --log_dir {tmp_path / 'log'} {TRAIN} {config} " \
+           "--resume" in output, output[-3000:]
     assert [noise for noise in WORKER_NOISE + ("LAUNCH INFO",) if noise in output] == [], output[:3000]

@@ -137,6 +137,7 @@ def run_launcher(args, verbose=False) -> int:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         preempted = os.path.isfile(status_path) and os.path.getsize(status_path) > 0
+        failed = first_failure(status_path)
     from mtl.train.preemption import PREEMPTED_EXIT_STATUS
 
     if not output_dir:
@@ -146,7 +147,20 @@ def run_launcher(args, verbose=False) -> int:
             print(f"the launcher's logs are in {log_dir}", file=sys.stderr, flush=True)
     if preempted:
         return PREEMPTED_EXIT_STATUS
+    if failed is not None and failed != 0:
+        code = failed  # the process that failed first, not the launcher's pick (rank 0's, stopped by the launcher)
     return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
+
+
+def first_failure(status_path):
+    """The exit status of the first process that failed (written by :mod:`mtl.commands.launcher_entry`), or None."""
+    from mtl.commands.launcher_entry import FAILED_SUFFIX
+
+    try:
+        with open(status_path + FAILED_SUFFIX) as f:
+            return int(f.readline().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _option(args, names):

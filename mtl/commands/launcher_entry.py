@@ -7,12 +7,23 @@ the first line of ``<job>.<pod>.log`` (``Controller.save_pod_log``), each worker
 where any secret a user keeps in the environment lands on disk. Here the pod log keeps its own lines without the
 environment, no ``envlog`` is written, and a worker's backup file holds only what it is for: the variables of
 ``LIMIT_LEN_ENVS`` too long to pass in the environment (``PADDLE_ENV_LIMIT_LEN``), which the worker reads back
-(``paddle.distributed.backup_env``). ``MTL_LAUNCH_SAVE_ENV=1`` keeps Paddle's behaviour. Everything else is the
-launcher's own.
+(``paddle.distributed.backup_env``). ``MTL_LAUNCH_SAVE_ENV=1`` keeps Paddle's behaviour.
+
+The console, unless ``MTL_VERBOSE=1``, is a single process's: the launcher copies the log of the machine's first
+process (``workerlog.0``) with its carriage returns (Paddle reads it in text mode, which turns every ``\r`` of a
+progress bar into a new line: one line per refresh), and a failed process is reported once: not the launcher's
+"Container failed !!!" record and the last 3000 characters of the process's log again, but the rest of the first
+process's log, then the error lines of the process that failed when it is another one and they are not on the
+console yet (its exit status and last lines when it printed none), and its exit status, which ``mtl launch`` exits
+with (:data:`FAILED_SUFFIX`). Everything else is the launcher's own.
 """
+import logging
 import os
+import sys
 
 SAVE_ENV = "MTL_LAUNCH_SAVE_ENV"
+FAILED_SUFFIX = ".failed"  # beside mtl launch's status file: "<rank> <exit status>" of the first process that failed
+TAIL_LINES = 20  # lines of a failed process's log shown when it printed no error line
 
 
 def _pod_log_without_environment(self, info):
@@ -52,8 +63,84 @@ def _start_without_environment_file(self):
                                   shell=self._shell)
 
 
+_STARTED = {}  # log file -> the container writing it (the console shows the one of CONSOLE_LOG)
+CONSOLE_LOG = "workerlog.0"  # the log of this machine's first process, the one Paddle copies to the console
+
+
+def _start_keeping_carriage_returns(start):
+    """``Container.start`` whose copy of the log to the console keeps ``\r`` (a progress bar updates in place)."""
+    def started(self):
+        result = start(self)
+        handler = self._log_handler
+        if handler is not None and handler.newlines is None:  # the text-mode handle start opened, not read yet
+            offset = self._log_start_offset
+            handler.close()
+            self._log_handler = open(self._out, newline="")  # no newline translation
+            self._log_handler.seek(offset)
+        if self._out:
+            _STARTED[os.path.basename(self._out)] = self
+        return result
+    return started
+
+
+def _report_failure(self):
+    """Instead of ``Container.tail`` (the failed process's last 3000 characters): the rest of the console's log,
+    then the failed process's error lines the console does not hold yet when it is another process (its status and
+    last lines when it printed no error line); its rank and exit status go to ``mtl launch``."""
+    status = os.environ.get("MTL_LAUNCH_STATUS")
+    if status:
+        with open(status + FAILED_SUFFIX, "a") as f:
+            f.write(f"{self.rank} {self.exit_code}\n")
+    console = _STARTED.get(CONSOLE_LOG)
+    if console is not None:
+        while console.logs():  # what the console's process wrote since the launcher's last copy
+            pass
+        sys.stdout.flush()
+    if not self._out or os.path.basename(self._out) == CONSOLE_LOG or not os.path.isfile(self._out):
+        return
+    lines = _log_lines(self._out)
+    shown = {_message(line) for line in _log_lines(os.path.join(os.path.dirname(self._out), CONSOLE_LOG))
+             if line.startswith("error")}  # what the console holds (all of the first process's log, copied above)
+    errors = [line for line in lines if line.startswith("error")]
+    new = [line for line in errors if _message(line) not in shown]
+    if new:
+        print("\n".join(new), flush=True)
+    elif not errors:
+        print(f"rank {self.rank} failed with exit status {self.exit_code}; the end of its log ({self._out}):",
+              *lines[-TAIL_LINES:], sep="\n", flush=True)
+
+
+def _log_lines(path):
+    try:
+        with open(path, errors="replace") as f:
+            return [line.rstrip("\n") for line in f]
+    except OSError:
+        return []
+
+
+def _message(line: str) -> str:
+    """An error line without its ``error (rank k): `` prefix (the same sentence on two ranks is one error)."""
+    return line.split(": ", 1)[1] if line.startswith("error (rank ") and ": " in line else line
+
+
+class _NoContainerRecord(logging.Filter):
+    """Drops the launcher's "Container failed !!!" record (the failure is reported by :func:`_report_failure`)."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Container failed")
+
+
+def quiet_console():
+    """The patches of the module docstring that make the launcher's console a single process's."""
+    from paddle.distributed.launch.job import container
+
+    container.Container.start = _start_keeping_carriage_returns(container.Container.start)
+    container.Container.tail = _report_failure
+    logging.getLogger("LAUNCH").addFilter(_NoContainerRecord())
+
+
 def main():
-    """Run Paddle's launcher with the environment kept off the disk (module docstring)."""
+    """Run Paddle's launcher with the environment kept off the disk and a quiet console (module docstring)."""
     from paddle.distributed.launch.controllers import controller
     from paddle.distributed.launch.main import launch
     from paddle.distributed.launch.utils import process_context
@@ -62,6 +149,8 @@ def main():
         controller.Controller.save_pod_log = _pod_log_without_environment
         controller.Controller.save_pod_env = lambda self: None
         process_context.ProcessContext._start = _start_without_environment_file
+    if os.environ.get("MTL_VERBOSE") != "1":
+        quiet_console()
     launch()
 
 

@@ -69,7 +69,11 @@ def label_tensor(labels, field_name: str):
 
 
 class Head(paddle.nn.Layer):
-    """Base class of heads. Subclasses set ``label_field`` and implement ``forward`` and ``evaluate``."""
+    """Base class of heads. Subclasses set ``label_field`` and implement ``forward`` and ``evaluate``.
+
+    Parameters:
+        label_field (str): the batch field this head reads its labels (targets) from: the reader's name for them
+    """
 
     sharded = False
     row_sparse = False

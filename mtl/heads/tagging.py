@@ -14,7 +14,13 @@ METRICS = ("accuracy", "f1")
 class WordTagger(TextHead):
     """Per-word logits ``MLP(words)`` [B, W, C] from the encoder's ``sequence`` at each word's first piece, softmax
     cross-entropy averaged over all labelled words; prediction = argmax per word. ``metric``: ``accuracy`` (words)
-    or ``f1`` (entities of IOB2 tags, seqeval's conventions: :mod:`mtl.text.metrics`)."""
+    or ``f1`` (entities of IOB2 tags, seqeval's conventions: :mod:`mtl.text.metrics`).
+
+    Parameters:
+        hidden (list): widths of the word MLP's hidden layers (each Linear, LeakyReLU, Dropout); empty: one Linear
+        dropout (float): dropout after each hidden layer of the word MLP
+        metric (str): accuracy (of the words) or f1 (entity F1 of IOB2 tags); the head's primary metric
+    """
 
     reads = "sequence"
     primary_metric = "accuracy"
