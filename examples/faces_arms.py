@@ -10,6 +10,9 @@ their heads and in how the batch is drawn:
   classes as negatives): DAIL's random crossing at rate 1e-4 without a mask; all of them with the online
   same-person mask; all of them masked with the benchmark's true pairs (``duplicates.json``). Sampled as
   ``separate``.
+* ``two_stage``: separate heads first (the ``separate`` arm's run of the same seed), then ``mtl overlap`` on that run
+  (its calibrated same-person decision, ``overlap.json`` in the run folder), then ``separate`` plus
+  ``cross_negatives`` masked with those pairs (``mask: pairs``, rate 1). Sampled as ``separate``; trained after it.
 * ``merged`` (``naive`` on the overlap benchmark: the same construction): the identity tasks replaced by one task
   whose ``concat`` reader merges their training people, every task's people distinct classes (duplicates stay two
   classes), with the first identity task's head and the identity tasks' summed sub-batch. The merged images are
@@ -32,9 +35,10 @@ CROSS_NEGATIVES = {
     "cross": {"tasks": "all", "rate": 1.0, "mask": "online"},
     "cross_oracle": {"tasks": "all", "rate": 1.0, "mask": "pairs"},  # pairs: the benchmark's duplicates.json
 }
-ARMS = ("separate", "alone", "merged", "naive", "oracle", "dropout", "cross", "cross_oracle")
-OVERLAP_ARMS = ("naive", "oracle", "separate", "dropout", "cross", "cross_oracle")
-SIX_ARMS = ("separate", "merged", "cross")
+ARMS = ("separate", "alone", "merged", "naive", "oracle", "dropout", "cross", "cross_oracle", "two_stage")
+OVERLAP_ARMS = ("naive", "oracle", "separate", "dropout", "cross", "cross_oracle", "two_stage")
+SIX_ARMS = ("separate", "merged", "cross", "two_stage")
+SEPARATE_PAIRS = "SEPARATE_PAIRS_FILE"  # placeholder: the same seed's separate run's mtl overlap --json
 LEGACY = {"joint": "separate", "alone": "alone", "merged": "merged"}  # --only KIND of the former report
 MERGED, ORACLE = "MERGED_TASK_FILE", "ORACLE_TASK_FILE"  # placeholders for the task files the report writes
 
@@ -165,6 +169,9 @@ class Recipe:
             return self._one_head(arm, MERGED, task_sets)
         if arm == "oracle":
             return self._one_head(arm, ORACLE, task_sets)
+        if arm == "two_stage":
+            spec = {"tasks": "all", "rate": 1.0, "mask": "pairs", "pairs": SEPARATE_PAIRS}
+            return [(arm, [f"cross_negatives={yaml.safe_dump(spec, default_flow_style=True).strip()}", *every])]
         spec = dict(CROSS_NEGATIVES[arm])
         if arm == "cross_oracle":
             spec["pairs"] = self.benchmark.duplicates

@@ -98,16 +98,57 @@ def plan(args, recipe, arms):
             for placeholder, path in files.items():
                 overrides = [o.replace(placeholder, str(path)) for o in overrides]
             sets = [*args.set, *steps, *overrides]
-            try:
-                load_job(args.config, sets)
+            try:  # a two_stage run's pairs exist once its separate run is done: checked with none until then
+                load_job(args.config, [o.replace(faces_arms.SEPARATE_PAIRS, no_pairs(args.out)) for o in sets])
             except MtlError as exc:
                 raise SystemExit(f"error: arm '{arm}' (run {name}): {exc}") from None
-            runs += [(seed, arm, name, os.path.join(args.out, f"seed{seed}", name), sets) for seed in args.seeds]
+            runs += [(seed, arm, name, os.path.join(args.out, f"seed{seed}", name),
+                      [o.replace(faces_arms.SEPARATE_PAIRS, separate_pairs(args.out, seed)) for o in sets])
+                     for seed in args.seeds]
     return sorted(runs, key=lambda r: args.seeds.index(r[0]))
 
 
+def no_pairs(out):
+    """An empty same-person file under ``out`` (what a two_stage run's config is checked with before training)."""
+    path = os.path.join(os.path.abspath(out), "no_pairs.json")
+    with open(path, "w") as f:
+        f.write("[]\n")
+    return path
+
+
+def separate_pairs(out, seed):
+    """Where a two_stage run of ``seed`` reads its pairs: ``mtl overlap --json`` of that seed's separate run."""
+    return os.path.join(os.path.abspath(out), f"seed{seed}", "separate", "overlap.json")
+
+
+def write_separate_pairs(args, runs):
+    """The two-stage option's middle stage: ``mtl overlap``'s calibrated decision on each seed's separate run,
+    written where its two_stage run reads it."""
+    from mtl.commands import overlap
+
+    for seed in sorted({seed for seed, arm, *_ in runs if arm == "two_stage"}):
+        folder = os.path.dirname(separate_pairs(args.out, seed))
+        overlap.report(folder, json_path=separate_pairs(args.out, seed))
+
+
 def train_all(args, runs):
-    """Train every run (``args.jobs`` at a time), a progress line per run."""
+    """Train every run (``args.jobs`` at a time), a progress line per run; two_stage runs after the others, once
+    their seed's separate run has its ``mtl overlap`` pairs. ``--score-only``: nothing trains (the runs must be
+    there)."""
+    if args.score_only:
+        missing = [out for *_, out, _ in runs if not os.path.isfile(os.path.join(out, "summary.json"))]
+        if missing:
+            sys.exit(f"error: --score-only, but {len(missing)} run(s) are not finished, e.g. {missing[0]}")
+        return
+    first = [r for r in runs if r[1] != "two_stage"]
+    train_runs(args, first)
+    if len(first) < len(runs):
+        write_separate_pairs(args, runs)
+        train_runs(args, [r for r in runs if r[1] == "two_stage"])
+
+
+def train_runs(args, runs):
+    """Train ``runs`` (``args.jobs`` at a time), a progress line per run."""
     threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
     progress = Progress("train", len(runs))
     print(f"training {len(runs)} runs, {args.jobs} at a time", flush=True)
@@ -214,12 +255,13 @@ def estimated_pairs(run_dir):
     return found, f"mtl overlap (threshold {decision['threshold']:.3f})"
 
 
-def duplicates_of(args, recipe, arms, runs):
-    """Precision and recall of the estimated duplicates per seed (None when there is nothing to compare)."""
+def duplicates_of(args, recipe, arms, runs, arm=None):
+    """Precision and recall of the estimated duplicates per seed (None when there is nothing to compare): of
+    ``arm``'s runs, by default the ``cross`` run's online estimate, else the ``separate`` run's ``mtl overlap``."""
     from mtl.evaluation.duplicates import duplicate_scores
 
     truth = recipe.true_pairs(args.shared_labels)
-    arm = next((a for a in ("cross", "separate") if a in arms), None)
+    arm = arm if arm in arms else next((a for a in ("cross", "separate") if a in arms), None)
     if arm is None or (truth is None and not args.overlap):
         return None
     out = {"arm": arm, "from": [], "pairs": [], "correct": [], "true": None, "precision": [], "recall": []}
@@ -291,7 +333,14 @@ def tables(result) -> str:
         gaps = [np.mean(arms["separate"]["datasets"][d]) - np.mean(arms["alone"]["datasets"][d]) for d in datasets]
         text += (f"\nseparate - alone: {np.mean(gaps):+.4f} on average, separate >= alone on "
                  f"{sum(g >= 0 for g in gaps)} of {len(gaps)} datasets")
-    found = result.get("duplicates")
+    for found in (result.get("duplicates"), result.get("duplicates_two_stage")):
+        text += duplicates_line(found) if found else ""
+    return text
+
+
+def duplicates_line(found) -> str:
+    """The report's line of one estimate of the duplicates."""
+    text = ""
     if found:
         per_seed = {k: ", ".join("-" if v is None else str(v) for v in found[k]) for k in ("pairs", "correct")}
         true = "no true pairs known" if found["true"] is None else f"{found['true']} true pairs"
@@ -327,6 +376,8 @@ def parse_arms(parser, args, benchmark):
     for arm in arms:
         if arm not in ARMS:
             parser.error(f"--arms: unknown arm '{arm}'; known: {', '.join(ARMS)}")
+        if arm == "two_stage" and "separate" not in arms:
+            parser.error("--arms two_stage needs separate too (its first stage: the separate run of each seed)")
         if arm in ("oracle", "cross_oracle") and benchmark is None:
             parser.error(f"--arms {arm} needs the overlap benchmark's true persons: a config written by "
                          "tools/make_overlap_benchmark.py (benchmark.json beside it)")
@@ -347,6 +398,8 @@ def parse_args(argv=None):
     parser.add_argument("--only", nargs="+", choices=list(LEGACY), default=None,
                         help="the former report's kinds (joint = separate)")
     parser.add_argument("--no-baselines", action="store_true", help="skip pixels, PCA and Fisherfaces")
+    parser.add_argument("--score-only", action="store_true",
+                        help="score the finished runs under --out again (nothing trains; e.g. after adding an arm)")
     parser.add_argument("--overlap", action="store_true", help="estimated duplicates even without true pairs")
     parser.add_argument("--shared-labels", action="store_true",
                         help="true pairs: equal data labels of two tasks are the same person (the ORL case)")
@@ -378,6 +431,8 @@ def main(argv=None):
     found = duplicates_of(args, recipe, args.arms, runs)
     if found is not None:
         result["duplicates"] = found
+    if "two_stage" in args.arms and found is not None and found["arm"] != "separate":  # the two-stage option's own
+        result["duplicates_two_stage"] = duplicates_of(args, recipe, args.arms, runs, "separate")
     if baselines:
         result["baselines"] = baselines
     seeds = f"seeds {', '.join(map(str, args.seeds))}: mean ± std over seeds" if len(args.seeds) > 1 else \

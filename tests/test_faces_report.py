@@ -119,11 +119,12 @@ def test_held_out_sides_follow_the_light_and_the_halves(bench):
 def test_command_line_arms(bench, capsys):
     config, _ = bench
     assert faces_report.parse_args(["--config", config]).arms == ["naive", "oracle", "separate", "dropout",
-                                                                  "cross", "cross_oracle"]
-    assert faces_report.parse_args([]).arms == ["separate", "merged", "cross"]
+                                                                  "cross", "cross_oracle", "two_stage"]
+    assert faces_report.parse_args([]).arms == ["separate", "merged", "cross", "two_stage"]
     assert faces_report.parse_args(["--only", "joint", "alone", "merged"]).arms == ["separate", "alone", "merged"]
     for argv, words in ((["--arms", "oracle"], "needs the overlap benchmark"), (["--arms", "orcale"], "unknown arm"),
-                        (["--arms", "cross", "--only", "joint"], "cannot be combined")):
+                        (["--arms", "cross", "--only", "joint"], "cannot be combined"),
+                        (["--arms", "two_stage"], "needs separate too")):
         with pytest.raises(SystemExit):
             faces_report.parse_args(argv)
         assert words in capsys.readouterr().err

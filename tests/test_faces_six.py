@@ -311,16 +311,17 @@ def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_report_on_a_shortened_overlap_benchmark(tmp_path):
-    """The overlap benchmark of the two-dataset variant, the arms that run today (naive, oracle, separate), one
-    seed, four steps: the report's JSON layout, the sampling difference reported, a progress line per run,
-    the duplicates of `mtl overlap` on the separate run scored against duplicates.json, the ROC plot."""
+    """The overlap benchmark of the two-dataset variant, arms naive, oracle, separate and two_stage, one seed, four
+    steps: the report's JSON layout, the sampling difference reported, a progress line per run, the duplicates of
+    `mtl overlap` on the separate run scored against duplicates.json (and given to the two_stage run as its mask),
+    the ROC plot; --score-only scores the same runs again without training."""
     from tools import make_overlap_benchmark
 
     make_overlap_benchmark.build(str(two_dataset_variant(tmp_path)), 0.5, 0, str(tmp_path / "bench"))
     out = tmp_path / "report"
     proc = run_report(tmp_path, "--config", str(tmp_path / "bench" / "faces_overlap.yaml"), "--arms",
-                      "naive,oracle,separate", "--seeds", "0", "--out", str(out), "--json", str(tmp_path / "r.json"),
-                      "--no-baselines", "--set", "averaging.min_average_window=2")
+                      "naive,oracle,separate,two_stage", "--seeds", "0", "--out", str(out), "--json",
+                      str(tmp_path / "r.json"), "--no-baselines", "--set", "averaging.min_average_window=2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.load(open(tmp_path / "r.json"))
     assert set(report) == {"config", "seeds", "arms", "duplicates", "sampling"} and report["seeds"] == [0]
@@ -335,7 +336,16 @@ def test_report_on_a_shortened_overlap_benchmark(tmp_path):
     assert found["recall"][0] == found["correct"][0] / true
     assert report["sampling"]["naive"] == report["sampling"]["oracle"] != report["sampling"]["separate"]
     assert report["sampling"]["separate"] == {"yale": 8.0, "umist": 8.0}
-    assert all(f"[train {k}/3]" in proc.stdout and f"[score {k}/3]" in proc.stdout for k in (1, 2, 3))
+    assert all(f"[train {k}/3]" in proc.stdout for k in (1, 2, 3)) and "[train 1/1] seed 0 two_stage" in proc.stdout
+    assert all(f"[score {k}/4]" in proc.stdout for k in (1, 2, 3, 4))
+    mask = json.load(open(out / "seed0" / "two_stage" / "job.json"))["cross_negatives"]
+    assert mask["mask"] == "pairs" and mask["pairs"] == str(out / "seed0" / "separate" / "overlap.json")
+    assert len(json.load(open(mask["pairs"]))) == found["pairs"][0]  # the decision scored above is the mask
+    again = run_report(tmp_path, "--config", str(tmp_path / "bench" / "faces_overlap.yaml"), "--arms",
+                       "naive,oracle,separate,two_stage", "--seeds", "0", "--out", str(out), "--json",
+                       str(tmp_path / "again.json"), "--no-baselines", "--score-only")
+    assert again.returncode == 0 and "[train" not in again.stdout, again.stderr[-3000:]
+    assert json.load(open(tmp_path / "again.json"))["arms"] == report["arms"]
     assert os.path.getsize(out / "roc_all_people.png") > 0
     naive, oracle = (json.load(open(out / "seed0" / arm / "job.json"))["tasks"][0] for arm in ("naive", "oracle"))
     assert naive["name"] == oracle["name"] == "merged" and oracle["reader"]["shared_labels"] is True
