@@ -77,7 +77,7 @@ def main():
     tokens = [int((b["upos"]["token_ids"] != 0).sum()) for b in batches]
     toolkit.model.train()
     reference.model.train()
-    first_toolkit = float(trainer.train_step(batches[0], 0)[1]["upos"].loss)
+    first_toolkit = float(trainer.train_step(batches[0], 0).outputs["upos"].loss)
     first_reference = float(reference_step(reference.model, batches[0], opt))
     tk, rf, counted = [], [], 0
     for i in range(args.steps):  # interleaved, the same batch on both sides

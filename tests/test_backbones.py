@@ -23,6 +23,7 @@ SMALL_CONFIGS = {
     "mobilefacenet": ({"input_size": 32}, (3, 32, 32), 128),
     "cnn": ({}, (1, 8, 8), 64),
     "mlp": ({"input_shape": [2, 3, 4], "hidden": [16, 8]}, (2, 3, 4), 64),
+    "identity": ({"input_shape": [2, 3, 4], "input_field": "image"}, (2, 3, 4), 24),
 }
 NO_FORWARD = {"iresnet100"}  # 65M parameters: built lazily (no weights allocated), not run
 

@@ -169,7 +169,8 @@ def test_shortened_orl_recipe_runs_and_evaluates_unseen_people(tmp_path):
                              cwd=str(tmp_path), timeout=600)
     assert overlap.returncode == 0, overlap.stderr[-3000:]
     found = sorted(json.load(open(tmp_path / "o.json")), key=lambda m: -m["similarity"])
-    assert found and all(set(m) == {"task_a", "class_a", "task_b", "class_b", "similarity"} for m in found)
+    assert found and all(set(m) == {"task_a", "class_a", "name_a", "task_b", "class_b", "name_b", "similarity"}
+                     for m in found)
     # people 7-14 are in both datasets: 8 of the 14 x 14 class pairs are one person (by the list files' labels)
     held = list(range(20, 30))  # the recipe's task files hold people 21-30 out; their readers relabel the rest
     people = {task: ImageListReader(os.path.join(ORL, f"{task}.txt"), holdout_classes=held, image_size=16)
