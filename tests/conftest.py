@@ -2,7 +2,8 @@
 session's shared training runs (tests/shared_runs.py, trained once for all pytest-xdist workers); the ``float64``
 fixture; ``MTL_TEST_DEVICE`` (e.g. ``gpu:0``) as Paddle's device; and the skip allow-list: a test (or test module)
 that skips for a reason :data:`ALLOWED_SKIPS` does not name fails instead, so that no reference silently stops
-running."""
+running; and the order of the test files (:data:`SLOWEST_FILES` first)."""
+import collections
 import os
 import re
 import sys
@@ -27,6 +28,27 @@ ALLOWED_SKIPS = [
      "checked; tools/gpu_check.py checks the GPU side"),
     (re.escape("reads the process tree from /proc"), "a system without /proc (not Linux)"),
 ]
+
+# The files that take longest (their tests, subprocesses and launches: a --durations run of the suite), longest first.
+# pytest-xdist's --dist loadfile keeps a file on one worker and hands the files out in collection order (pyproject's
+# addopts turn off its own reordering, which puts the files with the most tests first and the long files of a few
+# tests last, where one of them alone made the end of the run): these start first and the short files fill in.
+# test_weighting_more.py leads because its first test sets up the session's launch of every 2-process run.
+SLOWEST_FILES = [
+    "test_weighting_more.py", "test_readme.py", "test_demo.py", "test_arch_reports.py", "test_reliability_readers.py",
+    "test_arch_training.py", "test_faces_six.py", "test_preemption.py", "test_user_reports.py", "test_convert.py",
+    "test_trust_boundaries.py", "test_documented_keys.py", "test_accumulate.py", "test_text_training.py",
+    "test_ecosystem.py", "test_text_report.py", "test_reliability_multinode.py", "test_cross_negatives.py",
+]
+
+
+def pytest_collection_modifyitems(items):
+    """The test files of :data:`SLOWEST_FILES` first, in that order, then the others, most tests first; each file's
+    tests stay together and in their order."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    counts = collections.Counter(str(item.path) for item in items)
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[str(item.path)], str(item.path)))
+
 
 if os.environ.get("MTL_TEST_DEVICE"):  # tools/gpu_check.py: the in-process tests with this device as Paddle's place
     import paddle

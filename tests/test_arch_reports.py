@@ -59,11 +59,27 @@ def test_the_synthetic_report_on_a_shortened_run(tmp_path):
     assert "correlation 0.5 mmoe run" not in again.stdout and "[train" not in again.stdout
 
 
+def small_mnist(folder, count=1000):
+    """The first ``count`` MNIST training digits as IDX files in ``folder`` (what every run of a shortened report
+    reads: composing the 60,000 digits' MultiMNIST images costs seconds a run, 2 steps need a few)."""
+    from mtl.readers.multimnist import read_digits
+
+    images, labels = read_digits(os.path.join(EXAMPLES, "data", "mnist"), "train")
+    os.makedirs(folder)
+    for stem, magic, array in (("train-images-idx3-ubyte", 2051, images[:count]),
+                               ("train-labels-idx1-ubyte", 2049, labels[:count])):
+        header = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+        with open(os.path.join(folder, stem), "wb") as f:
+            f.write(header + array.tobytes())
+    return str(folder)
+
+
 def shortened_multimnist(tmp_path):
-    """The recipe with task files that hold 300 validation digits and evaluate 200 of them."""
+    """The recipe with task files that read 1000 digits, hold 300 of them for validation and evaluate 200."""
+    mnist = small_mnist(tmp_path / "mnist")
     for digit in ("left", "right"):
         task = yaml.safe_load(open(os.path.join(EXAMPLES, "configs", "multimnist", f"{digit}.yaml")))
-        task["reader"].update(mnist_dir=os.path.join(EXAMPLES, "data", "mnist"), val_size=300)
+        task["reader"].update(mnist_dir=mnist, val_size=300)
         task["eval"] = {"max_samples": 200}
         (tmp_path / f"{digit}.yaml").write_text(yaml.safe_dump(task))
     variant = tmp_path / "variant.yaml"

@@ -9,6 +9,7 @@ bd0c824), since PLSC itself cannot run here; for the reader alone, a torch.save 
 from torch's documented layout.
 """
 import collections
+import contextlib
 import json
 import os
 import pickle
@@ -130,10 +131,29 @@ def test_plsc_layout_converts_by_name(tmp_path):
         np.testing.assert_array_equal(np.asarray(converted[name]), state[name])
 
 
+@contextlib.contextmanager
+def zero_initial_weights():
+    """Parameters created inside start at zero wherever their layer would draw them (Paddle's global initializer:
+    r100's 65 M Gaussian draws cost seconds at each of its two builds). The converted weights overwrite every one;
+    one left behind would be a zero where the peer has a random value, as visible as a random one."""
+    zero = paddle.nn.initializer.Constant(0.0)
+    paddle.nn.initializer.set_global_initializer(zero, zero)
+    try:
+        yield
+    finally:
+        paddle.nn.initializer.set_global_initializer(None, None)
+
+
 def converted_embedding(fixture, network, folder, capsys):
     """``network``'s weights regenerated from the fixture (each tensor checked against the peer's CRC-32), written
     as insightface saves them (a torch.save archive, written here without torch), converted by ``mtl convert
-    insightface``, built from the config it prints and writes, run in eval mode on the fixture's input."""
+    insightface``, built from the config it prints and writes, run in eval mode on the fixture's input (the
+    networks' random initial weights, overwritten by the conversion, drawn as zeros: :func:`zero_initial_weights`)."""
+    with zero_initial_weights():
+        return _converted_embedding(fixture, network, folder, capsys)
+
+
+def _converted_embedding(fixture, network, folder, capsys):
     arch = peers.NETWORKS[network][0]
     path, dst = str(folder / f"{network}.pth"), str(folder / "ours.pdparams")
     state, storages = torch_layout(peers.network_tensors(fixture, network))

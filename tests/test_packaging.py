@@ -86,24 +86,32 @@ def _stubs(folder, required):
 
 
 def _pip(venv, *args):
+    """This interpreter's pip run for the fresh venv (``pip --python``: pip executes under the venv's interpreter and
+    installs into it), with no machine-wide configuration."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull  # no machine-wide find-links or index: only the stub folder
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", *args, "--disable-pip-version-check"],
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), *args,
+                          "--disable-pip-version-check"], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
 
+# what the venv's own interpreter sees installed (importlib.metadata: every distribution on its path) and which
+# Paddle build ``import paddle`` gives it
+INSTALLED = ("import importlib.metadata as m, json, paddle; "
+             "print(json.dumps([sorted({d.metadata['Name'].lower() for d in m.distributions()}), paddle.BUILD]))")
+
+
 def _install_over_gpu(tmp_path, name, wheel, stubs):
-    """A fresh venv with the GPU stand-in, then ``wheel`` from the stub folder; (installed names, paddle's build)."""
+    """A fresh venv with the GPU stand-in, then ``wheel`` from the stub folder; (installed names, paddle's build).
+    The venv is made without pip (``ensurepip`` costs seconds; pip runs from outside with ``--python``)."""
     venv = str(tmp_path / name)
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, capture_output=True, timeout=600)
     _pip(venv, "install", "--no-index", "--find-links", stubs, "paddlepaddle-gpu==3.3.1")
     _pip(venv, "install", "--no-index", "--find-links", stubs, wheel)
-    installed = {item["name"].lower() for item in json.loads(_pip(venv, "list", "--format=json"))}
-    build = subprocess.run([os.path.join(venv, "bin", "python"), "-c", "import paddle; print(paddle.BUILD)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    return installed, build
+    installed, build = json.loads(subprocess.run([os.path.join(venv, "bin", "python"), "-I", "-c", INSTALLED],
+                                                 capture_output=True, text=True, check=True).stdout)
+    return set(installed), build
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.dist_util import ROOT
-from tests.shared_runs import two_process_run
+from tests.shared_runs import train_here, two_process_run
 
 STEPS = 150  # 1 process: a step takes milliseconds, and the signal (sent after step 20) must arrive before the end
 STEPS_AT_TWO = 60  # 2 processes: ~20-70 ms a step (gloo), stopped at step 21-22: 38 steps, 1-3 s, of margin
@@ -93,7 +93,7 @@ def assert_same_run(full, resumed, steps=STEPS):
 def test_sigterm_saves_and_resume_is_bit_identical(tmp_path):
     config, out = write_job(tmp_path, "cut")
     full_config, full = write_job(tmp_path, "full")
-    run([sys.executable, *train_command(full_config)])
+    train_here(full_config)  # the uninterrupted reference: nothing about it needs a process of its own
     proc = subprocess.Popen([sys.executable, *train_command(config)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=environment())
     code = signal_after(proc, out, 20)

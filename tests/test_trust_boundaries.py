@@ -287,42 +287,58 @@ def _train(config, *extra):
                             text=True, env=dict(os.environ, PYTHONPATH=ROOT))
 
 
-SLOW = '''
+HELD = '''
+import os
 import time
 from mtl.registry import register_reader, plugin_class
 
+RELEASE = {release!r}
 
-@register_reader("tb_slow_reader")
-class Slow(plugin_class("reader", "synthetic")):
-    """The synthetic reader, 25 ms per sample: a job that lasts long enough to be found running."""
+
+@register_reader("tb_held_reader")
+class Held(plugin_class("reader", "synthetic")):
+    """The synthetic reader, holding its job at its 13th sample (step 3) until the file RELEASE exists (at most
+    120 s): a job that is still running, whatever the machine's load, while a second one is refused."""
+
+    reads = 0
 
     def __getitem__(self, index):
-        time.sleep(0.025)
+        Held.reads += 1
+        deadline = time.time() + 120
+        while Held.reads > 12 and not os.path.exists(RELEASE) and time.time() < deadline:
+            time.sleep(0.02)
         return super().__getitem__(index)
 '''
 
 
 @pytest.mark.subprocess
 def test_a_second_job_on_a_held_output_dir_is_refused_and_the_first_runs_on(tmp_path):
+    """The first job is held at step 3 (its reader waits for the release file) while the second one starts and is
+    refused; released, the first finishes every step."""
+    release = tmp_path / "release"
     (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / "slow.py").write_text(SLOW)
+    (tmp_path / "plugins" / "held.py").write_text(HELD.format(release=str(release)))
     config = job_yaml(tmp_path, plugins=[str(tmp_path / "plugins")])
     data = json.loads(open(config).read())
-    data["schedule"]["steps"], data["checkpoint"]["every"], data["log"]["every"] = 60, 0, 1
-    data["tasks"][0]["reader"]["type"] = "tb_slow_reader"  # 4 samples a step: 0.1 s, 6 s for the job
+    data["schedule"]["steps"], data["checkpoint"]["every"], data["log"]["every"] = 8, 0, 1
+    data["tasks"][0]["reader"]["type"] = "tb_held_reader"  # 4 samples a step: held in step 3 until released
     open(config, "w").write(json.dumps(data))
     first = _train(config)
-    deadline = time.time() + 60
-    while not (tmp_path / "run" / ".run.lock").exists() and time.time() < deadline:
-        time.sleep(0.2)
-    second = _train(config)
-    _, err = second.communicate(timeout=120)
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "run" / ".run.lock").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        second = _train(config)
+        _, err = second.communicate(timeout=120)
+        assert first.poll() is None, "the first job ended before the second was refused"
+    finally:
+        release.touch()
     assert second.returncode == 2, err
     assert re.search(rf"output_dir '.*run' is held by a running job \(host \S+, process {first.pid}, since ", err), err
     _, first_err = first.communicate(timeout=300)
     assert first.returncode == 0, first_err
     steps = [json.loads(line)["step"] for line in open(tmp_path / "run" / "metrics.jsonl") if '"loss"' in line]
-    assert steps == list(range(1, 61))  # each step once: nothing of the refused job
+    assert steps == list(range(1, 9))  # each step once: nothing of the refused job
     assert not (tmp_path / "run" / ".run.lock").exists()  # given back when the run ended
 
 
