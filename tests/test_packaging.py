@@ -88,10 +88,12 @@ def _stubs(folder, required):
 def _pip(venv, *args):
     """This interpreter's pip run for the fresh venv (``pip --python``: pip executes under the venv's interpreter and
     installs into it), with no machine-wide configuration."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}  # the checkout's
+    # mtl.egg-info on the path would read as mtl installed already
     env["PIP_CONFIG_FILE"] = os.devnull  # no machine-wide find-links or index: only the stub folder
     out = subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), *args,
-                          "--disable-pip-version-check"], env=env, capture_output=True, text=True, timeout=600)
+                          "--disable-pip-version-check"], env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(venv))  # not the checkout: its mtl.egg-info would read as installed
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
