@@ -26,7 +26,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-BEGIN, END = "<!-- architectures-tables -->", "<!-- /architectures-tables -->"
+SECTION = "architectures-tables"  # the markers of the generated section (mtl.generated_pages)
 
 
 def paired(a, b):
@@ -143,13 +143,13 @@ def report(args):
 
 def write(doc, text):
     """Replace the text between the markers of ``doc``."""
-    with open(doc) as f:
-        body = f.read()
-    if BEGIN not in body or END not in body:
-        raise SystemExit(f"error: {doc} has no {BEGIN} ... {END} markers")
-    head, rest = body.split(BEGIN, 1)
-    with open(doc, "w") as f:
-        f.write(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
+    from mtl.errors import ConfigError
+    from mtl.generated_pages import write_section
+
+    try:
+        write_section(doc, SECTION, text)
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def main(argv=None):

@@ -6,7 +6,9 @@ that the page is current."""
 import os
 import sys
 
-BEGIN, END = "<!-- plugin-reference -->", "<!-- /plugin-reference -->"
+from mtl.generated_pages import read_section, write_section
+
+SECTION = "plugin-reference"  # the markers of the generated section (mtl.generated_pages)
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                     "plugins.md")
 HEADERS = ["parameter", "type", "default", "meaning"]
@@ -102,20 +104,12 @@ def reference() -> str:
 
 def page_reference(path: str = PAGE) -> str:
     """The text between the markers of the reference page (empty when they are missing)."""
-    with open(path) as f:
-        content = f.read()
-    if BEGIN not in content or END not in content:
-        return ""
-    return content.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    return read_section(path, SECTION)
 
 
 def write(path: str = PAGE):
     """Replace the text between the markers of ``path`` with :func:`reference`."""
-    with open(path) as f:
-        content = f.read()
-    head, rest = content.split(BEGIN, 1)
-    with open(path, "w") as f:
-        f.write(head + BEGIN + "\n" + reference() + "\n" + END + rest.split(END, 1)[1])
+    write_section(path, SECTION, reference())
 
 
 def plugins(args):

@@ -12,8 +12,9 @@ from tabulate import tabulate
 from mtl.config.keys import BACKBONE, JOB, TASK
 from mtl.config.loading import REPO_ROOT
 from mtl.config.schema import describe
+from mtl.generated_pages import read_section, write_section
 
-BEGIN, END = "<!-- config-reference -->", "<!-- /config-reference -->"
+SECTION = "config-reference"  # the markers of the generated section (mtl.generated_pages)
 PAGE = os.path.join(REPO_ROOT, "docs", "configuration.md")
 
 
@@ -30,20 +31,12 @@ def reference() -> str:
 
 def readme_reference(path: str = PAGE) -> str:
     """The text between the markers of the reference page (empty when they are missing)."""
-    with open(path) as f:
-        content = f.read()
-    if BEGIN not in content or END not in content:
-        return ""
-    return content.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    return read_section(path, SECTION)
 
 
 def write(path: str = PAGE):
     """Replace the text between the markers with :func:`reference`."""
-    with open(path) as f:
-        content = f.read()
-    head, rest = content.split(BEGIN, 1)
-    with open(path, "w") as f:
-        f.write(head + BEGIN + "\n" + reference() + "\n" + END + rest.split(END, 1)[1])
+    write_section(path, SECTION, reference())
 
 
 if __name__ == "__main__":
