@@ -266,3 +266,23 @@ def test_a_stopped_and_resumed_online_run_is_bit_identical(tmp_path):
     state = json.load(open(os.path.join(full, "checkpoints", "step_20", "state.json")))["cross_negatives"]
     assert state["mean"] is not None and state["var"] >= 0
     assert os.path.isfile(os.path.join(full, "same_person.json"))
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "do not exist"),
+    ("{not json", "cannot be read as JSON"),
+    ('{"task_a": "arc7"}', "expected a list of pairs"),
+    ('[{"task_a": "arc7", "class_a": -1, "task_b": "cos5", "class_b": 4}]', "entry 0: expected"),
+    ('[{"task_a": "arc7", "class_a": 1}]', "entry 0: expected"),
+])
+def test_a_bad_same_person_file_is_refused_at_load_time_naming_the_key(tmp_path, content, words):
+    from mtl.config.loading import load_job
+    from mtl.errors import ConfigError
+
+    path = tmp_path / "pairs.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=words) as info:
+        load_job(equivalence.JOB, ["cross_negatives.rate=1.0", "cross_negatives.mask=pairs",
+                                   f"cross_negatives.pairs={path}"])
+    assert info.value.key == "cross_negatives.pairs" and str(path) in str(info.value)

@@ -70,25 +70,15 @@ def normal_quantile(q: float) -> float:
 
 
 def read_pairs(path: str, source=None, key="cross_negatives.pairs") -> List[dict]:
-    """The pairs of a same-person JSON (``mtl overlap --json``), checked."""
-    import json
-    import os
+    """The pairs of a same-person JSON (:func:`mtl.data.same_person.read_pairs`), a bad file as the config error of
+    ``key``."""
+    from mtl.data.same_person import read_pairs as read
+    from mtl.errors import DataError
 
-    if not os.path.isfile(path):
-        raise ConfigError(f"same-person pairs '{path}' do not exist", source, key)
     try:
-        with open(path) as f:
-            pairs = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"same-person pairs '{path}' cannot be read as JSON ({exc})", source, key) from None
-    if not isinstance(pairs, list):
-        raise ConfigError(f"same-person pairs '{path}' hold a {type(pairs).__name__}, not a list of pairs", source,
-                          key)
-    for i, pair in enumerate(pairs):
-        if not isinstance(pair, dict) or not {"task_a", "class_a", "task_b", "class_b"} <= set(pair):
-            raise ConfigError(f"same-person pairs '{path}': entry {i} is not a mapping with task_a, class_a, task_b, "
-                              f"class_b (mtl overlap --json), got {str(pair)[:80]}", source, key)
-    return pairs
+        return read(path)
+    except DataError as exc:
+        raise ConfigError(exc.bare_message, source, key) from None
 
 
 class CrossNegatives:
