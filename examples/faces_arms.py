@@ -9,7 +9,8 @@ their heads and in how the batch is drawn:
 * ``dropout``, ``cross``, ``cross_oracle``: ``separate`` plus the job key ``cross_negatives`` (the other heads'
   classes as negatives): DAIL's random crossing at rate 1e-4 without a mask; all of them with the online
   same-person mask; all of them masked with the benchmark's true pairs (``duplicates.json``). Sampled as
-  ``separate``.
+  ``separate``. ``cross_both``: ``cross`` whose other heads' rows learn from the sample too (``update: both``, as
+  a merged head's rows do).
 * ``two_stage``: separate heads first (the ``separate`` arm's run of the same seed), then ``mtl overlap`` on that run
   (its calibrated same-person decision, ``overlap.json`` in the run folder), then ``separate`` plus
   ``cross_negatives`` masked with those pairs (``mask: pairs``, rate 1). Sampled as ``separate``; trained after it.
@@ -34,8 +35,10 @@ CROSS_NEGATIVES = {
     "dropout": {"tasks": "all", "rate": 1.0e-4, "mask": "none"},
     "cross": {"tasks": "all", "rate": 1.0, "mask": "online"},
     "cross_oracle": {"tasks": "all", "rate": 1.0, "mask": "pairs"},  # pairs: the benchmark's duplicates.json
+    "cross_both": {"tasks": "all", "rate": 1.0, "mask": "online", "update": "both"},
 }
-ARMS = ("separate", "alone", "merged", "naive", "oracle", "dropout", "cross", "cross_oracle", "two_stage")
+ARMS = ("separate", "alone", "merged", "naive", "oracle", "dropout", "cross", "cross_oracle", "cross_both",
+        "two_stage")
 OVERLAP_ARMS = ("naive", "oracle", "separate", "dropout", "cross", "cross_oracle", "two_stage")
 SIX_ARMS = ("separate", "merged", "cross", "two_stage")
 SEPARATE_PAIRS = "SEPARATE_PAIRS_FILE"  # placeholder: the same seed's separate run's mtl overlap --json

@@ -1,5 +1,6 @@
 """Cross-head negatives (mtl/heads/cross_negatives.py) against a float64 numpy reference of the masked softmax, its
-loss and gradients: the other heads' classes as plain negatives (no margin, no gradient of their own), the
+loss and gradients: the other heads' classes as plain negatives (no margin; no gradient of their own, or with
+``update: both`` the gradient a merged head's rows would get), the
 same-person classes out of the sample's softmax; with masks from pairs and from the online rule, a sampled rate,
 Partial FC on the own head, several chunks, the numpy and the Paddle-op passes."""
 import json
@@ -20,8 +21,8 @@ from tests.shared_runs import one_process_run, train_here, two_process_run
 ArcFaceHead = plugin_class("head", "arcface")
 ARC = (1.0, 0.5, 0.0)
 SCALE = 16.0
-CFG = {"rate": 1.0, "tasks": "all", "mask": "none", "pairs": None, "warmup": 0, "quantile": 0.05, "momentum": 0.9,
-       "floor": 0.2}
+CFG = {"rate": 1.0, "tasks": "all", "mask": "none", "pairs": None, "update": "own", "warmup": 0, "quantile": 0.05,
+       "momentum": 0.9, "floor": 0.2}
 
 
 @pytest.fixture(params=["host", "device"])
@@ -32,11 +33,11 @@ def passes(request, monkeypatch):
     return request.param
 
 
-def np_cross_head(x, w_own, labels, others, removed, margin, scale, own_columns=None):
+def np_cross_head(x, w_own, labels, others, removed, margin, scale, own_columns=None, with_others=False):
     """Loss and gradients (features, own centres) of a margin head whose softmax also holds ``others`` (a list of
     ``[C_b, D]`` centres: plain cosines, no margin), ``removed[b] [N, C_b]`` True where a class leaves the sample's
-    softmax; ``own_columns``: the own classes scored (Partial FC), all by default. The other centres get no
-    gradient. float64."""
+    softmax; ``own_columns``: the own classes scored (Partial FC), all by default. ``with_others``: also the
+    gradient of the loss with respect to each of ``others`` (appended: what ``update: both`` gives them). float64."""
     n = len(labels)
     own_columns = np.arange(len(w_own)) if own_columns is None else np.asarray(own_columns)
     xn = np.linalg.norm(x, axis=1, keepdims=True)
@@ -67,7 +68,12 @@ def np_cross_head(x, w_own, labels, others, removed, margin, scale, own_columns=
     dw_cols = (dwh - wh[:own] * (wh[:own] * dwh).sum(1, keepdims=True)) / wn[:own]
     dw = np.zeros_like(w_own)
     dw[own_columns] = dw_cols
-    return loss, dx, dw, c
+    if not with_others:
+        return loss, dx, dw, c
+    all_dwh = dc.T @ xh  # d loss / d w_hat of every column; w_hat = w / |w|
+    all_dw = (all_dwh - wh * (wh * all_dwh).sum(1, keepdims=True)) / wn
+    bounds = np.cumsum([own] + [len(b) for b in others])
+    return loss, dx, dw, c, [all_dw[b:e] for b, e in zip(bounds[:-1], bounds[1:])]
 
 
 def heads(partial=1.0):
@@ -112,6 +118,67 @@ def test_all_other_classes_as_negatives_with_no_mask(passes, float64):
     assert built["b"].weight.grad is None and built["c"].weight.grad is None  # no gradient to the other heads
     separate = np_cross_head(x, w["a"], y, [], [], ARC, SCALE)[0]
     assert loss > separate  # more negatives, a larger loss
+
+
+def test_update_both_gives_the_other_heads_rows_the_gradient_of_this_head(passes, float64, tmp_path):
+    """``update: both``: the other heads' scored rows get the loss's gradient (masked classes none), settled once
+    after the backward: into ``weight.grad`` of a whole-shard head, into a Partial FC head's row gradient; a rate
+    of 0.5 gives only the sampled rows a gradient."""
+    x, y = data(4)
+    path = tmp_path / "same.json"
+    path.write_text(json.dumps([{"task_a": "a", "class_a": int(y[0]), "task_b": "b", "class_b": 2}]))
+    built = {**heads(), "c": ArcFaceHead(num_classes=5, feature_size=4, scale=SCALE, seed=5, sample_ratio=0.5)}
+    cross = attach(built, update="both", mask="pairs", pairs=str(path))
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    out, dx, dw = run(built["a"], x, y)
+    removed_b, keep_c = np.zeros((len(y), 7), bool), np.zeros((len(y), 5), bool)
+    removed_b[y == y[0], 2] = True
+    loss, ref_dx, ref_dw, _, (ref_b, ref_c) = np_cross_head(x, w["a"], y, [w["b"], w["c"]], [removed_b, keep_c],
+                                                            ARC, SCALE, with_others=True)
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    assert_close(dw, ref_dw, 1e-10, "own centre gradient")
+    assert built["b"].weight.grad is None  # nothing reaches the other heads before the step settles
+    rows = cross.settle([])
+    assert_close(built["b"].weight.grad.numpy(), ref_b, 1e-10, "whole-shard head b: weight.grad")
+    assert len(rows) == 1 and rows[0].parameter is built["c"].weight  # Partial FC head c: rows to update
+    dense = np.zeros_like(w["c"])
+    dense[rows[0].index.numpy()] = rows[0].grad.numpy()
+    assert_close(dense, ref_c, 1e-10, "Partial FC head c: its rows' gradient")
+    assert cross.settle([]) == []  # settled once
+
+
+def test_update_both_at_a_sampled_rate_merges_with_the_heads_own_rows(passes, float64):
+    """At rate 0.5 only the sampled rows of the other heads get a gradient; a Partial FC head's own sampled rows
+    and the rows another head's loss gave it become one row gradient over their union, gradients summed."""
+    built = {"a": ArcFaceHead(num_classes=11, feature_size=4, scale=SCALE, seed=3),
+             "c": ArcFaceHead(num_classes=9, feature_size=4, scale=SCALE, seed=5, sample_ratio=0.4)}
+    cross = attach(built, update="both", rate=0.5)
+    x, y = data(5)
+    yc = np.random.RandomState(6).randint(0, 9, size=6)
+    xc = np.random.RandomState(7).randn(6, 4)
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    picked = cross.sources("a", 0)[0].index.numpy()
+    run(built["a"], x, y)
+    run(built["c"], xc, yc)
+    own = np.sort(built["c"].last_sampled_classes.numpy())
+    picked_c = cross.sources("c", 0)[0].index.numpy()
+    free = [np.zeros((len(y), len(picked)), bool)]
+    _, _, own_a, _, (from_a,) = np_cross_head(x, w["a"], y, [w["c"][picked]], free, ARC, SCALE, with_others=True)
+    free = [np.zeros((len(yc), len(picked_c)), bool)]
+    _, _, own_c, _, (from_c,) = np_cross_head(xc, w["c"], yc, [w["a"][picked_c]], free, ARC, SCALE, own,
+                                              with_others=True)
+    rows = cross.settle(built["c"].row_gradients())
+    assert len(rows) == 1 and rows[0].parameter is built["c"].weight
+    assert np.array_equal(rows[0].index.numpy(), np.union1d(own, picked))
+    expected = own_c.copy()
+    expected[picked] += from_a
+    dense = np.zeros_like(w["c"])
+    dense[rows[0].index.numpy()] = rows[0].grad.numpy()
+    assert_close(dense, expected, 1e-10, "union of c's sampled rows and the rows a's loss gave it")
+    expected = own_a.copy()
+    expected[picked_c] += from_c
+    assert_close(built["a"].weight.grad.numpy(), expected, 1e-10, "a's weight.grad: its own loss's and c's")
 
 
 def test_same_person_pairs_leave_the_softmax(passes, float64, tmp_path):
@@ -232,6 +299,25 @@ def _two_cross(folder):
     return {"train": _pairs_argv(folder)}, str(folder)
 
 
+BOTH = ["cross_negatives.rate=0.5", "cross_negatives.mask=none", "cross_negatives.update=both",
+        "cross_negatives.warmup=3", "tasks.0.head.sample_ratio=0.5"]  # arc7 with Partial FC, arc1 and cos5 whole
+
+
+@one_process_run("cross_both")
+def _one_both(folder):
+    return equivalence.argv(str(folder), equivalence.JOINT + BOTH), str(folder)
+
+
+@one_process_run("cross_bank")
+def _one_bank(folder):  # the same run, the other heads' rows as a memory bank
+    return equivalence.argv(str(folder), equivalence.JOINT + BOTH + ["cross_negatives.update=own"]), str(folder)
+
+
+@two_process_run("cross_both")
+def _two_both(folder):
+    return {"train": equivalence.argv(str(folder), equivalence.JOINT + BOTH)}, str(folder)
+
+
 def step_records(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [r for r in map(json.loads, f) if "loss" in r]
@@ -248,6 +334,21 @@ def test_one_and_two_processes_agree_with_a_pair_across_ranks(one_process, two_p
     separate = step_records(one_process["equivalence_joint"])
     assert any(abs(r["loss/arc7"] - s["loss/arc7"]) > 1e-3 for r, s in zip(a[3:], separate[3:]))  # it took part
     assert all(r["loss/arc7"] == s["loss/arc7"] for r, s in zip(a[:3], separate[:3]))  # separate in the warm-up
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("cross_both")
+def test_update_both_one_and_two_processes_agree(one_process, two_process):
+    """``update: both`` with a sampled rate and a Partial FC head: the other heads' rows learn on the rank that
+    holds them; 1 and 2 processes agree step for step, and the heads' losses differ from the memory-bank run."""
+    a, b = step_records(one_process["cross_both"]), step_records(two_process["cross_both"])
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, equivalence.STEPS + 1))
+    worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a, b) for k in ra
+                if k.startswith("loss") or k == "grad_norm")
+    assert worst <= 1e-4, worst
+    bank = step_records(one_process["cross_bank"])
+    assert all(r["loss/cos5"] == s["loss/cos5"] for r, s in zip(a[:4], bank[:4]))  # the warm-up, then one step
+    assert any(abs(r["loss/cos5"] - s["loss/cos5"]) > 1e-4 for r, s in zip(a[5:], bank[5:]))  # rows learnt more
 
 
 @pytest.mark.slow

@@ -17,10 +17,12 @@ rows ``W_c`` and ``inv_j = 1 / max(||w_j||, 1e-12)``:
 
 The rows are :class:`mtl.heads.class_rows.ScoredRows`: the head's own rows first, then (cross-head negatives)
 other heads' rows on this rank, which enter S like any negative and are pushed away from x, without a gradient of
-their own. Backward, ``G_jn = dL/dcos_jn = (scale / N) softmax_jn`` (zero at the target, whose
-``(p_t - 1) psi'(cos_t)`` term is added per row) and ``G'_jn = G_jn inv_j``:
+their own unless they learn (``update: both``: their rows' gradient, by the same formula as the own rows', goes to
+their source's sink, :class:`mtl.heads.class_rows.RowSource`). Backward,
+``G_jn = dL/dcos_jn = (scale / N) softmax_jn`` (zero at the target, whose ``(p_t - 1) psi'(cos_t)`` term is added
+per row) and ``G'_jn = G_jn inv_j``:
 
-    dx_hat = G'^T W  (every chunk);    dW_j = M_j - inv_j^2 (w_j . M_j) w_j   with M = G' x_hat (own chunks only),
+    dx_hat = G'^T W  (every chunk);    dW_j = M_j - inv_j^2 (w_j . M_j) w_j   with M = G' x_hat (chunks that learn),
     since d cos_jn / d w_j = inv_j x_hat_n - inv_j^2 cos_jn w_j and sum_n G_jn cos_jn = w_j . M_j.
 
 One buffer of ``K * max(N, D)`` floats serves both passes: the forward stores each chunk's ``exp(z - m_chunk)``
@@ -161,6 +163,8 @@ class _ChunkedMarginSoftmax(PyLayer):
         else:  # the target terms enter G' itself (see _gradient_pass)
             targets = (owned, column, g_t * inv_t if rows.own_count else None)
             _gradient_pass(rows, x_hat, work, inverse, ctx.maxima, coefficient, row_max, targets, dx)
+        for source, offset in rows.learning_others():  # other heads' rows that learn: a copy to their sink
+            source.sink(source, work[offset * dim:(offset + source.count) * dim].reshape([source.count, dim]).clone())
         own = rows.own_count
         dw = work[:own * dim].reshape([own, dim]) if own else paddle.zeros([0, dim], x_hat.dtype)
         ctx.maxima = None
@@ -206,7 +210,7 @@ def _online_pass(rows: ScoredRows, x_hat, scale, owned, column, work, inverse, m
     for begin, end in rows.chunks(max(n, x_hat.shape[1])):
         in_chunk, position = _chunk_targets(owned, column, begin, end)
         z, inv, chunk_max, chunk_arg = _chunk_logits(rows.block(begin, end), x_hat, scale, in_chunk, position)
-        if rows.trainable(begin):  # the top-1 is among the head's own classes
+        if rows.is_own(begin):  # the top-1 is among the head's own classes
             better = chunk_max > best
             best = paddle.where(better, chunk_max, best)
             best_column = paddle.where(better, chunk_arg + begin, best_column)
@@ -238,7 +242,7 @@ def _gradient_pass(rows: ScoredRows, x_hat, work, inverse, maxima, coefficient, 
         g.multiply_((coefficient * paddle.exp(maxima[index] - row_max)).unsqueeze(0))
         g.multiply_(inverse[begin:end].unsqueeze(1))  # G'_jn = G_jn inv_j
         block = rows.block(begin, end)
-        if rows.trainable(begin):
+        if rows.is_own(begin):
             in_chunk, position = _chunk_targets(owned, column, begin, end)
             current = paddle.take_along_axis(g, position, axis=0)
             g.put_along_axis_(position, paddle.where(in_chunk, target_coefficient.unsqueeze(0), current), axis=0)
@@ -267,11 +271,11 @@ def chunked_margin_softmax(x_hat, rows: ScoredRows, target, scale: float, transf
 
     The own rows get their gradient through autograd (``weight.grad``) when they are the whole shard
     (``rows.index`` None); a sample's gradient ``[K, D]`` goes to ``stats.gradient`` (a RowGradient). Other heads'
-    rows get none. ``transform(cos_t) -> (value, slope)`` is the margin. ``host``: run the chunk passes in numpy on
-    the tensors' memory (:mod:`mtl.heads.host_chunks`) or in Paddle ops; None chooses numpy for CPU tensors
-    (float32/float64) and Paddle ops on a device. ``mask`` (:class:`mtl.heads.filtering.ChunkMask`): negatives
-    taken out of the softmax (inter-class filtering, same-person classes). ``stats`` (:class:`Statistics`): filled
-    with what the passes saw.
+    rows get none, or (a source with a ``sink``) hand theirs to the sink. ``transform(cos_t) -> (value, slope)`` is
+    the margin. ``host``: run the chunk passes in numpy on the tensors' memory (:mod:`mtl.heads.host_chunks`) or in
+    Paddle ops; None chooses numpy for CPU tensors (float32/float64) and Paddle ops on a device. ``mask``
+    (:class:`mtl.heads.filtering.ChunkMask`): negatives taken out of the softmax (inter-class filtering, same-person
+    classes). ``stats`` (:class:`Statistics`): filled with what the passes saw.
     """
     stats = Statistics() if stats is None else stats
     weight = rows.weight if rows.index is None else None

@@ -3,9 +3,11 @@
 A step scores :class:`ScoredRows`: the head's own class rows (its whole shard, or the Partial FC sample of it) and,
 with cross-head negatives (:mod:`mtl.heads.cross_negatives`), other heads' rows on this rank after them. Columns are
 numbered across the sources in that order; the targets' columns are always among the head's own rows, which come
-first. Only the own rows get a gradient (in ``weight.grad`` for the whole shard, in a
+first. The own rows get a gradient (in ``weight.grad`` for the whole shard, in a
 :class:`mtl.train.sparse.RowGradient` for a sample); other heads' rows are negatives without gradient (a sample is
-pushed away from them; they move with their own data only).
+pushed away from them; they move with their own data only), unless their source ``learns`` (cross-head negatives'
+``update: both``): then their gradient rows are handed to the source's ``sink`` (as a merged head's rows would get
+them).
 
 Chunks (blocks of class rows, :func:`chunk_rows`) never span two sources. :func:`chunk_order` is the one rule both
 implementations of the backward pass (Paddle ops and numpy) follow, so that a chunk's gradient rows never overwrite
@@ -68,11 +70,18 @@ class Workspace:
 
 class RowSource:
     """One set of class rows: ``weight [C_k, D]`` whole (``index`` None) or at the sorted local ids ``index``; the
-    global class id of weight row r is ``first_id + r``. ``task``: the head the rows belong to."""
+    global class id of weight row r is ``first_id + r``. ``task``: the head the rows belong to. ``sink``: for
+    another head's rows that learn from this head's samples, ``sink(source, grad [count, D])`` takes their gradient
+    (a copy: the buffer it lives in is reused); None: negatives without a gradient of their own."""
 
-    def __init__(self, weight, index=None, first_id: int = 0, task: str = ""):
+    def __init__(self, weight, index=None, first_id: int = 0, task: str = "", sink=None):
         self.weight, self.index, self.first_id, self.task = weight, index, int(first_id), task
+        self.sink = sink
         self.count = int(weight.shape[0] if index is None else index.shape[0])
+
+    def local_rows(self):
+        """The local weight rows of this source, ``[count]`` int64."""
+        return paddle.arange(self.count, dtype="int64") if self.index is None else self.index
 
     def block(self, begin: int, end: int):
         """Rows ``[begin, end)`` of this source: a view of the weight, or gathered (a copy)."""
@@ -146,9 +155,18 @@ class ScoredRows:
         source, offset = self.source_of(begin)
         return source.block(begin - offset, end - offset)
 
-    def trainable(self, begin: int) -> bool:
-        """Whether the chunk starting at ``begin`` holds the head's own rows (they get a gradient)."""
+    def is_own(self, begin: int) -> bool:
+        """Whether the chunk starting at ``begin`` holds the head's own rows (the top-1 is searched among them)."""
         return begin < self.own_count
+
+    def trainable(self, begin: int) -> bool:
+        """Whether the chunk starting at ``begin`` gets gradient rows: the own rows, and other heads' rows that
+        learn (a ``sink``)."""
+        return begin < self.own_count or self.source_of(begin)[0].sink is not None
+
+    def learning_others(self):
+        """``(source, first column)`` of every other head's source that learns."""
+        return [(s, o) for s, o in zip(self.sources[1:], self.offsets[1:]) if s.sink is not None]
 
     def rows(self, columns):
         """The own rows at ``columns`` (the targets), gathered."""

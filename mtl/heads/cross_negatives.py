@@ -8,9 +8,19 @@ FC as configured) and its softmax denominator also holds, as plain negatives (no
 participating head B on this rank: all of them (``rate`` 1) or a fraction drawn from (seed, step, A, B) over B's
 classes (Partial FC style; every rank keeps its own range, so the set does not depend on the process count). Every
 rank already holds a shard of every head and the gathered features of every task, so nothing new is communicated:
-B's rows are more rows of A's chunk passes, inside A's two all-reduces. B's class centres get no gradient from A's
-samples (negatives as a memory bank: a sample is pushed away from them; they move with their own data), which keeps
-every head's update row-sparse exactly as it was and costs the backward one product per extra chunk.
+B's rows are more rows of A's chunk passes, inside A's two all-reduces. What B's class centres learn from A's
+samples is ``update``:
+
+* ``own`` (the default): nothing (negatives as a memory bank: a sample is pushed away from them; they move with their
+  own data), which keeps every head's update row-sparse exactly as it was and costs the backward one product per
+  extra chunk;
+* ``both``: B's scored rows get the gradient of A's loss, by the same formula as A's own rows (chunked_softmax), as
+  the rows of one merged head over A's and B's classes would. The rows' gradient is kept per step
+  (:class:`ReceivedRows`, tagged with A) and settled once after the backward (:meth:`CrossNegatives.settle`): added
+  into B's ``weight.grad`` when B's whole shard learns through autograd, merged with B's sampled rows (their union,
+  the gradients summed) when B uses Partial FC, so that every row gets one optimizer update per step. A weighting
+  strategy that rescales A's gradients rescales A's contributions to B too (``rescale``). It costs one more product
+  per extra chunk in the backward and a copy of the extra rows' gradient.
 
 A class of B believed to be the sample's person leaves that sample's softmax (no term, no gradient), as
 ``mask`` says:
@@ -34,6 +44,7 @@ generalise across is not recognised.
 """
 import math
 import zlib
+from dataclasses import dataclass
 from typing import Dict, List
 
 import numpy as np
@@ -81,6 +92,18 @@ def read_pairs(path: str, source=None, key="cross_negatives.pairs") -> List[dict
         raise ConfigError(exc.bare_message, source, key) from None
 
 
+@dataclass
+class ReceivedRows:
+    """Gradient rows one head's loss gave another head's class rows in a step (``update: both``): ``grad [K, D]`` for
+    the local rows ``index [K]`` of ``parameter`` (head ``task``'s weight), from the loss of ``source_task``."""
+
+    source_task: str
+    task: str
+    parameter: paddle.Tensor
+    index: paddle.Tensor
+    grad: paddle.Tensor
+
+
 class CrossNegatives:
     """The cross-head negatives of a job (module docstring): which rows each head scores as negatives, their mask,
     and the online rule's state (saved with the run)."""
@@ -93,6 +116,8 @@ class CrossNegatives:
         self.heads = {name: heads[name] for name in names}
         self.pairs = self._pair_table(read_pairs(cfg["pairs"], source)) if self.mask == "pairs" else {}
         self.state = {"mean": None, "var": None, "removed": {}, "seen": {}}
+        self.update = cfg["update"]
+        self.received: List[ReceivedRows] = []  # update both: this step's rows, until settled
 
     @property
     def tasks(self) -> List[str]:
@@ -129,8 +154,46 @@ class CrossNegatives:
                 salt = zlib.crc32(f"{task}\0{other}".encode())
                 sampled = sample_classes_globally([], head.num_classes, count, self.seed + salt, step)
                 index = paddle.to_tensor(shard_of_sample(sampled, head.shard_start, head.shard_size), dtype="int64")
-            out.append(RowSource(head.weight, index, head.shard_start, other))
+            sink = self._sink(task) if self.update == "both" else None
+            out.append(RowSource(head.weight, index, head.shard_start, other, sink))
         return out
+
+    def _sink(self, task: str):
+        """Where ``task``'s backward hands another head's rows' gradient (``update: both``)."""
+        def take(source: RowSource, grad):
+            self.received.append(ReceivedRows(task, source.task, source.weight, source.local_rows(), grad))
+        return take
+
+    def begin_step(self):
+        """A training step starts: what an earlier step received and never settled (a skipped step) is dropped."""
+        self.received = []
+
+    @paddle.no_grad()
+    def rescale(self, task: str, factor: float):
+        """Scale what ``task``'s loss gave the other heads this step (a weighting strategy changed its weight)."""
+        for entry in self.received:
+            if entry.source_task == task:
+                entry.grad.scale_(factor)
+
+    @paddle.no_grad()
+    def settle(self, row_gradients: list) -> list:
+        """After the backward, once per step (``update: both``): every received gradient into its head: added into
+        ``weight.grad`` of a head whose whole shard learns through autograd, merged with the head's declared sampled
+        rows (:class:`mtl.train.sparse.RowGradient`: their union, the gradients summed) under Partial FC. Returns
+        ``row_gradients`` with the merged ones."""
+        from mtl.train.sparse import RowGradient, merge_rows
+
+        received, self.received = self.received, []
+        out = list(row_gradients)
+        for entry in received:
+            if self.heads[entry.task].sample_ratio < 1.0:  # Partial FC: the head's optimizer update is row-sparse
+                out.append(RowGradient(entry.parameter, entry.index, entry.grad))
+                continue
+            if entry.parameter.grad is None:  # the head had no rows in this step: this is all its gradient
+                entry.parameter._set_grad_ivar(paddle.zeros_like(entry.parameter))
+            grad = entry.parameter.grad
+            grad.index_add_(entry.index, 0, entry.grad.astype(grad.dtype))
+        return merge_rows(out) if received else out
 
     def threshold(self):
         """The online rule's cosine ``tau`` (None before the target cosines have been seen)."""

@@ -138,7 +138,7 @@ def online_pass(host: HostRows, x_hat, scale, owned, column, work, inverse, mask
         hits, position = _in_chunk(owned, column, begin, end)
         z[position, hits] = -np.inf  # the target logit enters once, with its margin (z_t)
         chunk_max = z.max(axis=0)
-        if host.rows.trainable(begin):  # top-1 among the own classes: the first largest masked logit, searched
+        if host.rows.is_own(begin):  # top-1 among the own classes: the first largest masked logit, searched
             better = np.flatnonzero(chunk_max > best)  # only where this chunk beats the best
             if better.size == n:
                 best_column[:] = _first_peak_rows(z, chunk_max) + begin
@@ -175,7 +175,7 @@ def gradient_pass(host: HostRows, x_hat, work, inverse, maxima, coefficient, row
         g *= inv[:, None]  # G'_jn = G_jn inv_j
         block = host.block(begin, end)
         _add_transposed_product(dx_host, g, block, dx_part)
-        if not host.rows.trainable(begin):  # another head's rows: negatives without a gradient of their own
+        if not host.rows.trainable(begin):  # another head's rows that do not learn: negatives without a gradient
             continue
         products, correction = host.scratch[0, :count], host.scratch[1, :count]
         np.matmul(g, x, out=products)  # M = G' x_hat

@@ -212,6 +212,8 @@ class TaskBalancer:
             tensors += [row.grad for row in head.row_gradients() if row.grad is not None]
             for grad in tensors:
                 grad.scale_(factor)
+            if self.model.cross_negatives is not None:  # what its loss gave other heads' rows (update: both)
+                self.model.cross_negatives.rescale(task, factor)
 
     def accumulated(self, present, step: int, scale: float, accumulate: int) -> "AccumulatedStep":
         """The backward of a step read as ``accumulate`` micro-batches of the tasks ``present``."""

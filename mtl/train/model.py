@@ -98,6 +98,8 @@ class JointModel(paddle.nn.Layer):
     def prepare_step(self, batch, step: int, accumulate: int):
         """Before the micro-batches of an accumulated training step: every head present gets this rank's labels of
         the whole step (``Head.prepare_step``: Partial FC draws one class sample for the step), in job order."""
+        if self.cross_negatives is not None:
+            self.cross_negatives.begin_step()
         for task in self.heads.keys():
             if task in batch:
                 head = self.heads[task]
@@ -195,5 +197,8 @@ class JointModel(paddle.nn.Layer):
         return TaskEmbedder(self.backbone, self.architecture, task)
 
     def row_gradients(self):
-        """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``)."""
-        return [row for task in self._present for row in self.heads[task].row_gradients()]
+        """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``),
+        with what cross-head negatives gave other heads' rows settled into them (``update: both``): once per step,
+        after the backward and the weighting."""
+        rows = [row for task in self._present for row in self.heads[task].row_gradients()]
+        return rows if self.cross_negatives is None else self.cross_negatives.settle(rows)

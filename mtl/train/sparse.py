@@ -48,6 +48,34 @@ class RowGradient:
     grad: Optional[paddle.Tensor] = None
 
 
+def merge_rows(row_gradients) -> list:
+    """One :class:`RowGradient` per parameter: declarations of the same parameter (a Partial FC head's sampled rows
+    and the rows other heads' losses gave it, ``cross_negatives.update: both``) become one over the union of their
+    rows (sorted), the gradients of a row summed, so that the optimizer updates every row once. Order: first
+    appearance; a declaration without gradient is left out of its parameter's merge."""
+    groups, order = {}, []
+    for row in row_gradients:
+        key = id(row.parameter)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        if row.grad is not None or not groups[key]:
+            groups[key].append(row)
+    out = []
+    for key in order:
+        rows = [r for r in groups[key] if r.grad is not None]
+        if len(rows) <= 1:
+            out.append(rows[0] if rows else groups[key][0])
+            continue
+        index = paddle.concat([r.index.astype("int64") for r in rows])
+        union, where = np.unique(index.numpy(), return_inverse=True)
+        summed = paddle.zeros([len(union), rows[0].grad.shape[1]], dtype=rows[0].grad.dtype)
+        summed.index_add_(paddle.to_tensor(where.reshape(-1), dtype="int64"), 0,
+                          paddle.concat([r.grad.astype(summed.dtype) for r in rows]))
+        out.append(RowGradient(rows[0].parameter, paddle.to_tensor(union, dtype="int64"), summed))
+    return out
+
+
 UPDATE_CHUNK_ROWS = 1 << 13  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]
 
 
