@@ -13,7 +13,10 @@ machine's load drifts):
 * ``separate``: one head per task, no cross-head negatives (today's recipe);
 * ``cross``: ``cross_negatives: {tasks: all, rate: 1.0, mask: online}`` (each task's samples also scored against the
   other head's sampled classes, the online same-person mask after its warm-up, which the timed steps are past);
-* ``cross_sampled``: the same at ``rate: 0.1`` (a tenth of the other head's classes).
+* ``cross_sampled``: the same at ``rate: 0.1`` (a tenth of the other head's classes);
+* ``cross_both``, ``cross_sampled_both``: ``cross`` and ``cross_sampled`` with ``update: both`` (the other head's
+  scored rows learn from the sample too: one more product per extra chunk, their gradient merged with the head's
+  own sampled rows).
 
 Printed: the median step time of each arm (pooled over rounds) and its ratio to ``separate`` measured in the same run.
 
@@ -32,7 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ARMS = {"separate": None,
         "cross": {"tasks": "all", "rate": 1.0, "mask": "online", "warmup": 2},
-        "cross_sampled": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2}}
+        "cross_sampled": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2},
+        "cross_both": {"tasks": "all", "rate": 1.0, "mask": "online", "warmup": 2, "update": "both"},
+        "cross_sampled_both": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2, "update": "both"}}
 BACKBONES = {"mlp": ({"type": "mlp", "input_shape": [64], "hidden": [], "embedding_size": 512}, [64]),
              "cnn": ({"type": "cnn", "channels": [16, 32, 64], "embedding_size": 512, "input_size": 32,
                       "in_channels": 3}, [3, 32, 32])}

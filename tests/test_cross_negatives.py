@@ -12,7 +12,7 @@ import pytest
 
 from mtl import arrays
 from mtl.heads import class_rows
-from mtl.heads.cross_negatives import CrossNegatives, normal_quantile
+from mtl.heads.cross_negatives import CrossNegatives, normal_quantile, planned_bytes
 from mtl.registry import plugin_class
 from tests import equivalence
 from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi
@@ -139,6 +139,9 @@ def test_update_both_gives_the_other_heads_rows_the_gradient_of_this_head(passes
     assert_close(dx, ref_dx, 1e-10, "feature gradient")
     assert_close(dw, ref_dw, 1e-10, "own centre gradient")
     assert built["b"].weight.grad is None  # nothing reaches the other heads before the step settles
+    plan = planned_bytes({**CFG, "update": "both"}, {"a": 11, "b": 7, "c": 5}, len(y), 4, 1, 0)["a"]
+    held = sum(int(e.grad.numel()) * e.grad.element_size() for e in cross.received)
+    assert plan["their rows' gradient (update: both)"] == held == 12 * 4 * 8  # the memory plan counts the copies
     rows = cross.settle([])
     assert_close(built["b"].weight.grad.numpy(), ref_b, 1e-10, "whole-shard head b: weight.grad")
     assert len(rows) == 1 and rows[0].parameter is built["c"].weight  # Partial FC head c: rows to update

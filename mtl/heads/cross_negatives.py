@@ -305,7 +305,8 @@ def planned_bytes(cfg: dict, classes: Dict[str, int], global_rows: int, dim: int
                   rank: int) -> Dict[str, Dict[str, int]]:
     """``{task: {part: bytes}}`` the other heads' rows add to a task's step on process ``rank``: their exp values
     (``max(N, D)`` floats per row of the work buffer), their inverse norms, and (a sampled rate) the gathered
-    block; ``classes``: ``{task: class count}`` of the heads that can take part."""
+    block, and (``update: both``) the copy of their rows' gradient kept until the step settles; ``classes``:
+    ``{task: class count}`` of the heads that can take part."""
     from mtl.parallel.distributed import shard_range
 
     if not cfg or float(cfg.get("rate", 0.0)) <= 0:
@@ -321,4 +322,6 @@ def planned_bytes(cfg: dict, classes: Dict[str, int], global_rows: int, dim: int
                 rows += shard if rate >= 1.0 else min(shard, math.ceil(rate * shard) + 1)
         out[task] = {"other heads' rows: exp values": rows * max(int(global_rows), int(dim)) * item,
                      "their norms": rows * item}
+        if cfg.get("update", "own") == "both":
+            out[task]["their rows' gradient (update: both)"] = rows * int(dim) * item
     return out
