@@ -3,14 +3,14 @@
 Every arm trains with the config's backbone, steps, optimizer, seed and batch size (images per step); they differ in
 their heads and in how the batch is drawn:
 
-* ``separate``: the config as it is, one head per identity task. Each task gets its share of every step's batch
-  (``ratio``: 32 images of each of the six datasets; on the overlap benchmark 16 of each source), read in epochs of
-  its own images.
+* ``separate``: the config as it is, one head per identity task, without cross-head negatives
+  (``cross_negatives.rate=0``). Each task gets its share of every step's batch (``ratio``: 32 images of each of
+  the six datasets; on the overlap benchmark 16 of each source), read in epochs of its own images.
 * ``dropout``, ``cross``, ``cross_oracle``: ``separate`` plus the job key ``cross_negatives`` (the other heads'
   classes as negatives): DAIL's random crossing at rate 1e-4 without a mask; all of them with the online
   same-person mask; all of them masked with the benchmark's true pairs (``duplicates.json``). Sampled as
-  ``separate``. ``cross_both``: ``cross`` whose other heads' rows learn from the sample too (``update: both``, as
-  a merged head's rows do).
+  ``separate``. Each with the job's default ``update: both`` (the other heads' rows learn from the sample too, as a
+  merged head's rows do) unless the config sets it.
 * ``two_stage``: separate heads first (the ``separate`` arm's run of the same seed), then ``mtl overlap`` on that run
   (its calibrated same-person decision, ``overlap.json`` in the run folder), then ``separate`` plus
   ``cross_negatives`` masked with those pairs (``mask: pairs``, rate 1). Sampled as ``separate``; trained after it.
@@ -35,10 +35,8 @@ CROSS_NEGATIVES = {
     "dropout": {"tasks": "all", "rate": 1.0e-4, "mask": "none"},
     "cross": {"tasks": "all", "rate": 1.0, "mask": "online"},
     "cross_oracle": {"tasks": "all", "rate": 1.0, "mask": "pairs"},  # pairs: the benchmark's duplicates.json
-    "cross_both": {"tasks": "all", "rate": 1.0, "mask": "online", "update": "both"},
 }
-ARMS = ("separate", "alone", "merged", "naive", "oracle", "dropout", "cross", "cross_oracle", "cross_both",
-        "two_stage")
+ARMS = ("separate", "alone", "merged", "naive", "oracle", "dropout", "cross", "cross_oracle", "two_stage")
 OVERLAP_ARMS = ("naive", "oracle", "separate", "dropout", "cross", "cross_oracle", "two_stage")
 SIX_ARMS = ("separate", "merged", "cross", "two_stage")
 SEPARATE_PAIRS = "SEPARATE_PAIRS_FILE"  # placeholder: the same seed's separate run's mtl overlap --json
@@ -155,17 +153,18 @@ class Recipe:
         size = sum(self.sub_batch[t["name"]] for t in self.cfg["tasks"])
         sets = [f"tasks.{n + 1}.{item}" for n in range(len(others)) for item in task_sets]
         return [(name, [f"tasks=[{placeholder}{''.join(', ' + t['source'] for t in others)}]",
-                        f"schedule.batch_size={size}", *sets])]
+                        f"schedule.batch_size={size}", "cross_negatives.rate=0", *sets])]
 
     def runs(self, arm, task_sets=()):
         """``[(run name, overrides)]`` of one arm for one seed; ``task_sets`` apply to every task of a run (the
         merged and oracle task files are written with them)."""
         every = task_overrides(task_sets, len(self.cfg["tasks"]))
         if arm == "separate":
-            return [("separate", every)]
+            return [("separate", ["cross_negatives.rate=0", *every])]
         if arm == "alone":
-            return [(f"alone_{t['name']}", [f"tasks=[{t['source']}]",
+            return [(f"alone_{t['name']}", [f"tasks=[{t['source']}]",  # its loss: the mean over its step
                                             f"schedule.batch_size={self.sub_batch[t['name']]}",
+                                            "cross_negatives.rate=0", "tasks.0.loss_weight=1.0",
                                             *task_overrides(task_sets, 1)])
                     for t in self.identity if t["name"] in self.eval_readers]
         if arm in ("merged", "naive"):

@@ -148,7 +148,13 @@ def train_all(args, runs):
 
 
 def train_runs(args, runs):
-    """Train ``runs`` (``args.jobs`` at a time), a progress line per run."""
+    """Train ``runs`` (``args.jobs`` at a time), a progress line per run; with ``--reuse`` a run whose folder holds
+    a ``summary.json`` (finished) is scored as it is, not trained again."""
+    if args.reuse:
+        done = [r for r in runs if os.path.isfile(os.path.join(r[3], "summary.json"))]
+        if done:
+            print(f"reusing {len(done)} finished run(s) (--reuse), e.g. {done[0][3]}", flush=True)
+        runs = [r for r in runs if r not in done]
     threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
     progress = Progress("train", len(runs))
     print(f"training {len(runs)} runs, {args.jobs} at a time", flush=True)
@@ -400,6 +406,8 @@ def parse_args(argv=None):
     parser.add_argument("--no-baselines", action="store_true", help="skip pixels, PCA and Fisherfaces")
     parser.add_argument("--score-only", action="store_true",
                         help="score the finished runs under --out again (nothing trains; e.g. after adding an arm)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="runs already finished under --out (a summary.json) are scored, not trained again")
     parser.add_argument("--overlap", action="store_true", help="estimated duplicates even without true pairs")
     parser.add_argument("--shared-labels", action="store_true",
                         help="true pairs: equal data labels of two tasks are the same person (the ORL case)")

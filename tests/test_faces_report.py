@@ -41,7 +41,7 @@ def one_head_job(recipe, task, tmp_path, name):
     """The validated job of a one-head arm whose task mapping is ``task``."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(task))
-    return load_job(recipe.cfg["config_path"], [f"tasks=[{path}]"])
+    return load_job(recipe.cfg["config_path"], [f"tasks=[{path}]", "cross_negatives.rate=0"])
 
 
 def test_naive_and_oracle_draw_the_same_images_at_every_step(bench, tmp_path):
@@ -77,10 +77,10 @@ def test_the_arms_set_what_the_issue_names(bench):
         (name, overrides), = recipe.runs(arm, ["head.scale=12"])
         assert name == arm and parse_override(overrides[0]) == (["cross_negatives"], spec)
         assert overrides[1:] == [f"tasks.{n}.head.scale=12" for n in range(6)]
-    assert recipe.runs("separate") == [("separate", [])]
+    assert recipe.runs("separate") == [("separate", ["cross_negatives.rate=0"])]  # the recipe's own negatives off
     for arm, placeholder in (("naive", "MERGED_TASK_FILE"), ("oracle", "ORACLE_TASK_FILE")):
         (name, overrides), = recipe.runs(arm)
-        assert overrides == [f"tasks=[{placeholder}]", "schedule.batch_size=192"]
+        assert overrides == [f"tasks=[{placeholder}]", "schedule.batch_size=192", "cross_negatives.rate=0"]
     assert [t["name"] for t in recipe.identity] == [f"{n}_{s}" for n in ("yale", "umist", "yaleb") for s in "ab"]
     assert sorted(recipe.eval_readers) == ["umist_a", "yale_a", "yaleb_a"]
 

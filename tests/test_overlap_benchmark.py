@@ -140,6 +140,7 @@ def test_the_other_keys_are_kept_and_the_heads_copied(bench):
         for source in "ab":
             mine = next(t for t in overlap["tasks"] if t["name"] == f"{task['name']}_{source}")
             assert mine["head"] == task["head"] and mine["ratio"] == task["ratio"] / 2
+            assert mine["loss_weight"] == task["loss_weight"] / 2  # each dataset keeps its share of the loss
             kept = ("preprocess", "augment", "type")
             assert {k: mine["reader"].get(k) for k in kept} == {k: task["reader"].get(k) for k in kept}
 

@@ -22,8 +22,8 @@ A, the held-out people K.. in the same order, named by ``holdout_classes``), so 
 of its head. Written to ``DIR``:
 
 * ``faces_overlap.yaml``: the config with its identity tasks replaced by the sources (2 x 6 = 12 heads for the six
-  datasets; each source keeps the task's reader options, head, loss weight, and half its ratio, so each dataset keeps
-  its share of the batch), its other keys and other tasks kept, ``output_dir: runs/faces_overlap``;
+  datasets; each source keeps the task's reader options and head, and half its ratio and half its loss weight, so
+  each dataset keeps its share of the batch and of the loss), its other keys and other tasks kept, ``output_dir: runs/faces_overlap``;
 * ``tasks/NAME_a.yaml``, ``tasks/NAME_b.yaml`` and their lists ``lists/NAME_a.txt``, ``lists/NAME_b.txt`` (the
   images stay where they are: the reader's ``root`` points at them);
 * ``duplicates.json``: the true pairs, in the form ``mtl overlap --json`` writes (``task_a, class_a, task_b,
@@ -182,7 +182,7 @@ def source_task(task, split, k, out):
         reader["holdout_classes"] = list(range(first, first + len(split.held)))
     evaluation = task["eval"] if k == 0 else {"enabled": False}
     return {"name": name, "reader": reader, "head": task["head"], "ratio": task["ratio"] / 2,
-            "loss_weight": task["loss_weight"], "eval": evaluation}
+            "loss_weight": task["loss_weight"] / 2, "eval": evaluation}
 
 
 def write_sources(task, split, out, fraction, seed, person_offset):

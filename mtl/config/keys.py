@@ -145,9 +145,10 @@ CROSS_NEGATIVES = {
                 doc="which other-head classes are the sample's person and leave its softmax: online (a cosine "
                     "rule calibrated on the target cosines), pairs (a same-person JSON), none"),
     "pairs": Opt(str, None, nullable=True, doc="mask pairs: a same-person JSON in the form mtl overlap --json writes"),
-    "update": Opt(str, "own", choices=["own", "both"],
-                  doc="own: the other heads' rows are negatives without gradient (a memory bank); both: they get the "
-                      "gradient of this head's samples too, as one merged head's rows would"),
+    "update": Opt(str, "both", choices=["own", "both"],
+                  doc="both: the other heads' scored rows get the gradient of this head's samples too, as one merged "
+                      "head's rows would (chosen on validation people, docs/faces.md); own: negatives without "
+                      "gradient (a memory bank)"),
     "warmup": Opt(int, 100, min=0, doc="steps of separate heads before the heads score each other's classes"),
     "quantile": Opt(float, 0.05, min=0.0, max=0.5, min_exclusive=True,
                     doc="online: a class of another head is the sample's person when their cosine is at least this "

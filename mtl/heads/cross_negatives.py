@@ -11,10 +11,9 @@ rank already holds a shard of every head and the gathered features of every task
 B's rows are more rows of A's chunk passes, inside A's two all-reduces. What B's class centres learn from A's
 samples is ``update``:
 
-* ``own`` (the default): nothing (negatives as a memory bank: a sample is pushed away from them; they move with their
-  own data), which keeps every head's update row-sparse exactly as it was and costs the backward one product per
-  extra chunk;
-* ``both``: B's scored rows get the gradient of A's loss, by the same formula as A's own rows (chunked_softmax), as
+* ``own``: nothing (negatives as a memory bank: a sample is pushed away from them; they move with their own data),
+  which keeps every head's update row-sparse exactly as it was and costs the backward one product per extra chunk;
+* ``both`` (the default: better on validation people, docs/faces.md): B's scored rows get the gradient of A's loss, by the same formula as A's own rows (chunked_softmax), as
   the rows of one merged head over A's and B's classes would. The rows' gradient is kept per step
   (:class:`ReceivedRows`, tagged with A) and settled once after the backward (:meth:`CrossNegatives.settle`): added
   into B's ``weight.grad`` when B's whole shard learns through autograd, merged with B's sampled rows (their union,
