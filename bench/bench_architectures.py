@@ -32,7 +32,9 @@ SETTINGS = {
     "multimnist": {"config": "examples/configs/multimnist.yaml", "shape": [1, 28, 28], "field": "image",
                    "architectures": {"hard (recipe)": [], **MULTIMNIST}},
     "faces": {"config": "examples/configs/faces_six.yaml", "shape": [3, 32, 32], "field": "image",
-              "architectures": {"hard (recipe)": [], **FACES}},
+              # cross-head negatives need one embedding shared by every task: off here, for every architecture
+              "architectures": {name: [*spec, "cross_negatives.rate=0"]
+                                for name, spec in {"hard (recipe)": [], **FACES}.items()}},
     "synthetic": {"config": "examples/configs/mmoe_synthetic.yaml", "shape": [100], "field": "features",
                   "architectures": {name: [f"architecture={json.dumps(spec)}"] for name, spec in SYNTHETIC.items()}},
 }

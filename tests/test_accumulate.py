@@ -90,11 +90,12 @@ def test_task_weighting_sees_the_whole_step(tmp_path, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("weighting", ["pcgrad"])  # static weights: the 1 vs 2 processes test of cross_negatives
+@pytest.mark.parametrize("weighting", ["pcgrad", "uncertainty"])  # static weights: the 1 vs 2 processes test
 def test_cross_head_negatives_see_the_whole_step(tmp_path, weighting):
     """Cross-head negatives between the two margin heads (a sampled half of the other head's classes, one draw per
     optimizer step; one same-person pair masked; on from step 2): two micro-batches equal one, with static weights
-    and with a gradient-based strategy (the other head's rows enter the task's loss, not the shared set)."""
+    with a gradient-based strategy (the other head's rows enter the task's loss, not the shared set) and with one
+    that rescales each task's head gradients (and what its loss gave the other head's rows: update both)."""
     pairs = tmp_path / "pairs.json"
     pairs.write_text(json.dumps([{"task_a": "arc13", "class_a": 2, "task_b": "cos5", "class_b": 1}]))
     cross = ["cross_negatives.rate=0.5", "cross_negatives.mask=pairs", f"cross_negatives.pairs={pairs}",

@@ -151,6 +151,20 @@ def test_update_both_gives_the_other_heads_rows_the_gradient_of_this_head(passes
     assert cross.settle([]) == []  # settled once
 
 
+def test_a_strategy_that_rescales_a_task_rescales_what_it_gave_the_other_heads(float64):
+    """TaskBalancer.rescale_heads scales task a's head gradients by a factor; what a's loss gave head b's rows is
+    scaled with them (``rescale``), what b's own loss gave them is not."""
+    built = {k: h for k, h in heads().items() if k != "c"}
+    cross = attach(built, update="both")
+    x, y = data(6)
+    run(built["a"], x, y)
+    alone = cross.received[0].grad.numpy().copy()
+    cross.rescale("b", 3.0)  # another task's factor: nothing of a's
+    cross.rescale("a", 0.25)
+    cross.settle([])
+    assert_close(built["b"].weight.grad.numpy(), 0.25 * alone, 1e-12, "a's contribution to b, rescaled")
+
+
 def test_update_both_at_a_sampled_rate_merges_with_the_heads_own_rows(passes, float64):
     """At rate 0.5 only the sampled rows of the other heads get a gradient; a Partial FC head's own sampled rows
     and the rows another head's loss gave it become one row gradient over their union, gradients summed."""
@@ -283,7 +297,8 @@ def test_before_the_warmup_the_heads_are_separate(float64):
 # on ranks 1 and 0
 PAIRS = [{"task_a": "arc7", "class_a": 1, "task_b": "cos5", "class_b": 4},
          {"task_a": "arc1", "class_a": 0, "task_b": "arc7", "class_b": 5}]
-CROSS = ["cross_negatives.rate=1.0", "cross_negatives.mask=pairs", "cross_negatives.warmup=3"]
+CROSS = ["cross_negatives.rate=1.0", "cross_negatives.mask=pairs", "cross_negatives.warmup=3",
+         "cross_negatives.update=own"]  # the memory bank here; update: both in the run after
 
 
 def _pairs_argv(folder):

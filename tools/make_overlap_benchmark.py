@@ -23,7 +23,8 @@ of its head. Written to ``DIR``:
 
 * ``faces_overlap.yaml``: the config with its identity tasks replaced by the sources (2 x 6 = 12 heads for the six
   datasets; each source keeps the task's reader options and head, and half its ratio and half its loss weight, so
-  each dataset keeps its share of the batch and of the loss), its other keys and other tasks kept, ``output_dir: runs/faces_overlap``;
+  each dataset keeps its share of the batch and of the loss), its other keys and other tasks kept,
+  ``output_dir: runs/faces_overlap``;
 * ``tasks/NAME_a.yaml``, ``tasks/NAME_b.yaml`` and their lists ``lists/NAME_a.txt``, ``lists/NAME_b.txt`` (the
   images stay where they are: the reader's ``root`` points at them);
 * ``duplicates.json``: the true pairs, in the form ``mtl overlap --json`` writes (``task_a, class_a, task_b,

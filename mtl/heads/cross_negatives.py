@@ -13,8 +13,9 @@ samples is ``update``:
 
 * ``own``: nothing (negatives as a memory bank: a sample is pushed away from them; they move with their own data),
   which keeps every head's update row-sparse exactly as it was and costs the backward one product per extra chunk;
-* ``both`` (the default: better on validation people, docs/faces.md): B's scored rows get the gradient of A's loss, by the same formula as A's own rows (chunked_softmax), as
-  the rows of one merged head over A's and B's classes would. The rows' gradient is kept per step
+* ``both`` (the default: better on validation people, docs/faces.md): B's scored rows get the gradient of A's
+  loss, by the same formula as A's own rows (chunked_softmax), as the rows of one merged head over A's and B's
+  classes would. The rows' gradient is kept per step
   (:class:`ReceivedRows`, tagged with A) and settled once after the backward (:meth:`CrossNegatives.settle`): added
   into B's ``weight.grad`` when B's whole shard learns through autograd, merged with B's sampled rows (their union,
   the gradients summed) when B uses Partial FC, so that every row gets one optimizer update per step. A weighting
