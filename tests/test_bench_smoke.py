@@ -9,10 +9,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def in_tmp(tmp_path):
+    """The environment of a benchmark whose scratch folders (``tempfile.mkdtemp``, never removed) go to tmp_path."""
+    return dict(os.environ, TMPDIR=str(tmp_path))
+
+
 @pytest.mark.subprocess
-def test_overhead_benchmark_runs_and_both_sides_agree():
+def test_overhead_benchmark_runs_and_both_sides_agree(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_overhead.py"), "--steps", "2",
-                           "--batch", "24", "--classes", "40"], capture_output=True, text=True, timeout=300)
+                           "--batch", "24", "--classes", "40"], capture_output=True, text=True, timeout=300,
+                          env=in_tmp(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = re.search(r"first-step total loss: toolkit ([0-9.]+), hand-written ([0-9.]+)", proc.stdout)
     assert m, proc.stdout
@@ -23,20 +29,21 @@ def test_overhead_benchmark_runs_and_both_sides_agree():
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_accumulation_benchmark_runs():
+def test_accumulation_benchmark_runs(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_accumulate.py"), "--steps", "1",
-                           "--batch", "16", "--ks", "1,2"], capture_output=True, text=True, timeout=600)
+                           "--batch", "16", "--ks", "1,2"], capture_output=True, text=True, timeout=600,
+                          env=in_tmp(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"K=2: step \d+ ms \(x[0-9.]+\), peak RSS \d+ MiB, of which training adds -?\d+ MiB",
                      proc.stdout), proc.stdout
 
 
 @pytest.mark.subprocess
-def test_text_encoder_benchmark_runs_and_both_sides_agree():
+def test_text_encoder_benchmark_runs_and_both_sides_agree(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_text_encoder.py"), "--steps", "2",
                            "--batch", "8", "--hidden", "16", "--path",
                            os.path.join(ROOT, "tests", "fixtures", "text", "ewt_sample.conllu")],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=in_tmp(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = re.search(r"first-step loss: toolkit ([0-9.]+), hand-written ([0-9.]+)", proc.stdout)
     assert m, proc.stdout

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -76,7 +75,7 @@ def test_workers_exit_when_their_trainer_is_killed(tmp_path):
 @pytest.mark.distributed
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from /proc")
 def test_no_process_of_a_two_process_run_survives_kill_9_of_one_rank(tmp_path):
-    log_dir = tempfile.mkdtemp(prefix="mtl_orphans_")
+    log_dir = str(tmp_path / "launch_logs")  # removed with tmp_path (was a folder of its own, never removed)
     launcher = start_launcher(TRAIN, 2, [write_job(tmp_path)], log_dir)
     everything = []
     try:  # launcher -> 2 ranks -> 2 workers each
