@@ -11,12 +11,13 @@ Arms, each trained in fresh processes, interleaved over ``--rounds`` rounds (the
 machine's load drifts):
 
 * ``separate``: one head per task, no cross-head negatives (today's recipe);
-* ``cross``: ``cross_negatives: {tasks: all, rate: 1.0, mask: online}`` (each task's samples also scored against the
-  other head's sampled classes, the online same-person mask after its warm-up, which the timed steps are past);
+* ``cross``: ``cross_negatives: {tasks: all, rate: 1.0, mask: online, update: own}`` (each task's samples also
+  scored against the other head's classes as a memory bank, the online same-person mask after its warm-up, which
+  the timed steps are past);
 * ``cross_sampled``: the same at ``rate: 0.1`` (a tenth of the other head's classes);
-* ``cross_both``, ``cross_sampled_both``: ``cross`` and ``cross_sampled`` with ``update: both`` (the other head's
-  scored rows learn from the sample too: one more product per extra chunk, their gradient merged with the head's
-  own sampled rows).
+* ``cross_both``, ``cross_sampled_both``: ``cross`` and ``cross_sampled`` with ``update: both`` (the default: the
+  other head's scored rows learn from the sample too: one more product per extra chunk, their gradient merged with
+  the head's own sampled rows, and the optimizer updates every row either head scored).
 
 Printed: the median step time of each arm (pooled over rounds) and its ratio to ``separate`` measured in the same run.
 
@@ -34,8 +35,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ARMS = {"separate": None,
-        "cross": {"tasks": "all", "rate": 1.0, "mask": "online", "warmup": 2},
-        "cross_sampled": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2},
+        "cross": {"tasks": "all", "rate": 1.0, "mask": "online", "warmup": 2, "update": "own"},
+        "cross_sampled": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2, "update": "own"},
         "cross_both": {"tasks": "all", "rate": 1.0, "mask": "online", "warmup": 2, "update": "both"},
         "cross_sampled_both": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2, "update": "both"}}
 BACKBONES = {"mlp": ({"type": "mlp", "input_shape": [64], "hidden": [], "embedding_size": 512}, [64]),
