@@ -190,7 +190,7 @@ class CrossNegatives:
                 out.append(RowGradient(entry.parameter, entry.index, entry.grad))
                 continue
             if entry.parameter.grad is None:  # the head had no rows in this step: this is all its gradient
-                entry.parameter._set_grad_ivar(paddle.zeros_like(entry.parameter))
+                entry.parameter.grad = paddle.zeros_like(entry.parameter)
             grad = entry.parameter.grad
             grad.index_add_(entry.index, 0, entry.grad.astype(grad.dtype))
         return merge_rows(out) if received else out
