@@ -341,14 +341,21 @@ def step_records(out):
         return [r for r in map(json.loads, f) if "loss" in r]
 
 
-@pytest.mark.distributed
-@pytest.mark.two_process_runs("cross_pairs")
-def test_one_and_two_processes_agree_with_a_pair_across_ranks(one_process, two_process):
-    a, b = step_records(one_process["cross_pairs"]), step_records(two_process["cross_pairs"])
+def agreeing_records(one, two):
+    """The 1-process run's step records, after checking that the 2-process run's match them (every step; losses and
+    the gradient norm within 1e-4 relative)."""
+    a, b = step_records(one), step_records(two)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, equivalence.STEPS + 1))
     worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a, b) for k in ra
                 if k.startswith("loss") or k == "grad_norm")
     assert worst <= 1e-4, worst
+    return a
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("cross_pairs")
+def test_one_and_two_processes_agree_with_a_pair_across_ranks(one_process, two_process):
+    a = agreeing_records(one_process["cross_pairs"], two_process["cross_pairs"])
     separate = step_records(one_process["equivalence_joint"])
     assert any(abs(r["loss/arc7"] - s["loss/arc7"]) > 1e-3 for r, s in zip(a[3:], separate[3:]))  # it took part
     assert all(r["loss/arc7"] == s["loss/arc7"] for r, s in zip(a[:3], separate[:3]))  # separate in the warm-up
@@ -359,11 +366,7 @@ def test_one_and_two_processes_agree_with_a_pair_across_ranks(one_process, two_p
 def test_update_both_one_and_two_processes_agree(one_process, two_process):
     """``update: both`` with a sampled rate and a Partial FC head: the other heads' rows learn on the rank that
     holds them; 1 and 2 processes agree step for step, and the heads' losses differ from the memory-bank run."""
-    a, b = step_records(one_process["cross_both"]), step_records(two_process["cross_both"])
-    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, equivalence.STEPS + 1))
-    worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a, b) for k in ra
-                if k.startswith("loss") or k == "grad_norm")
-    assert worst <= 1e-4, worst
+    a = agreeing_records(one_process["cross_both"], two_process["cross_both"])
     bank = step_records(one_process["cross_bank"])
     assert all(r["loss/cos5"] == s["loss/cos5"] for r, s in zip(a[:4], bank[:4]))  # the warm-up, then one step
     assert any(abs(r["loss/cos5"] - s["loss/cos5"]) > 1e-4 for r, s in zip(a[5:], bank[5:]))  # rows learnt more

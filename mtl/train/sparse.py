@@ -53,26 +53,21 @@ def merge_rows(row_gradients) -> list:
     and the rows other heads' losses gave it, ``cross_negatives.update: both``) become one over the union of their
     rows (sorted), the gradients of a row summed, so that the optimizer updates every row once. Order: first
     appearance; a declaration without gradient is left out of its parameter's merge."""
-    groups, order = {}, []
+    groups = {}
     for row in row_gradients:
-        key = id(row.parameter)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        if row.grad is not None or not groups[key]:
-            groups[key].append(row)
+        groups.setdefault(id(row.parameter), []).append(row)
     out = []
-    for key in order:
-        rows = [r for r in groups[key] if r.grad is not None]
-        if len(rows) <= 1:
-            out.append(rows[0] if rows else groups[key][0])
+    for rows in groups.values():
+        given = [r for r in rows if r.grad is not None]
+        if len(given) <= 1:
+            out.append(given[0] if given else rows[0])
             continue
-        index = paddle.concat([r.index.astype("int64") for r in rows])
+        index = paddle.concat([r.index.astype("int64") for r in given])
         union, where = np.unique(index.numpy(), return_inverse=True)
-        summed = paddle.zeros([len(union), rows[0].grad.shape[1]], dtype=rows[0].grad.dtype)
+        summed = paddle.zeros([len(union), given[0].grad.shape[1]], dtype=given[0].grad.dtype)
         summed.index_add_(paddle.to_tensor(where.reshape(-1), dtype="int64"), 0,
-                          paddle.concat([r.grad.astype(summed.dtype) for r in rows]))
-        out.append(RowGradient(rows[0].parameter, paddle.to_tensor(union, dtype="int64"), summed))
+                          paddle.concat([r.grad.astype(summed.dtype) for r in given]))
+        out.append(RowGradient(given[0].parameter, paddle.to_tensor(union, dtype="int64"), summed))
     return out
 
 
