@@ -13,7 +13,8 @@ Verdicts, each against the spread over seeds or runs (a difference smaller than 
   zero by more than twice its standard error; MMoE "equal to" one-gate MoE when their paired difference is within
   twice its standard error; the widest spread is the largest interquartile range of the final loss over runs;
 * MultiMNIST: Delta_m against single task, and each configuration's left / right mean against single's;
-* faces: per architecture, the datasets where joint >= alone (means over seeds) and joint - alone on the mean.
+* faces: per architecture, the datasets where joint >= alone (means over the architecture's seeds, alone at
+  the same seeds) and joint - alone on the mean; a column of one seed says which.
 ``--write DOC`` puts the tables between the ``<!-- architectures-tables -->`` markers of DOC.
 """
 import argparse
@@ -77,40 +78,59 @@ def multimnist_table(report):
 
 
 def faces_rows(files):
-    """``{column: {dataset: [per seed]}}``: ``alone`` from the file that has it, ``NAME`` the joint of each file."""
-    columns = {}
+    """``(alone, columns)``: ``alone = {dataset: {seed: value}}`` from the file that has it; ``columns = {NAME:
+    {"seeds": [...], "joint": {dataset: [per seed]}}}``, the joint of each file. A file without ``seeds`` has seeds
+    0, 1, ... (one per value)."""
+    alone, columns = {}, {}
     for name, path in files.items():
         with open(path) as f:
-            datasets = json.load(f)["datasets"]
-        if any("alone" in info for info in datasets.values()) and "alone" not in columns:
-            columns["alone"] = {d: info["alone"] for d, info in datasets.items()}
-        columns[name] = {d: info["joint"] for d, info in datasets.items()}
-    return columns
+            data = json.load(f)
+        datasets = data["datasets"]
+        count = len(next(iter(datasets.values()))["joint"])
+        seeds = list(data.get("seeds", range(count)))
+        if any("alone" in info for info in datasets.values()) and not alone:
+            alone = {d: dict(zip(seeds, info["alone"])) for d, info in datasets.items()}
+        columns[name] = {"seeds": seeds, "joint": {d: info["joint"] for d, info in datasets.items()}}
+    return alone, columns
 
 
-def faces_verdict(columns):
-    """``{architecture: {"wins", "mean_gap", "gaps"}}``: joint >= alone per dataset (means over seeds)."""
-    alone = columns["alone"]
+def faces_verdict(alone, columns):
+    """``{architecture: {"seeds", "wins", "mean_gap", "gaps"}}``: joint >= alone per dataset, each column against
+    alone at its own seeds (means over them)."""
     out = {}
-    for name, joint in columns.items():
-        if name == "alone":
-            continue
-        gaps = {d: float(np.mean(joint[d]) - np.mean(alone[d])) for d in alone}
-        out[name] = {"gaps": gaps, "wins": sum(g >= 0 for g in gaps.values()),
+    for name, column in columns.items():
+        missing = [s for s in column["seeds"] if any(s not in alone[d] for d in alone)]
+        if missing:
+            raise SystemExit(f"error: the faces file of {name!r} has seeds {missing} that the alone runs lack")
+        gaps = {d: float(np.mean(column["joint"][d]) - np.mean([alone[d][s] for s in column["seeds"]]))
+                for d in alone}
+        out[name] = {"seeds": column["seeds"], "gaps": gaps, "wins": sum(g >= 0 for g in gaps.values()),
                      "mean_gap": float(np.mean(list(gaps.values())))}
     return out
 
 
-def faces_table(columns):
+def _cell(values, seeds):
+    """``mean ± std`` over seeds, or the one seed's value and which seed it is."""
+    return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if len(values) > 1 else f"{values[0]:.4f} (seed {seeds[0]})"
+
+
+def faces_table(alone, columns):
+    """Per dataset: alone over all its seeds and each architecture's joint; the verdict rows compare each column
+    with alone at that column's seeds."""
     from tabulate import tabulate
 
-    datasets = list(columns["alone"])
-    rows = [[d] + [f"{np.mean(col[d]):.4f} ± {np.std(col[d]):.4f}" for col in columns.values()] for d in datasets]
-    rows.append(["mean"] + [f"{np.mean([np.mean(col[d]) for d in datasets]):.4f}" for col in columns.values()])
-    verdict = faces_verdict(columns)
-    rows.append(["joint >= alone"] + [""] + [f"{verdict[n]['wins']} of {len(datasets)}" for n in verdict])
-    rows.append(["joint - alone (mean)"] + [""] + [f"{verdict[n]['mean_gap']:+.4f}" for n in verdict])
-    headers = ["dataset", "alone"] + [f"joint, {n}" for n in columns if n != "alone"]
+    datasets = list(alone)
+    alone_seeds = sorted(next(iter(alone.values())))
+    alone_col = {d: [alone[d][s] for s in alone_seeds] for d in datasets}
+    rows = [[d, _cell(alone_col[d], alone_seeds)] + [_cell(c["joint"][d], c["seeds"]) for c in columns.values()]
+            for d in datasets]
+    means = [np.mean([np.mean(alone_col[d]) for d in datasets])]
+    means += [np.mean([np.mean(c["joint"][d]) for d in datasets]) for c in columns.values()]
+    rows.append(["mean"] + [f"{m:.4f}" for m in means])
+    verdict = faces_verdict(alone, columns)
+    rows.append(["joint >= alone (same seeds)", ""] + [f"{v['wins']} of {len(datasets)}" for v in verdict.values()])
+    rows.append(["joint - alone (mean, same seeds)", ""] + [f"{v['mean_gap']:+.4f}" for v in verdict.values()])
+    headers = ["dataset", "alone"] + [f"joint, {n}" for n in columns]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
@@ -132,9 +152,9 @@ def report(args):
         parts.append(f"### MultiMNIST (seeds {', '.join(map(str, data['seeds']))})\n\n" + multimnist_table(data))
         content["multimnist"] = data
     if args.faces:
-        columns = faces_rows(dict(item.split("=", 1) for item in args.faces))
-        parts.append("### Six faces, validation people\n\n" + faces_table(columns))
-        content["faces"] = faces_verdict(columns)
+        alone, columns = faces_rows(dict(item.split("=", 1) for item in args.faces))
+        parts.append("### Six faces, validation people\n\n" + faces_table(alone, columns))
+        content["faces"] = faces_verdict(alone, columns)
     if args.costs:
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         parts.append("### Costs\n\n" + costs_table(json.load(open(args.costs))))

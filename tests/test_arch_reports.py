@@ -156,19 +156,28 @@ def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
     faces_hard = {"datasets": {d: {"joint": [v[0] - 0.01] * 2, "alone": v} for d, v in alone.items()}}
     faces_norm = {"datasets": {"a": {"joint": [0.83, 0.83]}, "b": {"joint": [0.69, 0.71]},
                                "c": {"joint": [0.89, 0.89]}}}
+    # one seed (seed 1): compared with alone at seed 1 only (a: 0.82 >= 0.82, b: 0.69 < 0.70, c: 0.91 >= 0.90)
+    faces_one = {"seeds": [1], "datasets": {"a": {"joint": [0.82]}, "b": {"joint": [0.69]}, "c": {"joint": [0.91]}}}
     (tmp_path / "h.json").write_text(json.dumps(faces_hard))
     (tmp_path / "n.json").write_text(json.dumps(faces_norm))
+    (tmp_path / "o.json").write_text(json.dumps(faces_one))
     doc = tmp_path / "doc.md"
     doc.write_text("before\n<!-- architectures-tables -->\nold\n<!-- /architectures-tables -->\nafter\n")
     content = architectures_report.main(["--synthetic", str(tmp_path / "s.json"), "--faces",
                                          f"hard={tmp_path / 'h.json'}", f"task_norm={tmp_path / 'n.json'}",
-                                         "--write", str(doc)])
+                                         f"mmoe={tmp_path / 'o.json'}", "--write", str(doc)])
     low, high = content["synthetic"]["0.5"], content["synthetic"]["1.0"]
     assert low["mmoe_below_shared_bottom"] and not low["mmoe_equals_omoe"] and low["widest"] == "shared_bottom"
     assert high["mmoe_equals_omoe"] and high["widest"] == "shared_bottom"
     assert content["faces"]["hard"]["wins"] == 0  # every joint 0.01 below the first seed's alone
     assert content["faces"]["task_norm"]["wins"] == 2  # a: 0.83 >= 0.81, b: 0.70 >= 0.70
     assert abs(content["faces"]["task_norm"]["mean_gap"] - np.mean([0.02, 0.0, -0.01])) < 1e-12
+    assert content["faces"]["mmoe"]["wins"] == 2 and content["faces"]["mmoe"]["seeds"] == [1]
+    assert abs(content["faces"]["mmoe"]["mean_gap"] - np.mean([0.0, -0.01, 0.01])) < 1e-12
     text = doc.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
-    assert "| mean" in text and "joint, task_norm" in text
+    assert "| mean" in text and "joint, task_norm" in text and "0.8200 (seed 1)" in text
+    bad = {"seeds": [5], "datasets": {"a": {"joint": [0.8]}, "b": {"joint": [0.7]}, "c": {"joint": [0.9]}}}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(SystemExit, match="seeds \\[5\\] that the alone runs lack"):
+        architectures_report.main(["--faces", f"hard={tmp_path / 'h.json'}", f"x={tmp_path / 'bad.json'}"])
