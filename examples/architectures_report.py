@@ -91,6 +91,9 @@ def faces_rows(files):
         if any("alone" in info for info in datasets.values()) and not alone:
             alone = {d: dict(zip(seeds, info["alone"])) for d, info in datasets.items()}
         columns[name] = {"seeds": seeds, "joint": {d: info["joint"] for d, info in datasets.items()}}
+    if not alone:
+        raise SystemExit(f"error: none of the --faces files ({', '.join(files.values())}) has the datasets' alone "
+                         f"runs (an \"alone\" list beside \"joint\"); give the one that has them")
     return alone, columns
 
 

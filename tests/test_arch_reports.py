@@ -181,3 +181,5 @@ def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(SystemExit, match="seeds \\[5\\] that the alone runs lack"):
         architectures_report.main(["--faces", f"hard={tmp_path / 'h.json'}", f"x={tmp_path / 'bad.json'}"])
+    with pytest.raises(SystemExit, match="none of the --faces files .* has the datasets' alone runs"):
+        architectures_report.main(["--faces", f"x={tmp_path / 'n.json'}"])
