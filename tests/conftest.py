@@ -2,7 +2,9 @@
 session's shared training runs (tests/shared_runs.py, trained once for all pytest-xdist workers); the ``float64``
 fixture; ``MTL_TEST_DEVICE`` (e.g. ``gpu:0``) as Paddle's device; and the skip allow-list: a test (or test module)
 that skips for a reason :data:`ALLOWED_SKIPS` does not name fails instead, so that no reference silently stops
-running; and the order of the test files (:data:`SLOWEST_FILES` first)."""
+running; the order of the test files (:data:`SLOWEST_FILES` first); and each test process's warm Python, which runs
+the tests' ``[sys.executable, ...]`` commands in forks of an interpreter that has imported Paddle once
+(tests/warm_python.py)."""
 import collections
 import os
 import re
@@ -15,6 +17,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
+from tests import warm_python  # noqa: E402
 from tests.references.peers import LIVE_SKIP_REASON  # noqa: E402
 from tests.shared_runs import one_process, two_process  # noqa: E402,F401  (session fixtures)
 
@@ -40,6 +43,18 @@ SLOWEST_FILES = [
     "test_trust_boundaries.py", "test_documented_keys.py", "test_accumulate.py", "test_text_training.py",
     "test_ecosystem.py", "test_text_report.py", "test_reliability_multinode.py", "test_cross_negatives.py",
 ]
+
+
+def pytest_sessionstart(session):
+    """Start the test process's warm Python (tests/warm_python.py) while the first tests run; not in the process
+    that only hands tests out to pytest-xdist's workers."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getoption("numprocesses", None):
+        warm_python.start()
+
+
+def pytest_sessionfinish(session):
+    """Stop the warm Python."""
+    warm_python.stop()
 
 
 def pytest_collection_modifyitems(items):

@@ -11,14 +11,17 @@ import pytest
 import yaml
 
 from mtl.config.loading import load_job
+from tests import warm_python
 from tests.dist_util import ROOT
 
 EXAMPLES = os.path.join(ROOT, "examples")
 
 
-def run(tmp_path, script, *args):
-    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *map(str, args)], capture_output=True,
-                          text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
+def run(tmp_path, script, *args, fresh=False):
+    """Run an example script; ``fresh``: in a new interpreter (the tests of its console: Paddle's import warning)."""
+    runner = subprocess.run if fresh else warm_python.run
+    proc = runner([sys.executable, os.path.join(EXAMPLES, script), *map(str, args)], capture_output=True, text=True,
+                  cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -37,7 +40,7 @@ def test_the_recipes_load_with_their_architectures():
 def test_the_synthetic_report_on_a_shortened_run(tmp_path):
     out = tmp_path / "synthetic"
     proc = run(tmp_path, "mmoe_synthetic_report.py", "--runs", 2, "--steps", 20, "--correlations", 0.5, 1.0,
-               "--out", out, "--json", tmp_path / "s.json", "--plot", tmp_path / "s.png")
+               "--out", out, "--json", tmp_path / "s.json", "--plot", tmp_path / "s.png", fresh=True)
     report = json.load(open(tmp_path / "s.json"))
     assert set(report["cells"]) == {"0.5", "1.0"} and report["runs"] == 2
     for models in report["cells"].values():
@@ -122,7 +125,7 @@ def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_pa
         "averaging": {"min_average_window": 2}, "data": {"num_workers": 0}}))
     proc = run(tmp_path, "faces_report.py", "--config", variant, "--seeds", 0, "--out", tmp_path / "f", "--json",
                tmp_path / "f.json", "--only", "joint", "--no-baselines", "--set",
-               "architecture={type: mmoe, experts: 2, expert_layers: [16], last_relu: false}")
+               "architecture={type: mmoe, experts: 2, expert_layers: [16], last_relu: false}", fresh=True)
     # make demo-faces's console (issue 30, item 7): a line per run and score, one seed said, no Paddle warning;
     # the tables and the plot in the output folder
     assert "[train 1/1] seed 0 separate (" in proc.stdout and "[score 1/1] seed 0 separate (" in proc.stdout

@@ -1,6 +1,5 @@
 """mtl.train.averaging against paddle.incubate.ModelAverage, a numpy reference of its kernel, and numpy EMA formulas."""
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -11,6 +10,7 @@ import pytest
 from mtl.errors import ConfigError
 from mtl.safe_pickle import load_paddle_file
 from mtl.train.averaging import EMA, WindowAverage, build_averager
+from tests import warm_python
 from tests.shared_runs import two_process_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -299,8 +299,8 @@ _SAVER = textwrap.dedent("""
 def test_state_saved_in_one_process_loads_in_a_fresh_one(tmp_path):
     state_path, averages_path = str(tmp_path / "averager.pdparams"), str(tmp_path / "averages.npz")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    subprocess.run([sys.executable, "-c", _SAVER, state_path, averages_path], check=True, env=env, cwd=ROOT,
-                   capture_output=True)
+    warm_python.run([sys.executable, "-c", _SAVER, state_path, averages_path], check=True, env=env, cwd=ROOT,
+                    capture_output=True)
     expected = np.load(averages_path)
 
     paddle.nn.Linear(7, 7)  # shifts Paddle's auto-generated parameter names away from the saving process's

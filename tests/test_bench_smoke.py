@@ -1,10 +1,11 @@
 """The overhead benchmark still runs (tiny sizes) and both of its sides compute the same first-step loss."""
 import os
 import re
-import subprocess
 import sys
 
 import pytest
+
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,7 +17,7 @@ def in_tmp(tmp_path):
 
 @pytest.mark.subprocess
 def test_overhead_benchmark_runs_and_both_sides_agree(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_overhead.py"), "--steps", "2",
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "bench", "bench_overhead.py"), "--steps", "2",
                            "--batch", "24", "--classes", "40"], capture_output=True, text=True, timeout=300,
                           env=in_tmp(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -30,7 +31,7 @@ def test_overhead_benchmark_runs_and_both_sides_agree(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_accumulation_benchmark_runs(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_accumulate.py"), "--steps", "1",
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "bench", "bench_accumulate.py"), "--steps", "1",
                            "--batch", "16", "--ks", "1,2"], capture_output=True, text=True, timeout=600,
                           env=in_tmp(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -40,7 +41,7 @@ def test_accumulation_benchmark_runs(tmp_path):
 
 @pytest.mark.subprocess
 def test_text_encoder_benchmark_runs_and_both_sides_agree(tmp_path):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_text_encoder.py"), "--steps", "2",
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "bench", "bench_text_encoder.py"), "--steps", "2",
                            "--batch", "8", "--hidden", "16", "--path",
                            os.path.join(ROOT, "tests", "fixtures", "text", "ewt_sample.conllu")],
                           capture_output=True, text=True, timeout=300, env=in_tmp(tmp_path))

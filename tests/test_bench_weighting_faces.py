@@ -3,7 +3,6 @@ against twice the seed-to-seed spread, computed here by hand; --finished-only ta
 rest."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import bench_weighting_faces as bench  # noqa: E402
+
+from tests import warm_python  # noqa: E402
 
 TASKS = ["a", "b"]
 ALONE = {0: {"a": 0.80, "b": 0.90}, 1: {"a": 0.82, "b": 0.88}}
@@ -59,7 +60,7 @@ def test_finished_only_tabulates_what_finished_and_names_the_rest(tmp_path):
     fake_run(tmp_path / "mgda" / "seed0", [0.7, 0.7])  # one seed of two: not finished
     datasets = {t: [ALONE[0][t], ALONE[1][t]] for t in TASKS}
     json.dump({"arms": {"alone": {"datasets": datasets}}}, open(tmp_path / "alone.json", "w"))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_weighting_faces.py"), "--seeds", "0",
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "bench", "bench_weighting_faces.py"), "--seeds", "0",
                            "1", "--out", str(tmp_path), "--strategies", "static", "pcgrad", "mgda", "--finished-only"],
                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,6 +1,5 @@
 """Config validation at load time: one line naming the file and the key path, exit status 2, no traceback."""
 import os
-import subprocess
 import sys
 
 import pytest
@@ -8,6 +7,7 @@ import yaml
 
 from mtl.config.loading import apply_overrides, load_job
 from mtl.errors import ConfigError
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -105,7 +105,7 @@ def test_overrides_parse_yaml_values():
 @pytest.mark.subprocess
 def test_cli_exits_2_with_one_line(tmp_path):
     path = write(tmp_path, BASE)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), path, "--set",
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), path, "--set",
                            "schedule.batch_size=zero"], capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error")]
@@ -129,12 +129,12 @@ def test_set_reaches_tasks_named_by_file(tmp_path):
 def test_mtl_train_command_runs_a_job(tmp_path):
     path = write(tmp_path, dict(BASE, output_dir=str(tmp_path / "run"), log={"progress": False, "plot": False},
                                 data={"num_workers": 0}))
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "train", path, "--set", "schedule.steps=3"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    proc = warm_python.run([sys.executable, "-m", "mtl.cli", "train", path, "--set", "schedule.steps=3"],
+                           capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| reg " in proc.stdout and (tmp_path / "run" / "summary.json").is_file()
-    again = subprocess.run([sys.executable, "-m", "mtl.cli", "train", path], capture_output=True, text=True, cwd=ROOT,
-                           env=dict(os.environ, PYTHONPATH=ROOT))
+    again = warm_python.run([sys.executable, "-m", "mtl.cli", "train", path], capture_output=True, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
     assert again.returncode == 2 and "already holds checkpoints" in again.stderr
 
 

@@ -1,10 +1,11 @@
 """The default demo job (what `make demo` runs): ArcFace verification >= 0.95 on held-out digits, every loss falls."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -14,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_demo_learns_three_tasks(tmp_path):
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)  # the demo picks its own thread count, as `make demo` would
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), "--set",
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), "--set",
                            f"output_dir={tmp_path}", "log.progress=false"],
                           capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -19,6 +19,7 @@ from mtl.evaluation.evaluator import Evaluator
 from mtl.job import build_job
 from mtl.readers.synthetic import SyntheticReader
 from mtl.train.trainer import Trainer
+from tests import warm_python
 from tests.dist_util import ROOT, launcher_env
 
 INT32_LABELS = '''
@@ -161,6 +162,7 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, e
     run_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                "OPENBLAS_NUM_THREADS")}
     run_env.update(PYTHONPATH=ROOT, **({"OMP_NUM_THREADS": env} if env else {}))
+    # a new interpreter (never tests/warm_python.py's forks, which have imported Paddle)
     done = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, env=run_env,
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -185,7 +187,7 @@ def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
     one node here, so 2 ranks of one group, both on this host (local processes 2, which the thread default divides
     the cores by), and a collective across them."""
     script = os.path.join(ROOT, "tests", "dist_scripts", "launch_probe.py")
-    done = subprocess.run([sys.executable, "-m", "mtl.cli", "launch", "--ips", "127.0.0.1", "--start_port",
+    done = warm_python.run([sys.executable, "-m", "mtl.cli", "launch", "--ips", "127.0.0.1", "--start_port",
                            str(free_port()), "--nproc_per_node", "2", "--log_dir", str(tmp_path / "logs"), script],
                           capture_output=True, text=True, env=launcher_env(), cwd=ROOT, timeout=300)
     logs = "".join((tmp_path / "logs" / f"workerlog.{k}").read_text() for k in range(2)

@@ -3,7 +3,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from mtl.cli import build_parser
 from mtl.commands.train import continue_command, resolve_config
 from mtl.errors import ConfigError
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELECT = os.path.join(ROOT, "tools", "select_paddle.py")
@@ -42,7 +42,7 @@ def dry_run(tmp_path, *args, smi_dir=None):
     os.makedirs(path, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("DEVICE", "CUDA")}
     env["PATH"] = path
-    proc = subprocess.run([sys.executable, SELECT, "--dry-run", "--python", str(tmp_path / "venv" / "python"),
+    proc = warm_python.run([sys.executable, SELECT, "--dry-run", "--python", str(tmp_path / "venv" / "python"),
                            "--requirements", os.path.join(ROOT, "requirements.txt"), *args],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -87,12 +87,12 @@ def test_make_paddle_wheel_is_a_dry_run(tmp_path):
     version, _ = pinned()
     env = dict(os.environ, PATH=fake_smi(str(tmp_path / "bin"), "12.6") + os.pathsep + os.environ["PATH"])
     env.pop("DEVICE", None)
-    proc = subprocess.run(["make", "-s", "-C", ROOT, "paddle-wheel", f"PYTHON={sys.executable}"],
-                          capture_output=True, text=True, env=env)
+    proc = warm_python.run(["make", "-s", "-C", ROOT, "paddle-wheel", f"PYTHON={sys.executable}"],
+                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert f"paddlepaddle-gpu=={version} -i {INDEX.format('cu126')}" in proc.stdout
-    proc = subprocess.run(["make", "-s", "-C", ROOT, "paddle-wheel", f"PYTHON={sys.executable}", "DEVICE=cpu"],
-                          capture_output=True, text=True, env=env)
+    proc = warm_python.run(["make", "-s", "-C", ROOT, "paddle-wheel", f"PYTHON={sys.executable}", "DEVICE=cpu"],
+                           capture_output=True, text=True, env=env)
     assert f"install --quiet paddlepaddle=={version}" in proc.stdout and "paddlepaddle-gpu" not in proc.stdout
 
 
@@ -123,8 +123,8 @@ def train_digits(args, cwd):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="2")  # > 1: Paddle's OMP notice would print
     for key in ("GLOG_minloglevel", "GLOG_v", "MTL_VERBOSE"):
         env.pop(key, None)
-    return subprocess.run(shlex.split(args) if isinstance(args, str) else args, capture_output=True, text=True,
-                          env=env, cwd=cwd)
+    return warm_python.run(shlex.split(args) if isinstance(args, str) else args, capture_output=True, text=True,
+                           env=env, cwd=cwd)
 
 
 @pytest.mark.subprocess

@@ -2,7 +2,6 @@
 import json
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,7 @@ from mtl.commands.evaluate import evaluate
 from mtl.data.verification_sets import encode_png, write_bin
 from mtl.errors import ConfigError
 from mtl.export import export
+from tests import warm_python
 from tests.small_runs import train_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +88,7 @@ def test_run_eval_cli_prints_insightface_line_and_agrees_with_export(trained):
     from_export = evaluate(str(tmp / "export"), [str(tmp / "pairs.bin")], flip=True, out_dir=str(tmp / "o1"),
                            console=lambda *a: None)["pairs"]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "eval", str(tmp / "run"), "--sets",
+    proc = warm_python.run([sys.executable, "-m", "mtl.cli", "eval", str(tmp / "run"), "--sets",
                            str(tmp / "pairs.bin"), "--flip", "--weights", "averaged", "--out", str(tmp / "o2")],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr

@@ -1,11 +1,12 @@
 """ONNX export: onnxruntime on backbone.onnx gives the Paddle inference model's embeddings, at any batch size."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from tests import warm_python
 
 pytest.importorskip("paddle2onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -15,8 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_cli(*args):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT)
+    proc = warm_python.run([sys.executable, "-m", "mtl.cli", *args], capture_output=True, text=True, env=env,
+                           cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 

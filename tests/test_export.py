@@ -1,7 +1,6 @@
 """Export: the inference model embeds like the in-training backbone (averaged weights), heads merged from shards."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -12,6 +11,7 @@ from mtl.errors import ConfigError
 from mtl.export import embed, export
 from mtl.safe_pickle import load_paddle_file
 from mtl.train.layout import latest_checkpoint
+from tests import warm_python
 from tests.small_runs import train_run
 
 
@@ -52,7 +52,7 @@ def test_embed_cli_with_image_files(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "-m", "mtl.cli"]
     env = dict(os.environ, PYTHONPATH=root)
-    proc = subprocess.run(cmd + ["export", str(tmp_path / "run"), out], capture_output=True, text=True, env=env)
+    proc = warm_python.run(cmd + ["export", str(tmp_path / "run"), out], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     rng = np.random.RandomState(0)
     paths = []
@@ -60,8 +60,8 @@ def test_embed_cli_with_image_files(tmp_path):
         pixels = rng.randint(0, 256, (16, 16, 3), dtype=np.uint8)
         paths.append(str(tmp_path / f"img{i}.png"))
         Image.fromarray(pixels).save(paths[-1])
-    proc = subprocess.run(cmd + ["embed", out, *paths, "-o", str(tmp_path / "emb.npy"), "--flip"],
-                          capture_output=True, text=True, env=env)
+    proc = warm_python.run(cmd + ["embed", out, *paths, "-o", str(tmp_path / "emb.npy"), "--flip"],
+                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     emb = np.load(tmp_path / "emb.npy")
     images = np.stack([(np.asarray(Image.open(p).convert("RGB"), dtype=np.float32).transpose(2, 0, 1) / 255 - 0.5)

@@ -6,7 +6,6 @@ with the same documented draws; packed pixels against Pillow decoding the source
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -20,6 +19,7 @@ from mtl.errors import ConfigError
 from mtl.evaluation.pairs import open_set_pairs, open_set_verification
 from mtl.readers.image_list import ImageListReader
 from mtl.readers.recordio_reader import image_rows
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORL = os.path.join(ROOT, "examples", "data", "orl")
@@ -151,7 +151,7 @@ def test_pack_folder_of_any_format_round_trips_pixel_exactly(tmp_path, ext):
 @pytest.mark.slow
 def test_shortened_orl_recipe_runs_and_evaluates_unseen_people(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"),
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"),
                            os.path.join(ROOT, "examples", "configs", "faces_orl.yaml"), "--set",
                            f"output_dir={tmp_path / 'run'}", "log.progress=false", "log.plot=false",
                            "schedule.steps=6", "averaging.min_average_window=2"],
@@ -164,7 +164,7 @@ def test_shortened_orl_recipe_runs_and_evaluates_unseen_people(tmp_path):
         # pairs and an untrained CNN 0.79 (docs/faces.md): 0.7 is far from chance, not a trained-model claim
         assert info["eval_averaged"]["verification_pairs"] == 900
         assert 0.7 <= info["eval_averaged"]["verification_accuracy"] <= 1.0
-    overlap = subprocess.run([sys.executable, "-m", "mtl.cli", "overlap", str(tmp_path / "run"), "--json",
+    overlap = warm_python.run([sys.executable, "-m", "mtl.cli", "overlap", str(tmp_path / "run"), "--json",
                               str(tmp_path / "o.json"), "--sets"], capture_output=True, text=True, env=env,
                              cwd=str(tmp_path), timeout=600)
     assert overlap.returncode == 0, overlap.stderr[-3000:]

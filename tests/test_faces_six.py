@@ -19,6 +19,7 @@ from mtl.data.steps import StepDataset
 from mtl.errors import ConfigError, DataError
 from mtl.readers.concat import ConcatReader
 from mtl.readers.image_list import ImageListReader
+from tests import warm_python
 from tests.references.steps import step_samples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -249,12 +250,11 @@ def test_fisherfaces_against_a_direct_numpy_computation(variance):
 # ----------------------------------------------------------------------------------------------- the report
 def run_report(tmp_path, *args):
     """``examples/faces_report.py`` in a subprocess; the completed process."""
-    import subprocess
     import sys
 
-    return subprocess.run([sys.executable, os.path.join(ROOT, "examples", "faces_report.py"), *args],
-                          capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT),
-                          timeout=900)
+    return warm_python.run([sys.executable, os.path.join(ROOT, "examples", "faces_report.py"), *args],
+                           capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT),
+                           timeout=900)
 
 
 def two_dataset_variant(tmp_path):

@@ -5,7 +5,6 @@ own files (tests/test_predict.py, tests/test_plugin_reference.py, tests/test_lab
 """
 import json
 import os
-import subprocess
 import sys
 import warnings
 
@@ -16,6 +15,7 @@ from mtl.config.loading import load_job
 from mtl.errors import ConfigError
 from mtl.job import build_job
 from mtl.train.trainer import Trainer
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,8 +29,8 @@ def environment(**extra):
 
 def mtl(*args, expect=0, cwd=ROOT, **env):
     """``python -m mtl.cli ARGS`` in a subprocess; the finished process (its exit status checked)."""
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=600, env=environment(**env))
+    proc = warm_python.run([sys.executable, "-m", "mtl.cli", *map(str, args)], capture_output=True, text=True,
+                           cwd=cwd, timeout=600, env=environment(**env))
     assert proc.returncode == expect, proc.stdout + proc.stderr
     return proc
 
@@ -389,8 +389,8 @@ FONT_NOTICE = ("import logging, sys\nfrom mtl.console import configure_console\n
 @pytest.mark.parametrize("verbose", [False, True])
 def test_matplotlibs_font_cache_notice_is_hidden_unless_verbose(verbose):
     """The notice matplotlib logs on its logger when a first plot on a fresh machine builds the font cache."""
-    proc = subprocess.run([sys.executable, "-c", FONT_NOTICE.format(verbose=verbose)], capture_output=True,
-                          text=True, cwd=ROOT, env=environment(), timeout=120)
+    proc = warm_python.run([sys.executable, "-c", FONT_NOTICE.format(verbose=verbose)], capture_output=True,
+                           text=True, cwd=ROOT, env=environment(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert ("font cache" in proc.stderr) == verbose and "another warning" in proc.stderr, proc.stderr
 
@@ -501,7 +501,7 @@ def test_mtl_eval_of_a_run_without_sets_scores_its_own_split_as_the_run_did(face
 def launch(tmp_path, *args):
     """``mtl launch --nproc_per_node 2 examples/train_joint.py ARGS``: (exit status, console output as written:
     bytes decoded without newline translation, so that carriage returns stay)."""
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", "2",
+    proc = warm_python.run([sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", "2",
                            os.path.join(ROOT, "examples", "train_joint.py"), *map(str, args)],
                           capture_output=True, cwd=str(tmp_path), timeout=600, env=environment())
     return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
@@ -549,7 +549,7 @@ def test_the_faces_tables_of_one_seed_say_one_seed_not_a_zero_spread():
 
 
 def test_make_demo_faces_says_which_people_and_writes_its_report_into_its_folder():
-    demo = subprocess.run(["make", "-n", "demo-faces"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    demo = warm_python.run(["make", "-n", "demo-faces"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     command = next(line for line in demo.splitlines() if "faces_report.py" in line)
     out = command.split("--out ")[1].split()[0]
     assert f"--json {out}/report.json" in command, command

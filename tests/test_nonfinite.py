@@ -2,7 +2,6 @@
 stays strict JSON either way."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +14,7 @@ from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
 from mtl.train.guard import NonFiniteError, ordinal
 from mtl.train.trainer import Trainer
+from tests import warm_python
 from tests.references.steps import step_samples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,8 +40,8 @@ def test_a_diverging_job_stops_at_the_first_bad_step(tmp_path):
            "data": {"num_workers": 0}}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "train", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    proc = warm_python.run([sys.executable, "-m", "mtl.cli", "train", str(path)], capture_output=True, text=True,
+                           cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     records = strict_records(tmp_path / "run" / "metrics.jsonl")

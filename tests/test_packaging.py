@@ -15,11 +15,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import zipfile
 
 import pytest
+
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUB_PINS = {"paddlepaddle-gpu": "3.3.1", "paddlepaddle": "3.3.1"}
@@ -56,8 +57,8 @@ def _declared(tmp_path):
     for name in ("setup.py", "mtl", "heads"):
         source = os.path.join(ROOT, name)
         (shutil.copytree if os.path.isdir(source) else shutil.copy)(source, project / name)
-    subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=project,
-                   check=True, capture_output=True)
+    warm_python.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)], cwd=project,
+                    check=True, capture_output=True)
     info = tmp_path / "mtl.egg-info"
     required, extras, section = [], {}, None
     for line in (info / "requires.txt").read_text().splitlines():
@@ -91,7 +92,7 @@ def _pip(venv, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}  # the checkout's
     # mtl.egg-info on the path would read as mtl installed already
     env["PIP_CONFIG_FILE"] = os.devnull  # no machine-wide find-links or index: only the stub folder
-    out = subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), *args,
+    out = warm_python.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), *args,
                           "--disable-pip-version-check"], env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(venv))  # not the checkout: its mtl.egg-info would read as installed
     assert out.returncode == 0, out.stdout + out.stderr
@@ -108,11 +109,11 @@ def _install_over_gpu(tmp_path, name, wheel, stubs):
     """A fresh venv with the GPU stand-in, then ``wheel`` from the stub folder; (installed names, paddle's build).
     The venv is made without pip (``ensurepip`` costs seconds; pip runs from outside with ``--python``)."""
     venv = str(tmp_path / name)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, capture_output=True, timeout=600)
+    warm_python.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, capture_output=True, timeout=600)
     _pip(venv, "install", "--no-index", "--find-links", stubs, "paddlepaddle-gpu==3.3.1")
     _pip(venv, "install", "--no-index", "--find-links", stubs, wheel)
-    installed, build = json.loads(subprocess.run([os.path.join(venv, "bin", "python"), "-I", "-c", INSTALLED],
-                                                 capture_output=True, text=True, check=True).stdout)
+    installed, build = json.loads(warm_python.run([os.path.join(venv, "bin", "python"), "-I", "-c", INSTALLED],
+                                                  capture_output=True, text=True, check=True).stdout)
     return set(installed), build
 
 

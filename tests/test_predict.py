@@ -9,7 +9,6 @@ attributes and properties; scikit-learn's iris species).
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 
 from mtl.errors import ConfigError
 from mtl.prediction import predict, prediction_table
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIGITS = os.path.join(ROOT, "examples", "data", "digits")
@@ -149,7 +149,7 @@ def test_predict_errors_are_one_sentence(four_heads, tmp_path):
 @pytest.mark.subprocess
 def test_mtl_predict_prints_the_names(four_heads):
     _, _, exported = four_heads
-    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "predict", exported, os.path.join(DIGITS, "3.png"),
+    proc = warm_python.run([sys.executable, "-m", "mtl.cli", "predict", exported, os.path.join(DIGITS, "3.png"),
                            "--task", "digits_attributes", "--json", os.path.join(exported, "p.json")],
                           capture_output=True, text=True, cwd=ROOT, timeout=300,
                           env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))

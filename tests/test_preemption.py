@@ -13,6 +13,7 @@ import paddle
 import pytest
 import yaml
 
+from tests import warm_python
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run
 
@@ -75,7 +76,7 @@ def signal_after(proc, out, steps, sig=signal.SIGTERM, timeout=240):
 
 
 def run(cmd, **kw):
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env=environment(), **kw)
+    proc = warm_python.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300, env=environment(), **kw)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 

@@ -1,6 +1,5 @@
 """Registry and plug-ins: decorators, discovery of plug-in folders and entry points, the `mtl plugins` table."""
 import os
-import subprocess
 import sys
 
 import pytest
@@ -8,6 +7,7 @@ import pytest
 import mtl
 from mtl import registry
 from mtl.errors import ConfigError
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,8 +53,8 @@ def test_entry_point_group(tmp_path):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mtl-ep-demo\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[mtl.plugins]\ndemo = mtl_ep_demo\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(pkg), ROOT]))
-    out = subprocess.run([sys.executable, "-m", "mtl.cli", "plugins"], capture_output=True, text=True, env=env,
-                         cwd=ROOT)
+    out = warm_python.run([sys.executable, "-m", "mtl.cli", "plugins"], capture_output=True, text=True, env=env,
+                          cwd=ROOT)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert any("ep_synthetic" in ln and "Registered through an entry point." in ln for ln in lines)

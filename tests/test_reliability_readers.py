@@ -4,7 +4,6 @@ one line naming the task, the reader, the sample index and what was wrong; the o
 log file. A hang would show as the subprocess timeout (exit code -9), never as a slow pass."""
 import logging
 import os
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ import yaml
 
 from mtl.data.scheduler import JointSchedule
 from mtl.data.steps import StepDataset, error_text
+from tests import warm_python
 from tests.dist_scripts.faulty_readers.faulty_readers import FieldlessReader, RaisingReader
 from tests.dist_util import ROOT, run_distributed
 from tests.references.steps import step_samples
@@ -69,8 +69,8 @@ def test_a_fault_becomes_an_error_item_naming_task_reader_and_sample():
 @pytest.mark.subprocess
 def test_one_process_stops_with_one_line(tmp_path, reader, workers):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, TRAIN, write_job(tmp_path, reader, workers)], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=120)
+    proc = warm_python.run([sys.executable, TRAIN, write_job(tmp_path, reader, workers)], capture_output=True,
+                           text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and expected_line(reader) in errors[0] and WHAT[reader] in errors[0], proc.stderr

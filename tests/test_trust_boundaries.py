@@ -19,6 +19,7 @@ import pytest
 from mtl.cli import main as mtl_main
 from mtl.errors import ConfigError, MtlError, PluginError
 from mtl.train import integrity
+from tests import warm_python
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here
 
@@ -104,8 +105,8 @@ def test_pretrained_weights_that_run_code_are_refused(tmp_path):
     plant(tmp_path / "evil.pdparams", marker)
     config = job_yaml(tmp_path, backbone={"type": "cnn", "in_channels": 1, "input_size": 8, "embedding_size": 8,
                                           "pretrained": str(tmp_path / "evil.pdparams")})
-    out = subprocess.run([sys.executable, TRAIN, config], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
+    out = warm_python.run([sys.executable, TRAIN, config], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 2, out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and re.search(r"evil.pdparams' was not loaded: it holds '(posix|os)\.system'", lines[0])
@@ -194,7 +195,7 @@ def test_plugins_of_a_run_folder_are_imported_only_when_trusted(tmp_path, capsys
         code, err = cli(argv, capsys)
         assert code == 2 and "was trained with plug-in code (" in err and "their_reader.py" in err, (argv, err)
         assert "--trust-plugins" in err and not (plugins / "imported").exists()
-    out = subprocess.run([sys.executable, "-m", "mtl.cli", "export", str(tmp_path / "run"), str(tmp_path / "export"),
+    out = warm_python.run([sys.executable, "-m", "mtl.cli", "export", str(tmp_path / "run"), str(tmp_path / "export"),
                           "--trust-plugins"], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=ROOT))  # a fresh process: training imported it here
     assert out.returncode == 0, out.stderr
@@ -253,8 +254,8 @@ def test_a_plugin_that_raises_is_a_bug_with_its_file_and_traceback_in_the_log(tm
     data = json.loads(open(config).read())
     data["tasks"][0]["reader"]["type"] = "tb_buggy_reader"
     open(config, "w").write(json.dumps(data))
-    out = subprocess.run([sys.executable, TRAIN, config], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
+    out = warm_python.run([sys.executable, TRAIN, config], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert re.search(r"^error: reader 'tb_buggy_reader' \(.*buggy.py\) raised ZeroDivisionError: division by zero "
@@ -370,7 +371,7 @@ def test_mtl_launch_keeps_its_logs_in_the_run_and_the_environment_off_the_disk(t
     work = tmp_path / "work"
     work.mkdir()
     secret = "tb-secret-value-7f3a"
-    out = subprocess.run([sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", "2", TRAIN, config, "--set",
+    out = warm_python.run([sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", "2", TRAIN, config, "--set",
                           f"output_dir={tmp_path / 'run'}", "schedule.steps=2"], cwd=work, capture_output=True,
                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT, TB_SECRET=secret))
     assert out.returncode == 0, out.stderr[-2000:]

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from mtl.errors import ConfigError, DataError
+from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
@@ -67,7 +68,7 @@ def write_job(folder, name, **kw):
 
 
 def run(cmd, expect=0):
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, env=environment())
+    proc = warm_python.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, env=environment())
     assert proc.returncode == expect, proc.stdout + proc.stderr
     return proc
 
