@@ -43,6 +43,7 @@ APPLIED_BY_CHILD = ("PYTHONPATH", "PYTHONUNBUFFERED")
 SUPPORTED = {"capture_output", "text", "check", "cwd", "env", "timeout", "stdout", "stderr", "input",
              "universal_newlines"}
 _HEADER = 8  # bytes of a request's length
+_new_interpreter = subprocess.run  # subprocess's own (a child's subprocess.run becomes :func:`run`)
 
 _server = None  # (Popen, socket path, the environment it started with) of this test process
 
@@ -110,8 +111,8 @@ def run(cmd, *, input=None, capture_output=False, timeout=None, check=False, cwd
     text = bool(text or universal_newlines)
     environ = dict(os.environ if env is None else env)
     if not forkable(cmd, environ, options):
-        return subprocess.run(cmd, input=input, capture_output=capture_output, timeout=timeout, check=check,
-                              cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text, **options)
+        return _new_interpreter(cmd, input=input, capture_output=capture_output, timeout=timeout, check=check,
+                                cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=text, **options)
     if capture_output:
         stdout = stderr = subprocess.PIPE
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as inp:
