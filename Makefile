@@ -2,6 +2,8 @@
 # `make test` runs the whole suite; `make test-fast` (under a minute, for the edit-test loop) leaves out the tests
 # marked distributed, slow or subprocess in pyproject.toml: every launcher run and every training in a subprocess.
 # Both run TEST_JOBS pytest-xdist workers (2; a test file stays in one; the shared runs train once: tests/shared_runs.py).
+# A test's `python ...` command runs in a fork of a Python that imported Paddle once (tests/warm_python.py);
+# MTL_TESTS_COLD=1 starts a new interpreter for each instead.
 # The Paddle wheel: DEVICE=auto (GPU wheel when nvidia-smi works), gpu or cpu; CUDA=cu118|cu126|cu129 picks the GPU
 # build (default: the newest the driver runs). `make paddle-wheel` prints the choice and the pip commands only.
 PYTHON ?= python3

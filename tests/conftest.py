@@ -45,21 +45,20 @@ SLOWEST_FILES = [
 ]
 
 
-def pytest_sessionstart(session):
-    """Start the test process's warm Python (tests/warm_python.py) while the first tests run; not in the process
-    that only hands tests out to pytest-xdist's workers."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getoption("numprocesses", None):
-        warm_python.start()
-
-
 def pytest_sessionfinish(session):
     """Stop the warm Python."""
     warm_python.stop()
 
 
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected what it deselects
+def pytest_collection_modifyitems(config, items):
     """The test files of :data:`SLOWEST_FILES` first, in that order, then the others, most tests first; each file's
-    tests stay together and in their order."""
+    tests stay together and in their order. When a selected test runs commands (marked ``subprocess``), the test
+    process's warm Python (tests/warm_python.py) starts now, to finish its imports while the first tests run (not in
+    the process that only hands tests out to pytest-xdist's workers)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("numprocesses", None)
+    if worker and any(item.get_closest_marker("subprocess") for item in items):
+        warm_python.start()
     rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
     counts = collections.Counter(str(item.path) for item in items)
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[str(item.path)], str(item.path)))

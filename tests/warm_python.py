@@ -70,6 +70,11 @@ def stop():
         _server = None
 
 
+def server_pid():
+    """The process id of this process's server (started if need be)."""
+    return start()["proc"].pid
+
+
 def _ready():
     """This process's server once it has finished its imports (waiting for it if need be): its socket path, its
     environment before them and the variables they set (Paddle's import sets some of its own)."""
