@@ -525,6 +525,33 @@ def test_mtl_launch_shows_one_progress_line_and_a_failure_once_with_its_exit_sta
     assert "LAUNCH" not in output and "Container" not in output, output
 
 
+def test_the_launcher_looks_at_its_processes_every_tenth_of_a_second(monkeypatch):
+    """mtl's launcher makes Paddle's ``Pod.watch`` look every WATCH_INTERVAL seconds (Paddle's own: every second):
+    a launch ends, or stops its other processes after a failure, when its processes do."""
+    from paddle.distributed.launch.job import pod, status
+
+    from mtl.commands import launcher_entry
+
+    monkeypatch.setattr(pod.Pod, "watch", pod.Pod.watch)  # Paddle's, back after the test
+    launcher_entry.watch_often()
+    waits = []
+    monkeypatch.setattr(pod.time, "sleep", waits.append)
+
+    class Finishing:
+        """A container that is done at the third look at its status."""
+        looks = 0
+
+        @property
+        def status(self):
+            Finishing.looks += 1
+            return status.Status.COMPLETED if Finishing.looks > 2 else status.Status.RUNNING
+
+    watched = pod.Pod()
+    watched._init_containers, watched._containers = [], [Finishing()]
+    assert watched.watch(timeout=2) == status.Status.COMPLETED
+    assert waits and set(waits) == {launcher_entry.WATCH_INTERVAL} and launcher_entry.WATCH_INTERVAL <= 0.1
+
+
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_mtl_launch_reports_the_rank_that_failed_with_its_status(tmp_path):

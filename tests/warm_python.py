@@ -28,6 +28,7 @@ import json
 import locale
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,6 +68,7 @@ def stop():
         _server["proc"].kill()
         _server["proc"].wait()
         _server["proc"].stdout.close()
+        shutil.rmtree(os.path.dirname(_server["path"]), ignore_errors=True)
         _server = None
 
 
