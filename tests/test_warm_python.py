@@ -135,3 +135,12 @@ def test_the_tests_of_what_happens_before_paddle_is_imported_use_new_interpreter
                        ("test_text_report.py", "done = subprocess.run([sys.executable"),
                        ("test_documented_keys.py", "done = subprocess.run([sys.executable, \"-c\", PROBE")):
         assert text in open(os.path.join(ROOT, "tests", name)).read(), name
+
+
+@pytest.mark.subprocess
+def test_a_server_that_is_gone_is_one_sentence(monkeypatch, tmp_path):
+    server = dict(warm_python.start(), path=str(tmp_path / "no_socket"))
+    server["environ"] = warm_python.start()["environ"] or (dict(os.environ), {})
+    monkeypatch.setattr(warm_python, "_server", server)
+    with pytest.raises(RuntimeError, match="warm Python server .* is gone .* MTL_TESTS_COLD=1"):
+        warm_python.run([sys.executable, "-c", "1"], capture_output=True, timeout=60)

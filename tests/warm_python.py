@@ -173,7 +173,11 @@ def _read(temp, option, text):
 def _ask(path, request, fds, timeout, cmd, out, err, text):
     """Send ``request`` with the child's streams ``fds``; the child's exit status (killing it after ``timeout``)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.connect(path)
+        try:
+            conn.connect(path)
+        except OSError as error:
+            raise RuntimeError(f"the warm Python server ({__file__}) at {path} is gone ({error}); run the tests "
+                               "again, or with MTL_TESTS_COLD=1 to start a new interpreter for every command") from None
         socket.send_fds(conn, [len(request).to_bytes(_HEADER, "big") + request], fds)
         reply = conn.makefile("rb")
         pid = int(reply.readline())
