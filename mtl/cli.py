@@ -174,8 +174,18 @@ def require_paddle():
 
 
 def main(argv=None):
-    """Entry point of the ``mtl`` console command."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Entry point of the ``mtl`` console command. Without ``argv`` (the command itself: the arguments are
+    ``sys.argv``) it ends the process when done, without Paddle's module teardown (:func:`mtl.runtime.exit_process`);
+    with ``argv`` it returns (or raises ``SystemExit``) as a function does."""
+    if argv is None:
+        from mtl.runtime import run_as_process
+
+        run_as_process(_main, sys.argv[1:])  # (does not return)
+    else:
+        _main(list(argv))
+
+
+def _main(argv):
     require_paddle()
     if argv[:1] == ["launch"]:  # every argument after it is the launcher's: argparse would take some of them
         sys.exit(launch.launch_main(argv[1:]))
@@ -185,7 +195,17 @@ def main(argv=None):
 
 
 def train_main(argv=None):
-    """Entry point of ``examples/train_joint.py``: ``[CONFIG | -c CONFIG] [--set k=v ... | -o k=v ...] [--resume]``."""
+    """Entry point of ``examples/train_joint.py``: ``[CONFIG | -c CONFIG] [--set k=v ... | -o k=v ...] [--resume]``.
+    Without ``argv`` (the script itself) it ends the process when done, as :func:`main` does."""
+    if argv is None:
+        from mtl.runtime import run_as_process
+
+        run_as_process(_train_main, sys.argv[1:])  # (does not return)
+    else:
+        _train_main(list(argv))
+
+
+def _train_main(argv):
     parser = argparse.ArgumentParser(description="train a multi-task job (default: the digits demo)")
     train_command.add_train_args(parser)
     add_verbose_arg(parser)

@@ -86,16 +86,25 @@ def test_stderr_to_stdout_and_a_timeout_that_kills(folder):
     cmd = [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr, flush=True)"]
     merged = warm_python.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert merged.stdout == subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
-    marker = folder / "still_running"
-    slow = [sys.executable, "-c", f"import time; print('started', flush=True); time.sleep(3); open({str(marker)!r}, "
-            "'w').close()"]
+    slow = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(60)"]
     with pytest.raises(subprocess.TimeoutExpired) as stopped:
         warm_python.run(slow, capture_output=True, text=True, timeout=1)
-    assert stopped.value.stdout == "started\n"
+    pid = int(stopped.value.stdout)
     import time
 
-    time.sleep(3)
-    assert not marker.exists()  # killed, not left to finish
+    deadline = time.time() + 10
+    while gone(pid) is False and time.time() < deadline:
+        time.sleep(0.05)
+    assert gone(pid), f"process {pid} still runs after its timeout"  # killed, not left to finish
+
+
+def gone(pid):
+    """True when process ``pid`` has exited (no such process, or a zombie waiting for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 @pytest.mark.subprocess

@@ -382,22 +382,11 @@ def _outside_this_file(tb):
 
 
 def _exit(code):
-    """Exit as Python's shutdown does it (threads joined, atexit, streams flushed), without tearing down the modules
-    one by one (0.4 s with Paddle loaded): objects still referenced are not finalised, as after ``os._exit``."""
-    import atexit
-    import threading
+    """Exit as Python's shutdown does it, without tearing down the modules one by one, as mtl's entry points end
+    (:func:`mtl.runtime.exit_process`)."""
+    from mtl.runtime import exit_process
 
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    if code == -signal.SIGINT:  # Python dies of the signal after an uncaught KeyboardInterrupt
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code & 0xFF)
+    exit_process(code)
 
 
 if __name__ == "__main__":

@@ -171,4 +171,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from mtl.runtime import run_as_process
+
+    run_as_process(main)  # Paddle's launcher ends with sys.exit(status); no module teardown after it

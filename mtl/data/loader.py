@@ -136,13 +136,19 @@ class InProcessLoader:
             yield self.dataset[i]
 
 
+WORKER_CHECK_INTERVAL = 0.5  # seconds
+
+
 class WorkerLoader:
     """Paddle's multi-process DataLoader, with workers that die with the trainer and faults turned into error items."""
 
     def __init__(self, dataset, num_workers: int):
         self.dataset = dataset
+        # ``timeout`` is how often Paddle's reader thread, while it waits for a batch, looks for a dead worker
+        # (its default, 5 s, kept a job whose worker the OOM killer took waiting that long before it said so)
         self.loader = paddle.io.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=int(num_workers),
-                                           use_shared_memory=False, worker_init_fn=_WorkerInit())
+                                           use_shared_memory=False, worker_init_fn=_WorkerInit(),
+                                           timeout=WORKER_CHECK_INTERVAL)
 
     def __len__(self):
         return len(self.dataset)

@@ -54,4 +54,6 @@ def main(spec_path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    from mtl.runtime import run_as_process
+
+    run_as_process(main, sys.argv[1])  # as examples/train_joint.py ends

@@ -1,0 +1,80 @@
+"""mtl's entry points end the process as Python's shutdown does, without tearing the modules down one by one
+(mtl.runtime.run_as_process / exit_process): everything a command prints, its atexit handlers and its non-daemon
+threads come out as under plain Python (the reference: the same program without it), with the same exit status;
+only the finalisation of what is still referenced at exit is skipped."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mtl import cli
+from mtl.data.loader import WORKER_CHECK_INTERVAL, WorkerLoader
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# a program whose end shows every part of Python's shutdown; COMMAND is what it does last
+PROGRAM = """
+import atexit, sys, threading, time
+atexit.register(lambda: print("atexit ran", flush=False))
+def late():
+    time.sleep(0.3)
+    print("thread done")
+threading.Thread(target=late).start()
+sys.stdout.write("buffered, never flushed")
+def command():
+    {command}
+"""
+ENDS = {"returns": "pass", "exit 3": "sys.exit(3)", "exit None": "sys.exit()", "exit message": "sys.exit('bad input')",
+        "exit 0": "sys.exit(0)"}
+
+
+def run_program(command, quick):
+    body = PROGRAM.format(command=command)
+    body += ("from mtl.runtime import run_as_process\nrun_as_process(command)\n" if quick else "command()\n")
+    return subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("end", sorted(ENDS))
+def test_a_quick_exit_prints_and_exits_as_python_does(end):
+    quick, plain = run_program(ENDS[end], True), run_program(ENDS[end], False)
+    assert (quick.returncode, quick.stdout, quick.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert "thread done" in quick.stdout and "atexit ran" in quick.stdout and "never flushed" in quick.stdout
+
+
+@pytest.mark.subprocess
+def test_a_quick_exit_skips_the_finalisation_of_what_is_still_referenced():
+    body = ("class Held:\n    def __del__(self):\n        print('finalised')\nheld = Held()\n"
+            "from mtl.runtime import run_as_process\nrun_as_process(lambda: print('done'))\n")
+    quick = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+    plain = subprocess.run([sys.executable, "-c", body.replace("run_as_process(lambda: print('done'))",
+                                                               "print('done')")],
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert plain.stdout == "done\nfinalised\n" and quick.stdout == "done\n", (plain.stdout, quick.stdout)
+
+
+def test_the_commands_end_the_process_only_when_they_are_the_process(monkeypatch, capsys):
+    """``mtl`` and ``examples/train_joint.py`` (argv from sys.argv) end through run_as_process; called with argv
+    (tests, other code) they return or raise SystemExit as functions do."""
+    ended = []
+    monkeypatch.setattr("mtl.runtime.run_as_process", lambda func, *args: ended.append((func, args)))
+    monkeypatch.setattr(sys, "argv", ["mtl", "launch", "--help"])
+    cli.main()
+    cli.train_main()
+    assert [(f.__name__, a) for f, a in ended] == [("_main", (["launch", "--help"],)),
+                                                    ("_train_main", (["launch", "--help"],))]
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["launch", "--help"])
+    assert stopped.value.code == 0 and "usage: mtl launch" in capsys.readouterr().out
+
+
+def test_the_data_workers_are_watched_every_half_second():
+    """Paddle's reader thread looks for a dead worker every DataLoader ``timeout`` seconds while it waits for a
+    batch (5 s when it is 0, its default): a worker the OOM killer took is said within half a second."""
+    from tests.dist_scripts.faulty_readers.faulty_readers import RaisingReader
+
+    loader = WorkerLoader(RaisingReader(num_samples=4, num_classes=2, bad_index=99), 1)
+    assert loader.loader.timeout == WORKER_CHECK_INTERVAL == 0.5
