@@ -144,9 +144,14 @@ def run_as_process(func, *args):
     """Run the process's command ``func(*args)`` and end the process with its exit status (:func:`exit_process`).
 
     A ``sys.exit(code)`` inside gives the status Python gives it (a message is printed to stderr and gives 1); any
-    other exception goes on to Python's own handling (its traceback, status 1, the normal shutdown)."""
+    other exception goes on to Python's own handling (its traceback, status 1, the normal shutdown). Under a program
+    that runs this one and has work left after it (``python -m cProfile`` writing its profile, pdb, a test), the
+    process is not ended here: ``func`` runs, and its ``SystemExit`` goes on as usual."""
     import sys
 
+    if not _owns_the_process(sys._getframe(1)):
+        func(*args)
+        return
     try:
         func(*args)
         code = 0
@@ -156,6 +161,17 @@ def run_as_process(func, *args):
             print(code, file=sys.stderr)
             code = 1
     exit_process(code or 0)
+
+
+def _owns_the_process(frame) -> bool:
+    """True when ``frame``'s program is the process's own: the only module-level code on the stack below it is the
+    ``__main__`` that started it (runpy's start-up of ``python -m`` aside), not a profiler, debugger or test runner
+    that runs it as part of itself."""
+    modules = 0
+    while frame is not None:
+        modules += frame.f_code.co_name == "<module>"
+        frame = frame.f_back
+    return modules == 1
 
 
 def exit_process(code: int):

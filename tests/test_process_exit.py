@@ -45,14 +45,20 @@ def test_a_quick_exit_prints_and_exits_as_python_does(end):
 
 
 @pytest.mark.subprocess
-def test_a_quick_exit_skips_the_finalisation_of_what_is_still_referenced():
+@pytest.mark.parametrize("form", ["-c", "-m", "script"])
+def test_a_quick_exit_skips_the_finalisation_of_what_is_still_referenced(tmp_path, form):
+    """As the process's own program (``python -c``, ``python -m``, ``python SCRIPT``, the console script)."""
     body = ("class Held:\n    def __del__(self):\n        print('finalised')\nheld = Held()\n"
             "from mtl.runtime import run_as_process\nrun_as_process(lambda: print('done'))\n")
-    quick = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=60,
-                           env=dict(os.environ, PYTHONPATH=ROOT))
-    plain = subprocess.run([sys.executable, "-c", body.replace("run_as_process(lambda: print('done'))",
-                                                               "print('done')")],
-                           capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    plain_body = body.replace("run_as_process(lambda: print('done'))", "print('done')")
+
+    def run(text):
+        (tmp_path / "command.py").write_text(text)
+        args = {"-c": ["-c", text], "-m": ["-m", "command"], "script": [str(tmp_path / "command.py")]}[form]
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=str(tmp_path),
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)])))
+
+    quick, plain = run(body), run(plain_body)
     assert plain.stdout == "done\nfinalised\n" and quick.stdout == "done\n", (plain.stdout, quick.stdout)
 
 
@@ -78,3 +84,23 @@ def test_the_data_workers_are_watched_every_half_second():
 
     loader = WorkerLoader(RaisingReader(num_samples=4, num_classes=2, bad_index=99), 1)
     assert loader.loader.timeout == WORKER_CHECK_INTERVAL == 0.5
+
+
+@pytest.mark.subprocess
+def test_under_a_profiler_the_process_goes_on_to_write_the_profile(tmp_path):
+    """``python -m cProfile -o F SCRIPT`` writes F after SCRIPT returns: a script that would end the process quickly
+    leaves that to the profiler, and ends as the same script without the quick exit does under it."""
+    def profiled(name, last_line):
+        script = tmp_path / f"{name}.py"
+        script.write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom mtl.runtime import run_as_process\n"
+                          f"{last_line}\n")
+        profile = tmp_path / f"{name}.prof"
+        done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), str(script)],
+                              capture_output=True, text=True, timeout=60)
+        return done, profile
+
+    quick, quick_profile = profiled("quick", "run_as_process(lambda: print('ran') or sys.exit(4))")
+    plain, plain_profile = profiled("plain", "print('ran'); sys.exit(4)")
+    assert (quick.returncode, quick.stdout, quick.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert quick.stdout == "ran\n" and plain_profile.is_file()
+    assert quick_profile.is_file() and quick_profile.stat().st_size > 0
