@@ -156,11 +156,19 @@ def run_as_process(func, *args):
         func(*args)
         code = 0
     except SystemExit as stop:
-        code = stop.code
-        if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)
-            code = 1
-    exit_process(code or 0)
+        code = exit_status(stop.code)
+    exit_process(code)
+
+
+def exit_status(code) -> int:
+    """The exit status ``sys.exit(code)`` gives: None is 0, an int itself, anything else is printed to stderr and
+    gives 1."""
+    import sys
+
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
 
 
 def _owns_the_process(frame) -> bool:

@@ -351,6 +351,8 @@ def _main():
     warnings.filters[:] = filters  # what the imports added; the children start from the interpreter's own
     base_environ = dict(os.environ)
     set_by_import = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    from mtl.runtime import exit_process, exit_status
+
     request, fds = _serve(sys.argv[1], before)
     _become(request, fds)
     _forward_nested_runs(sys.argv[1], before, set_by_import)
@@ -358,20 +360,12 @@ def _main():
         _execute(request["argv"], base_environ)
         code = 0
     except SystemExit as stop:
-        code = _exit_code(stop.code)
+        code = exit_status(stop.code)
     except BaseException as error:  # noqa: BLE001  (what the interpreter does with an uncaught exception)
         error = error.with_traceback(_outside_this_file(error.__traceback__))
         sys.excepthook(type(error), error, error.__traceback__)
         code = -signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
-    _exit(code)
-
-
-def _exit_code(code):
-    """The exit status ``sys.exit(code)`` gives (a message is printed to stderr and gives 1)."""
-    if code is None or isinstance(code, int):
-        return code or 0
-    print(code, file=sys.stderr)
-    return 1
+    exit_process(code)  # as mtl's entry points end: threads joined, atexit, no module teardown
 
 
 def _outside_this_file(tb):
@@ -379,14 +373,6 @@ def _outside_this_file(tb):
     while tb is not None and tb.tb_frame.f_code.co_filename == os.path.abspath(__file__):
         tb = tb.tb_next
     return tb
-
-
-def _exit(code):
-    """Exit as Python's shutdown does it, without tearing down the modules one by one, as mtl's entry points end
-    (:func:`mtl.runtime.exit_process`)."""
-    from mtl.runtime import exit_process
-
-    exit_process(code)
 
 
 if __name__ == "__main__":
