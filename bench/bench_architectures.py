@@ -104,7 +104,7 @@ def table(results):
         base = next(v for k, v in rows.items() if "recipe" in k or k == "shared_bottom")  # the baseline row
         body = [[name, f"{r['parameters']:,}", f"{r['shared']:,}", f"{r['median_s'] * 1000:.1f}",
                  f"{r['median_s'] / base['median_s']:.2f}"] for name, r in rows.items()]
-        text.append(f"{setting}:\n" + tabulate(body, headers=["architecture", "parameters (backbone + architecture)",
+        text.append(f"{setting}:\n\n" + tabulate(body, headers=["architecture", "parameters (backbone + architecture)",
                                                                "shared", "ms / step", "step time / baseline"],
                                                tablefmt="github", disable_numparse=True))
     return "\n\n".join(text)

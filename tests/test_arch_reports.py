@@ -186,3 +186,33 @@ def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
         architectures_report.main(["--faces", f"hard={tmp_path / 'h.json'}", f"x={tmp_path / 'bad.json'}"])
     with pytest.raises(SystemExit, match="none of the --faces files .* has the datasets' alone runs"):
         architectures_report.main(["--faces", f"x={tmp_path / 'n.json'}"])
+
+
+def test_the_cost_benchmark_counts_each_models_parameters_and_the_report_shows_them(tmp_path):
+    """bench/bench_architectures.py on the synthetic setting (1 timed step): parameter counts against the layers'
+    own arithmetic (an MLP layer of n inputs and m units has n*m + m), shared ones as each architecture declares
+    them, the baseline's ratio 1; examples/architectures_report.py --costs puts the table in the doc."""
+    sys.path[:0] = [EXAMPLES, os.path.join(ROOT, "bench")]
+    import architectures_report
+    import bench_architectures
+
+    def layer(n, m):
+        return n * m + m
+
+    results = bench_architectures.run(["synthetic"], 1, str(tmp_path / "out"))
+    rows = results["synthetic"]
+    # shared-bottom: one shared ReLU layer of 113 on the 100 inputs, a tower of 8 per task
+    bottom = layer(100, 113) + 2 * layer(113, 8)
+    assert (rows["shared_bottom"]["parameters"], rows["shared_bottom"]["shared"]) == \
+        (bottom, layer(100, 113))
+    experts, gate, towers = 8 * layer(100, 16), layer(100, 8), 2 * layer(16, 8)  # 8 experts of 16, towers of 8
+    assert (rows["omoe"]["parameters"], rows["omoe"]["shared"]) == (experts + gate + towers, experts + gate)
+    assert (rows["mmoe"]["parameters"], rows["mmoe"]["shared"]) == (experts + 2 * gate + towers, experts)
+    assert all(r["median_s"] > 0 for r in rows.values())
+    (tmp_path / "costs.json").write_text(json.dumps(results))
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- architectures-tables -->\n<!-- /architectures-tables -->\n")
+    architectures_report.main(["--costs", str(tmp_path / "costs.json"), "--write", str(doc)])
+    text = doc.read_text()
+    assert "### Costs\n\nsynthetic:\n\n| architecture" in text
+    assert f"| shared_bottom  | {bottom:,}" in text and "| 1.00 " in text
