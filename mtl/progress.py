@@ -109,8 +109,8 @@ class Progress:
         """While the body trains a run into ``out_dir``: a line every ``every`` seconds with the run's step, its
         time so far and the time it has left (from its pace), e.g. ``[train 2/6] seed 0 joint: step 120 of 600,
         1m05s, about 4m20s left``."""
-        with self.lock:
-            self.started += 1
+        with self.lock:  # an item finished without a watch (read from an earlier run) took a number too
+            self.started = max(self.started, self.done) + 1
             label = f"[{self.what} {self.started}/{self.total}] {text}"
         began, stop = self.clock(), threading.Event()
 

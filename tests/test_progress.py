@@ -95,3 +95,22 @@ def test_a_finished_line_says_which_run_of_how_many_and_the_time_left():
     progress.finished("seed 0 oracle", 130.0)
     assert out.getvalue().splitlines() == ["[score 1/4] seed 0 naive (30s); elapsed 30s, about 1m30s left",
                                            "[score 2/4] seed 0 oracle (1m00s); elapsed 1m30s, about 1m30s left"]
+
+
+def test_a_watched_run_after_runs_read_from_disk_takes_the_next_number(tmp_path, monkeypatch):
+    """Two runs finished without a watch (read from an earlier report's folder), then one trains: it is 3 of 3, not
+    1 of 3 (the multimnist report numbered its runs 3, 2, 3 after two read ones)."""
+    monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.01)
+    now = [1000.0]
+    out = io.StringIO()
+    progress = Progress("train", 3, stream=out, every=0.0, clock=lambda: now[0])
+    progress.finished("seed 0: single left (finished before, read)", now[0])
+    progress.finished("seed 0: single right (finished before, read)", now[0])
+    run = tmp_path / "run"
+    deadline = time.time() + 10
+    with progress.watch("seed 0: static", str(run)):
+        now[0] = 1060.0
+        write_run(run, 600, 150)
+        while out.getvalue().count("\n") < 3 and time.time() < deadline:
+            time.sleep(0.01)
+    assert out.getvalue().splitlines()[2].startswith("[train 3/3] seed 0: static: step 150 of 600"), out.getvalue()
