@@ -12,7 +12,8 @@ is MGDA on the representation, Sener and Koltun's MGDA-UB) and every architectur
 own process; a run whose ``summary.json`` exists is not trained again; a line per run says which of how many and
 the time so far and left, and a running run's step every 30 s. Accuracy is the head's on the recipe's
 evaluation split (``eval_split`` of the task files: the validation part of the training digits). ``--json`` writes
-``{"seeds": [...], "configurations": {NAME: {"left": [per seed], "right": [per seed]}}}`` (accuracy in percent).
+``{"seeds": [...], "configurations": {NAME: {"left": [per seed], "right": [per seed]}}}`` (accuracy in percent), with
+the ``config`` and the runs' ``steps``.
 """
 import argparse
 import json
@@ -77,7 +78,10 @@ def accuracy(folder, task):
 def run_all(args):
     """Train every run of every configuration and seed (a run whose summary exists is read, not trained again), a
     progress line per run (:mod:`mtl.progress`); return the report's JSON content."""
-    result = {"config": os.path.relpath(args.config, ROOT), "seeds": args.seeds, "configurations": {}}
+    from mtl.config.loading import load_job
+
+    steps = load_job(args.config, list(args.sets))["schedule"]["steps"]  # the runs' steps (--steps or the recipe's)
+    result = {"config": os.path.relpath(args.config, ROOT), "steps": steps, "seeds": args.seeds, "configurations": {}}
     todo = [(name, seed, *run) for name in args.configurations for seed in args.seeds
             for run in runs(name, args.config, seed, args.out, args.sets)]
     progress = Progress("train", len(todo))

@@ -99,7 +99,7 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
                "single,static,mgda_ub,mmoe,task_norm", "--seeds", 0, 1, "--steps", 2, "--out", tmp_path / "r",
                "--json", tmp_path / "m.json")
     report = json.load(open(tmp_path / "m.json"))
-    assert report["seeds"] == [0, 1]
+    assert report["seeds"] == [0, 1] and report["steps"] == 2  # the runs' steps, --steps over the recipe's
     assert set(report["configurations"]) == {"single", "static", "mgda_ub", "mmoe", "task_norm"}
     for cell in report["configurations"].values():
         assert set(cell) == {"left", "right"} and all(len(v) == 2 and 0 <= min(v) <= max(v) <= 100
