@@ -117,6 +117,9 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join("runs", "bench_architectures"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    from mtl.runtime import set_threads
+
+    set_threads(1)  # one intra-op thread, before Paddle starts its pool (a no-op once Paddle is imported)
     results = run(args.settings, args.steps, args.out)
     print(table(results))
     if args.json:

@@ -75,6 +75,12 @@ def accuracy(folder, task):
         return 100.0 * float(json.load(f)["tasks"][task]["eval"]["accuracy"])
 
 
+def read_steps(folder):
+    """The steps a finished run was trained for (its ``job.json``)."""
+    with open(os.path.join(folder, "job.json")) as f:
+        return json.load(f)["schedule"]["steps"]
+
+
 def run_all(args):
     """Train every run of every configuration and seed (a run whose summary exists is read, not trained again), a
     progress line per run (:mod:`mtl.progress`); return the report's JSON content."""
@@ -90,12 +96,16 @@ def run_all(args):
         label, began = f"seed {seed}: {name} {' '.join(tasks)}", time.time()
         if os.path.isfile(os.path.join(folder, "summary.json")):
             label += " (finished before, read)"
+            trained = read_steps(folder)
+            if trained != steps:  # a table of runs of two budgets would be wrong
+                sys.exit(f"error: {folder} was trained for {trained} steps, this report's runs take {steps}: "
+                         f"remove it or give another --out")
         else:
             with progress.watch(label, folder):
                 failure = train(args.config, folder, sets)
             if failure:
                 sys.exit("training failed:\n" + failure)
-        progress.finished(label, began)
+        progress.finished(label, began, read=label.endswith("(finished before, read)"))
         for task in tasks:
             cell[task].append(accuracy(folder, task))
     return result

@@ -148,7 +148,7 @@ def main(argv=None):
         out_dir, began = os.path.join(args.out, f"seed{seed}", name), time.time()
         done[seed][name] = out_dir
         if args.reuse and finished(out_dir, cfg["schedule"]["steps"]):
-            progress.finished(f"seed {seed}: {name} (finished before, kept)", began)
+            progress.finished(f"seed {seed}: {name} (finished before, kept)", began, read=True)
             continue
         with progress.watch(f"seed {seed}: {name}", out_dir):
             took, failure = train(args.config, out_dir, seed, [*sets, *overrides], args.nproc, args.reuse)

@@ -32,4 +32,5 @@ def write_section(path: str, name: str, text: str):
         raise ConfigError(f"'{path}' has no {begin} ... {end} markers to write between")
     head, rest = content.split(begin, 1)
     with open(path, "w") as f:
-        f.write(head + begin + "\n" + text + "\n" + end + rest.split(end, 1)[1])
+        # a blank line before the end marker: a markdown table would take the marker line as a row of its own
+        f.write(head + begin + "\n" + text + "\n\n" + end + rest.split(end, 1)[1])

@@ -94,10 +94,13 @@ class Progress:
     def _print(self, line):
         print(line, file=self.stream or sys.stdout, flush=True)
 
-    def finished(self, text, began):
-        """Print the line of an item that started at ``began``."""
+    def finished(self, text, began, read=False):
+        """Print the line of an item that started at ``began``; ``read``: an item that was not watched (its result
+        read from an earlier run), which takes a number of its own."""
         with self.lock:
             self.done += 1
+            if read:
+                self.started += 1
             now = self.clock()
             elapsed = now - self.start
             left = elapsed / self.done * (self.total - self.done)
@@ -109,8 +112,8 @@ class Progress:
         """While the body trains a run into ``out_dir``: a line every ``every`` seconds with the run's step, its
         time so far and the time it has left (from its pace), e.g. ``[train 2/6] seed 0 joint: step 120 of 600,
         1m05s, about 4m20s left``."""
-        with self.lock:  # an item finished without a watch (read from an earlier run) took a number too
-            self.started = max(self.started, self.done) + 1
+        with self.lock:
+            self.started += 1
             label = f"[{self.what} {self.started}/{self.total}] {text}"
         began, stop = self.clock(), threading.Event()
 

