@@ -94,7 +94,8 @@ def run_all(args):
     for name, seed, folder, sets, tasks in todo:
         cell = result["configurations"].setdefault(name, {t: [] for t in TASKS})
         label, began = f"seed {seed}: {name} {' '.join(tasks)}", time.time()
-        if os.path.isfile(os.path.join(folder, "summary.json")):
+        read = os.path.isfile(os.path.join(folder, "summary.json"))
+        if read:
             label += " (finished before, read)"
             trained = read_steps(folder)
             if trained != steps:  # a table of runs of two budgets would be wrong
@@ -105,7 +106,7 @@ def run_all(args):
                 failure = train(args.config, folder, sets)
             if failure:
                 sys.exit("training failed:\n" + failure)
-        progress.finished(label, began, read=label.endswith("(finished before, read)"))
+        progress.finished(label, began, read=read)
         for task in tasks:
             cell[task].append(accuracy(folder, task))
     return result

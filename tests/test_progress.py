@@ -39,11 +39,16 @@ def test_run_step_reads_the_last_step_and_ignores_an_earlier_runs_files(tmp_path
     assert run_step(str(tmp_path / "missing")) is None
 
 
-def test_a_watched_run_prints_its_step_and_time_left_while_it_trains(tmp_path, monkeypatch):
+def watched(monkeypatch, total, every, start):
+    """``(progress, out, now)``: a Progress of ``total`` items printing into ``out`` every ``every`` s of the clock
+    ``now[0]`` (from ``start``), whose watch threads poll every 10 ms."""
     monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.01)
-    now = [1000.0]
-    out = io.StringIO()
-    progress = Progress("train", 3, stream=out, every=30.0, clock=lambda: now[0])
+    now, out = [start], io.StringIO()
+    return Progress("train", total, stream=out, every=every, clock=lambda: now[0]), out, now
+
+
+def test_a_watched_run_prints_its_step_and_time_left_while_it_trains(tmp_path, monkeypatch):
+    progress, out, now = watched(monkeypatch, 3, 30.0, 1000.0)
     run = tmp_path / "run"
     with progress.watch("seed 0 joint", str(run)):
         write_run(run, 600, 150)
@@ -64,10 +69,7 @@ def test_a_watched_run_prints_its_step_and_time_left_while_it_trains(tmp_path, m
 
 def test_a_watched_run_that_stops_logging_says_so_and_when_every_step_is_done(tmp_path, monkeypatch):
     """No estimate while the step does not move (an evaluation, a checkpoint), nor after the last step."""
-    monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.01)
-    now = [0.0]
-    out = io.StringIO()
-    progress = Progress("train", 1, stream=out, every=30.0, clock=lambda: now[0])
+    progress, out, now = watched(monkeypatch, 1, 30.0, 0.0)
     run = tmp_path / "run"
     deadline = time.time() + 10
 
@@ -101,10 +103,7 @@ def test_a_watched_run_after_runs_read_from_disk_takes_the_next_number(tmp_path,
     """Items read from an earlier report's folder (``read=True``) take numbers too. Several runs at once (as with
     several jobs): b and a watched, c read, a finished, then d starts while b still runs: d is 4 of 4 (counting the
     finished ones would give 3; the multimnist report numbered 3, 2, 3 after two read runs)."""
-    monkeypatch.setattr(progress_module, "POLL_SECONDS", 0.01)
-    now = [1000.0]
-    out = io.StringIO()
-    progress = Progress("train", 4, stream=out, every=0.0, clock=lambda: now[0])
+    progress, out, now = watched(monkeypatch, 4, 0.0, 1000.0)
     run = tmp_path / "d"
     deadline = time.time() + 10
     with progress.watch("b", str(tmp_path / "b")):
