@@ -5,14 +5,18 @@
     python examples/faces_report.py --only joint alone --no-baselines --json faces_hard.json
     python examples/faces_report.py --only joint --no-baselines --set architecture=... --json faces_mmoe.json  # each
     python bench/bench_architectures.py --json costs.json
+    python examples/multimnist_report.py --steps 975 --json screen.json  # a shorter budget: every configuration
     python examples/architectures_report.py --synthetic synthetic.json --multimnist multimnist.json \\
+        --multimnist-screen screen.json [more files of that budget] \\
         --faces hard=faces_hard.json mmoe=faces_mmoe.json ... --costs costs.json [--json FILE] [--write DOC]
 
 Verdicts, each against the spread over seeds or runs (a difference smaller than it is noise):
 * synthetic: MMoE below shared-bottom at a correlation when the paired difference (same data in every run) is below
   zero by more than twice its standard error; MMoE "equal to" one-gate MoE when their paired difference is within
   twice its standard error; the widest spread is the largest interquartile range of the final loss over runs;
-* MultiMNIST: Delta_m against single task, and each configuration's left / right mean against single's;
+* MultiMNIST: Delta_m against single task, and each configuration's left / right mean against single's; the screen
+  (every configuration at a shorter budget, from several files at the seeds they share) best Delta_m first, with
+  the largest std over seeds of a configuration's per-seed Delta_m in its files as the noise;
 * faces: per architecture, the datasets where joint >= alone (means over the architecture's seeds, alone at
   the same seeds) and joint - alone on the mean; a column of one seed says which.
 ``--write DOC`` puts the tables between the ``<!-- architectures-tables -->`` markers of DOC.
@@ -75,6 +79,59 @@ def multimnist_table(report):
     from multimnist_report import table
 
     return table(report)
+
+
+def per_seed_delta_m(cell, single, at):
+    """Delta_m (%) of one seed: index ``at`` of the configuration's and of single task's per-seed accuracy."""
+    from multimnist_report import TASKS
+
+    return float(np.mean([(cell[t][at] - single[t][at]) / single[t][at] * 100 for t in TASKS]))
+
+
+def merge_screen(files):
+    """The MultiMNIST reports of one budget merged at the seeds every file has: ``{"steps", "seeds",
+    "configurations": {name: {"left", "right"}}}``, and the largest std over seeds of a configuration's per-seed
+    Delta_m in any file of several seeds (the noise at this budget; None without one)."""
+    reports = [(path, json.load(open(path))) for path in files]  # a list: a file given twice is refused
+    steps = {r["steps"] for _, r in reports}
+    if len(steps) > 1:
+        raise SystemExit("error: the screen's files are of different budgets: "
+                         + ", ".join(f"{p} {r['steps']} steps" for p, r in reports))
+    seeds = sorted(set.intersection(*(set(r["seeds"]) for _, r in reports)))
+    if not seeds:
+        raise SystemExit(f"error: the screen's files {', '.join(files)} share no seed")
+    merged, noise = {}, []
+    for path, r in reports:
+        configs = r["configurations"]
+        for name, cell in configs.items():
+            if name in merged:
+                raise SystemExit(f"error: configuration {name!r} is in two of the screen's files ({path})")
+            merged[name] = {t: [v[r["seeds"].index(s)] for s in seeds] for t, v in cell.items()}
+        if len(r["seeds"]) > 1 and "single" in configs:
+            noise += [float(np.std([per_seed_delta_m(c, configs["single"], i) for i in range(len(r["seeds"]))]))
+                      for n, c in configs.items() if n != "single"]
+    if "single" not in merged:
+        raise SystemExit(f"error: none of the screen's files {', '.join(files)} has the configuration 'single'")
+    return {"steps": steps.pop(), "seeds": seeds, "configurations": merged}, (max(noise) if noise else None)
+
+
+def screen_table(screen, noise):
+    """Every configuration of the merged screen, best Delta_m first, and the noise line."""
+    from multimnist_report import TASKS, delta_m
+    from tabulate import tabulate
+
+    from mtl.progress import spread
+
+    configs = screen["configurations"]
+    order = sorted((n for n in configs if n != "single"), key=lambda n: -delta_m(configs[n], configs["single"]))
+    rows = [[n, *(spread(configs[n][t], 2) for t in TASKS),
+             f"{delta_m(configs[n], configs['single']):+.2f}" if n != "single" else ""] for n in ["single", *order]]
+    text = tabulate(rows, headers=["configuration", "left (%)", "right (%)", "Δm vs single (%)"],
+                    tablefmt="github", disable_numparse=True)
+    if noise is not None:
+        text += (f"\n\nThe seed-to-seed spread of Δm at this budget: up to {noise:.2f} (std over the seeds of the "
+                 "configurations run at several)")
+    return text
 
 
 def faces_rows(files):
@@ -154,6 +211,12 @@ def report(args):
         data = json.load(open(args.multimnist))
         parts.append(f"### MultiMNIST (seeds {', '.join(map(str, data['seeds']))})\n\n" + multimnist_table(data))
         content["multimnist"] = data
+    if args.multimnist_screen:
+        screen, noise = merge_screen(args.multimnist_screen)
+        parts.append(f"### MultiMNIST screen: every configuration at {screen['steps']} steps (seed"
+                     f"{'s' if len(screen['seeds']) > 1 else ''} {', '.join(map(str, screen['seeds']))})\n\n"
+                     + screen_table(screen, noise))
+        content["multimnist_screen"] = {**screen, "noise": noise}
     if args.faces:
         alone, columns = faces_rows(dict(item.split("=", 1) for item in args.faces))
         parts.append("### Six faces, validation people\n\n" + faces_table(alone, columns))
@@ -179,6 +242,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--synthetic", help="examples/mmoe_synthetic_report.py's --json")
     parser.add_argument("--multimnist", help="examples/multimnist_report.py's --json")
+    parser.add_argument("--multimnist-screen", nargs="*", default=[], metavar="FILE",
+                        help="examples/multimnist_report.py's --json files of one shorter budget, tabled at their "
+                             "common seeds")
     parser.add_argument("--faces", nargs="*", default=[], metavar="NAME=FILE",
                         help="examples/faces_report.py's --json per architecture (one of them with alone)")
     parser.add_argument("--costs", help="bench/bench_architectures.py's --json")

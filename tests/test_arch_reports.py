@@ -228,3 +228,35 @@ def test_the_cost_benchmark_counts_each_models_parameters_and_the_report_shows_t
     base = rows["shared_bottom"]["median_s"]
     assert shown == {name: [f"{r['parameters']:,}", f"{r['shared']:,}", f"{r['median_s'] * 1000:.1f}",
                             f"{r['median_s'] / base:.2f}"] for name, r in rows.items()}
+
+
+def test_the_multimnist_screen_merges_files_of_one_budget_at_their_common_seed(tmp_path):
+    """Every configuration at seed 0 from a file of three seeds and one of seed 0, best Delta_m first; the noise is
+    the std over the three seeds of static's per-seed Delta_m, worked out here by hand; files of two budgets or a
+    configuration in two files are refused."""
+    sys.path.insert(0, EXAMPLES)
+    import architectures_report
+
+    three = {"steps": 975, "seeds": [0, 1, 2], "configurations": {
+        "single": {"left": [96.0, 96.0, 96.0], "right": [95.0, 95.0, 95.0]},
+        "static": {"left": [95.04, 96.0, 94.08], "right": [95.0, 95.0, 95.0]}}}  # per seed: -0.5, 0, -1.0 %
+    one = {"steps": 975, "seeds": [0], "configurations": {"pcgrad": {"left": [96.96], "right": [95.0]}}}  # +0.5 %
+    for name, report in (("three", three), ("one", one)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(report))
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- architectures-tables -->\n<!-- /architectures-tables -->\n")
+    content = architectures_report.main(["--multimnist-screen", str(tmp_path / "three.json"),
+                                         str(tmp_path / "one.json"), "--write", str(doc)])
+    screen = content["multimnist_screen"]
+    assert screen["seeds"] == [0] and screen["steps"] == 975
+    assert screen["configurations"]["static"] == {"left": [95.04], "right": [95.0]}
+    assert abs(screen["noise"] - np.std([-0.5, 0.0, -1.0])) < 1e-9
+    text = doc.read_text()
+    assert "every configuration at 975 steps (seed 0)" in text
+    assert text.index("| single") < text.index("| pcgrad") < text.index("| static")  # single, then best first
+    assert "+0.50" in text and "-0.50" in text and f"up to {np.std([-0.5, 0.0, -1.0]):.2f}" in text
+    (tmp_path / "other.json").write_text(json.dumps({**one, "steps": 5850}))
+    with pytest.raises(SystemExit, match="different budgets"):
+        architectures_report.main(["--multimnist-screen", str(tmp_path / "three.json"), str(tmp_path / "other.json")])
+    with pytest.raises(SystemExit, match="'pcgrad' is in two"):
+        architectures_report.main(["--multimnist-screen", str(tmp_path / "one.json"), str(tmp_path / "one.json")])
