@@ -81,18 +81,33 @@ def multimnist_table(report):
     return table(report)
 
 
-def per_seed_delta_m(cell, single, at):
-    """Delta_m (%) of one seed: index ``at`` of the configuration's and of single task's per-seed accuracy."""
-    from multimnist_report import TASKS
+def read_report(path, keys):
+    """A report's JSON with ``keys``, or a sentence naming the file and what it lacks."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"error: cannot read the report {path}: {exc}") from None
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise SystemExit(f"error: the report {path} lacks {', '.join(missing)} (examples/multimnist_report.py's "
+                         "--json has them)")
+    return data
 
-    return float(np.mean([(cell[t][at] - single[t][at]) / single[t][at] * 100 for t in TASKS]))
+
+def seed_delta_m(cell, single, at):
+    """Delta_m (%) of the one seed at index ``at`` (multimnist_report.delta_m on that seed's accuracies)."""
+    from multimnist_report import delta_m
+
+    return delta_m({t: [v[at]] for t, v in cell.items()}, {t: [v[at]] for t, v in single.items()})
 
 
 def merge_screen(files):
     """The MultiMNIST reports of one budget merged at the seeds every file has: ``{"steps", "seeds",
     "configurations": {name: {"left", "right"}}}``, and the largest std over seeds of a configuration's per-seed
     Delta_m in any file of several seeds (the noise at this budget; None without one)."""
-    reports = [(path, json.load(open(path))) for path in files]  # a list: a file given twice is refused
+    # a list, not a dict by path: a file given twice is refused below
+    reports = [(path, read_report(path, ("steps", "seeds", "configurations"))) for path in files]
     steps = {r["steps"] for _, r in reports}
     if len(steps) > 1:
         raise SystemExit("error: the screen's files are of different budgets: "
@@ -108,7 +123,7 @@ def merge_screen(files):
                 raise SystemExit(f"error: configuration {name!r} is in two of the screen's files ({path})")
             merged[name] = {t: [v[r["seeds"].index(s)] for s in seeds] for t, v in cell.items()}
         if len(r["seeds"]) > 1 and "single" in configs:
-            noise += [float(np.std([per_seed_delta_m(c, configs["single"], i) for i in range(len(r["seeds"]))]))
+            noise += [float(np.std([seed_delta_m(c, configs["single"], i) for i in range(len(r["seeds"]))]))
                       for n, c in configs.items() if n != "single"]
     if "single" not in merged:
         raise SystemExit(f"error: none of the screen's files {', '.join(files)} has the configuration 'single'")

@@ -82,7 +82,10 @@ def model_weights(folder):
 
 
 if __name__ == "__main__":
+    import mtl
     from mtl.runtime import select_device
+
+    print(f"mtl from {os.path.dirname(mtl.__file__)}")  # which checkout trained (tests/test_arch_training.py checks)
 
     select_device("cpu")
     with tempfile.TemporaryDirectory() as root:

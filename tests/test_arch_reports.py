@@ -260,3 +260,8 @@ def test_the_multimnist_screen_merges_files_of_one_budget_at_their_common_seed(t
         architectures_report.main(["--multimnist-screen", str(tmp_path / "three.json"), str(tmp_path / "other.json")])
     with pytest.raises(SystemExit, match="'pcgrad' is in two"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "one.json"), str(tmp_path / "one.json")])
+    with pytest.raises(SystemExit, match="cannot read the report .*absent.json"):
+        architectures_report.main(["--multimnist-screen", str(tmp_path / "absent.json")])
+    (tmp_path / "old.json").write_text(json.dumps({"seeds": [0], "configurations": {}}))  # before "steps" was kept
+    with pytest.raises(SystemExit, match="old.json lacks steps"):
+        architectures_report.main(["--multimnist-screen", str(tmp_path / "old.json")])

@@ -63,8 +63,11 @@ def reference_before(tmp_path):
     (tmp_path / "before.tar").write_bytes(archive.stdout)
     with tarfile.open(tmp_path / "before.tar") as tar:
         tar.extractall(old, filter="data")
-    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "hard_reference.py"), str(out)], check=True,
-                   env=dict(os.environ, PYTHONPATH=str(old), OMP_NUM_THREADS="1"), capture_output=True)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "hard_reference.py"), str(out)], check=True,
+                          env=dict(os.environ, PYTHONPATH=str(old), OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True)
+    assert f"mtl from {old / 'mtl'}" in done.stdout, done.stdout  # the old code trained, not this checkout
+    assert not (old / "mtl" / "architectures").exists()  # and it is the code before the architecture layer
     return np.load(out)
 
 
