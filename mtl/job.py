@@ -203,10 +203,11 @@ def _cross_negatives(cfg, tasks, architecture):
     spec = cfg["cross_negatives"]
     if spec["rate"] <= 0:
         return None
-    if not architecture.is_identity:
+    if not architecture.one_embedding:
         raise ConfigError(f"cross_negatives scores a sample against the other heads' class centres, which needs one "
                           f"embedding shared by every task; the architecture '{architecture.registered_name}' gives "
-                          f"each task its own (use architecture: hard without towers, or cross_negatives.rate: 0)",
+                          f"each task its own (use hard, task_norm or adapters without towers, or "
+                          f"cross_negatives.rate: 0)",
                           cfg["source"], "cross_negatives.rate")
     heads = {t.name: t.head for t in tasks if t.head.cross_negatives}
     cross = CrossNegatives(spec, heads, task_seed(cfg["seed"], "cross_negatives"), cfg["source"])

@@ -408,3 +408,72 @@ def test_a_bad_same_person_file_is_refused_at_load_time_naming_the_key(tmp_path,
         load_job(equivalence.JOB, ["cross_negatives.rate=1.0", "cross_negatives.mask=pairs",
                                    f"cross_negatives.pairs={path}"])
     assert info.value.key == "cross_negatives.pairs" and str(path) in str(info.value)
+
+
+# ---- under an architecture: one embedding needed --------------------------------------------------------------
+def _arch_job(architecture, backbone, cross=None):
+    """Two ArcFace heads (7 and 5 classes) on synthetic images with ``architecture``; ``cross``: the section."""
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+
+    tasks = [{"name": n, "reader": {"type": "synthetic", "num_samples": 30, "num_classes": c, "seed": s},
+              "head": {"type": "arcface", "scale": SCALE, "margin": list(ARC)}, "eval": None}
+             for n, c, s in (("arc7", 7, 1), ("arc5", 5, 2))]
+    raw = {"seed": 3, "device": "cpu", "output_dir": "unused", "architecture": architecture, "tasks": tasks,
+           "backbone": backbone, "schedule": {"batch_size": 12}, "log": {"progress": False},
+           "cross_negatives": cross or {"rate": 1.0, "mask": "none", "warmup": 0, "update": "own"}}
+    return build_job(load_job(data=raw), announce_plan=False)
+
+
+MLP_BN = {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [16], "batch_norm": True, "embedding_size": 8}
+CNN = {"type": "cnn", "channels": [4, 8], "embedding_size": 8}
+
+
+@pytest.mark.parametrize("architecture, backbone, accepted", [
+    ({"type": "hard"}, MLP_BN, True), ({"type": "task_norm"}, MLP_BN, True), ({"type": "adapters"}, CNN, True),
+    ({"type": "hard", "tower": [6]}, MLP_BN, False), ({"type": "task_norm", "tower": [6]}, MLP_BN, False),
+    ({"type": "mmoe", "experts": 2, "expert_layers": [6]}, MLP_BN, False),
+    ({"type": "cross_stitch", "layers": [6]}, MLP_BN, False)])
+def test_cross_negatives_need_every_task_in_one_embedding(architecture, backbone, accepted):
+    """Shared weights with task BatchNorms or adapters (no towers) give one embedding: accepted; towers, experts
+    and stitch columns give each task coordinates of its own: refused before training, naming the key."""
+    from mtl.errors import ConfigError
+
+    if accepted:
+        job = _arch_job(architecture, backbone)
+        assert job.model.cross_negatives is not None and job.model.architecture.one_embedding
+        return
+    with pytest.raises(ConfigError, match="cross_negatives.rate") as error:
+        _arch_job(architecture, backbone)
+    assert "gives each task its own" in str(error.value)
+
+
+def test_under_task_norm_a_sample_is_scored_through_its_own_norm_against_the_other_heads_centres():
+    """task_norm + cross-head negatives, first step: arc7's loss is the numpy masked softmax of arc7's rows
+    embedded with arc7's BatchNorm (batch statistics of its rows only) against its own and arc5's centres."""
+    from mtl.data.steps import collate
+
+    job = _arch_job({"type": "task_norm"}, MLP_BN)
+    norms = job.model.backbone.layers[1].by_task
+    for i, norm in enumerate(norms):  # distinct affine per task, so that a mix-up shows
+        norm.weight.set_value(np.linspace(0.5, 1.5, 16, dtype=np.float32) * (i + 1))
+        norm.bias.set_value(np.full(16, 0.2 * i - 0.1, np.float32))
+    batch = {t.name: {k: paddle.to_tensor(v) for k, v in collate([t.reader[i] for i in range(6)]).items()}
+             for t in job.tasks}
+    job.model.train()
+    job.model.prepare_step(batch, 0, 1)
+    _, outputs = job.model.forward(batch, step=0)
+    layers = job.model.backbone.layers
+    heads = {t.name: t.head.weight.numpy().astype(np.float64) for t in job.tasks}
+    f64 = lambda p: p.numpy().astype(np.float64)  # noqa: E731
+    for i, (task, other) in enumerate((("arc7", "arc5"), ("arc5", "arc7"))):
+        x = batch[task]["image"].numpy().reshape(6, -1).astype(np.float64)
+        h = x @ f64(layers[0].weight) + f64(layers[0].bias)
+        h = f64(norms[i].weight) * (h - h.mean(0)) / np.sqrt(h.var(0) + norms[i]._epsilon) + f64(norms[i].bias)
+        feats = np.maximum(h, 0.0) @ f64(layers[3].weight) + f64(layers[3].bias)
+        labels = batch[task]["label"].numpy()
+        loss = np_cross_head(feats, heads[task], labels, [heads[other]], [np.zeros((6, len(heads[other])), bool)],
+                             ARC, SCALE)[0]
+        assert abs(float(outputs[task].loss) - loss) <= 1e-5 * abs(loss), task
+        separate = np_cross_head(feats, heads[task], labels, [], [], ARC, SCALE)[0]
+        assert loss - separate > 5e-5 * loss, task  # beyond the tolerance: the other head's centres are in it

@@ -167,6 +167,15 @@ class Architecture(paddle.nn.Layer):
         """True when every head sees the backbone's features unchanged (``hard`` without towers)."""
         return False
 
+    @property
+    def one_embedding(self) -> bool:
+        """True when every task's embedding comes out of the same weights, so that one task's samples can be scored
+        against another task's class centres (cross-head negatives): ``hard`` without towers, and task BatchNorms
+        or adapters without towers (every weight shared but a task's normalisation or its residual adapter, which
+        starts as the identity of the shared path). Towers, experts, gates and stitch columns give each task
+        coordinates of its own, where another head's centres mean nothing."""
+        return self.is_identity
+
     def index(self, task: str) -> int:
         """Position of ``task`` among the architecture's tasks (job order)."""
         return self.tasks.index(task)

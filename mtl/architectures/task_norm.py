@@ -79,6 +79,11 @@ class TaskLayers(Architecture):
                               f"batch_norm: true)", key="type")
         self.switches += norms
 
+    @property
+    def one_embedding(self) -> bool:
+        """Every weight is shared but the task layers inside the backbone: one embedding unless towers follow."""
+        return self.towers is None
+
     def select(self, task):
         """Every task layer of the backbone uses ``task``'s copy in the next pass."""
         index = self.index(task)

@@ -5,7 +5,8 @@ of NAMES) in OUT_ROOT/<name>; with UNTIL, every run stops after step UNTIL and i
 folder (the exact-resume check). Two ArcFace heads whose classes do not split evenly over 2 processes (7 and 5,
 sharded) and one softmax head; MLP backbone without BatchNorm, or the small CNN with synchronised BatchNorm for the
 architectures whose task layers are BatchNorms and adapters. Each architecture meets a weighting of another kind
-(loss-based, Gram-based, matrix-based, representation-based) besides static.
+(loss-based, Gram-based, matrix-based, representation-based) besides static; task BatchNorms also meet cross-head
+negatives (``EXTRA``).
 """
 import os
 import sys
@@ -28,6 +29,10 @@ RUNS = {  # name: (architecture, backbone, weighting)
     "cross_stitch_graddrop": ({"type": "cross_stitch", "layers": [12, 12]}, MLP, {"type": "graddrop"}),
     "task_norm": ({"type": "task_norm", "tower": [8]}, CNN, {"type": "static"}),
     "adapters_gradnorm": ({"type": "adapters"}, CNN, {"type": "gradnorm", "alpha": 1.5, "lr": 0.05}),
+    "task_norm_cross": ({"type": "task_norm"}, CNN, {"type": "static"}),
+}
+EXTRA = {  # name: more job keys; task BatchNorms keep one embedding, so the ArcFace heads score each other's classes
+    "task_norm_cross": {"cross_negatives": {"rate": 1.0, "mask": "online", "warmup": 2, "update": "both"}},
 }
 
 
@@ -48,7 +53,7 @@ def job(out, name, steps):
         "schedule": {"mode": "joint", "batch_size": 12, "steps": steps},
         "optimizer": {"type": "momentum", "lr": 0.05, "weight_decay": 0.0005, "decay": "none"},
         "log": {"every": 1, "progress": False, "plot": False},
-        "checkpoint": {"every": 5, "keep": 1}, "data": {"num_workers": 0},
+        "checkpoint": {"every": 5, "keep": 1}, "data": {"num_workers": 0}, **EXTRA.get(name, {}),
     }
 
 
