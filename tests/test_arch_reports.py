@@ -150,6 +150,31 @@ def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_pa
     assert job["architecture"]["type"] == "mmoe"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_source_free_scoring_sends_every_image_through_one_tasks_norms(tmp_path):
+    """task_norm with cross-head negatives on two datasets (4 steps): examples/faces_source_free.py's ``own`` way is
+    the faces report's all-people figure of the same run (each dataset through its own BatchNorms); through one
+    task's norms every image gets that task's embedding, which differs for the other task's images."""
+    tasks = os.path.join(EXAMPLES, "configs", "faces_six")
+    variant = tmp_path / "variant.yaml"
+    variant.write_text(yaml.safe_dump({
+        "base": os.path.join(EXAMPLES, "configs", "faces_six.yaml"),
+        "tasks": [os.path.join(tasks, "yale.yaml"), os.path.join(tasks, "umist.yaml")],
+        "schedule": {"steps": 4, "batch_size": 16}, "backbone": {"input_size": 16, "channels": [8, 16]},
+        "cross_negatives": {"warmup": 1}, "averaging": {"min_average_window": 2}, "data": {"num_workers": 0}}))
+    norm = "architecture={type: task_norm}"
+    run(tmp_path, "faces_report.py", "--config", variant, "--seeds", 0, "--arms", "cross", "--out", tmp_path / "f",
+        "--json", tmp_path / "f.json", "--no-baselines", "--set", norm)
+    folder = tmp_path / "f" / "seed0" / "cross"
+    proc = run(tmp_path, "faces_source_free.py", folder, "--config", variant, "--set", norm, "--json",
+               tmp_path / "s.json")
+    report, scores = json.load(open(tmp_path / "f.json")), json.load(open(tmp_path / "s.json"))["scores"]
+    assert set(scores) == {"yale", "umist", "own"} and "through yale" in proc.stdout
+    assert scores["own"][0][0] == pytest.approx(report["arms"]["cross"]["all"]["accuracy"][0], abs=1e-12)
+    assert scores["yale"][0] != scores["umist"][0]  # the norms differ: so does what every image becomes
+
+
 def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
     """Paired differences against twice their standard error, the widest interquartile range, faces' wins and mean
     gap: on numbers made up so that each verdict is known."""
