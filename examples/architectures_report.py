@@ -1,6 +1,6 @@
 """The architectures' tables and verdicts from the three benchmarks' JSON files (one command per benchmark made them):
 
-    python examples/mmoe_synthetic_report.py --runs 20 --json synthetic.json --plot synthetic.png
+    python examples/mmoe_synthetic_report.py --runs 40 --json synthetic.json --plot synthetic.png
     python examples/multimnist_report.py --json multimnist.json
     python examples/faces_report.py --only joint alone --no-baselines --json faces_hard.json
     python examples/faces_report.py --only joint --no-baselines --set architecture=... --json faces_mmoe.json  # each
