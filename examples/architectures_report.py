@@ -16,7 +16,8 @@ Verdicts, each against the spread over seeds or runs (a difference smaller than 
   twice its standard error; the widest spread is the largest interquartile range of the final loss over runs;
 * MultiMNIST: Delta_m against single task, and each configuration's left / right mean against single's; the screen
   (every configuration at a shorter budget, from several files at the seeds they share) best Delta_m first, with
-  the largest std over seeds of a configuration's per-seed Delta_m in its files as the noise;
+  the largest std over seeds of a configuration's per-seed Delta_m (against the same seed's single task, from
+  whichever file has it) as the noise;
 * faces: per architecture, the datasets where joint >= alone (means over the architecture's seeds, alone at
   the same seeds) and joint - alone on the mean; a column of one seed says which.
 ``--write DOC`` puts the tables between the ``<!-- architectures-tables -->`` markers of DOC.
@@ -95,17 +96,9 @@ def read_report(path, keys):
     return data
 
 
-def seed_delta_m(cell, single, at):
-    """Delta_m (%) of the one seed at index ``at`` (multimnist_report.delta_m on that seed's accuracies)."""
-    from multimnist_report import delta_m
-
-    return delta_m({t: [v[at]] for t, v in cell.items()}, {t: [v[at]] for t, v in single.items()})
-
-
 def merge_screen(files):
     """The MultiMNIST reports of one budget merged at the seeds every file has: ``{"steps", "seeds",
-    "configurations": {name: {"left", "right"}}}``, and the largest std over seeds of a configuration's per-seed
-    Delta_m in any file of several seeds (the noise at this budget; None without one)."""
+    "configurations": {name: {"left", "right"}}}``, and the noise at this budget (:func:`screen_noise`)."""
     # a list, not a dict by path: a file given twice is refused below
     reports = [(path, read_report(path, ("steps", "seeds", "configurations"))) for path in files]
     steps = {r["steps"] for _, r in reports}
@@ -115,19 +108,39 @@ def merge_screen(files):
     seeds = sorted(set.intersection(*(set(r["seeds"]) for _, r in reports)))
     if not seeds:
         raise SystemExit(f"error: the screen's files {', '.join(files)} share no seed")
-    merged, noise = {}, []
+    merged = {}
     for path, r in reports:
         configs = r["configurations"]
         for name, cell in configs.items():
             if name in merged:
                 raise SystemExit(f"error: configuration {name!r} is in two of the screen's files ({path})")
             merged[name] = {t: [v[r["seeds"].index(s)] for s in seeds] for t, v in cell.items()}
-        if len(r["seeds"]) > 1 and "single" in configs:
-            noise += [float(np.std([seed_delta_m(c, configs["single"], i) for i in range(len(r["seeds"]))]))
-                      for n, c in configs.items() if n != "single"]
     if "single" not in merged:
         raise SystemExit(f"error: none of the screen's files {', '.join(files)} has the configuration 'single'")
-    return {"steps": steps.pop(), "seeds": seeds, "configurations": merged}, (max(noise) if noise else None)
+    noise = screen_noise(reports)
+    return {"steps": steps.pop(), "seeds": seeds, "configurations": merged}, noise
+
+
+def screen_noise(reports):
+    """The largest std over seeds of a configuration's per-seed Delta_m, each configuration at every seed its file
+    shares with the file of ``single`` (against that seed's single task); None when no configuration has two."""
+    source = next(r for _, r in reports if "single" in r["configurations"])
+    single = {seed: i for i, seed in enumerate(source["seeds"])}
+    spreads = []
+    for _, r in reports:
+        for name, cell in r["configurations"].items():
+            shared = [(i, single[seed]) for i, seed in enumerate(r["seeds"]) if seed in single]
+            if name != "single" and len(shared) > 1:
+                spreads.append(float(np.std([delta_at(cell, i, source["configurations"]["single"], j)
+                                             for i, j in shared])))
+    return max(spreads) if spreads else None
+
+
+def delta_at(cell, at, single, single_at):
+    """Delta_m (%) of ``cell``'s seed at index ``at`` against ``single``'s at index ``single_at``."""
+    from multimnist_report import delta_m
+
+    return delta_m({t: [v[at]] for t, v in cell.items()}, {t: [v[single_at]] for t, v in single.items()})
 
 
 def screen_table(screen, noise):

@@ -285,6 +285,11 @@ def test_the_multimnist_screen_merges_files_of_one_budget_at_their_common_seed(t
         architectures_report.main(["--multimnist-screen", str(tmp_path / "three.json"), str(tmp_path / "other.json")])
     with pytest.raises(SystemExit, match="'pcgrad' is in two"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "one.json"), str(tmp_path / "one.json")])
+    # a configuration of several seeds in a file without single: its spread against single's file counts too
+    (tmp_path / "more.json").write_text(json.dumps({"steps": 975, "seeds": [2, 0], "configurations": {
+        "dwa": {"left": [96.0, 93.12], "right": [95.0, 95.0]}}}))  # per seed (2, 0): 0, -1.5 %
+    both = architectures_report.merge_screen([str(tmp_path / "three.json"), str(tmp_path / "more.json")])
+    assert both[0]["seeds"] == [0, 2] and abs(both[1] - np.std([0.0, -1.5])) < 1e-9
     with pytest.raises(SystemExit, match="cannot read the report .*absent.json"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "absent.json")])
     (tmp_path / "old.json").write_text(json.dumps({"seeds": [0], "configurations": {}}))  # before "steps" was kept

@@ -431,7 +431,8 @@ CNN = {"type": "cnn", "channels": [4, 8], "embedding_size": 8}
 
 @pytest.mark.parametrize("architecture, backbone, accepted", [
     ({"type": "hard"}, MLP_BN, True), ({"type": "task_norm"}, MLP_BN, True), ({"type": "adapters"}, CNN, True),
-    ({"type": "hard", "tower": [6]}, MLP_BN, False), ({"type": "task_norm", "tower": [6]}, MLP_BN, False),
+    ({"type": "hard", "bottom": [6]}, MLP_BN, True), ({"type": "hard", "tower": [6]}, MLP_BN, False),
+    ({"type": "task_norm", "tower": [6]}, MLP_BN, False), ({"type": "adapters", "tower": [6]}, CNN, False),
     ({"type": "mmoe", "experts": 2, "expert_layers": [6]}, MLP_BN, False),
     ({"type": "cross_stitch", "layers": [6]}, MLP_BN, False)])
 def test_cross_negatives_need_every_task_in_one_embedding(architecture, backbone, accepted):
@@ -445,7 +446,7 @@ def test_cross_negatives_need_every_task_in_one_embedding(architecture, backbone
         return
     with pytest.raises(ConfigError, match="cross_negatives.rate") as error:
         _arch_job(architecture, backbone)
-    assert "gives each task its own" in str(error.value)
+    assert error.value.key == "cross_negatives.rate" and "gives each task its own" in str(error.value)
 
 
 def test_under_task_norm_a_sample_is_scored_through_its_own_norm_against_the_other_heads_centres():

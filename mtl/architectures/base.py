@@ -173,7 +173,10 @@ class Architecture(paddle.nn.Layer):
         against another task's class centres (cross-head negatives): ``hard`` without towers, and task BatchNorms
         or adapters without towers (every weight shared but a task's normalisation or its residual adapter, which
         starts as the identity of the shared path). Towers, experts, gates and stitch columns give each task
-        coordinates of its own, where another head's centres mean nothing."""
+        coordinates of its own, where another head's centres mean nothing. A task BatchNorm on the embedding
+        itself (the faces CNN's ``embedding_bn``) is a per-task diagonal affine map of it: one space still, but
+        an image embeds differently through each task's norms (docs/architectures.md measures what that costs
+        when an image's task is unknown)."""
         return self.is_identity
 
     def index(self, task: str) -> int:

@@ -30,6 +30,11 @@ class Hard(Architecture):
         """True without bottom and towers: the heads read the backbone's features."""
         return self.towers is None and self.bottom is None
 
+    @property
+    def one_embedding(self) -> bool:
+        """Without towers every task reads the same features (the shared ``bottom``'s, if any)."""
+        return self.towers is None
+
     def mix(self, task, features):
         """The backbone's features, through the shared ``bottom`` layers if any."""
         return features if self.bottom is None else self.bottom(features)
