@@ -29,11 +29,13 @@ def scores(recipe, run_dir):
     from mtl.inference import open_run
 
     run = open_run(run_dir)
+    tasks = [t["name"] for t in run.cfg["tasks"]]
+    through = {task: run.backbone(task) for task in tasks}  # each task's embedder, built once
     out = {}
-    for way in [t["name"] for t in run.cfg["tasks"]] + ["own"]:
+    for way in tasks + ["own"]:
         embedded = {}
         for name, reader in recipe.eval_readers.items():
-            features, rest = embed(run.backbone(name if way == "own" else way), reader, 256)
+            features, rest = embed(through[name if way == "own" else way], reader, 256)
             embedded[name] = (features.numpy().astype(np.float64), np.asarray(rest["label"]).reshape(-1))
         found = faces_report.all_people_of(recipe, embedded)
         out[way] = (float(found["accuracy"]), float(found["tar_far_1e-3"]))
