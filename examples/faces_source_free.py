@@ -72,4 +72,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from mtl.errors import MtlError
+
+    try:
+        main()
+    except MtlError as exc:  # a folder that is no run, a bad --set: one line
+        sys.exit(f"error: {exc}")

@@ -121,16 +121,22 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
         "give another --out" in again.stderr, again.stderr[-3000:]
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_path):
+def two_faces(tmp_path, **more):
+    """A 4-step variant of the six-face recipe on Yale and UMIST with a small CNN (``more``: further keys)."""
     tasks = os.path.join(EXAMPLES, "configs", "faces_six")
     variant = tmp_path / "variant.yaml"
     variant.write_text(yaml.safe_dump({
         "base": os.path.join(EXAMPLES, "configs", "faces_six.yaml"),
         "tasks": [os.path.join(tasks, "yale.yaml"), os.path.join(tasks, "umist.yaml")],
         "schedule": {"steps": 4, "batch_size": 16}, "backbone": {"input_size": 16, "channels": [8, 16]},
-        "averaging": {"min_average_window": 2}, "data": {"num_workers": 0}}))
+        "averaging": {"min_average_window": 2}, "data": {"num_workers": 0}, **more}))
+    return variant
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_faces_report_scores_each_dataset_through_its_tasks_embedding(tmp_path):
+    variant = two_faces(tmp_path)
     proc = run(tmp_path, "faces_report.py", "--config", variant, "--seeds", 0, "--out", tmp_path / "f", "--json",
                tmp_path / "f.json", "--only", "joint", "--no-baselines", "--set",
                "architecture={type: mmoe, experts: 2, expert_layers: [16], last_relu: false}", fresh=True)
@@ -156,13 +162,7 @@ def test_source_free_scoring_sends_every_image_through_one_tasks_norms(tmp_path)
     """task_norm with cross-head negatives on two datasets (4 steps): examples/faces_source_free.py's ``own`` way is
     the faces report's all-people figure of the same run (each dataset through its own BatchNorms); through one
     task's norms every image gets that task's embedding, which differs for the other task's images."""
-    tasks = os.path.join(EXAMPLES, "configs", "faces_six")
-    variant = tmp_path / "variant.yaml"
-    variant.write_text(yaml.safe_dump({
-        "base": os.path.join(EXAMPLES, "configs", "faces_six.yaml"),
-        "tasks": [os.path.join(tasks, "yale.yaml"), os.path.join(tasks, "umist.yaml")],
-        "schedule": {"steps": 4, "batch_size": 16}, "backbone": {"input_size": 16, "channels": [8, 16]},
-        "cross_negatives": {"warmup": 1}, "averaging": {"min_average_window": 2}, "data": {"num_workers": 0}}))
+    variant = two_faces(tmp_path, cross_negatives={"warmup": 1})
     norm = "architecture={type: task_norm}"
     run(tmp_path, "faces_report.py", "--config", variant, "--seeds", 0, "--arms", "cross", "--out", tmp_path / "f",
         "--json", tmp_path / "f.json", "--no-baselines", "--set", norm)
@@ -173,6 +173,9 @@ def test_source_free_scoring_sends_every_image_through_one_tasks_norms(tmp_path)
     assert set(scores) == {"yale", "umist", "own"} and "through yale" in proc.stdout
     assert scores["own"][0][0] == pytest.approx(report["arms"]["cross"]["all"]["accuracy"][0], abs=1e-12)
     assert scores["yale"][0] != scores["umist"][0]  # the norms differ: so does what every image becomes
+    bad = warm_python.run([sys.executable, os.path.join(EXAMPLES, "faces_source_free.py"), str(tmp_path)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT))
+    assert bad.returncode == 1 and "is not a training run: it has no job.json" in bad.stderr, bad.stderr[-2000:]
 
 
 def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
