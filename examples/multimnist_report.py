@@ -3,17 +3,21 @@ architecture on their LeNet, several seeds; left and right accuracy and Delta_m 
 Table 3 beside.
 
     python examples/multimnist_report.py [--config examples/configs/multimnist.yaml] [--configurations NAME,...]
-        [--seeds 0 1 2] [--steps N] [--json FILE] [--out runs/multimnist_report] [--set KEY=VALUE ...]
+        [--seeds 0 1 2] [--steps N] [--eval-split val|test] [--json FILE] [--out runs/multimnist_report]
+        [--set KEY=VALUE ...]
 
 Configurations (``--configurations``, default all): ``single`` (each digit trained alone: the recipe with one task,
 its 256 images per step, the same steps), every weighting strategy by name (``static`` is the recipe itself; ``mgda_ub``
 is MGDA on the representation, Sener and Koltun's MGDA-UB) and every architecture by name (``mmoe``, ``cgc``, ``ple``,
 ``cross_stitch``, and on the LeNet with BatchNorm ``hard_bn``, ``task_norm``, ``adapters``). Each run trains in its
 own process; a run whose ``summary.json`` exists is not trained again; a line per run says which of how many and
-the time so far and left, and a running run's step every 30 s. Accuracy is the head's on the recipe's
-evaluation split (``eval_split`` of the task files: the validation part of the training digits). ``--json`` writes
-``{"seeds": [...], "configurations": {NAME: {"left": [per seed], "right": [per seed]}}}`` (accuracy in percent), with
-the ``config`` and the runs' ``steps``.
+the time so far and left, and a running run's step every 30 s. Accuracy is the head's on the evaluation split:
+``--eval-split val`` (the default) the validation digits held out of the training digits, where settings are chosen;
+``--eval-split test`` the MNIST test digits (``t10k-*`` in the task files' ``mnist_dir``, kept back by the project),
+each run then training on all 60,000 training digits (``val_size: 0``) as Sener and Koltun do: the one look of
+settings chosen on the validation digits. ``--json`` writes ``{"seeds": [...], "configurations": {NAME: {"left":
+[per seed], "right": [per seed]}}}`` (accuracy in percent), with the ``config``, the runs' ``steps`` and
+``eval_split``.
 """
 import argparse
 import json
@@ -45,18 +49,27 @@ def configurations():
     return out
 
 
-def runs(name, config, seed, out, sets):
+def split_sets(eval_split, count):
+    """The overrides that make ``count`` tasks evaluate on ``eval_split``; ``test`` also trains them on every training
+    digit (``val_size: 0``: nothing is left to validate on)."""
+    if eval_split == "val":
+        return []
+    return [s for i in range(count) for s in (f"tasks.{i}.reader.eval_split=test", f"tasks.{i}.reader.val_size=0")]
+
+
+def runs(name, config, seed, out, sets, eval_split="val"):
     """``[(run folder, overrides, tasks)]`` of configuration ``name`` at ``seed``."""
     base = [*sets, f"seed={seed}", "log.progress=false", "log.plot=false"]
     if name != "single":
         folder = os.path.join(out, f"seed{seed}", name)
-        return [(folder, [*base, *configurations()[name], f"output_dir={folder}"], TASKS)]
+        return [(folder, [*base, *configurations()[name], *split_sets(eval_split, len(TASKS)), f"output_dir={folder}"],
+                 TASKS)]
     from mtl.config.loading import load_job
 
     cfg = load_job(config, list(sets))
     size = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
     return [(os.path.join(out, f"seed{seed}", f"single_{t['name']}"),
-             [*base, f"tasks=[{t['source']}]", f"schedule.batch_size={size}",
+             [*base, f"tasks=[{t['source']}]", f"schedule.batch_size={size}", *split_sets(eval_split, 1),
               f"output_dir={os.path.join(out, f'seed{seed}', 'single_' + t['name'])}"], (t["name"],))
             for t in cfg["tasks"]]
 
@@ -75,10 +88,11 @@ def accuracy(folder, task):
         return 100.0 * float(json.load(f)["tasks"][task]["eval"]["accuracy"])
 
 
-def read_steps(folder):
-    """The steps a finished run was trained for (its ``job.json``)."""
+def trained_as(folder):
+    """``(steps, evaluation split)`` a finished run was trained with (its ``job.json``)."""
     with open(os.path.join(folder, "job.json")) as f:
-        return json.load(f)["schedule"]["steps"]
+        job = json.load(f)
+    return job["schedule"]["steps"], job["tasks"][0]["reader"].get("eval_split", "val")
 
 
 def run_all(args):
@@ -87,9 +101,10 @@ def run_all(args):
     from mtl.config.loading import load_job
 
     steps = load_job(args.config, list(args.sets))["schedule"]["steps"]  # the runs' steps (--steps or the recipe's)
-    result = {"config": os.path.relpath(args.config, ROOT), "steps": steps, "seeds": args.seeds, "configurations": {}}
+    result = {"config": os.path.relpath(args.config, ROOT), "steps": steps, "eval_split": args.eval_split,
+              "seeds": args.seeds, "configurations": {}}
     todo = [(name, seed, *run) for name in args.configurations for seed in args.seeds
-            for run in runs(name, args.config, seed, args.out, args.sets)]
+            for run in runs(name, args.config, seed, args.out, args.sets, args.eval_split)]
     progress = Progress("train", len(todo))
     for name, seed, folder, sets, tasks in todo:
         cell = result["configurations"].setdefault(name, {t: [] for t in TASKS})
@@ -97,10 +112,11 @@ def run_all(args):
         read = os.path.isfile(os.path.join(folder, "summary.json"))
         if read:
             label += " (finished before, read)"
-            trained = read_steps(folder)
-            if trained != steps:  # a table of runs of two budgets would be wrong
-                sys.exit(f"error: {folder} was trained for {trained} steps, this report's runs take {steps}: "
-                         f"remove it or give another --out")
+            trained = trained_as(folder)
+            if trained != (steps, args.eval_split):  # a table of runs of two budgets or two splits would be wrong
+                sys.exit(f"error: {folder} was trained for {trained[0]} steps and evaluated on eval_split "
+                         f"{trained[1]}, this report's runs take {steps} steps on {args.eval_split}: remove it or "
+                         f"give another --out")
         else:
             with progress.watch(label, folder):
                 failure = train(args.config, folder, sets)
@@ -140,7 +156,10 @@ def parse_args(argv=None):
                         help="comma-separated names (default: all)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
-    parser.add_argument("--out", default=os.path.join("runs", "multimnist_report"))
+    parser.add_argument("--eval-split", choices=("val", "test"), default="val",
+                        help="val: the validation digits (choosing); test: the MNIST test digits, training on all "
+                             "60,000 training digits (the one look)")
+    parser.add_argument("--out", default=None, help="runs folder (default runs/multimnist_report[_test])")
     parser.add_argument("--json", default=None)
     parser.add_argument("--set", dest="sets", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides of every run")
@@ -150,6 +169,8 @@ def parse_args(argv=None):
     unknown = [c for c in args.configurations if c not in known]
     if unknown:
         parser.error(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if args.out is None:
+        args.out = os.path.join("runs", "multimnist_report" + ("_test" if args.eval_split == "test" else ""))
     if args.steps is not None:
         args.sets = [*args.sets, f"schedule.steps={args.steps}"]
     args.config = os.path.abspath(args.config)

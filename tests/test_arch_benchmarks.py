@@ -94,10 +94,15 @@ def test_the_test_split_reads_t10k_files_and_is_an_error_where_they_are_kept_bac
     np.testing.assert_array_equal(np.rint((test[i]["image"][0] * 0.3081 + 0.1307) * 255), expected)
     train = MultiMNISTReader(str(tmp_path), split="train", eval_split="test")
     assert len(train) == 50000  # training reads the training digits whatever the evaluation split
+    everything = MultiMNISTReader(str(tmp_path), split="train", eval_split="test", val_size=0)
+    assert np.array_equal(everything.first, np.arange(60000))  # the test look may train on every training digit
+    assert np.isin(everything.second, everything.first).all()
 
 
 @pytest.mark.parametrize("kwargs, key", [({"digit": "middle"}, "digit"), ({"eval_split": "validation"}, "eval_split"),
-                                         ({"mnist_dir": "/nonexistent"}, "mnist_dir"), ({"val_size": 0}, "val_size")])
+                                         ({"mnist_dir": "/nonexistent"}, "mnist_dir"), ({"val_size": 0}, "val_size"),
+                                         ({"val_size": -1, "eval_split": "test"}, "val_size"),
+                                         ({"val_size": 60000}, "val_size"), ({"val_size": 0.5}, "val_size")])
 def test_multimnist_bad_keys_are_one_sentence(kwargs, key):
     with pytest.raises(ConfigError) as caught:
         MultiMNISTReader(**{"mnist_dir": MNIST, **kwargs})

@@ -62,24 +62,29 @@ def test_the_synthetic_report_on_a_shortened_run(tmp_path):
     assert "correlation 0.5 mmoe run" not in again.stdout and "[train" not in again.stdout
 
 
-def small_mnist(folder, count=1000):
+def small_mnist(folder, count=1000, test=0):
     """The first ``count`` MNIST training digits as IDX files in ``folder`` (what every run of a shortened report
-    reads: composing the 60,000 digits' MultiMNIST images costs seconds a run, 2 steps need a few)."""
+    reads: composing the 60,000 digits' MultiMNIST images costs seconds a run, 2 steps need a few); ``test`` more of
+    them as a stand-in for the kept-back test files (t10k-*)."""
     from mtl.readers.multimnist import read_digits
 
     images, labels = read_digits(os.path.join(EXAMPLES, "data", "mnist"), "train")
     os.makedirs(folder)
-    for stem, magic, array in (("train-images-idx3-ubyte", 2051, images[:count]),
-                               ("train-labels-idx1-ubyte", 2049, labels[:count])):
+    files = [("train-images-idx3-ubyte", 2051, images[:count]), ("train-labels-idx1-ubyte", 2049, labels[:count])]
+    if test:
+        files += [("t10k-images-idx3-ubyte", 2051, images[count:count + test]),
+                  ("t10k-labels-idx1-ubyte", 2049, labels[count:count + test])]
+    for stem, magic, array in files:
         header = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
         with open(os.path.join(folder, stem), "wb") as f:
             f.write(header + array.tobytes())
     return str(folder)
 
 
-def shortened_multimnist(tmp_path):
-    """The recipe with task files that read 1000 digits, hold 300 of them for validation and evaluate 200."""
-    mnist = small_mnist(tmp_path / "mnist")
+def shortened_multimnist(tmp_path, test=0):
+    """The recipe with task files that read 1000 digits, hold 300 of them for validation and evaluate 200 (``test``:
+    test digits, see :func:`small_mnist`)."""
+    mnist = small_mnist(tmp_path / "mnist", test=test)
     for digit in ("left", "right"):
         task = yaml.safe_load(open(os.path.join(EXAMPLES, "configs", "multimnist", f"{digit}.yaml")))
         task["reader"].update(mnist_dir=mnist, val_size=300)
@@ -117,8 +122,30 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
                              config, "--configurations", "single", "--seeds", "0", "--steps",
                              "3", "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=str(tmp_path),
                             env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
-    assert again.returncode == 1 and "single_left was trained for 2 steps, this report's runs take 3: remove it or " \
-        "give another --out" in again.stderr, again.stderr[-3000:]
+    assert again.returncode == 1 and "single_left was trained for 2 steps and evaluated on eval_split val, this " \
+        "report's runs take 3 steps on val: remove it or give another --out" in again.stderr, again.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_multimnist_test_look_trains_on_every_training_digit_and_scores_the_test_digits(tmp_path):
+    config = shortened_multimnist(tmp_path, test=150)
+    run(tmp_path, "multimnist_report.py", "--config", config, "--configurations", "single,adapters", "--seeds", 0,
+        "--steps", 2, "--eval-split", "test", "--out", tmp_path / "t", "--json", tmp_path / "t.json")
+    report = json.load(open(tmp_path / "t.json"))
+    assert report["eval_split"] == "test" and set(report["configurations"]) == {"single", "adapters"}
+    for folder in ("single_left", "single_right", "adapters"):
+        job = json.load(open(tmp_path / "t" / "seed0" / folder / "job.json"))
+        assert [(t["reader"]["eval_split"], t["reader"]["val_size"]) for t in job["tasks"]] == \
+            [("test", 0)] * len(job["tasks"])
+        # (the reader's tests: eval_split test reads the t10k files, val_size 0 trains on every training digit)
+    # the test runs are not read into a validation table
+    again = warm_python.run([sys.executable, os.path.join(EXAMPLES, "multimnist_report.py"), "--config", config,
+                             "--configurations", "adapters", "--seeds", "0", "--steps", "2", "--out",
+                             str(tmp_path / "t")], capture_output=True, text=True, cwd=str(tmp_path),
+                            env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
+    assert again.returncode == 1 and "evaluated on eval_split test, this report's runs take 2 steps on val" in \
+        again.stderr, again.stderr[-3000:]
 
 
 def two_faces(tmp_path, **more):

@@ -11,7 +11,9 @@ one. (Their ``scipy.misc.imresize`` also stretches a canvas whose brightest pixe
 the canvases, whose brightest pixel is 254; not done here.)
 
 Parts, all with fixed seeds: the 60,000 training digits (``train-*``) are split once into training digits and
-``val_size`` validation digits (``numpy.random.RandomState(seed).permutation``); partners are drawn inside each part.
+``val_size`` validation digits (``numpy.random.RandomState(seed).permutation``; with ``eval_split: test``,
+``val_size: 0`` makes every one of the 60,000 a training digit, as Sener and Koltun train); partners are drawn inside
+each part.
 ``split: train`` reads the training part; the evaluation split (``split: eval``) is ``eval_split``: ``val`` (the
 validation part, for choosing settings) or ``test`` (the 10,000 MNIST test digits, ``t10k-*`` of ``mnist_dir``, every
 one of them with a partner among them, as Sener and Koltun's test set; kept back by the project and not on every
@@ -110,7 +112,9 @@ class MultiMNISTReader(Reader):
         eval_split (str): what the evaluation split reads: val (the val_size validation digits held out of the
             60,000 training digits, for choosing settings) or test (the 10,000 MNIST test digits, t10k-*, their
             test set; an error where those files are absent)
-        val_size (int): training digits held out as the validation part (1 to 59,999); split: train reads the others
+        val_size (int): training digits held out as the validation part (1 to 59,999); split: train reads the others.
+            With eval_split: test it may be 0: training reads all 60,000 training digits, as Sener and Koltun's
+            (settings chosen on the validation digits, the test look trains on every training digit)
         seed (int): seed of the training/validation split and of the partners drawn in each part: the left and
             right readers with the same seed read the same images
         image_field (str): name of the image field, float32 [1, 28, 28] normalised as (x / 255 - 0.1307) / 0.3081
@@ -136,10 +140,12 @@ class MultiMNISTReader(Reader):
         if part == "test":
             chosen, pair_seed = np.arange(len(images)), seed + 3
         else:
-            if not 0 < int(val_size) < len(images):
-                raise ConfigError(f"val_size must be between 1 and {len(images) - 1}, got {val_size!r}",
-                                  key="val_size")
-            train, val = parts(len(images), int(val_size), seed)
+            least = 0 if eval_split == "test" else 1  # nothing to validate on: the test look may train on all
+            if isinstance(val_size, bool) or not isinstance(val_size, int) or not least <= val_size < len(images):
+                raise ConfigError(f"val_size must be an integer from {least} to {len(images) - 1}, got {val_size!r}"
+                                  + ("" if least == 0 else " (0, training on all the training digits, is for "
+                                     "eval_split: test)"), key="val_size")
+            train, val = parts(len(images), val_size, seed)
             chosen, pair_seed = (train, seed + 1) if part == "train" else (val, seed + 2)
         self.first = chosen
         self.second = chosen[partners(len(chosen), pair_seed)]
