@@ -13,7 +13,9 @@
 Verdicts, each against the spread over seeds or runs (a difference smaller than it is noise):
 * synthetic: MMoE below shared-bottom at a correlation when the paired difference (same data in every run) is below
   zero by more than twice its standard error; MMoE "equal to" one-gate MoE when their paired difference is within
-  twice its standard error; the widest spread is the largest interquartile range of the final loss over runs;
+  twice its standard error; the widest spread is the largest interquartile range of the final loss over runs.
+  Beside it, not a verdict: in how many runs MMoE is below shared-bottom and the two-sided exact sign test of that
+  count (ties dropped), which one stalled run cannot sway as it sways a mean;
 * MultiMNIST: Delta_m against single task, and each configuration's left / right mean against single's; the screen
   (every configuration at a shorter budget, from several files at the seeds they share) best Delta_m first, with
   the largest std over seeds of a configuration's per-seed Delta_m (against the same seed's single task, from
@@ -41,6 +43,17 @@ def paired(a, b):
     return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff)))
 
 
+def sign_test(a, b):
+    """``(runs with a < b, runs where a != b, two-sided exact sign-test p)``: under "neither is lower" the count of
+    a < b among n untied runs is Binomial(n, 1/2); p = min(1, 2 P(X >= max(k, n - k)))."""
+    from math import comb
+
+    diff = np.asarray(a, float) - np.asarray(b, float)
+    lower, n = int((diff < 0).sum()), int((diff != 0).sum())
+    tail = sum(comb(n, i) for i in range(max(lower, n - lower), n + 1)) / 2.0 ** n
+    return lower, n, min(1.0, 2.0 * tail)
+
+
 def synthetic_verdict(report):
     """``{correlation: {"mmoe_below_shared_bottom", "mmoe_vs_omoe", "widest"}}`` (module docstring)."""
     out = {}
@@ -49,6 +62,7 @@ def synthetic_verdict(report):
         same, same_se = paired(cells["mmoe"]["final"], cells["omoe"]["final"])
         spread = {m: float(np.subtract(*np.percentile(c["final"], [75, 25]))) for m, c in cells.items()}
         out[p] = {"mmoe_minus_shared_bottom": [below, below_se], "mmoe_below_shared_bottom": below < -2 * below_se,
+                  "mmoe_lower_sign_test": sign_test(cells["mmoe"]["final"], cells["shared_bottom"]["final"]),
                   "mmoe_minus_omoe": [same, same_se], "mmoe_equals_omoe": abs(same) <= 2 * same_se,
                   "iqr": spread, "widest": max(spread, key=spread.get)}
     return out
@@ -68,9 +82,11 @@ def synthetic_table(report):
                     tablefmt="github", disable_numparse=True)
     lines = []
     for p, v in verdict.items():
-        (d, se), (e, se2) = v["mmoe_minus_shared_bottom"], v["mmoe_minus_omoe"]
+        (d, se), (e, se2), (k, n, sign_p) = (v["mmoe_minus_shared_bottom"], v["mmoe_minus_omoe"],
+                                             v["mmoe_lower_sign_test"])
         lines.append(f"* correlation {p}: MMoE - shared-bottom {d:+.4f} ± {se:.4f} (s.e., paired) "
-                     f"{'below' if v['mmoe_below_shared_bottom'] else 'not below'}; MMoE - OMoE {e:+.4f} ± "
+                     f"{'below' if v['mmoe_below_shared_bottom'] else 'not below'} (lower in {k} of {n} runs, "
+                     f"sign test p = {sign_p:.1g}); MMoE - OMoE {e:+.4f} ± "
                      f"{se2:.4f} ({'within' if v['mmoe_equals_omoe'] else 'beyond'} 2 s.e.); widest spread "
                      f"(IQR): {v['widest']}")
     return text + "\n\n" + "\n".join(lines)
