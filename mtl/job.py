@@ -189,10 +189,32 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
                        _cross_negatives(cfg, tasks, architecture), architecture)
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
-    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"])
+    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
+                              cfg["source"])
+    if cfg["schedule"]["same_rows"]:
+        check_same_inputs(tasks, backbone, cfg["source"])
     if warn and not verbose:
         show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+def check_same_inputs(tasks, backbone, source, probes=3):
+    """``schedule.same_rows``: the tasks' readers give the same backbone input at the first, middle and last sample
+    (a reader of other inputs or another order would pair each task's label with another task's image); ConfigError
+    naming the two tasks, the sample and the field."""
+    first, size = tasks[0], len(tasks[0].reader)
+    fields = [f.name for f in backbone.input_fields()]
+    for index in sorted({0, size // 2, size - 1}):
+        key = (index, 0) if first.reader.epoch_aware else index
+        mine = first.reader[key]
+        for task in tasks[1:]:
+            theirs = task.reader[(index, 0) if task.reader.epoch_aware else index]
+            for name in fields:
+                if not np.array_equal(np.asarray(mine[name]), np.asarray(theirs[name])):
+                    raise ConfigError(f"every task reads the same samples in each step, but training sample "
+                                      f"{index} of task '{task.name}' has another '{name}' than task "
+                                      f"'{first.name}''s: their readers must hold the same inputs in the same "
+                                      f"order (the same data, split and seed)", source, "schedule.same_rows")
 
 
 def _cross_negatives(cfg, tasks, architecture):

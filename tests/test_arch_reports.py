@@ -111,11 +111,12 @@ def shortened_multimnist(tmp_path, test=0):
 def test_the_multimnist_report_on_a_shortened_run(tmp_path):
     config = shortened_multimnist(tmp_path)
     proc = run(tmp_path, "multimnist_report.py", "--config", config, "--configurations",
-               "single,static,mgda_ub,mmoe,task_norm", "--seeds", 0, 1, "--steps", 2, "--out", tmp_path / "r",
+               "single,static,mgda_ub,mmoe,task_norm,mgda_ub_same_rows", "--seeds", 0, 1, "--steps", 2, "--out",
+               tmp_path / "r",
                "--json", tmp_path / "m.json")
     report = json.load(open(tmp_path / "m.json"))
     assert report["seeds"] == [0, 1] and report["steps"] == 2  # the runs' steps, --steps over the recipe's
-    assert set(report["configurations"]) == {"single", "static", "mgda_ub", "mmoe", "task_norm"}
+    assert set(report["configurations"]) == {"single", "static", "mgda_ub", "mmoe", "task_norm", "mgda_ub_same_rows"}
     for cell in report["configurations"].values():
         assert set(cell) == {"left", "right"} and all(len(v) == 2 and 0 <= min(v) <= max(v) <= 100
                                                       for v in cell.values())
@@ -123,9 +124,12 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
     assert [t["name"] for t in single["tasks"]] == ["right"] and single["schedule"]["batch_size"] == 8
     norm = json.load(open(tmp_path / "r" / "seed0" / "task_norm" / "job.json"))
     assert norm["architecture"]["type"] == "task_norm" and norm["backbone"]["batch_norm"] is True
+    paired = json.load(open(tmp_path / "r" / "seed0" / "mgda_ub_same_rows" / "job.json"))
+    assert paired["schedule"]["same_rows"] is True and paired["weighting"]["representation"] is True
+    assert norm["schedule"]["same_rows"] is False
     assert "MGDA-UB (their Table 3)" in proc.stdout and "Δm vs single" in proc.stdout
-    assert "[train 1/12] seed 0: single left (" in proc.stdout, proc.stdout  # which run of how many (issue 30)
-    assert "[train 12/12] seed 1: task_norm left right (" in proc.stdout and " left" in proc.stdout
+    assert "[train 1/14] seed 0: single left (" in proc.stdout, proc.stdout  # which run of how many (issue 30)
+    assert "[train 14/14] seed 1: mgda_ub_same_rows left right (" in proc.stdout and " left" in proc.stdout
     # the same folder at another budget: its runs are not read into a table of two budgets
     again = warm_python.run([sys.executable, os.path.join(EXAMPLES, "multimnist_report.py"), "--config",
                              config, "--configurations", "single", "--seeds", "0", "--steps",

@@ -100,3 +100,40 @@ def test_suggested_batch_sizes_really_split_evenly():
     assert suggested
     for b in suggested:
         assert all(n % 2 == 0 for n in largest_remainder(b, [1] * 5)), b
+
+
+def _same_inputs(seed=4):
+    """Two tasks over one set of inputs, a label each (as MultiMNIST's left and right digits)."""
+    return {"left": SyntheticReader(num_samples=30, num_classes=5, seed=seed),
+            "right": SyntheticReader(num_samples=30, num_classes=5, seed=seed)}
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_same_rows_reads_one_order_for_every_task(world):
+    """Every task's rows of a step are the same samples, epoch after epoch, on every rank: the positions
+    ``[6 s, 6 s + 6)`` of the permutations ``RandomState(seed_left + e)`` (numpy, not the step pipeline)."""
+    from mtl.data.steps import task_seed
+
+    readers = _same_inputs()
+    sched = JointSchedule(["left", "right"], [1, 1], 12, seed=0, same_rows=True)
+    parts = [StepDataset(sched, readers, seed=3, start_step=0, end_step=12, world=world, rank=r) for r in
+             range(world)]
+    seed = task_seed(3, "left")
+    for step in range(12):  # 6 rows a task, 30 samples: 5 steps an epoch, so epochs 0, 1 and 2
+        positions = np.arange(6 * step, 6 * step + 6)
+        expected = [np.random.RandomState(seed + p // 30).permutation(30)[p % 30] for p in positions]
+        batch = {t: np.concatenate([d[step][t]["image"] for d in parts]) for t in ("left", "right")}
+        np.testing.assert_array_equal(batch["left"], batch["right"])
+        np.testing.assert_array_equal(batch["left"], np.stack([readers["left"][int(i)]["image"] for i in expected]))
+    apart = StepDataset(JointSchedule(["left", "right"], [1, 1], 12, seed=0), readers, seed=3, start_step=0,
+                        end_step=1)
+    assert not np.array_equal(apart[0]["left"]["image"], apart[0]["right"]["image"])  # each its own order otherwise
+
+
+def test_same_rows_is_part_of_the_schedule_a_checkpoint_keeps():
+    plain, same = JointSchedule(["a", "b"], [1, 1], 8), JointSchedule(["a", "b"], [1, 1], 8, same_rows=True)
+    assert "same_rows" not in plain.state_dict()  # checkpoints written before the key still resume
+    assert same.state_dict() == {**plain.state_dict(), "same_rows": True}
+    assert same.with_batch_size(16).same_rows and same.order_key("b") == "a" and plain.order_key("b") == "b"
+    with pytest.raises(ValueError, match="same sub-batch for every task, the ratios give 'a' 6, 'b' 2"):
+        JointSchedule(["a", "b"], [3, 1], 8, same_rows=True)

@@ -41,6 +41,10 @@ SCHEDULE = {
     "accumulate": Opt(int, 1, min=1, doc="read each step's batch as this many micro-batches (gradient "
                                          "accumulation); every task's sub-batch must be a multiple of it x processes"),
     "steps": Opt(int, 1000, min=1, doc="training steps"),
+    "same_rows": Opt(bool, False, doc="joint mode: every task reads the same samples in every step, for tasks whose "
+                                      "readers hold the same inputs in the same order with a label each (one image, "
+                                      "both MultiMNIST digits; LibMTL's single-input mode); needs the same sub-batch "
+                                      "and training-split size for every task"),
     "sampling": Opt(str, "ratio", choices=["ratio", "proportional", "temperature", "uniform"],
                     doc="sample mode: how the task of a step is drawn"),
     "temperature": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="sample mode: p_t ~ size_t^(1/T)"),

@@ -387,6 +387,24 @@ def _check_components(job, tasks, source):
         raise ConfigError(
             f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
             f"< {len(tasks)} tasks", source, "schedule.batch_size")
+    if job["schedule"]["same_rows"]:
+        _check_same_rows(job, tasks, source)
+
+
+def _check_same_rows(job, tasks, source):
+    """``schedule.same_rows``: joint mode, and the same sub-batch for every task (the training splits' sizes are
+    checked when the readers are built, :func:`mtl.data.scheduler.build_schedule`)."""
+    from mtl.data.scheduler import JointSchedule
+
+    schedule = job["schedule"]
+    if schedule["mode"] != "joint":
+        raise ConfigError("every task reads the same samples in each step: this needs schedule.mode: "
+                          "joint (sample mode has one task a step)", source, "schedule.same_rows")
+    try:
+        JointSchedule([t["name"] for t in tasks], [t["ratio"] for t in tasks], schedule["batch_size"], job["seed"],
+                      same_rows=True)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}: give every task the same ratio", source, "schedule.same_rows") from None
 
 
 def _check_cross_negatives(job, tasks, base_dir, source):

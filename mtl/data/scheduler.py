@@ -4,11 +4,15 @@
 each at least 1. ``SampleSchedule``: one task per step (PaddlePALM's mode), drawn with probabilities from one of the
 strategies below; every rank draws the same task because the draw depends only on (seed, step).
 Both expose ``plan(step) -> {task: sub-batch size}`` (tasks in job order) and ``consumed(task, step)``: how many
-samples of that task all steps before ``step`` used, which places the task's read cursor without any state.
+samples of that task all steps before ``step`` used, which places the task's read cursor without any state; and
+``order_key(task)``: the name whose seed orders the task's samples (its own; with ``same_rows`` the first task's, so
+that every task reads the same sample indices in every step: one input, a label per task).
 """
 from typing import Dict, List, Sequence
 
 import numpy as np
+
+from mtl.errors import ConfigError
 
 
 def largest_remainder(total: int, weights: Sequence[float], minimum: int = 1) -> List[int]:
@@ -36,20 +40,33 @@ def largest_remainder(total: int, weights: Sequence[float], minimum: int = 1) ->
 
 
 class JointSchedule:
-    """Every step holds a sub-batch of every task; sizes are the same at every step."""
+    """Every step holds a sub-batch of every task; sizes are the same at every step.
+
+    ``same_rows``: every task reads the same sample positions of the same order in every step (LibMTL's single-input
+    mode, Sener and Koltun's MultiMNIST step: one image, both digits' losses), for tasks whose readers hold the same
+    inputs in the same order; ValueError unless every task gets the same sub-batch."""
 
     mode = "joint"
 
-    def __init__(self, tasks: Sequence[str], ratios: Sequence[float], batch_size: int, seed: int = 0):
+    def __init__(self, tasks: Sequence[str], ratios: Sequence[float], batch_size: int, seed: int = 0,
+                 same_rows: bool = False):
         self.tasks = list(tasks)
         self.seed = int(seed)
         self.batch_size = int(batch_size)
         self.ratios = [float(r) for r in ratios]
         self.sizes = dict(zip(self.tasks, largest_remainder(self.batch_size, ratios)))
+        self.same_rows = bool(same_rows)
+        if self.same_rows and len(set(self.sizes.values())) > 1:
+            raise ValueError("same_rows needs the same sub-batch for every task, the ratios give " +
+                             ", ".join(f"'{t}' {n}" for t, n in self.sizes.items()))
 
     def with_batch_size(self, batch_size: int) -> "JointSchedule":
         """The same schedule with another global batch size."""
-        return JointSchedule(self.tasks, self.ratios, batch_size, self.seed)
+        return JointSchedule(self.tasks, self.ratios, batch_size, self.seed, self.same_rows)
+
+    def order_key(self, task: str) -> str:
+        """The name whose seed orders ``task``'s samples: the first task's under ``same_rows``, else its own."""
+        return self.tasks[0] if self.same_rows else task
 
     def plan(self, step: int) -> Dict[str, int]:
         """Sub-batch size of every task at ``step``."""
@@ -65,7 +82,9 @@ class JointSchedule:
 
     def state_dict(self):
         """Everything that defines the schedule (it has no other state: plans are pure functions of the step)."""
-        return {"mode": self.mode, "seed": self.seed, "batch_size": self.batch_size, "sizes": dict(self.sizes)}
+        same = {"same_rows": True} if self.same_rows else {}  # absent when off: older checkpoints still resume
+        return {"mode": self.mode, "seed": self.seed, "batch_size": self.batch_size, "sizes": dict(self.sizes),
+                **same}
 
 
 def sampling_probabilities(strategy: str, ratios, sizes, temperature: float = 1.0) -> np.ndarray:
@@ -93,6 +112,7 @@ class SampleSchedule:
     """One task per step, drawn from ``probabilities`` with a generator seeded by (seed, step)."""
 
     mode = "sample"
+    same_rows = False  # one task a step: no rows to share
     _CHUNK = 4096
 
     def __init__(self, tasks: Sequence[str], probabilities: Sequence[float], batch_size: int, seed: int = 0):
@@ -136,17 +156,27 @@ class SampleSchedule:
         """The same schedule with another global batch size."""
         return SampleSchedule(self.tasks, self.probabilities, batch_size, self.seed)
 
+    def order_key(self, task: str) -> str:
+        """The name whose seed orders ``task``'s samples: its own."""
+        return task
+
     def state_dict(self):
         """Everything that defines the schedule (plans are pure functions of the step)."""
         return {"mode": self.mode, "seed": self.seed, "batch_size": self.batch_size,
                 "probabilities": self.probabilities.tolist()}
 
 
-def build_schedule(schedule_cfg: dict, tasks: Sequence[dict], train_sizes: Sequence[int], seed: int):
+def build_schedule(schedule_cfg: dict, tasks: Sequence[dict], train_sizes: Sequence[int], seed: int, source=None):
     """Build the schedule of a job from its ``schedule`` section, the task configs and the training-set sizes."""
     names = [t["name"] for t in tasks]
     ratios = [t["ratio"] for t in tasks]
     if schedule_cfg["mode"] == "joint":
-        return JointSchedule(names, ratios, schedule_cfg["batch_size"], seed)
+        same_rows = bool(schedule_cfg.get("same_rows", False))
+        if same_rows and len(set(train_sizes)) > 1:
+            raise ConfigError("every task reads the same samples in each step, but the tasks' training splits "
+                              "differ in size (" + ", ".join(f"'{n}' {s}" for n, s in zip(names, train_sizes))
+                              + "): their readers must hold the same inputs in the same order",
+                              source, "schedule.same_rows")
+        return JointSchedule(names, ratios, schedule_cfg["batch_size"], seed, same_rows)
     probs = sampling_probabilities(schedule_cfg["sampling"], ratios, train_sizes, schedule_cfg["temperature"])
     return SampleSchedule(names, probs, schedule_cfg["batch_size"], seed)

@@ -139,7 +139,8 @@ class StepDataset(paddle.io.Dataset):
         self.label_ranges = dict(label_ranges or {})  # {task: (field, num_classes)}: labels must be in [0, C)
         self.schedule = schedule
         self.readers = readers
-        self.orders = {name: sample_order(r, len(r), task_seed(seed, name), schedule.possible_sizes(name)[0],
+        self.orders = {name: sample_order(r, len(r), task_seed(seed, schedule.order_key(name)),
+                                          schedule.possible_sizes(name)[0],
                                           int(bucket_batches), seed) for name, r in readers.items()}
         self.start_step = int(start_step)
         self.end_step = int(end_step)

@@ -12,7 +12,10 @@ Exact under data + model parallelism:
   scales the task's loss. The Gram matrix ``G_ij = g_i . g_j`` is formed in float64 (rows cast one pair at a time).
 * The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead: every
   task scores its own rows, so it is diagonal, ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (float64, one
-  all-reduce of T numbers), and the backbone backward runs once with the feature gradients scaled by ``alpha``.
+  all-reduce of T x T numbers), and the backbone backward runs once with the feature gradients scaled by ``alpha``.
+  When every task reads the same samples (``schedule.same_rows``) row r of every task is the same input, and the
+  Gram matrix is Sener and Koltun's, ``G_ij = sum over rows and ranks of dL_i/dz_r . dL_j/dz_r`` (their Eq. 10:
+  the gradients of the one shared representation of each input).
 * Strategies that need the per-task gradients themselves (``needs_gradient_matrix``: GradDrop, DB-MTL) get the same
   summed ``[T, P]`` matrix as float32 numpy and return the shared gradient ``[P]``, written as it is.
 
@@ -109,21 +112,30 @@ def gram_float64(matrix) -> np.ndarray:
 
 
 @paddle.no_grad()
-def representation_squares(feature_grads, tasks) -> paddle.Tensor:
-    """``[T]`` float64: this rank's ``sum over rows ||dL_t/dz||^2`` of every task (0 for absent tasks)."""
-    squares = paddle.zeros([len(tasks)], dtype="float64")
-    for task, grad in feature_grads.items():
-        squares[tasks.index(task)] = paddle.sum(paddle.square(grad.astype("float64")))
-    return squares
+def representation_gram(feature_grads, tasks, paired=False) -> paddle.Tensor:
+    """``[T, T]`` float64, this rank's rows: the diagonal ``sum over rows ||dL_t/dz||^2`` of every task (0 for absent
+    tasks), and with ``paired`` (row r of every task is the same input) every ``sum over rows dL_i/dz_r . dL_j/dz_r``.
+    """
+    gram = paddle.zeros([len(tasks), len(tasks)], dtype="float64")
+    flat = {t: g.astype("float64").reshape([g.shape[0], -1]) for t, g in feature_grads.items()}
+    for task, grad in flat.items():
+        i = tasks.index(task)
+        for other in flat if paired else [task]:
+            if list(flat[other].shape) != list(grad.shape):
+                raise ValueError(f"the features of tasks '{task}' and '{other}' differ in shape ({grad.shape}, "
+                                 f"{flat[other].shape}): their rows cannot be paired")
+            gram[i, tasks.index(other)] = paddle.sum(grad * flat[other])
+    return gram
 
 
 class TaskBalancer:
     """The job's weighting strategy applied to every step's backward; its state goes into checkpoints."""
 
-    def __init__(self, weighting, strategy, model):
+    def __init__(self, weighting, strategy, model, same_rows=False):
         self.weighting = weighting
         self.strategy = strategy
         self.model = model
+        self.same_rows = bool(same_rows)  # row r of every task is the same input (schedule.same_rows)
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
@@ -161,8 +173,9 @@ class TaskBalancer:
             return self.logged(weights, present)
         self.model.backward_heads(self.scaled(self.static, scale))
         if self.weighting.uses_representation:
-            squares = self.strategy.sum_over_ranks(representation_squares(self.model.feature_gradients(), self.tasks))
-            alpha = self.combine(np.diag(squares.numpy()) / scale ** 2, values, present, step)
+            gram = self.strategy.sum_over_ranks(representation_gram(self.model.feature_gradients(), self.tasks,
+                                                                    self.same_rows))
+            alpha = self.combine(gram.numpy() / scale ** 2, values, present, step)
             self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
             self.rescale_heads(weights, present)
             self.strategy.reduce_gradients()
@@ -246,7 +259,7 @@ class AccumulatedStep:
         weighting = balancer.weighting
         if not weighting.needs_gradients and not weighting.uses_losses:
             self.weights = weighting.weights(np.zeros(len(balancer.tasks)), self.present, self.step)
-        self.matrix, self.squares = None, None
+        self.matrix, self.gram = None, None
 
     def backward(self):
         """The backward of the last micro-batch's forward, its losses divided by the micro-batch count."""
@@ -257,8 +270,8 @@ class AccumulatedStep:
             return
         model.backward_heads(balancer.scaled(balancer.static, per))
         if balancer.weighting.uses_representation:
-            squares = representation_squares(model.feature_gradients(), balancer.tasks)
-            self.squares = squares if self.squares is None else self.squares + squares
+            gram = representation_gram(model.feature_gradients(), balancer.tasks, balancer.same_rows)
+            self.gram = gram if self.gram is None else self.gram + gram
         self.matrix = task_gradient_matrix(model, balancer.tasks, self.matrix)
 
     def finish(self, losses: Dict[str, float]) -> Dict[str, Dict[str, float]]:
@@ -273,8 +286,8 @@ class AccumulatedStep:
         balancer.rescale_heads(weights, self.present)
         balancer.strategy.sum_over_ranks_(self.matrix)
         if balancer.weighting.uses_representation:
-            squares = balancer.strategy.sum_over_ranks(self.squares)
-            alpha = balancer.combine(np.diag(squares.numpy()) / self.scale ** 2, values, self.present, self.step)
+            gram = balancer.strategy.sum_over_ranks(self.gram)
+            alpha = balancer.combine(gram.numpy() / self.scale ** 2, values, self.present, self.step)
             write_shared_gradient(balancer.model, paddle.matmul(
                 paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), self.matrix).reshape([-1]))
             balancer.strategy.reduce_gradients_except(balancer.model.shared_parameters())

@@ -6,7 +6,7 @@ folder (the exact-resume check). Two ArcFace heads whose classes do not split ev
 sharded) and one softmax head; MLP backbone without BatchNorm, or the small CNN with synchronised BatchNorm for the
 architectures whose task layers are BatchNorms and adapters. Each architecture meets a weighting of another kind
 (loss-based, Gram-based, matrix-based, representation-based) besides static; task BatchNorms also meet cross-head
-negatives (``EXTRA``).
+negatives, and adapters tasks that read the same images in every step (``schedule.same_rows``; ``EXTRA``).
 """
 import os
 import sys
@@ -30,15 +30,27 @@ RUNS = {  # name: (architecture, backbone, weighting)
     "task_norm": ({"type": "task_norm", "tower": [8]}, CNN, {"type": "static"}),
     "adapters_gradnorm": ({"type": "adapters"}, CNN, {"type": "gradnorm", "alpha": 1.5, "lr": 0.05}),
     "task_norm_cross": ({"type": "task_norm"}, CNN, {"type": "static"}),
+    "adapters_same_rows": ({"type": "adapters"}, CNN, {"type": "static"}),
+    "mgda_ub_same_rows": ({"type": "hard"}, MLP, {"type": "mgda", "representation": True}),  # the paired rows' Gram
 }
+SAME_INPUTS = {"type": "synthetic", "num_samples": 48, "num_classes": 7, "seed": 1}  # one set of images, 3 targets
+SAME_ROWS = {"tasks": [  # every task reads the same images in each step (schedule.same_rows)
+    {"name": "arc7", "reader": SAME_INPUTS, "head": {"type": "arcface", "scale": 8.0, "margin": [1.0, 0.3, 0.0]},
+     "eval": None},
+    {"name": "multi7", "reader": {**SAME_INPUTS, "target": "multilabel"}, "head": {"type": "multilabel"}},
+    {"name": "reg", "reader": {**SAME_INPUTS, "target": "regression"}, "head": {"type": "regression"}}],
+    "schedule": {"same_rows": True}}
 EXTRA = {  # name: more job keys; task BatchNorms keep one embedding, so the ArcFace heads score each other's classes
     "task_norm_cross": {"cross_negatives": {"rate": 1.0, "mask": "online", "warmup": 2, "update": "both"}},
+    "adapters_same_rows": SAME_ROWS, "mgda_ub_same_rows": SAME_ROWS,
 }
 
 
 def job(out, name, steps):
     """The raw config of run ``name``."""
     architecture, backbone, weighting = RUNS[name]
+    extra = dict(EXTRA.get(name, {}))
+    schedule = {"mode": "joint", "batch_size": 12, "steps": steps, **extra.pop("schedule", {})}
     return {
         "seed": 5, "device": "cpu", "output_dir": out, "weighting": weighting, "architecture": architecture,
         "tasks": [
@@ -50,10 +62,10 @@ def job(out, name, steps):
              "head": {"type": "softmax"}},
         ],
         "backbone": backbone, "distributed": {"sync_bn": True},
-        "schedule": {"mode": "joint", "batch_size": 12, "steps": steps},
+        "schedule": schedule,
         "optimizer": {"type": "momentum", "lr": 0.05, "weight_decay": 0.0005, "decay": "none"},
         "log": {"every": 1, "progress": False, "plot": False},
-        "checkpoint": {"every": 5, "keep": 1}, "data": {"num_workers": 0}, **EXTRA.get(name, {}),
+        "checkpoint": {"every": 5, "keep": 1}, "data": {"num_workers": 0}, **extra,
     }
 
 
