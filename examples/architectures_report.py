@@ -55,7 +55,8 @@ def sign_test(a, b):
 
 
 def synthetic_verdict(report):
-    """``{correlation: {"mmoe_below_shared_bottom", "mmoe_vs_omoe", "widest"}}`` (module docstring)."""
+    """``{correlation: {"mmoe_below_shared_bottom", "mmoe_lower_sign_test", "mmoe_equals_omoe", "widest", ...}}``
+    (module docstring)."""
     out = {}
     for p, cells in report["cells"].items():
         below, below_se = paired(cells["mmoe"]["final"], cells["shared_bottom"]["final"])

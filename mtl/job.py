@@ -187,7 +187,7 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn, architecture.output_size)
              for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
-                       _cross_negatives(cfg, tasks, architecture), architecture)
+                       _cross_negatives(cfg, tasks, architecture), architecture, cfg["schedule"]["same_rows"])
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
                               cfg["source"])
@@ -211,9 +211,9 @@ def check_same_inputs(tasks, backbone, source, probes=3):
             theirs = task.reader[(index, 0) if task.reader.epoch_aware else index]
             for name in fields:
                 if not np.array_equal(np.asarray(mine[name]), np.asarray(theirs[name])):
-                    raise ConfigError(f"every task reads the same samples in each step, but training sample "
-                                      f"{index} of task '{task.name}' has another '{name}' than task "
-                                      f"'{first.name}''s: their readers must hold the same inputs in the same "
+                    raise ConfigError(f"every task reads the same samples in each step, but at training sample "
+                                      f"{index} the '{name}' of task '{task.name}' differs from that of task "
+                                      f"'{first.name}': their readers must hold the same inputs in the same "
                                       f"order (the same data, split and seed)", source, "schedule.same_rows")
 
 

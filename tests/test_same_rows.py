@@ -13,18 +13,20 @@ from mtl.job import build_job
 
 
 def job(**schedule):
-    """Two classification tasks over the synthetic reader's 40 inputs of seed 7 (``reader``: more keys of task b)."""
-    more = schedule.pop("reader", {})
+    """Two classification tasks over the synthetic reader's 40 inputs of seed 7 (``reader``: more keys of task b;
+    ``ratios``: the tasks')."""
+    more, ratios = schedule.pop("reader", {}), schedule.pop("ratios", [1, 1])
     task = {"type": "synthetic", "num_samples": 40, "num_classes": 4, "seed": 7}
-    return {"tasks": [{"name": "a", "reader": task, "head": {"type": "softmax"}},
-                      {"name": "b", "reader": {**task, **more}, "head": {"type": "softmax"}}],
+    return {"tasks": [{"name": "a", "reader": task, "head": {"type": "softmax"}, "ratio": ratios[0]},
+                      {"name": "b", "reader": {**task, **more}, "head": {"type": "softmax"}, "ratio": ratios[1]}],
             "backbone": {"type": "mlp"}, "schedule": {"batch_size": 8, "steps": 2, "same_rows": True, **schedule}}
 
 
 @pytest.mark.parametrize("schedule, text", [
     ({"mode": "sample"}, "this needs schedule.mode: joint"),
-    ({"batch_size": 9}, "same sub-batch for every task, the ratios give 'a' 5, 'b' 4: give every task the same "
-                        "ratio")])
+    ({"batch_size": 9}, "same sub-batch for every task, the ratios give 'a' 5, 'b' 4: make schedule.batch_size a "
+                        "multiple of the 2 tasks"),
+    ({"batch_size": 9, "ratios": [2, 1]}, "the ratios give 'a' 6, 'b' 3: give every task the same ratio")])
 def test_same_rows_is_refused_at_load_time_where_it_cannot_hold(schedule, text):
     with pytest.raises(ConfigError) as caught:
         load_job(data=job(**schedule))
@@ -33,13 +35,12 @@ def test_same_rows_is_refused_at_load_time_where_it_cannot_hold(schedule, text):
 
 @pytest.mark.parametrize("reader, text", [
     ({"num_samples": 41}, "training splits differ in size ('a' 40, 'b' 41)"),
-    ({"seed": 8}, "training sample 0 of task 'b' has another 'image' than task 'a''s")])
+    ({"seed": 8}, "at training sample 0 the 'image' of task 'b' differs from that of task 'a'")])
 def test_same_rows_refuses_readers_of_other_inputs_when_the_job_is_built(reader, text):
     cfg = load_job(data=job(reader=reader))
     with pytest.raises(ConfigError) as caught:
         build_job(cfg, announce_plan=False)
     assert caught.value.key == "schedule.same_rows" and text in str(caught.value)
-
 
 
 def test_representation_gram_pairs_rows_only_when_they_are_the_same_inputs():
@@ -55,10 +56,12 @@ def test_representation_gram_pairs_rows_only_when_they_are_the_same_inputs():
                                rtol=1e-12)
 
 
-def test_mgda_ub_on_same_rows_is_sener_and_koltuns_min_norm_of_the_paired_gram(tmp_path):
-    """One step of MGDA-UB on two tasks over the same images: the logged alpha is the two-task min-norm point of the
-    Gram matrix of the paired rows' feature gradients (Sener and Koltun, Algorithm 1: alpha = clip((G_bb - G_ab) /
-    (G_aa + G_bb - 2 G_ab), 0, 1)), not the diagonal's G_bb / (G_aa + G_bb)."""
+@pytest.mark.parametrize("architecture", [{"type": "hard"}, {"type": "hard", "tower": [6]}])
+def test_mgda_ub_on_same_rows_is_sener_and_koltuns_min_norm_of_the_paired_gram(tmp_path, architecture):
+    """One step of MGDA-UB on two tasks over the same images, without and with task towers: the logged alpha is the
+    two-task min-norm point (Sener and Koltun, Algorithm 1: alpha = clip((G_bb - G_ab) / (G_aa + G_bb - 2 G_ab), 0,
+    1)) of the Gram matrix of dL_t/dz at the backbone's output z, computed here by a forward of our own (one
+    backbone pass, each task's tower and head, ``paddle.grad`` to z); not the diagonal's G_bb / (G_aa + G_bb)."""
     import json
     import os
 
@@ -69,19 +72,47 @@ def test_mgda_ub_on_same_rows_is_sener_and_koltuns_min_norm_of_the_paired_gram(t
     select_device("cpu")
     raw = job(reader={"target": "multilabel"}, steps=1)
     raw.update(output_dir=str(tmp_path / "run"), weighting={"type": "mgda", "representation": True},
-               log={"every": 1, "progress": False, "plot": False}, data={"num_workers": 0})
+               log={"every": 1, "progress": False, "plot": False}, data={"num_workers": 0},
+               architecture=architecture)
     raw["tasks"][1]["head"] = {"type": "multilabel"}
     Trainer(build_job(load_job(data=raw)), console=lambda *a: None, overwrite=True).run()
     with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as f:
         logged = next(r for r in map(json.loads, f) if "alpha/a" in r)
     fresh = build_job(load_job(data=raw), announce_plan=False)  # the same initial weights
     batch = StepDataset(fresh.schedule, {t.name: t.reader for t in fresh.tasks}, raw.get("seed", 0), 0, 1)[0]
-    tensors = {t: {k: paddle.to_tensor(v) for k, v in sub.items()} for t, sub in batch.items()}
     np.testing.assert_array_equal(batch["a"]["image"], batch["b"]["image"])
-    fresh.model.forward(tensors, step=0)
-    fresh.model.backward_heads()
-    g = {t: v.numpy().astype(np.float64).reshape(len(v), -1) for t, v in fresh.model.feature_gradients().items()}
+    model = fresh.model
+    z = model.backbone({"image": paddle.to_tensor(batch["a"]["image"])})
+    g = {}
+    for task in ("a", "b"):
+        feature = z if model.architecture.is_identity else model.architecture(task, z)
+        head = model.heads[task]
+        loss = head(feature, head.labels_of({k: paddle.to_tensor(v) for k, v in batch[task].items()})).loss
+        (grad,) = paddle.grad([loss], [z], retain_graph=True)
+        g[task] = grad.numpy().astype(np.float64)
     aa, bb, ab = (g["a"] * g["a"]).sum(), (g["b"] * g["b"]).sum(), (g["a"] * g["b"]).sum()
     expected = float(np.clip((bb - ab) / (aa + bb - 2 * ab), 0.0, 1.0))
     assert logged["alpha/a"] == pytest.approx(expected, rel=1e-5, abs=1e-7)
     assert abs(expected - bb / (aa + bb)) > 1e-3, (expected, bb / (aa + bb))  # 100 x the tolerance above
+
+
+def test_the_backbone_runs_once_over_rows_every_task_shares():
+    """Under same_rows the backbone sees each step's rows once (4 of the 8), not once per task."""
+    built = build_job(load_job(data=job()), announce_plan=False)
+    seen = []
+    built.model.backbone.register_forward_pre_hook(lambda layer, inputs: seen.append(inputs[0]["image"].shape[0]))
+    reader = built.tasks[0].reader
+    sub = {"image": paddle.to_tensor(np.stack([reader[i]["image"] for i in range(4)])),
+           "label": paddle.to_tensor(np.array([reader[i]["label"] for i in range(4)]))}
+    built.model.forward({"a": sub, "b": sub}, step=0)
+    built.model.backward()
+    assert seen == [4]
+
+
+def test_mgda_ub_on_same_rows_is_refused_where_the_task_layers_are_inside_the_backbone():
+    raw = job(reader={})
+    raw.update(weighting={"type": "mgda", "representation": True}, backbone={"type": "cnn", "channels": [4]},
+               architecture={"type": "adapters"})
+    with pytest.raises(ConfigError) as caught:
+        load_job(data=raw)
+    assert caught.value.key == "weighting.representation" and "architecture 'adapters'" in str(caught.value)

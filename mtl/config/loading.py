@@ -400,11 +400,21 @@ def _check_same_rows(job, tasks, source):
     if schedule["mode"] != "joint":
         raise ConfigError("every task reads the same samples in each step: this needs schedule.mode: "
                           "joint (sample mode has one task a step)", source, "schedule.same_rows")
+    ratios = [t["ratio"] for t in tasks]
     try:
-        JointSchedule([t["name"] for t in tasks], [t["ratio"] for t in tasks], schedule["batch_size"], job["seed"],
-                      same_rows=True)
+        JointSchedule([t["name"] for t in tasks], ratios, schedule["batch_size"], job["seed"], same_rows=True)
     except ValueError as exc:
-        raise ConfigError(f"{exc}: give every task the same ratio", source, "schedule.same_rows") from None
+        hint = (f"make schedule.batch_size a multiple of the {len(tasks)} tasks" if len(set(ratios)) == 1 else
+                "give every task the same ratio")
+        raise ConfigError(f"{exc}: {hint}", source, "schedule.same_rows") from None
+    weighting = registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
+                               loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
+    architecture = registry.get("architecture", job["architecture"]["type"]).cls
+    if weighting.uses_representation and architecture.per_task_backbone:
+        raise ConfigError(f"MGDA-UB pairs each input's gradients at the representation every task shares, and "
+                          f"architecture '{job['architecture']['type']}' has task layers inside the backbone, so "
+                          f"there is none: use representation: false, or an architecture that shares the backbone",
+                          source, "weighting.representation")
 
 
 def _check_cross_negatives(job, tasks, base_dir, source):

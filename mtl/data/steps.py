@@ -139,9 +139,13 @@ class StepDataset(paddle.io.Dataset):
         self.label_ranges = dict(label_ranges or {})  # {task: (field, num_classes)}: labels must be in [0, C)
         self.schedule = schedule
         self.readers = readers
-        self.orders = {name: sample_order(r, len(r), task_seed(seed, schedule.order_key(name)),
-                                          schedule.possible_sizes(name)[0],
-                                          int(bucket_batches), seed) for name, r in readers.items()}
+        orders = {}  # by order key: tasks of one key (schedule.same_rows) share one order, bucketed ones too
+        for name in readers:
+            key = schedule.order_key(name)
+            if key not in orders:
+                orders[key] = sample_order(readers[key], len(readers[key]), task_seed(seed, key),
+                                           schedule.possible_sizes(key)[0], int(bucket_batches), seed)
+        self.orders = {name: orders[schedule.order_key(name)] for name in readers}
         self.start_step = int(start_step)
         self.end_step = int(end_step)
         self.world = int(world)

@@ -13,9 +13,10 @@ Exact under data + model parallelism:
 * The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead: every
   task scores its own rows, so it is diagonal, ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (float64, one
   all-reduce of T x T numbers), and the backbone backward runs once with the feature gradients scaled by ``alpha``.
-  When every task reads the same samples (``schedule.same_rows``) row r of every task is the same input, and the
-  Gram matrix is Sener and Koltun's, ``G_ij = sum over rows and ranks of dL_i/dz_r . dL_j/dz_r`` (their Eq. 10:
-  the gradients of the one shared representation of each input).
+  When every task reads the same samples (``schedule.same_rows``) row r of every task is the same input, z is the
+  backbone's output (one pass, before the architecture's task layers), and the Gram matrix is Sener and Koltun's,
+  ``G_ij = sum over rows and ranks of dL_i/dz_r . dL_j/dz_r`` (their Eq. 10: the gradients of the one shared
+  representation of each input).
 * Strategies that need the per-task gradients themselves (``needs_gradient_matrix``: GradDrop, DB-MTL) get the same
   summed ``[T, P]`` matrix as float32 numpy and return the shared gradient ``[P]``, written as it is.
 
@@ -139,6 +140,11 @@ class TaskBalancer:
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
+    def representation(self):
+        """MGDA-UB's per-task gradients: of each task's features (its own rows), or under ``same_rows`` of the
+        backbone's output that every task shares (before any task layers: the rows pair there)."""
+        return self.model.shared_gradients() if self.same_rows else self.model.feature_gradients()
+
     def present(self, tasks) -> np.ndarray:
         """[T] bool: which of the job's tasks are in ``tasks``."""
         return np.array([t in tasks for t in self.tasks])
@@ -173,7 +179,7 @@ class TaskBalancer:
             return self.logged(weights, present)
         self.model.backward_heads(self.scaled(self.static, scale))
         if self.weighting.uses_representation:
-            gram = self.strategy.sum_over_ranks(representation_gram(self.model.feature_gradients(), self.tasks,
+            gram = self.strategy.sum_over_ranks(representation_gram(self.representation(), self.tasks,
                                                                     self.same_rows))
             alpha = self.combine(gram.numpy() / scale ** 2, values, present, step)
             self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
@@ -270,7 +276,7 @@ class AccumulatedStep:
             return
         model.backward_heads(balancer.scaled(balancer.static, per))
         if balancer.weighting.uses_representation:
-            gram = representation_gram(model.feature_gradients(), balancer.tasks, balancer.same_rows)
+            gram = representation_gram(balancer.representation(), balancer.tasks, balancer.same_rows)
             self.gram = gram if self.gram is None else self.gram + gram
         self.matrix = task_gradient_matrix(model, balancer.tasks, self.matrix)
 

@@ -41,12 +41,29 @@ def micro_batches(batch, accumulate: int):
     return out
 
 
+def _one_gradient_each(outputs, grads):
+    """``(outputs, grads)`` with a tensor that several tasks read (``same_rows`` without task layers) once, its
+    gradients summed."""
+    unique, summed = [], []
+    for out, grad in zip(outputs, grads):
+        index = next((i for i, seen in enumerate(unique) if seen is out), None)
+        if index is None:
+            unique.append(out)
+            summed.append(grad)
+        else:
+            summed[index] = summed[index] + grad
+    return unique, summed
+
+
 class JointModel(paddle.nn.Layer):
     """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``)."""
 
     def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],
-                 cross_negatives=None, architecture=None):
+                 cross_negatives=None, architecture=None, same_rows=False):
         super().__init__()
+        # schedule.same_rows: every task's rows are the same inputs, so a backbone pass over several tasks runs once,
+        # on the first task's rows, and every task gets its features (one dropout mask an input, half the compute)
+        self.same_rows = bool(same_rows)
         self.backbone = backbone
         if architecture is None:  # hard parameter sharing without towers: the heads read the backbone's features
             from mtl.architectures.hard import Hard
@@ -60,6 +77,7 @@ class JointModel(paddle.nn.Layer):
         self.loss_weights = dict(loss_weights)
         self._input_fields = list(backbone.input_fields())
         self._pending, self._present, self._groups, self._feature_grads = [], [], [], {}
+        self._shared = {}  # {task: the backbone's output of its rows}, before the architecture's task layers
         self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
     def signature(self, sub_batch) -> tuple:
@@ -78,11 +96,13 @@ class JointModel(paddle.nn.Layer):
     def features(self, batch) -> Dict[str, object]:
         """What every task's head sees (a tensor, or ``{name: tensor}`` of a text encoder): the backbone's output per
         pass, split per task, through the architecture's layers for the task (its rows only)."""
-        out = {}
+        out, self._shared = {}, {}
         self._groups = self.backbone_passes(batch)
         fields = self._input_fields
         for tasks in self._groups:
             subs = [batch[t] for t in tasks]
+            if self.same_rows:  # the same inputs in every task's rows: one pass over the first task's
+                subs = subs[:1]
             self.architecture.select(tasks[0])  # per_task_backbone: the task whose layers this pass uses
             with self.autocast():
                 feats = self.backbone(rows.concat_rows(fields, subs))
@@ -90,8 +110,9 @@ class JointModel(paddle.nn.Layer):
             groups_of = [rows.group_size(fields, sub) for sub in subs]
             counts = [int(sub[fields[0].name].shape[0]) * k for sub, k in zip(subs, groups_of)]
             sizes = [rows.variable_size(fields, sub) for sub in subs]
-            for t, f in zip(tasks, rows.split_outputs(feats, self.backbone.output_fields(), counts, groups_of,
-                                                      sizes)):
+            split = rows.split_outputs(feats, self.backbone.output_fields(), counts, groups_of, sizes)
+            for t, f in zip(tasks, split * len(tasks) if self.same_rows else split):
+                self._shared[t] = f
                 out[t] = f if self.architecture.is_identity else self.architecture(t, f)
         return out
 
@@ -157,6 +178,20 @@ class JointModel(paddle.nn.Layer):
         rows)."""
         return {task: grad for task, (_, grad) in self._feature_grads.items()}
 
+    def shared_gradients(self):
+        """``{task: gradient of its weighted loss w.r.t. the backbone's output of its rows}`` after
+        :meth:`backward_heads`: where every task meets (Sener and Koltun's Z), before the architecture's task layers
+        (through them by one more autograd pass each, the graph kept for phase 2)."""
+        out = {}
+        for task, (feat, grad) in self._feature_grads.items():
+            if self.architecture.is_identity:
+                out[task] = grad
+                continue
+            shared = rows.select(self._shared[task], self.heads[task].reads, self.backbone.default_output)
+            (found,) = paddle.grad([feat], [shared], [grad], retain_graph=True, allow_unused=True)
+            out[task] = paddle.zeros_like(shared) if found is None else found
+        return out
+
     def backward_backbone(self, scales=None):
         """Phase 2: each backbone pass once, from the feature gradients (times ``scales[task]`` if given)."""
         for tasks in self._groups:
@@ -164,7 +199,7 @@ class JointModel(paddle.nn.Layer):
             if present:
                 grads = [self._feature_grads[t][1] if scales is None else self._feature_grads[t][1] * float(scales[t])
                          for t in present]
-                paddle.autograd.backward([self._feature_grads[t][0] for t in present], grads)
+                paddle.autograd.backward(*_one_gradient_each([self._feature_grads[t][0] for t in present], grads))
         self._feature_grads = {}
 
     def backward_backbone_per_task(self):

@@ -47,10 +47,10 @@ class IMTLG(GradientWeighting):
     direction so that every task's loss would increase (g projects to c < 0 on every u_t); we divide by |s|
     instead, keeping the direction of equal positive projections. (2) The paper computes the gradients with respect
     to the shared feature for efficiency (LibMTL offers both, ``rep_grad``); here they are those of the shared
-    parameters: in this project every task scores its own rows, so the feature's Gram matrix is diagonal and
-    IMTL-G would reduce to alpha_t proportional to 1 / ||g_t||. (3) TorchJD's generalisation uses K^+ n on the
-    unscaled Gram matrix, which for identical directions of norms a and b gives (a, b) / (a + b), not the closed
-    form's limit.
+    parameters: in this project every task scores its own rows (unless ``schedule.same_rows``), so the feature's
+    Gram matrix would be diagonal and IMTL-G would reduce to alpha_t proportional to 1 / ||g_t||. (3) TorchJD's
+    generalisation uses K^+ n on the unscaled Gram matrix, which for identical directions of norms a and b gives
+    (a, b) / (a + b), not the closed form's limit.
     """
 
     description = "equal projection of the update on every unit task gradient (Liu et al. 2021)"
