@@ -7,7 +7,7 @@
     python bench/bench_architectures.py --json costs.json
     python examples/multimnist_report.py --steps 975 --json screen.json  # a shorter budget: every configuration
     python examples/architectures_report.py --synthetic synthetic.json --multimnist multimnist.json \\
-        --multimnist-screen screen.json [more files of that budget] \\
+        --multimnist-screen screen.json [more files of that budget] --multimnist-long long.json [more] \\
         --faces hard=faces_hard.json mmoe=faces_mmoe.json ... --costs costs.json [--json FILE] [--write DOC]
 
 Verdicts, each against the spread over seeds or runs (a difference smaller than it is noise):
@@ -114,50 +114,45 @@ def read_report(path, keys):
 
 
 def merge_screen(files):
-    """The MultiMNIST reports of one budget merged at the seeds every file has: ``{"steps", "seeds",
-    "configurations": {name: {"left", "right"}}}``, and the noise at this budget (:func:`screen_noise`)."""
+    """The MultiMNIST reports of one budget merged: ``{"steps", "seeds", "configurations": {name: {"left",
+    "right"}}}`` at the seeds every configuration has (a configuration may come at some seeds from one file and at
+    others from another), and the noise at this budget (:func:`screen_noise`)."""
     # a list, not a dict by path: a file given twice is refused below
     reports = [(path, read_report(path, ("steps", "seeds", "configurations"))) for path in files]
     steps = {r["steps"] for _, r in reports}
     if len(steps) > 1:
         raise SystemExit("error: the screen's files are of different budgets: "
                          + ", ".join(f"{p} {r['steps']} steps" for p, r in reports))
-    seeds = sorted(set.intersection(*(set(r["seeds"]) for _, r in reports)))
+    values = {}  # {name: {seed: {task: accuracy}}}
+    for path, r in reports:
+        for name, cell in r["configurations"].items():
+            for i, seed in enumerate(r["seeds"]):
+                if seed in values.setdefault(name, {}):
+                    raise SystemExit(f"error: configuration {name!r} is in two of the screen's files at seed {seed} "
+                                     f"({path})")
+                values[name][seed] = {t: v[i] for t, v in cell.items()}
+    if "single" not in values:
+        raise SystemExit(f"error: none of the screen's files {', '.join(files)} has the configuration 'single'")
+    seeds = sorted(set.intersection(*(set(by_seed) for by_seed in values.values())))
     if not seeds:
         raise SystemExit(f"error: the screen's files {', '.join(files)} share no seed")
-    merged = {}
-    for path, r in reports:
-        configs = r["configurations"]
-        for name, cell in configs.items():
-            if name in merged:
-                raise SystemExit(f"error: configuration {name!r} is in two of the screen's files ({path})")
-            merged[name] = {t: [v[r["seeds"].index(s)] for s in seeds] for t, v in cell.items()}
-    if "single" not in merged:
-        raise SystemExit(f"error: none of the screen's files {', '.join(files)} has the configuration 'single'")
-    noise = screen_noise(reports)
-    return {"steps": steps.pop(), "seeds": seeds, "configurations": merged}, noise
+    merged = {name: {t: [by_seed[s][t] for s in seeds] for t in by_seed[seeds[0]]} for name, by_seed in values.items()}
+    return {"steps": steps.pop(), "seeds": seeds, "configurations": merged}, screen_noise(values)
 
 
-def screen_noise(reports):
-    """The largest std over seeds of a configuration's per-seed Delta_m, each configuration at every seed its file
-    shares with the file of ``single`` (against that seed's single task); None when no configuration has two."""
-    source = next(r for _, r in reports if "single" in r["configurations"])
-    single = {seed: i for i, seed in enumerate(source["seeds"])}
-    spreads = []
-    for _, r in reports:
-        for name, cell in r["configurations"].items():
-            shared = [(i, single[seed]) for i, seed in enumerate(r["seeds"]) if seed in single]
-            if name != "single" and len(shared) > 1:
-                spreads.append(float(np.std([delta_at(cell, i, source["configurations"]["single"], j)
-                                             for i, j in shared])))
-    return max(spreads) if spreads else None
-
-
-def delta_at(cell, at, single, single_at):
-    """Delta_m (%) of ``cell``'s seed at index ``at`` against ``single``'s at index ``single_at``."""
+def screen_noise(values):
+    """The largest std over seeds of a configuration's per-seed Delta_m, each configuration at every seed it shares
+    with ``single`` (against that seed's single task); None when no configuration has two. ``values``: ``{name:
+    {seed: {task: accuracy}}}``."""
     from multimnist_report import delta_m
 
-    return delta_m({t: [v[at]] for t, v in cell.items()}, {t: [v[single_at]] for t, v in single.items()})
+    single, spreads = values["single"], []
+    for name, by_seed in values.items():
+        shared = [s for s in by_seed if s in single]
+        if name != "single" and len(shared) > 1:
+            spreads.append(float(np.std([delta_m({t: [v] for t, v in by_seed[s].items()},
+                                                 {t: [v] for t, v in single[s].items()}) for s in shared])))
+    return max(spreads) if spreads else None
 
 
 def screen_table(screen, noise):
@@ -256,6 +251,11 @@ def report(args):
         data = json.load(open(args.multimnist))
         parts.append(f"### MultiMNIST (seeds {', '.join(map(str, data['seeds']))})\n\n" + multimnist_table(data))
         content["multimnist"] = data
+    if args.multimnist_long:
+        long, _ = merge_screen(args.multimnist_long)
+        parts.append(f"### MultiMNIST at {long['steps']} steps (seeds {', '.join(map(str, long['seeds']))})\n\n"
+                     + multimnist_table(long))
+        content["multimnist_long"] = long
     if args.multimnist_screen:
         screen, noise = merge_screen(args.multimnist_screen)
         parts.append(f"### MultiMNIST screen: every configuration at {screen['steps']} steps (seed"
@@ -290,6 +290,9 @@ def main(argv=None):
     parser.add_argument("--multimnist-screen", nargs="*", default=[], metavar="FILE",
                         help="examples/multimnist_report.py's --json files of one shorter budget, tabled at their "
                              "common seeds")
+    parser.add_argument("--multimnist-long", nargs="*", default=[], metavar="FILE",
+                        help="examples/multimnist_report.py's --json files of one longer budget (the paper's), "
+                             "merged as the screen's and tabled as --multimnist")
     parser.add_argument("--faces", nargs="*", default=[], metavar="NAME=FILE",
                         help="examples/faces_report.py's --json per architecture (one of them with alone)")
     parser.add_argument("--costs", help="bench/bench_architectures.py's --json")

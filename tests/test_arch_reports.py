@@ -336,6 +336,18 @@ def test_the_multimnist_screen_merges_files_of_one_budget_at_their_common_seed(t
         "dwa": {"left": [96.0, 93.12], "right": [95.0, 95.0]}}}))  # per seed (2, 0): 0, -1.5 %
     both = architectures_report.merge_screen([str(tmp_path / "three.json"), str(tmp_path / "more.json")])
     assert both[0]["seeds"] == [0, 2] and abs(both[1] - np.std([0.0, -1.5])) < 1e-9
+    # one configuration from two files at other seeds (single's seed 0 measured before seeds 1 and 2), tabled long
+    (tmp_path / "s0.json").write_text(json.dumps({"steps": 975, "seeds": [0], "configurations": {
+        "single": {"left": [96.0], "right": [95.0]}}}))
+    (tmp_path / "s12.json").write_text(json.dumps({"steps": 975, "seeds": [1, 2], "configurations": {
+        "single": {"left": [96.0, 96.0], "right": [95.0, 95.0]},
+        "static": {"left": [96.0, 94.08], "right": [95.0, 95.0]}}}))
+    (tmp_path / "s0_static.json").write_text(json.dumps({"steps": 975, "seeds": [0], "configurations": {
+        "static": {"left": [95.04], "right": [95.0]}}}))
+    files = [str(tmp_path / f) for f in ("s0.json", "s12.json", "s0_static.json")]
+    long = architectures_report.main(["--multimnist-long", *files])["multimnist_long"]
+    assert long["seeds"] == [0, 1, 2] and long == {**three, "seeds": [0, 1, 2]}
+    assert abs(architectures_report.merge_screen(files)[1] - np.std([-0.5, 0.0, -1.0])) < 1e-9
     with pytest.raises(SystemExit, match="cannot read the report .*absent.json"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "absent.json")])
     (tmp_path / "old.json").write_text(json.dumps({"seeds": [0], "configurations": {}}))  # before "steps" was kept
