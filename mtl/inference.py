@@ -34,7 +34,7 @@ def _read_json(path, what):
 def installed_plugin_folders() -> List[str]:
     """The plug-in folders the project installs itself: its head plug-ins and its task files."""
     from mtl import registry
-    from mtl.config.loading import REPO_ROOT
+    from mtl.config.paths import REPO_ROOT
 
     return [os.path.abspath(registry.builtin_heads_folder()), os.path.abspath(os.path.join(REPO_ROOT, "tasks"))]
 

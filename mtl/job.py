@@ -14,7 +14,7 @@ import paddle
 from mtl import contracts, registry
 from mtl.architectures.build import build_architecture
 from mtl.backbones.base import build_backbone
-from mtl.config.loading import blame_set
+from mtl.config.overrides import blame_set
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError, DataError

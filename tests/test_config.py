@@ -5,7 +5,8 @@ import sys
 import pytest
 import yaml
 
-from mtl.config.loading import apply_overrides, load_job
+from mtl.config.loading import load_job
+from mtl.config.overrides import apply_overrides
 from mtl.errors import ConfigError
 from tests import warm_python
 

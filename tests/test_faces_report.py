@@ -12,7 +12,8 @@ import yaml
 
 from examples import faces_report
 from examples.faces_arms import Benchmark, Recipe
-from mtl.config.loading import load_job, parse_override
+from mtl.config.loading import load_job
+from mtl.config.overrides import parse_override
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import StepDataset
 from mtl.job import build_reader

@@ -14,7 +14,7 @@ def _early_threads(config_path, overrides):
     try:
         import yaml
 
-        from mtl.config.loading import apply_overrides, split_task_overrides
+        from mtl.config.overrides import apply_overrides, split_task_overrides
 
         raw = {}
         if config_path and os.path.isfile(config_path):

@@ -1,6 +1,7 @@
-"""Job and task configuration: YAML loading, ``--set key.path=value`` overrides, validation at load time.
+"""Job and task configuration: YAML loading (a job config, its base, its tasks), validation at load time.
 
-Every error is caught here, before any training, as one ConfigError naming the file and the dotted key path.
+Every error is caught at load time, before any training, as one ConfigError naming the file and the dotted key path
+(the checks across keys: :mod:`mtl.config.checks`; ``--set``: :mod:`mtl.config.overrides`).
 """
 import copy
 import os
@@ -8,76 +9,12 @@ import os
 import yaml
 
 from mtl import registry
-from mtl.config.keys import BACKBONE, JOB, TASK, resolve_milestones
+from mtl.config.checks import check_job
+from mtl.config.keys import JOB, TASK
+from mtl.config.overrides import apply_overrides, blame_set, set_keys, split_task_overrides
+from mtl.config.paths import BACKBONE_PATH_KEYS, REPO_ROOT, resolve_path, resolve_reader_paths
 from mtl.config.schema import validate
 from mtl.errors import ConfigError
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def parse_override(text: str):
-    """Split ``a.b.c=value`` into (["a", "b", "c"], parsed YAML value)."""
-    if "=" not in text:
-        raise ConfigError(f"--set expects key.path=value, got {text!r}", "--set")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key:
-        raise ConfigError(f"--set expects key.path=value, got {text!r}", "--set")
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        value = raw
-    return key.split("."), value
-
-
-def apply_overrides(data: dict, overrides, source="--set"):
-    """Apply ``--set`` overrides (text ``a.b=v`` or parsed ``(path, value)``) to a raw config dict.
-
-    Lists are indexed by number; a path that runs into a scalar, or an index past a list's end, is a ConfigError.
-    """
-    data = copy.deepcopy(data)
-    for item in overrides or ():
-        path, value = parse_override(item) if isinstance(item, str) else item
-        node = data
-        for depth, part in enumerate(path[:-1]):
-            if isinstance(node, list):
-                node = node[_list_index(node, part, path[:depth + 1], source)]
-                continue
-            if not isinstance(node, dict):
-                raise ConfigError(f"cannot set '{'.'.join(path)}': '{'.'.join(path[:depth])}' is not a mapping",
-                                  source)
-            if part not in node or not isinstance(node[part], (dict, list)):
-                node[part] = {}
-            node = node[part]
-        last = path[-1]
-        if isinstance(node, list):
-            node[_list_index(node, last, path, source)] = value
-        elif isinstance(node, dict):
-            node[last] = value
-        else:
-            raise ConfigError(f"cannot set '{'.'.join(path)}': its parent is not a mapping", source)
-    return data
-
-
-def _list_index(node, part, path, source):
-    if not str(part).lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
-        raise ConfigError(f"index {part} does not exist: the list has {len(node)} entries", source, ".".join(path))
-    return int(part)
-
-
-def split_task_overrides(overrides):
-    """Split ``--set`` overrides into job-level ones and ``{task index: [(sub path, value)]}``.
-
-    ``tasks.N.key=value`` applies to task N after its file is read, so it works for tasks named by file.
-    """
-    job_level, per_task = [], {}
-    for text in overrides or ():
-        path, value = parse_override(text)
-        if path[0] == "tasks" and len(path) > 2 and path[1].isdigit():
-            per_task.setdefault(int(path[1]), []).append((path[2:], value))
-        else:
-            job_level.append((path, value))
-    return job_level, per_task
 
 
 def read_yaml(path: str, what: str = "config"):
@@ -144,18 +81,6 @@ def task_folders(job_dir, plugin_folders):
             seen.add(f)
             out.append(f)
     return out
-
-
-def resolve_path(path, base_dir, suffixes=("",)):
-    """A path relative to ``base_dir`` (the config or task file's folder) if it exists there (with one of
-    ``suffixes``), else relative to the working directory. The one path resolution of configs."""
-    if os.path.isabs(path):
-        return path
-    if base_dir:
-        candidate = os.path.join(base_dir, path)
-        if any(os.path.exists(candidate + s) for s in suffixes):
-            return os.path.normpath(candidate)
-    return os.path.normpath(path)
 
 
 def find_task_file(ref: str, base_dir, folders):
@@ -228,10 +153,10 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
     try:
         task = validate(TASK, data, label, task_key)
     except ConfigError as exc:
-        raise blame_set({"key": task_key, "set_prefix": key, "set_keys": _set_keys(overrides)}, exc) from None
+        raise blame_set({"key": task_key, "set_prefix": key, "set_keys": set_keys(overrides)}, exc) from None
     task["source"] = task_source
     task["key"] = task_key
-    task["set_prefix"], task["set_keys"] = key, _set_keys(overrides)  # what --set tasks.N.* changed in this task
+    task["set_prefix"], task["set_keys"] = key, set_keys(overrides)  # what --set tasks.N.* changed in this task
     if task["eval"] is None:
         task["eval"] = {"enabled": False, "reader": {"split": "eval"}, "max_samples": None, "sets": [], "split": True}
     _normalise_components(task, base_dir)
@@ -240,53 +165,6 @@ def load_task(ref, base_dir, folders, source, key, overrides=()):
                                                                         f"eval.sets.{i}")
                             for i, entry in enumerate(task["eval"]["sets"])]
     return task
-
-
-def _set_keys(overrides):
-    """The key paths (inside a task) that ``--set tasks.N.<path>=value`` overrides give."""
-    return [".".join(map(str, path)) for path, _ in overrides or ()]
-
-
-def blame_set(task: dict, exc: ConfigError) -> ConfigError:
-    """``exc`` (raised for a key of the loaded ``task``) as the error of the ``--set tasks.N.<path>`` that gave the
-    failing key, when one did and the task comes from a task file: that file never held the key, so the sentence
-    names ``--set`` and the job's key path; other errors are returned as they are."""
-    key = exc.key or ""
-    if task.get("key"):  # an inline task: the job's own file is named already, "(with --set)"
-        return exc
-    inner = key
-    for given in task.get("set_keys") or ():
-        named = given.startswith(inner + ".") and f" {given.rsplit('.', 1)[-1]} " in f" {exc.bare_message} "
-        if inner == given or inner.startswith(given + ".") or named:  # named: a plug-in's sentence about the key
-            return ConfigError(f"{exc.bare_message} (a value given by --set, not by the task file)", "--set",
-                               f"{task['set_prefix']}.{given if named else inner}")
-    return exc
-
-
-PATH_KEYS = ("path", "root", "list", "eval_path", "target_list", "mnist_dir")
-BACKBONE_PATH_KEYS = ("tokenizer", "weights")
-
-
-def resolve_reader_paths(cfg, task_source, base_dir=None):
-    """Relative data paths of a reader config (``path``, ``root``, ``list``, ``eval_path``, ``target_list``,
-    ``mnist_dir``, and those of the sources of a ``concat`` reader's ``readers`` and of a ``masked_lm`` reader's
-    ``source``) are taken relative to the task file's folder (``base_dir`` for a task written inline in a job config
-    whose source label is not a file, e.g. with ``--set``) when they exist there, else left as they are (relative to
-    the working directory)."""
-    if task_source and os.path.isfile(str(task_source)):
-        base_dir = os.path.dirname(os.path.abspath(task_source))
-    if not base_dir:
-        return cfg
-    base = base_dir
-    for key in PATH_KEYS:
-        if isinstance(cfg.get(key), str):
-            cfg[key] = resolve_path(cfg[key], base, suffixes=("", ".rec"))  # a RecordIO prefix names train.rec
-    if isinstance(cfg.get("source"), dict):  # a reader over another reader (masked_lm)
-        cfg["source"] = resolve_reader_paths(dict(cfg["source"]), None, base)
-    if isinstance(cfg.get("readers"), list):
-        cfg["readers"] = [resolve_reader_paths(dict(r), None, base) if isinstance(r, dict) else r
-                          for r in cfg["readers"]]
-    return cfg
 
 
 def _normalise_components(task, base_dir=None):
@@ -324,10 +202,6 @@ def _verification_set(entry, base_dir, source, key):
     return {"path": path, "root": root, "name": str(name)}
 
 
-def _check_component(kind, cfg, source, key):
-    registry.split_cfg(kind, cfg, source, key)
-
-
 def _plugin_folders(job, base_dir, source):
     """The job's ``plugins`` folders, resolved and checked."""
     folders = []
@@ -359,124 +233,6 @@ def _load_tasks(job, base_dir, folders, source, task_overrides):
     return tasks
 
 
-def _check_components(job, tasks, source):
-    """Every component (the architecture too) names a registered plug-in with parameters it accepts; the weighting
-    fits the schedule."""
-    from mtl.backbones.base import JOB_KEYS, constructor_config
-
-    validate(BACKBONE, {k: v for k, v in job["backbone"].items() if k in JOB_KEYS}, source, "backbone")
-    _check_component("backbone", constructor_config(job["backbone"]), source, "backbone")
-    for t in tasks:
-        prefix = f"{t['key']}." if t["key"] else ""
-        for kind in ("reader", "head"):
-            try:
-                _check_component(kind, t[kind], t["source"], prefix + kind)
-            except ConfigError as exc:
-                raise blame_set(t, exc) from None
-    _check_component("architecture", job["architecture"], source, "architecture")
-    entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
-    # built once here (plain numpy, cheap) so that a bad hyper-parameter value fails at load time too
-    registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
-                   loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
-    if job["schedule"]["mode"] == "sample" and not entry.cls.sample_mode:
-        per_task = ", ".join(e.name for e in registry.entries("weighting") if e.cls.sample_mode)
-        raise ConfigError(f"weighting '{entry.name}' needs every task in every step and cannot run with "
-                          f"schedule.mode: sample (one task per step); use schedule.mode: joint, or a weighting that "
-                          f"works per task ({per_task})", source, "weighting.type")
-    if job["schedule"]["mode"] == "joint" and job["schedule"]["batch_size"] < len(tasks):
-        raise ConfigError(
-            f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
-            f"< {len(tasks)} tasks", source, "schedule.batch_size")
-    if job["schedule"]["same_rows"]:
-        _check_same_rows(job, tasks, source)
-
-
-def _check_same_rows(job, tasks, source):
-    """``schedule.same_rows``: joint mode, and the same sub-batch for every task (the training splits' sizes are
-    checked when the readers are built, :func:`mtl.data.scheduler.build_schedule`)."""
-    from mtl.data.scheduler import JointSchedule
-
-    schedule = job["schedule"]
-    if schedule["mode"] != "joint":
-        raise ConfigError("every task reads the same samples in each step: this needs schedule.mode: "
-                          "joint (sample mode has one task a step)", source, "schedule.same_rows")
-    ratios = [t["ratio"] for t in tasks]
-    try:
-        JointSchedule([t["name"] for t in tasks], ratios, schedule["batch_size"], job["seed"], same_rows=True)
-    except ValueError as exc:
-        hint = (f"make schedule.batch_size a multiple of the {len(tasks)} tasks" if len(set(ratios)) == 1 else
-                "give every task the same ratio")
-        raise ConfigError(f"{exc}: {hint}", source, "schedule.same_rows") from None
-    weighting = registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
-                               loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
-    architecture = registry.get("architecture", job["architecture"]["type"]).cls
-    if weighting.uses_representation and architecture.per_task_backbone:
-        raise ConfigError(f"MGDA-UB pairs each input's gradients at the representation every task shares, and "
-                          f"architecture '{job['architecture']['type']}' has task layers inside the backbone, so "
-                          f"there is none: use representation: false, or an architecture that shares the backbone",
-                          source, "weighting.representation")
-
-
-def _check_cross_negatives(job, tasks, base_dir, source):
-    """Cross-head negatives name tasks of the job whose heads can score other heads' classes, at least two; the
-    pairs file of ``mask: pairs`` exists and reads as same-person pairs (its path resolved as data paths are)."""
-    cross = job["cross_negatives"]
-    if cross["rate"] <= 0:
-        return
-    names = [t["name"] for t in tasks]
-    able = [t["name"] for t in tasks if registry.get("head", t["head"]["type"]).cls.cross_negatives]
-    chosen = able if cross["tasks"] == "all" else cross["tasks"]
-    for name in chosen:
-        if name not in names:
-            raise ConfigError(f"task '{name}' is not a task of this job ({', '.join(names)})", source,
-                              "cross_negatives.tasks")
-        if name not in able:
-            head = next(t["head"]["type"] for t in tasks if t["name"] == name)
-            raise ConfigError(f"task '{name}': head '{head}' cannot score other heads' classes as negatives (the "
-                              f"margin heads can: arcface, cosface)", source, "cross_negatives.tasks")
-    if len(chosen) < 2:
-        raise ConfigError(f"cross-head negatives need at least two heads that can take part, the job has "
-                          f"{len(chosen)} ({', '.join(chosen) or 'none'})", source, "cross_negatives.tasks")
-    if cross["mask"] == "pairs":
-        if not cross["pairs"]:
-            raise ConfigError("mask: pairs needs the same-person JSON in cross_negatives.pairs", source,
-                              "cross_negatives.pairs")
-        from mtl.heads.cross_negatives import read_pairs
-
-        cross["pairs"] = os.path.abspath(resolve_path(cross["pairs"], base_dir))
-        read_pairs(cross["pairs"], source)
-
-
-def _check_optimizer(job, source):
-    """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps."""
-    opt = job["optimizer"]
-    if opt["decay"] != "multistep":
-        return
-    if not opt["milestones"]:
-        raise ConfigError("decay multistep needs milestones (steps, or fractions of schedule.steps)", source,
-                          "optimizer.milestones")
-    try:
-        resolve_milestones(opt["milestones"], job["schedule"]["steps"])
-    except ValueError as exc:
-        raise ConfigError(str(exc), source, "optimizer.milestones") from None
-
-
-def _check_accumulate(job, tasks, source):
-    """``schedule.accumulate`` K: every task's sub-batch of a step splits into K equal micro-batches (the process
-    count is checked again at start-up, :func:`mtl.data.steps.check_divisible`)."""
-    from mtl.data.scheduler import JointSchedule, SampleSchedule
-    from mtl.data.steps import check_divisible
-
-    schedule, names = job["schedule"], [t["name"] for t in tasks]
-    if schedule["accumulate"] == 1:
-        return
-    if schedule["mode"] == "joint":
-        plan = JointSchedule(names, [t["ratio"] for t in tasks], schedule["batch_size"], job["seed"])
-    else:
-        plan = SampleSchedule(names, [1.0 / len(names)] * len(names), schedule["batch_size"], job["seed"])
-    check_divisible(plan, 1, source, schedule["accumulate"])
-
-
 def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
@@ -501,10 +257,7 @@ def load_job(path=None, overrides=(), data=None):
             job["backbone"][key] = resolve_path(job["backbone"][key], base_dir)
     job["weighting"] = registry.as_component(job["weighting"])
     job["architecture"] = registry.as_component(job["architecture"])
-    _check_components(job, tasks, source)
-    _check_cross_negatives(job, tasks, base_dir, source)
-    _check_optimizer(job, source)
-    _check_accumulate(job, tasks, source)
+    check_job(job, tasks, base_dir, source)
     job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,
                source=source, plugin_folders=plugin_folders)
     return job

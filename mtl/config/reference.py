@@ -10,7 +10,7 @@ import sys
 from tabulate import tabulate
 
 from mtl.config.keys import BACKBONE, JOB, TASK
-from mtl.config.loading import REPO_ROOT
+from mtl.config.paths import REPO_ROOT
 from mtl.config.schema import describe
 from mtl.generated_pages import read_section, write_section
 

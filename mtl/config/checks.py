@@ -1,0 +1,140 @@
+"""Checks of a loaded job across its keys (components against the schedule, ``schedule.same_rows``, cross-head
+negatives, the learning-rate milestones, gradient accumulation), each a ConfigError naming the key, at load time."""
+import os
+
+from mtl import registry
+from mtl.config.keys import BACKBONE, resolve_milestones
+from mtl.config.overrides import blame_set
+from mtl.config.paths import resolve_path
+from mtl.config.schema import validate
+from mtl.errors import ConfigError
+
+
+def check_job(job, tasks, base_dir, source):
+    """Every cross-key check of a validated job and its tasks (``base_dir``: the job config's folder)."""
+    _check_components(job, tasks, source)
+    _check_cross_negatives(job, tasks, base_dir, source)
+    _check_optimizer(job, source)
+    _check_accumulate(job, tasks, source)
+
+
+def _check_component(kind, cfg, source, key):
+    registry.split_cfg(kind, cfg, source, key)
+
+
+def _check_components(job, tasks, source):
+    """Every component (the architecture too) names a registered plug-in with parameters it accepts; the weighting
+    fits the schedule."""
+    from mtl.backbones.base import JOB_KEYS, constructor_config
+
+    validate(BACKBONE, {k: v for k, v in job["backbone"].items() if k in JOB_KEYS}, source, "backbone")
+    _check_component("backbone", constructor_config(job["backbone"]), source, "backbone")
+    for t in tasks:
+        prefix = f"{t['key']}." if t["key"] else ""
+        for kind in ("reader", "head"):
+            try:
+                _check_component(kind, t[kind], t["source"], prefix + kind)
+            except ConfigError as exc:
+                raise blame_set(t, exc) from None
+    _check_component("architecture", job["architecture"], source, "architecture")
+    entry, _ = registry.split_cfg("weighting", job["weighting"], source, "weighting")
+    # built once here (plain numpy, cheap) so that a bad hyper-parameter value fails at load time too
+    registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
+                   loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
+    if job["schedule"]["mode"] == "sample" and not entry.cls.sample_mode:
+        per_task = ", ".join(e.name for e in registry.entries("weighting") if e.cls.sample_mode)
+        raise ConfigError(f"weighting '{entry.name}' needs every task in every step and cannot run with "
+                          f"schedule.mode: sample (one task per step); use schedule.mode: joint, or a weighting that "
+                          f"works per task ({per_task})", source, "weighting.type")
+    if job["schedule"]["mode"] == "joint" and job["schedule"]["batch_size"] < len(tasks):
+        raise ConfigError(
+            f"joint mode needs at least one sample per task: batch_size {job['schedule']['batch_size']} "
+            f"< {len(tasks)} tasks", source, "schedule.batch_size")
+    if job["schedule"]["same_rows"]:
+        _check_same_rows(job, tasks, source)
+
+
+def _check_same_rows(job, tasks, source):
+    """``schedule.same_rows``: joint mode, and the same sub-batch for every task (the training splits' sizes are
+    checked when the readers are built, :func:`mtl.data.scheduler.build_schedule`)."""
+    from mtl.data.scheduler import JointSchedule
+
+    schedule = job["schedule"]
+    if schedule["mode"] != "joint":
+        raise ConfigError("every task reads the same samples in each step: this needs schedule.mode: "
+                          "joint (sample mode has one task a step)", source, "schedule.same_rows")
+    ratios = [t["ratio"] for t in tasks]
+    try:
+        JointSchedule([t["name"] for t in tasks], ratios, schedule["batch_size"], job["seed"], same_rows=True)
+    except ValueError as exc:
+        hint = (f"make schedule.batch_size a multiple of the {len(tasks)} tasks" if len(set(ratios)) == 1 else
+                "give every task the same ratio")
+        raise ConfigError(f"{exc}: {hint}", source, "schedule.same_rows") from None
+    weighting = registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
+                               loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
+    architecture = registry.get("architecture", job["architecture"]["type"]).cls
+    if weighting.uses_representation and architecture.per_task_backbone:
+        raise ConfigError(f"MGDA-UB pairs each input's gradients at the representation every task shares, and "
+                          f"architecture '{job['architecture']['type']}' has task layers inside the backbone, so "
+                          f"there is none: use representation: false, or an architecture that shares the backbone",
+                          source, "weighting.representation")
+
+
+def _check_cross_negatives(job, tasks, base_dir, source):
+    """Cross-head negatives name tasks of the job whose heads can score other heads' classes, at least two; the
+    pairs file of ``mask: pairs`` exists and reads as same-person pairs (its path resolved as data paths are)."""
+    cross = job["cross_negatives"]
+    if cross["rate"] <= 0:
+        return
+    names = [t["name"] for t in tasks]
+    able = [t["name"] for t in tasks if registry.get("head", t["head"]["type"]).cls.cross_negatives]
+    chosen = able if cross["tasks"] == "all" else cross["tasks"]
+    for name in chosen:
+        if name not in names:
+            raise ConfigError(f"task '{name}' is not a task of this job ({', '.join(names)})", source,
+                              "cross_negatives.tasks")
+        if name not in able:
+            head = next(t["head"]["type"] for t in tasks if t["name"] == name)
+            raise ConfigError(f"task '{name}': head '{head}' cannot score other heads' classes as negatives (the "
+                              f"margin heads can: arcface, cosface)", source, "cross_negatives.tasks")
+    if len(chosen) < 2:
+        raise ConfigError(f"cross-head negatives need at least two heads that can take part, the job has "
+                          f"{len(chosen)} ({', '.join(chosen) or 'none'})", source, "cross_negatives.tasks")
+    if cross["mask"] == "pairs":
+        if not cross["pairs"]:
+            raise ConfigError("mask: pairs needs the same-person JSON in cross_negatives.pairs", source,
+                              "cross_negatives.pairs")
+        from mtl.heads.cross_negatives import read_pairs
+
+        cross["pairs"] = os.path.abspath(resolve_path(cross["pairs"], base_dir))
+        read_pairs(cross["pairs"], source)
+
+
+def _check_optimizer(job, source):
+    """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps."""
+    opt = job["optimizer"]
+    if opt["decay"] != "multistep":
+        return
+    if not opt["milestones"]:
+        raise ConfigError("decay multistep needs milestones (steps, or fractions of schedule.steps)", source,
+                          "optimizer.milestones")
+    try:
+        resolve_milestones(opt["milestones"], job["schedule"]["steps"])
+    except ValueError as exc:
+        raise ConfigError(str(exc), source, "optimizer.milestones") from None
+
+
+def _check_accumulate(job, tasks, source):
+    """``schedule.accumulate`` K: every task's sub-batch of a step splits into K equal micro-batches (the process
+    count is checked again at start-up, :func:`mtl.data.steps.check_divisible`)."""
+    from mtl.data.scheduler import JointSchedule, SampleSchedule
+    from mtl.data.steps import check_divisible
+
+    schedule, names = job["schedule"], [t["name"] for t in tasks]
+    if schedule["accumulate"] == 1:
+        return
+    if schedule["mode"] == "joint":
+        plan = JointSchedule(names, [t["ratio"] for t in tasks], schedule["batch_size"], job["seed"])
+    else:
+        plan = SampleSchedule(names, [1.0 / len(names)] * len(names), schedule["batch_size"], job["seed"])
+    check_divisible(plan, 1, source, schedule["accumulate"])
