@@ -147,19 +147,25 @@ class RunWeights:
         architecture's layers for ``task`` (required then; ignored under ``hard`` without towers)."""
         from mtl import registry
         from mtl.architectures.base import TaskEmbedder
-        from mtl.low_precision import state_for
 
         built = registry.build("backbone", self.backbone_config(), self.cfg.get("source"), "backbone")
         architecture = self.architecture(built, task)  # its layers inside the backbone: before the weights load
         self.load_into(built)
         if architecture is None:
             return built
+        return TaskEmbedder(built, self.load_architecture_into(architecture), task)
+
+    def load_architecture_into(self, architecture):
+        """Load this checkpoint's weights of the architecture's own layers (towers, experts, gates; none for layers
+        inside the backbone, which :meth:`load_into` loads) into ``architecture`` and set eval mode."""
+        from mtl.low_precision import state_for
+
         if any(True for _ in architecture.parameters()):
             name = "architecture.averaged.pdparams" if self.averaged else "architecture.pdparams"
             state = load_paddle_file(self._file(name), "architecture weights")
             architecture.set_state_dict(state_for(architecture, state))
         architecture.eval()
-        return TaskEmbedder(built, architecture, task)
+        return architecture
 
     def architecture(self, backbone, task: Optional[str]):
         """The run's architecture attached to ``backbone`` (None under ``hard`` without towers); ConfigError when it

@@ -231,3 +231,37 @@ def test_overlap_refuses_a_run_whose_tasks_embed_apart(tmp_path):
     _, run = _train(tmp_path, "mmoe", {"type": "mmoe", "experts": 2, "expert_layers": [8]})
     with pytest.raises(ConfigError, match="gives each task its own"):
         load_run(run)
+
+
+def test_overlap_embeds_each_task_through_its_own_batchnorms(tmp_path):
+    """Task BatchNorms keep one embedding (``Architecture.one_embedding``): mtl overlap accepts the run and takes
+    each task's templates through that task's BatchNorms, as the run's export path embeds that task's images
+    (``RunWeights.backbone(task)``, its averaged weights); another task's BatchNorms give other embeddings."""
+    import paddle
+
+    from mtl.commands.overlap import IMAGES_PER_CLASS, chosen_images, class_templates, decide, load_run
+    from mtl.data.steps import collate
+    from mtl.inference import open_run
+
+    _, run_dir = _train(tmp_path, "task_norm", {"type": "task_norm"})
+    job, _ = load_run(run_dir)
+    found, _ = class_templates(job)
+    weights, field = open_run(run_dir), job.backbone.input_fields()[0].name
+    for task in job.tasks:
+        task.reader.set_augmentation(False)
+        batch = collate([task.reader[int(i)] for i in chosen_images(task.reader.labels(), IMAGES_PER_CLASS)])
+
+        def embed(name):
+            with paddle.no_grad():
+                return weights.backbone(name)({field: paddle.to_tensor(batch[field])}).numpy()
+
+        own = embed(task.name)
+        unit = own / np.linalg.norm(own, axis=1, keepdims=True)
+        labels = np.asarray(batch[task.head.label_field]).reshape(-1)
+        for c in np.unique(labels):
+            mean = unit[labels == c].mean(axis=0)
+            np.testing.assert_allclose(found[task.name][c], mean / np.linalg.norm(mean), atol=1e-5)
+        other = embed(next(t.name for t in job.tasks if t.name != task.name))
+        assert np.abs(own - other).max() > 1e-3, task.name
+    _, bank, _, decision = decide(run_dir)
+    assert set(bank) == {t.name for t in job.tasks} and decision["how"].startswith("calibrated")

@@ -56,16 +56,20 @@ def match_classes(centres_a, centres_b, threshold: float = CENTRES_THRESHOLD, al
 
 def load_run(run_dir: str, trust_plugins: bool = False):
     """``(job, run weights)`` of a finished run: the job rebuilt from ``job.json`` (its readers give the training
-    images), its backbone with the averaged weights when the checkpoint has them (else the live ones)."""
+    images), its backbone and architecture with the averaged weights when the checkpoint has them (else the live
+    ones). Refused when the architecture embeds each task in coordinates of its own (``Architecture.one_embedding``
+    false: towers, experts, stitch columns)."""
     from mtl.inference import open_run
     from mtl.job import build_job
 
     run = open_run(run_dir, trust_plugins=trust_plugins)
     job = build_job(run.cfg, announce_plan=False)
-    if not job.model.architecture.is_identity:  # each task's centres live in its own embedding: nothing to compare
+    if not job.model.architecture.one_embedding:  # each task's centres live in its own embedding: nothing to compare
         raise ConfigError(f"'{run_dir}': mtl overlap compares the tasks' class centres in one shared embedding, but "
-                          f"the run's architecture '{job.model.architecture.registered_name}' gives each task its own")
-    run.load_into(job.backbone)
+                          f"the run's architecture '{job.model.architecture.registered_name}' gives each task its own "
+                          f"(task BatchNorms and adapters without towers share one)")
+    run.load_into(job.backbone)  # task BatchNorms and adapters are layers of the backbone
+    run.load_architecture_into(job.model.architecture)
     return job, run
 
 
@@ -128,26 +132,28 @@ def class_templates(job, per_class: int = IMAGES_PER_CLASS, batch_size: int = 25
     found, halves = {}, {}
     for task in class_label_tasks(job):
         picked = chosen_images(task.reader.labels(), per_class)
-        features, labels = _embed_reader(job, task.reader, task.head.label_field, batch_size, picked)
+        features, labels = _embed_reader(job, task, task.reader, batch_size, picked)
         found[task.name], halves[task.name] = templates(features, labels, task.head.num_classes)
     return found, halves
 
 
-def _embed_reader(job, reader, label_field, batch_size, indices=None):
-    """Embeddings [N, D] (numpy) and labels of the samples ``indices`` of ``reader`` (all by default), augmentation
-    off."""
+def _embed_reader(job, task, reader, batch_size, indices=None):
+    """Embeddings [N, D] (numpy) and ``task``'s labels of the samples ``indices`` of ``reader`` (all by default),
+    augmentation off, embedded as ``task``'s samples are (through its BatchNorms or adapters, if the architecture
+    has them: :meth:`mtl.train.model.Model.embedder`)."""
     import paddle
 
     from mtl.data.steps import collate
 
     reader.set_augmentation(False)
     indices = np.arange(len(reader)) if indices is None else np.asarray(indices)
+    embedder, label_field = job.model.embedder(task.name), task.head.label_field
     names = [f.name for f in job.backbone.input_fields()]
     features, labels = [], []
     with paddle.no_grad():
         for start in range(0, len(indices), batch_size):
             batch = collate([reader[int(i)] for i in indices[start:start + batch_size]])
-            features.append(job.backbone({n: paddle.to_tensor(batch[n]) for n in names}).numpy())
+            features.append(embedder({n: paddle.to_tensor(batch[n]) for n in names}).numpy())
             labels.append(np.asarray(batch[label_field]).reshape(-1))
     return np.concatenate(features), np.concatenate(labels).astype(np.int64)
 
@@ -196,7 +202,7 @@ def leak_threshold(job, centres, percentile=PERCENTILE, batch_size=256):
     own = []
     for task in job.tasks:
         if task.name in centres:
-            features, labels = _embed_reader(job, task.reader, task.head.label_field, batch_size)
+            features, labels = _embed_reader(job, task, task.reader, batch_size)
             own.append(np.sum(unit_rows(features) * unit_rows(centres[task.name])[labels], axis=1))
     return float(np.percentile(np.concatenate(own), percentile))
 
@@ -214,9 +220,10 @@ def leaks(job, centres, threshold, batch_size=256):
         if task.cfg["eval"]["enabled"] and task.cfg["eval"]["split"]:
             reader = evaluator.reader(task)
             if reader.open_set:
-                probes.append((f"{task.name}/eval", _embed_reader(job, reader, task.head.label_field, batch_size)[0]))
+                probes.append((f"{task.name}/eval", _embed_reader(job, task, reader, batch_size)[0]))
         for vset in evaluator.sets(task) if task.cfg["eval"]["sets"] else []:
-            probes.append((vset.name, np.asarray(embed_pairs(job.backbone, vset, batch_size, field))))
+            probes.append((vset.name, np.asarray(embed_pairs(job.model.embedder(task.name), vset, batch_size,
+                                                             field))))
     names = list(centres)
     bank = np.concatenate([unit_rows(centres[n]) for n in names])
     owner = np.concatenate([[(n, c) for c in range(len(centres[n]))] for n in names])
