@@ -251,7 +251,7 @@ def test_overlap_embeds_each_task_through_its_own_batchnorms(tmp_path):
         task.reader.set_augmentation(False)
         batch = collate([task.reader[int(i)] for i in chosen_images(task.reader.labels(), IMAGES_PER_CLASS)])
 
-        def embed(name):
+        def embed(name, batch=batch):
             with paddle.no_grad():
                 return weights.backbone(name)({field: paddle.to_tensor(batch[field])}).numpy()
 
