@@ -124,8 +124,52 @@ def on_host_generator(build):
     return layer.to(device=device)
 
 
+def master_endpoint(environ=None):
+    """``(host, port)`` of the process group's key-value store, found as ``paddle.distributed.init_parallel_env``
+    finds it: ``MASTER_ADDR`` and ``MASTER_PORT``, else ``PADDLE_MASTER``, else the first of
+    ``PADDLE_TRAINER_ENDPOINTS``; None without any of them."""
+    environ = os.environ if environ is None else environ
+    if environ.get("MASTER_ADDR") and environ.get("MASTER_PORT"):
+        return environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
+    endpoint = environ.get("PADDLE_MASTER") or environ.get("PADDLE_TRAINER_ENDPOINTS", "").split(",")[0]
+    if ":" not in endpoint:
+        return None
+    host, port = endpoint.rsplit(":", 1)
+    return host, int(port)
+
+
+MASTER_PROBE_INTERVAL = 0.02  # s between two connection attempts to rank 0's store
+MASTER_WAIT = 60.0  # s; then Paddle's own connection (its retries, its timeout and its error message) takes over
+
+
+def wait_for_master(endpoint, timeout=MASTER_WAIT, interval=MASTER_PROBE_INTERVAL) -> int:
+    """Wait until rank 0's key-value store accepts connections at ``endpoint``; return the failed attempts.
+
+    A rank other than 0 that reaches ``init_parallel_env`` before rank 0 has opened its store finds nobody there,
+    and Paddle's TCP client then sleeps 3 s before it tries again (``tcp_utils.cc``, "Retry to connect"): a launch
+    whose rank 0 imported Paddle a little later started 3 s late, about every other launch of 2 processes here. A
+    plain connection opened and closed at once is what the store sees of this probe; it serves the real client
+    after it as before. After ``timeout`` seconds without a store the wait ends and Paddle's own connection runs as
+    it always did."""
+    import socket
+    import time
+
+    host, port = endpoint
+    failed, deadline = 0, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=max(interval, 1.0)):
+                return failed
+        except OSError:
+            failed += 1
+            time.sleep(interval)
+    return failed
+
+
 def init_distributed():
-    """Start the collective process group when launched with more than one process; return (rank, world)."""
+    """Start the collective process group when launched with more than one process; return (rank, world).
+
+    Ranks other than 0 first wait for rank 0's store (:func:`wait_for_master`)."""
     import paddle.distributed as dist
 
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
@@ -134,6 +178,9 @@ def init_distributed():
 
         from mtl.console import fleet_log_level
 
+        endpoint = master_endpoint()
+        if os.environ.get("PADDLE_TRAINER_ID", "0") != "0" and endpoint is not None:
+            wait_for_master(endpoint)
         fleet.init(is_collective=True, log_level=fleet_log_level())
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()

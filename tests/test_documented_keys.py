@@ -185,11 +185,14 @@ def free_port():
 def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
     """``mtl launch --ips HOST --nproc_per_node 2`` (docs/distributed.md: the same command on every node listed):
     one node here, so 2 ranks of one group, both on this host (local processes 2, which the thread default divides
-    the cores by), and a collective across them."""
+    the cores by), and a collective across them. Rank 0 starts the group a second late, and rank 1, there first,
+    waits for its store instead of Paddle's 3 s retry (mtl.runtime.wait_for_master; the glog lines of the connection
+    are on, to see it)."""
     script = os.path.join(ROOT, "tests", "dist_scripts", "launch_probe.py")
     done = warm_python.run([sys.executable, "-m", "mtl.cli", "launch", "--ips", "127.0.0.1", "--start_port",
                            str(free_port()), "--nproc_per_node", "2", "--log_dir", str(tmp_path / "logs"), script],
-                          capture_output=True, text=True, env=launcher_env(), cwd=ROOT, timeout=300)
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=dict(launcher_env(), PROBE_RANK0_DELAY="1", GLOG_minloglevel="0"))
     logs = "".join((tmp_path / "logs" / f"workerlog.{k}").read_text() for k in range(2)
                    if (tmp_path / "logs" / f"workerlog.{k}").is_file())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs[-3000:]
@@ -197,3 +200,4 @@ def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
                     key=lambda p: p["rank"])
     assert [(p["rank"], p["world"], p["local"], p["sum"]) for p in probes] == [(0, 2, 2, 3.0), (1, 2, 2, 3.0)]
     assert all(len(p["endpoints"].split(",")) == 2 and p["endpoints"].startswith("127.0.0.1:") for p in probes)
+    assert "Successfully connected" in logs and "Retry to connect" not in logs, logs[-3000:]

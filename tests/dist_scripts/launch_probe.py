@@ -1,8 +1,10 @@
 """Run by ``mtl launch`` (tests/test_documented_keys.py): each rank starts the process group as a job does, sums
-its rank + 1 over the group and prints what it sees as one ``PROBE {json}`` line."""
+its rank + 1 over the group and prints what it sees as one ``PROBE {json}`` line. ``PROBE_RANK0_DELAY`` seconds:
+rank 0 waits that long before it starts the group (so that rank 1 comes first, as it often does)."""
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -13,6 +15,8 @@ def main():
 
     from mtl.runtime import init_distributed, local_process_count
 
+    if os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
+        time.sleep(float(os.environ.get("PROBE_RANK0_DELAY", "0")))
     rank, world = init_distributed()
     total = paddle.to_tensor(float(rank + 1))
     dist.all_reduce(total)

@@ -1,0 +1,51 @@
+"""Rank 0's store, as the other ranks find it and wait for it (mtl.runtime.master_endpoint, wait_for_master): the
+endpoint in the order ``paddle.distributed.init_parallel_env`` reads it, and a wait that ends at the first
+connection a listening socket accepts, or after its timeout when nobody listens. The launch that shows the 3 s retry
+gone: tests/test_documented_keys.py::test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes."""
+import socket
+
+from mtl.runtime import master_endpoint, wait_for_master
+
+
+def test_the_endpoint_is_read_in_paddles_order():
+    both = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "6170", "PADDLE_MASTER": "10.0.0.2:6171",
+            "PADDLE_TRAINER_ENDPOINTS": "10.0.0.3:6172,10.0.0.4:6173"}
+    assert master_endpoint(both) == ("10.0.0.1", 6170)
+    assert master_endpoint({k: v for k, v in both.items() if k != "MASTER_PORT"}) == ("10.0.0.2", 6171)
+    assert master_endpoint({"PADDLE_TRAINER_ENDPOINTS": both["PADDLE_TRAINER_ENDPOINTS"]}) == ("10.0.0.3", 6172)
+    assert master_endpoint({}) is None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_wait_ends_when_the_store_listens(monkeypatch):
+    """Nobody listens at the first probe; the store opens during the sleep after it, and the next probe ends the
+    wait (Paddle's client would sleep 3 s there)."""
+    import time
+
+    port, server, sleeps = free_port(), socket.socket(), []
+    real_sleep = time.sleep
+
+    def sleep_and_open(seconds):
+        if not sleeps:
+            server.bind(("127.0.0.1", port))
+            server.listen()
+        sleeps.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep_and_open)
+    try:
+        assert wait_for_master(("127.0.0.1", port), timeout=60, interval=0.01) == 1
+        assert sleeps == [0.01]
+        assert wait_for_master(("127.0.0.1", port), timeout=60, interval=0.01) == 0  # listening: at once
+    finally:
+        server.close()
+
+
+def test_the_wait_gives_up_after_its_timeout_when_nobody_listens():
+    failed = wait_for_master(("127.0.0.1", free_port()), timeout=0.2, interval=0.01)
+    assert failed >= 2
