@@ -57,12 +57,16 @@ class MaskedLmHead(TextHead):
         return global_mean(total, paddle.full([], y.shape[0], "int64"), {"accuracy": (logits.argmax(-1) == y).sum()})
 
     def predict(self, features, labels):
-        """Per batch, one entry per masked piece: right (1) or wrong (0)."""
+        """Per sample: right (1) or wrong (0) for each of its masked pieces, in position order."""
         logits, y = self._masked(features, labels)
+        rows = labels[self.label_field].shape[0]
         if y.shape[0] == 0:
-            return []
-        return (to_numpy(logits.argmax(-1)) == to_numpy(y)).astype(int).tolist()
+            return [[] for _ in range(rows)]
+        right = (to_numpy(logits.argmax(-1)) == to_numpy(y)).astype(int)
+        sample = to_numpy(paddle.nonzero(labels[self.label_field] >= 0))[:, 0]  # the row of each masked piece
+        return [right[sample == r].tolist() for r in range(rows)]
 
     def score(self, predictions, reader):
         """Accuracy (percent) over the masked pieces of the split."""
-        return {"accuracy": 100.0 * float(np.mean(predictions)) if predictions else 0.0}
+        pieces = [p for sample in predictions for p in sample]
+        return {"accuracy": 100.0 * float(np.mean(pieces)) if pieces else 0.0}

@@ -230,11 +230,31 @@ def check_labels(task, batch, field, num_classes, indices=None, step=None, split
                         f"head; fix the data or the head's num_classes")
 
 
-def iterate_eval(reader, batch_size: int, max_samples=None):
-    """Batches ``{field: array}`` of a whole evaluation split, in order (no shuffling, no rank slicing)."""
-    n = len(reader) if max_samples is None else min(len(reader), int(max_samples))
+def eval_count(reader, max_samples=None) -> int:
+    """How many samples of the split an evaluation reads: all, or the first ``max_samples``."""
+    return len(reader) if max_samples is None else min(len(reader), int(max_samples))
+
+
+def length_order(reader, max_samples=None):
+    """The evaluation's sample indices shortest first (ties in sample order), for a reader that knows its samples'
+    lengths (:meth:`mtl.readers.base.Reader.lengths`; text); None for the others. A batch of texts is padded to its
+    longest one, and an LSTM or attention costs ``rows x longest``: on the genre dev split of
+    ``examples/configs/palm_classify.yaml`` (1000 texts, 13 pieces at the median, 111 at most) batches of 256 in
+    sample order cost 93,840 piece positions, in this order 37,272 (17,471 are real pieces)."""
+    lengths = reader.lengths()
+    if lengths is None:
+        return None
+    n = eval_count(reader, max_samples)
+    return np.argsort(np.asarray(lengths)[:n], kind="stable")
+
+
+def iterate_eval(reader, batch_size: int, max_samples=None, order=None):
+    """Batches ``{field: array}`` of a whole evaluation split (no shuffling, no rank slicing): in sample order, or
+    in ``order`` (the split's sample indices, e.g. :func:`length_order`)."""
+    n = eval_count(reader, max_samples)
+    indices = range(n) if order is None else order
     def fields():  # asked for only when a batch needs padding
         return {f.name: f for f in reader.fields()}
 
     for start in range(0, n, batch_size):
-        yield collate([reader[i] for i in range(start, min(n, start + batch_size))], fields)
+        yield collate([reader[int(i)] for i in indices[start:start + batch_size]], fields)
