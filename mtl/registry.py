@@ -203,8 +203,11 @@ def entries(kind=None):
 
 
 def get(kind: str, name: str, source=None, key=None) -> Entry:
-    """Look up a registered component, with a "did you mean" error if the name is unknown."""
+    """Look up a registered component (the built-ins are loaded first when it is not registered yet: a caller of
+    the Python API need not load them), with a "did you mean" error if the name is unknown."""
     table = _REGISTRY[kind]
+    if name not in table:
+        load_builtin()
     if name not in table:
         known = ", ".join(sorted(table)) or "none"
         raise ConfigError(

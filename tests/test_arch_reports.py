@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from scipy.stats import binomtest
 
 from mtl.config.loading import load_job
 from tests import warm_python
@@ -248,6 +247,8 @@ def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
     low, high = content["synthetic"]["0.5"], content["synthetic"]["1.0"]
     assert low["mmoe_below_shared_bottom"] and not low["mmoe_equals_omoe"] and low["widest"] == "shared_bottom"
     assert high["mmoe_equals_omoe"] and high["widest"] == "shared_bottom"
+    from scipy.stats import binomtest  # here: scipy.stats costs every test process 1.4 s of collection
+
     k, n = int((np.cos(runs) > 0).sum()), len(runs)  # at 1.0 MMoE is lower where the cosine is positive
     assert 0 < k < n and tuple(high["mmoe_lower_sign_test"]) == (k, n, pytest.approx(binomtest(k, n).pvalue))
     assert tuple(low["mmoe_lower_sign_test"]) == (20, 20, pytest.approx(binomtest(20, 20).pvalue))

@@ -1,12 +1,13 @@
 """mtl.evaluation.metrics against independent references: a loop-based verification protocol, scikit-learn and numpy."""
 import numpy as np
 import pytest
-from sklearn import metrics as skm
-from sklearn.model_selection import KFold
 
 from mtl.errors import DataError
 from mtl.evaluation import metrics
 from mtl.evaluation.pairs import verification_pairs
+from tests.lazy import LazyModule
+
+skm, model_selection = LazyModule("sklearn.metrics"), LazyModule("sklearn.model_selection")  # the references
 
 
 def reference_verification(embeddings, issame, folds, thresholds, far_target):
@@ -23,7 +24,7 @@ def reference_verification(embeddings, issame, folds, thresholds, far_target):
         return acc, val, far
 
     accs, best_ts, vals, fars = [], [], [], []
-    for train, test in KFold(n_splits=folds, shuffle=False).split(np.arange(len(issame))):
+    for train, test in model_selection.KFold(n_splits=folds, shuffle=False).split(np.arange(len(issame))):
         best_acc, best_t = -1.0, None
         for t in thresholds:
             acc = accept_stats(t, dist[train], issame[train])[0]

@@ -1,8 +1,8 @@
 """Non-face readers on bundled real data: digit attributes and properties, sklearn tables, CSV files, conversions."""
+import functools
+
 import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits, load_iris, load_linnerud, load_wine
-from sklearn.preprocessing import StandardScaler
 
 from mtl.contracts import Field, check_task, conversion_problem, convert
 from mtl.errors import ConfigError, ContractError, DataError
@@ -10,8 +10,15 @@ from mtl.readers.csv_reader import CsvReader
 from mtl.readers.digits import DigitsReader, load_digits_arrays
 from mtl.readers.numpy_reader import NumpyReader
 from mtl.readers.table import SklearnTableReader
+from tests.lazy import LazyModule
 
-DIGITS = load_digits()
+datasets, preprocessing = LazyModule("sklearn.datasets"), LazyModule("sklearn.preprocessing")  # the references
+
+
+@functools.lru_cache(maxsize=None)
+def digits():
+    """scikit-learn's own load_digits (the reference)."""
+    return datasets.load_digits()
 
 
 def reference_properties(image):
@@ -39,15 +46,15 @@ def is_prime(d):
 
 def test_digits_read_without_scikit_learn_equal_its_load_digits():
     images, targets = load_digits_arrays()
-    np.testing.assert_array_equal(images, DIGITS.images)
-    np.testing.assert_array_equal(targets, DIGITS.target)
+    np.testing.assert_array_equal(images, digits().images)
+    np.testing.assert_array_equal(targets, digits().target)
     assert images.shape == (1797, 8, 8) and not images.flags.writeable
 
 
 def test_digit_properties_match_a_loop_reference_on_a_few_digits():
     reader = DigitsReader(split="eval")
     for i in (0, 7, 100, 333):
-        source = DIGITS.images[reader.source_indices[i]]
+        source = digits().images[reader.source_indices[i]]
         np.testing.assert_allclose(reader[i]["target"], reference_properties(source), rtol=1e-5)
     assert reader.num_outputs == 4 and reader.property_names == ["ink", "row_centre", "col_centre", "stroke_width"]
 
@@ -56,7 +63,7 @@ def test_digit_attributes_follow_the_documented_table():
     reader = DigitsReader(attributes=["even", "prime", "at_least_5", "closed_loop", "vertical_stroke"])
     assert reader.num_labels == 5
     for i in range(0, len(reader), 97):
-        digit = int(DIGITS.target[reader.source_indices[i]])
+        digit = int(digits().target[reader.source_indices[i]])
         labels = reader[i]["labels"]
         assert labels.dtype == np.float32
         assert list(labels[:3]) == [digit % 2 == 0, is_prime(digit), digit >= 5]
@@ -73,17 +80,15 @@ def test_digit_options_are_checked():
         DigitsReader(properties=[])
 
 
-@pytest.mark.parametrize("name,loader,stratified", [("iris", load_iris, True), ("wine", load_wine, True),
-                                                    ("breast_cancer", load_breast_cancer, True),
-                                                    ("diabetes", load_diabetes, False),
-                                                    ("linnerud", load_linnerud, False)])
-def test_table_split_and_standardisation_use_the_training_split_only(name, loader, stratified):
+@pytest.mark.parametrize("name,stratified", [("iris", True), ("wine", True), ("breast_cancer", True),
+                                             ("diabetes", False), ("linnerud", False)])
+def test_table_split_and_standardisation_use_the_training_split_only(name, stratified):
     train, held = SklearnTableReader(name), SklearnTableReader(name, split="eval")
-    bunch = loader()
+    bunch = getattr(datasets, f"load_{name}")()
     n = len(bunch.data)
     assert len(np.intersect1d(train.rows, held.rows)) == 0 and len(train) + len(held) == n
     np.testing.assert_array_equal(held.rows, SklearnTableReader(name, split="eval").rows)  # deterministic
-    scaler = StandardScaler().fit(bunch.data[train.rows])
+    scaler = preprocessing.StandardScaler().fit(bunch.data[train.rows])
     np.testing.assert_allclose(held[:]["features"], scaler.transform(bunch.data[held.rows]), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(train[:]["features"], scaler.transform(bunch.data[train.rows]), rtol=1e-4, atol=1e-5)
     if stratified:
@@ -93,7 +98,7 @@ def test_table_split_and_standardisation_use_the_training_split_only(name, loade
         np.testing.assert_array_equal(held[:]["labels"].argmax(1), bunch.target[held.rows])
     else:
         target = bunch.target.reshape(n, -1)
-        reference = StandardScaler().fit(target[train.rows]).transform(target[held.rows])
+        reference = preprocessing.StandardScaler().fit(target[train.rows]).transform(target[held.rows])
         np.testing.assert_allclose(held[:]["target"], reference, rtol=1e-4, atol=1e-5)
         assert held.num_outputs == target.shape[1]
 
@@ -113,7 +118,7 @@ def write(path, text):
 
 
 def test_csv_reader_matches_the_table_it_was_written_from(tmp_path):
-    iris = load_iris()
+    iris = datasets.load_iris()
     names = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
     lines = [",".join(names + ["species"])]
     lines += [",".join([f"{v:g}" for v in row] + [iris.target_names[t]]) for row, t in zip(iris.data, iris.target)]

@@ -4,11 +4,13 @@ import sys
 import numpy as np
 import paddle
 import pytest
-from sklearn import metrics as skm
 
 from mtl import registry
 from mtl.errors import ConfigError
 from mtl.evaluation import metrics
+from tests.lazy import LazyModule
+
+skm = LazyModule("sklearn.metrics")  # the reference
 
 
 def build(cfg, feature_size=6):

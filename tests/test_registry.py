@@ -19,6 +19,20 @@ def test_build_functions():
     assert len(reader) == 5 and backbone.feature_size == 4 and head.feature_size == 4
 
 
+@pytest.mark.subprocess
+def test_the_registry_finds_a_builtin_head_in_a_fresh_interpreter():
+    """``registry.build`` straight after ``from mtl import registry`` (no job, no plug-in loading first): the
+    built-ins are loaded on the first name it does not know (a new interpreter: the warm one has them loaded)."""
+    import subprocess
+
+    code = ("from mtl import registry\n"
+            "head = registry.build('head', {'type': 'regression', 'feature_size': 3}, feature_size=3)\n"
+            "print(type(head).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert done.returncode == 0 and done.stdout.strip() == "RegressionHead", done.stdout + done.stderr[-2000:]
+
+
 def test_unknown_name_and_parameter():
     with pytest.raises(ConfigError, match="did you mean 'softmax'"):
         mtl.build_head({"type": "sofmax"}, feature_size=4)

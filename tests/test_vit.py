@@ -41,8 +41,8 @@ def test_parameter_count_is_the_peers(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(SIZES))
-def test_output_shape_at_112(name):
+@pytest.mark.parametrize("name", ["vit_s", "vit_t"])  # vit_b is vit_s at twice the depth (SIZES); its blocks, and
+def test_output_shape_at_112(name):  # its parameter count, are checked above without the 5 s of drawing 86M weights
     paddle.seed(0)
     model = plugin_class("backbone", name)()
     model.eval()
