@@ -147,7 +147,8 @@ def wait_for_master(endpoint, timeout=MASTER_WAIT, interval=MASTER_PROBE_INTERVA
 
     A rank other than 0 that reaches ``init_parallel_env`` before rank 0 has opened its store finds nobody there,
     and Paddle's TCP client then sleeps 3 s before it tries again (``tcp_utils.cc``, "Retry to connect"): a launch
-    whose rank 0 imported Paddle a little later started 3 s late, about every other launch of 2 processes here. A
+    whose rank 0 imported Paddle a little later started 3 s late (2 of 6 launches of 2 processes on this idle machine,
+    more when it is busy). A
     plain connection opened and closed at once is what the store sees of this probe; it serves the real client
     after it as before. After ``timeout`` seconds without a store the wait ends and Paddle's own connection runs as
     it always did."""

@@ -9,6 +9,7 @@ import glob
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -103,3 +104,10 @@ def run_distributed(script_path, nproc=2, args=(), timeout=120, env=None):
 def assert_success(code, output):
     """Fail with the launcher output and every rank's log unless the launch exited 0."""
     assert code == 0, f"distributed run failed with exit code {code}:\n{output[-20000:]}"
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 that nothing listens on now (for a launcher's --master or --start_port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

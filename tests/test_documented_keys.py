@@ -5,7 +5,6 @@
 ``betas`` in tests/test_optim.py."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -20,7 +19,7 @@ from mtl.job import build_job
 from mtl.readers.synthetic import SyntheticReader
 from mtl.train.trainer import Trainer
 from tests import warm_python
-from tests.dist_util import ROOT, launcher_env
+from tests.dist_util import ROOT, free_port, launcher_env
 
 INT32_LABELS = '''
 import numpy as np
@@ -173,12 +172,6 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, e
         assert seen["threads"][0] == expected  # the user's own variable, left as it was
     assert seen["before_paddle"] == [True]
     assert seen["mmapped"] == (0 if tune else 1)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.distributed

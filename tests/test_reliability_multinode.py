@@ -4,7 +4,6 @@ one-launcher run is the session's joint-mode equivalence run (tests/equivalence.
 tests/test_distributed_training.py."""
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 
@@ -13,17 +12,11 @@ import pytest
 
 from mtl.safe_pickle import load_paddle_file
 from tests import equivalence
-from tests.dist_util import _read_logs, _stop, start_launcher
+from tests.dist_util import _read_logs, _stop, free_port, start_launcher
 
 pytestmark = [pytest.mark.distributed, pytest.mark.two_process_runs("equivalence_joint")]
 
 STEPS = equivalence.STEPS
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_nodes(out, timeout=240):

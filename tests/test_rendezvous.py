@@ -5,6 +5,7 @@ gone: tests/test_documented_keys.py::test_mtl_launch_with_ips_starts_one_group_o
 import socket
 
 from mtl.runtime import master_endpoint, wait_for_master
+from tests.dist_util import free_port
 
 
 def test_the_endpoint_is_read_in_paddles_order():
@@ -14,12 +15,6 @@ def test_the_endpoint_is_read_in_paddles_order():
     assert master_endpoint({k: v for k, v in both.items() if k != "MASTER_PORT"}) == ("10.0.0.2", 6171)
     assert master_endpoint({"PADDLE_TRAINER_ENDPOINTS": both["PADDLE_TRAINER_ENDPOINTS"]}) == ("10.0.0.3", 6172)
     assert master_endpoint({}) is None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_wait_ends_when_the_store_listens(monkeypatch):
