@@ -571,13 +571,13 @@ def test_mtl_launch_reports_the_rank_that_failed_with_its_status(tmp_path):
 
 # ---- 7. make demo-faces ---------------------------------------------------------------------------------------------
 def test_the_faces_tables_of_one_seed_say_one_seed_not_a_zero_spread():
-    from examples import faces_report
+    from examples import faces_tables
 
     per_seed = {"orl": [0.9514], "yale": [0.8788]}
     result = {"arms": {"separate": {"datasets": per_seed, "all": {"accuracy": [0.846], "tar_far_1e-2": [0.5],
                                                                   "tar_far_1e-3": [0.2]}, "cross_condition": [0.1]}},
               "sampling": {"separate": {"orl": 32, "yale": 32}}}
-    text = faces_report.tables(result)
+    text = faces_tables.tables(result)
     assert "0.9514 (one seed)" in text and "0.8460 (one seed)" in text and "±" not in text, text
 
 
