@@ -265,3 +265,53 @@ def test_overlap_embeds_each_task_through_its_own_batchnorms(tmp_path):
         assert np.abs(own - other).max() > 1e-3, task.name
     _, bank, _, decision = decide(run_dir)
     assert set(bank) == {t.name for t in job.tasks} and decision["how"].startswith("calibrated")
+
+
+@pytest.mark.slow
+def test_overlap_sets_embed_each_tasks_verification_images_through_its_own_batchnorms(tmp_path):
+    """``mtl overlap --sets`` with task BatchNorms: every verification image is compared with the training identities
+    as embedded through the BatchNorms of the task whose set it is, with the run's averaged weights (as ``mtl export
+    --task`` embeds it: ``RunWeights.backbone(task)``). The same ``.bin`` set under two tasks gives two sets of
+    similarities, each equal to a numpy reference (normalize(f(x) + f(flipped x)), nearest class)."""
+    from mtl.commands.overlap import decide, leaks
+    from mtl.data.verification_sets import load_verification_set
+    from mtl.inference import open_run
+    from tests.shared_runs import train_here
+    from tests.test_face_pipeline import SIZE, make_face_data
+
+    data = make_face_data(tmp_path / "data")
+    names = {"faces_a": "a_rec", "faces_b": "b_rec"}
+    tasks = [{"name": name, "reader": {"type": "recordio", "path": str(data / folder)},
+              "head": {"type": "arcface", "scale": 16.0, "margin": [1.0, 0.3, 0.0]},
+              "eval": {"split": False, "sets": [{"path": str(data / "pairs.bin"), "name": f"pairs_{name}"}]}}
+             for name, folder in names.items()]
+    job = {"seed": 0, "device": "cpu", "output_dir": str(tmp_path / "run"), "tasks": tasks,
+           "architecture": {"type": "task_norm"},
+           "backbone": {"type": "cnn", "in_channels": 3, "input_size": SIZE, "embedding_size": 32},
+           "schedule": {"batch_size": 8, "steps": 6}, "optimizer": {"lr": 0.01},
+           "averaging": {"type": "ema", "decay": 0.5}, "log": {"every": 1, "progress": False, "plot": False},
+           "data": {"num_workers": 0}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    train_here(tmp_path / "job.yaml")
+    run_dir = str(tmp_path / "run")
+    loaded, bank, _, _ = decide(run_dir)
+    flagged, checked = leaks(loaded, bank, -2.0)  # every image is above a cosine of -2: each one's nearest class
+    vset = load_verification_set(str(data / "pairs.bin"), image_size=SIZE)
+    assert checked == 2 * len(vset) == len(flagged)
+    units = {n: c / np.linalg.norm(c, axis=1, keepdims=True) for n, c in bank.items()}
+    all_classes = np.concatenate([units[n] for n in bank])
+    weights, field = open_run(run_dir), loaded.backbone.input_fields()[0].name
+    images = np.concatenate(list(vset.batches(len(vset))))
+    nearest = {}
+    for name in names:
+        with paddle.no_grad():
+            embed = weights.backbone(name)
+            f = embed({field: paddle.to_tensor(images)}).numpy().astype(np.float64)
+            f = f + embed({field: paddle.to_tensor(np.ascontiguousarray(images[..., ::-1]))}).numpy()
+        f /= np.linalg.norm(f, axis=1, keepdims=True)
+        nearest[name] = (f @ all_classes.T).max(axis=1)
+        got = [m["similarity"] for m in sorted(flagged, key=lambda m: m["image"]) if m["set"] == f"pairs_{name}"]
+        np.testing.assert_allclose(got, nearest[name], atol=1e-5, err_msg=name)
+    # the other task's BatchNorms give other similarities, ten times the tolerance above: a comparison through the
+    # wrong task's norms fails it (the embeddings of a 6-step run are close together: cosines of 0.99 and more)
+    assert np.abs(nearest["faces_a"] - nearest["faces_b"]).max() > 1e-4
