@@ -174,6 +174,15 @@ def _option(args, names):
     return None
 
 
+def count_problem(args):
+    """The sentence to stop with when ``--nproc_per_node`` asks for fewer than one process, else None: Paddle's
+    launcher would start one process anyway, silently (0 and -1 both run one)."""
+    nproc = _option(args, ("--nproc_per_node",))
+    if nproc is not None and nproc.lstrip("-").isdigit() and int(nproc) < 1:
+        return f"--nproc_per_node must be at least 1 (processes on this machine), got {nproc}"
+    return None
+
+
 def device_problem(args, gpu_build: bool, visible_gpus):
     """The sentence to stop with when Paddle's launcher would fail on ``args``, else None.
 
@@ -228,7 +237,7 @@ def launch_main(argv) -> int:
     verbose = os.environ.get("MTL_VERBOSE") == "1" or "--verbose" in argv
     if argv[0] == "--verbose":
         argv = argv[1:]
-    problem = device_problem(argv, gpu_build(), visible_gpu_count()) if gpu_build() else None
+    problem = count_problem(argv) or (device_problem(argv, gpu_build(), visible_gpu_count()) if gpu_build() else None)
     if problem:
         print(f"error: {problem}", file=sys.stderr, flush=True)
         return 2

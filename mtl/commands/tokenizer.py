@@ -14,11 +14,19 @@ def _texts(args):
     from mtl.text.conllu import read_conllu
 
     texts = []
+    for option, paths in (("--conllu", args.conllu), ("--text", args.text)):
+        for path in paths or []:
+            if not os.path.isfile(path):
+                raise ConfigError(f"{option} {path}: no such file")
     for path in args.conllu or []:
         texts += [" ".join(s.words) for s in read_conllu(path)]
     for path in args.text or []:
-        with open(path, encoding="utf-8") as f:
-            texts += [line.strip() for line in f if line.strip()]
+        try:
+            with open(path, encoding="utf-8") as f:
+                texts += [line.strip() for line in f if line.strip()]
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--text {path}: not UTF-8 text (byte {exc.start}); give plain text files, one text "
+                              f"per line") from None
     if not texts:
         raise ConfigError("give training text: --conllu FILE... and/or --text FILE...")
     return texts
@@ -27,6 +35,9 @@ def _texts(args):
 def _cmd_train(args):
     from mtl.text.tokenizer import tokenizer_summary, train_wordpiece
 
+    if args.vocab_size < 1 or args.min_frequency < 1:
+        raise ConfigError(f"--vocab-size and --min-frequency must be at least 1, got {args.vocab_size} and "
+                          f"{args.min_frequency}")
     texts = _texts(args)
     tokenizer = train_wordpiece(texts, args.vocab_size, args.lowercase, args.min_frequency)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

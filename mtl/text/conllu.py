@@ -110,7 +110,11 @@ def read_conllu(path: str) -> List[Sentence]:
     if key not in _CACHE:
         if len(_CACHE) >= 4:
             _CACHE.clear()
-        _CACHE[key] = _parse(path)
+        try:
+            _CACHE[key] = _parse(path)
+        except UnicodeDecodeError as exc:
+            raise DataError(f"CoNLL-U file '{path}' is not UTF-8 text (an undecodable byte at offset {exc.start}); "
+                            f"CoNLL-U files are UTF-8") from None
     return _CACHE[key]
 
 

@@ -1,0 +1,69 @@
+"""Bad command-line input of ``mtl tokenizer train`` and ``mtl launch``: one sentence naming the option and the value
+(exit status 2), before anything is read or started; no traceback."""
+import pytest
+
+from mtl.cli import main as mtl_main
+from mtl.commands import launch
+from mtl.errors import DataError
+from mtl.text.conllu import read_conllu
+
+
+def cli(argv, capsys):
+    """``mtl ARGV`` in this process: (exit status, stderr)."""
+    try:
+        mtl_main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def binary(tmp_path):
+    path = tmp_path / "image.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    return path
+
+
+def test_tokenizer_names_a_missing_file_of_either_option(tmp_path, capsys):
+    for option in ("--conllu", "--text"):
+        code, err = cli(["tokenizer", "train", option, tmp_path / "none.txt", "-o", tmp_path / "t.json"], capsys)
+        assert code == 2 and err.strip() == f"error: {option} {tmp_path / 'none.txt'}: no such file", err
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_tokenizer_names_a_file_that_is_not_text(binary, tmp_path, capsys):
+    code, err = cli(["tokenizer", "train", "--text", binary, "-o", tmp_path / "t.json"], capsys)
+    assert code == 2 and f"--text {binary}: not UTF-8 text (byte 0)" in err and "Traceback" not in err, err
+    code, err = cli(["tokenizer", "train", "--conllu", binary, "-o", tmp_path / "t.json"], capsys)
+    assert code == 2 and f"CoNLL-U file '{binary}' is not UTF-8 text" in err and "Traceback" not in err, err
+
+
+def test_a_task_that_reads_a_binary_conllu_file_gets_a_data_error(binary):
+    with pytest.raises(DataError, match="is not UTF-8 text .an undecodable byte at offset 0"):
+        read_conllu(str(binary))
+
+
+@pytest.mark.parametrize("vocab, frequency", [(0, 2), (8000, 0), (-5, 2)])
+def test_tokenizer_refuses_a_vocabulary_or_frequency_below_one(tmp_path, capsys, vocab, frequency):
+    (tmp_path / "text.txt").write_text("some words here\n")
+    code, err = cli(["tokenizer", "train", "--text", tmp_path / "text.txt", "--vocab-size", vocab,
+                     "--min-frequency", frequency, "-o", tmp_path / "t.json"], capsys)
+    assert code == 2 and "--vocab-size and --min-frequency must be at least 1" in err, err
+    assert f"got {vocab} and {frequency}" in err and not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("value, stops", [("0", True), ("-1", True), ("1", False), ("2", False), ("abc", False)])
+def test_launch_refuses_fewer_than_one_process_before_starting_the_launcher(monkeypatch, capsys, value, stops):
+    """Paddle's launcher starts one process for 0 or -1 without a word; "abc" is left to its own argument parser."""
+    started = []
+    monkeypatch.setattr(launch, "run_launcher", lambda argv, verbose: started.append(argv) or 0)
+    monkeypatch.setattr(launch, "gpu_build", lambda: False)
+    for args in (["--nproc_per_node", value], [f"--nproc_per_node={value}"]):
+        code = launch.launch_main([*args, "train.py"])
+        err = capsys.readouterr().err
+        if stops:
+            assert code == 2 and not started
+            assert err.strip() == f"error: --nproc_per_node must be at least 1 (processes on this machine), got {value}"
+        else:
+            assert code == 0 and started.pop() == [*args, "train.py"] and not err
