@@ -144,7 +144,7 @@ class RunWeights:
     def backbone(self, task: Optional[str] = None):
         """What embeds the run's samples, with this checkpoint's weights, in eval mode: the backbone, or, when the
         run's architecture gives each task its own embedding (:mod:`mtl.architectures`), backbone + the
-        architecture's layers for ``task`` (required then; ignored under ``hard`` without towers)."""
+        architecture's layers for ``task`` (required then; under ``hard`` without towers any task of the run, or None)."""
         from mtl import registry
         from mtl.architectures.base import TaskEmbedder
 
@@ -169,13 +169,15 @@ class RunWeights:
 
     def architecture(self, backbone, task: Optional[str]):
         """The run's architecture attached to ``backbone`` (None under ``hard`` without towers); ConfigError when it
-        embeds per task and ``task`` does not name one of the run's tasks."""
+        embeds per task and ``task`` does not name one of the run's tasks, or when ``task`` names none of them."""
         from mtl.architectures.build import architecture_config, build_architecture
 
         architecture = build_architecture(self.cfg, backbone)
-        if architecture.is_identity:
-            return None
         names = [t["name"] for t in self.cfg["tasks"]]
+        if architecture.is_identity:
+            if task is not None and task not in names:  # one embedding for all, but a misspelt task is still a slip
+                raise ConfigError(f"task '{task}' is not a task of the run ({', '.join(names)})")
+            return None
         if task not in names:
             kind = architecture_config(self.cfg)["type"]
             what = f"task '{task}' is not one of them" if task is not None else \

@@ -79,6 +79,12 @@ def test_export_errors(tmp_path):
     train_run(tmp_path, averaging=False)
     with pytest.raises(ConfigError, match="no averaged weights"):
         export(str(tmp_path / "run"), str(tmp_path / "out"), weights="averaged")
+    # one embedding for every task (hard): --task may name any of them, but a name that is none of them is a slip
+    tasks = [t["name"] for t in json.load(open(tmp_path / "run" / "job.json"))["tasks"]]
+    with pytest.raises(ConfigError, match=f"task 'nope' is not a task of the run \\({', '.join(tasks)}\\)"):
+        export(str(tmp_path / "run"), str(tmp_path / "out"), task="nope")
+    assert not (tmp_path / "out").exists()
+    assert export(str(tmp_path / "run"), str(tmp_path / "out"), task=tasks[-1])["task"] is None
 
 
 def test_export_refuses_an_incomplete_set_of_shards(tmp_path):
