@@ -144,7 +144,8 @@ class RunWeights:
     def backbone(self, task: Optional[str] = None):
         """What embeds the run's samples, with this checkpoint's weights, in eval mode: the backbone, or, when the
         run's architecture gives each task its own embedding (:mod:`mtl.architectures`), backbone + the
-        architecture's layers for ``task`` (required then; under ``hard`` without towers any task of the run, or None)."""
+        architecture's layers for ``task`` (required then; under ``hard`` without towers any task of the run, or
+        None)."""
         from mtl import registry
         from mtl.architectures.base import TaskEmbedder
 
