@@ -293,7 +293,11 @@ def test_the_architecture_weights_depend_on_the_job_seed_only():
 
 @pytest.mark.parametrize("architecture, backbone, key, words", [
     ({"type": "moe"}, MLP, "architecture.type", "did you mean 'mmoe'"),
-    ({"type": "mmoe", "experts": 0}, MLP, "architecture.experts", "positive integers"),
+    ({"type": "mmoe", "experts": 0}, MLP, "architecture.experts", "a positive integer (a count), got 0"),
+    ({"type": "mmoe", "experts": [2, 3]}, MLP, "architecture.experts", "a positive integer (a count), got [2, 3]"),
+    ({"type": "ple", "levels": True}, MLP, "architecture.levels", "a positive integer (a count), got True"),
+    ({"type": "cgc", "shared_experts": 1.5}, MLP, "architecture.shared_experts", "positive integer (a count)"),
+    ({"type": "ple", "expert_layers": [8, 0]}, MLP, "architecture.expert_layers", "list of positive integers"),
     ({"type": "mmoe", "gates": "all"}, MLP, "architecture.gates", "'task'"),
     ({"type": "ple", "level": 2}, MLP, "architecture.level", "has no parameter 'level'"),
     ({"type": "cross_stitch", "init": [0.9]}, MLP, "architecture.init", "alpha_same"),

@@ -33,6 +33,13 @@ def positive_ints(value, key) -> tuple:
     return items
 
 
+def positive_int(value, key) -> int:
+    """``value`` as a positive int (a count: experts, levels); ConfigError naming ``key`` otherwise."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"expected a positive integer (a count), got {value!r}", key=key)
+    return value
+
+
 def seeded_parameter(layer, rng, shape, fan_in, zero=False):
     """A float32 parameter of ``layer`` drawn uniformly in +-1/sqrt(fan_in) from ``rng`` (zeros with ``zero``)."""
     bound = 1.0 / math.sqrt(max(int(fan_in), 1))

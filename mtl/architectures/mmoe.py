@@ -7,7 +7,7 @@ f_i are n experts shared by every task (MLPs with ReLU; ``last_relu: false``: th
 gate per task that sees only task k's rows.
 ``gates: one`` uses a single gate g for every task (the paper's one-gate MoE, "OMoE", eq. 5).
 """
-from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_ints
+from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_int, positive_ints
 from mtl.errors import ConfigError
 from mtl.registry import register_architecture
 
@@ -29,7 +29,7 @@ class MMoE(Architecture):
     def __init__(self, feature_size: int, tasks, seed: int = 0, experts: int = 8, expert_layers=(16,),
                  gates: str = "task", last_relu: bool = True, tower=(), tower_dropout: float = 0.0):
         super().__init__(feature_size, tasks, seed, tower, tower_dropout)
-        (count,) = positive_ints(experts, "experts")
+        count = positive_int(experts, "experts")
         if gates not in ("task", "one"):
             raise ConfigError(f"gates must be 'task' (one gate per task, MMoE) or 'one' (one gate for every task, "
                               f"OMoE), got {gates!r}", key="gates")

@@ -20,7 +20,7 @@ output feeds task k's experts of the next level, which a shared gate reads). The
 """
 import paddle
 
-from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_ints
+from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_int, positive_ints
 from mtl.registry import register_architecture
 
 
@@ -70,9 +70,9 @@ class StackedExtraction(Architecture):
                  shared_experts: int = 1, expert_layers=(16,), last_relu: bool = True, tower=(),
                  tower_dropout: float = 0.0):
         super().__init__(feature_size, tasks, seed, tower, tower_dropout)
-        (count,) = positive_ints(levels, "levels")
-        (own,) = positive_ints(task_experts, "task_experts")
-        (shared,) = positive_ints(shared_experts, "shared_experts")
+        count = positive_int(levels, "levels")
+        own = positive_int(task_experts, "task_experts")
+        shared = positive_int(shared_experts, "shared_experts")
         widths = positive_ints(expert_layers, "expert_layers")
         self.levels = paddle.nn.LayerList()
         width = self.input_size
