@@ -1,11 +1,15 @@
-"""Bad command-line input of ``mtl tokenizer train`` and ``mtl launch``: one sentence naming the option and the value
+"""Bad command-line input of ``mtl tokenizer train``, ``mtl launch`` and ``mtl train``'s output folder: one sentence naming the option and the value
 (exit status 2), before anything is read or started; no traceback."""
+import os
+
 import pytest
 
 from mtl.cli import main as mtl_main
 from mtl.commands import launch
 from mtl.errors import DataError
 from mtl.text.conllu import read_conllu
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cli(argv, capsys):
@@ -67,3 +71,30 @@ def test_launch_refuses_fewer_than_one_process_before_starting_the_launcher(monk
             assert err.strip() == f"error: --nproc_per_node must be at least 1 (processes on this machine), got {value}"
         else:
             assert code == 0 and started.pop() == [*args, "train.py"] and not err
+
+
+def test_train_names_an_output_dir_that_cannot_be_a_folder_before_reading_any_data(tmp_path, capsys, monkeypatch):
+    import mtl.job
+
+    monkeypatch.setattr(mtl.job, "build_job", lambda *a, **k: pytest.fail("the job was built"))
+    (tmp_path / "afile").write_text("mine\n")
+    demo = os.path.join(ROOT, "examples", "configs", "demo.yaml")
+    for out, words in ((tmp_path / "afile", f"'{tmp_path / 'afile'}' is a file, not a folder"),
+                       (tmp_path / "afile" / "run", f"cannot create the folder '{tmp_path / 'afile' / 'run'}': "
+                                                    f"'{tmp_path / 'afile'}' is a file")):
+        code, err = cli(["train", demo, "--set", f"output_dir={out}"], capsys)
+        assert code == 2 and f"error: output_dir: {words}" in err and "Traceback" not in err, err
+    assert (tmp_path / "afile").read_text() == "mine\n" and sorted(os.listdir(tmp_path)) == ["afile"]
+
+
+def test_an_output_dir_without_write_permission_is_named_and_nothing_is_created(tmp_path, monkeypatch):
+    """(The suite may run as root, for whom every folder is writable: the permission answer is the test's.)"""
+    from mtl.errors import ConfigError
+    from mtl.train.rundir import check_output_dir, make_output_dir
+
+    check_output_dir(str(tmp_path / "new" / "run"))  # a folder that can be made: no error, nothing made
+    assert not (tmp_path / "new").exists()
+    monkeypatch.setattr(os, "access", lambda path, mode: path != str(tmp_path))
+    with pytest.raises(ConfigError, match=f"cannot write in '{tmp_path}' .no permission., so not in"):
+        make_output_dir(str(tmp_path / "new" / "run"))
+    assert not (tmp_path / "new").exists()

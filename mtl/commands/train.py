@@ -146,10 +146,12 @@ def prepare_job(args):
     _early_threads(args.config, args.overrides)
     from mtl.config.loading import load_job
     from mtl.runtime import init_distributed, select_device
+    from mtl.train.rundir import check_output_dir
     from mtl.train.scalars import check_available
 
     cfg = load_job(args.config, args.overrides)
     check_available(cfg)
+    check_output_dir(cfg["output_dir"])  # before the job's data is read
     select_device(cfg["device"], cfg["source"])
     init_distributed()
     return cfg

@@ -14,6 +14,31 @@ from mtl.train import layout
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
 
 
+def check_output_dir(output_dir):
+    """ConfigError naming the key when ``output_dir`` could not be created or written (a file of that name, a
+    parent that is a file, a folder without write permission); creates nothing."""
+    path = os.path.abspath(output_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"'{output_dir}' is a file, not a folder; name a folder for the run's records",
+                          key="output_dir")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"cannot create the folder '{output_dir}': '{existing}' is a file", key="output_dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write in '{existing}' (no permission), so not in '{output_dir}'", key="output_dir")
+
+
+def make_output_dir(output_dir):
+    """Create ``output_dir`` (and its parents) if missing, after :func:`check_output_dir`."""
+    check_output_dir(output_dir)
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as exc:  # a read-only disk, or the file system changed since the check
+        raise ConfigError(f"cannot create the folder '{output_dir}': {exc.strerror}", key="output_dir") from None
+
+
 def read_jsonl(path):
     """Records of a JSON-lines file; a malformed line (a write cut short by a crash) and all after it are dropped."""
     records = []

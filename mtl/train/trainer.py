@@ -68,7 +68,7 @@ class Trainer:
         self.is_main = self.strategy.is_main
         self.console = console if self.is_main else (lambda *a, **k: None)
         self.output_dir = self.cfg["output_dir"]
-        os.makedirs(self.output_dir, exist_ok=True)
+        rundir.make_output_dir(self.output_dir)
         self.lock = self._hold()  # one run per output folder, before anything is written there
         try:
             self._build(job, resume, overwrite)
