@@ -1,5 +1,5 @@
-"""Bad command-line input of ``mtl tokenizer train``, ``mtl launch`` and ``mtl train``'s output folder: one sentence naming the option and the value
-(exit status 2), before anything is read or started; no traceback."""
+"""Bad command-line input of ``mtl tokenizer train``, ``mtl launch`` and ``mtl train``'s output folder: one
+sentence naming the option and the value (exit status 2), before anything is read or started; no traceback."""
 import os
 
 import pytest
