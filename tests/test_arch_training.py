@@ -276,8 +276,8 @@ def test_overlap_sets_embed_each_tasks_verification_images_through_its_own_batch
     from mtl.commands.overlap import decide, leaks
     from mtl.data.verification_sets import load_verification_set
     from mtl.inference import open_run
+    from tests.face_data import SIZE, make_face_data
     from tests.shared_runs import train_here
-    from tests.test_face_pipeline import SIZE, make_face_data
 
     data = make_face_data(tmp_path / "data")
     names = {"faces_a": "a_rec", "faces_b": "b_rec"}

@@ -12,6 +12,7 @@ from mtl.errors import ConfigError
 
 def _texts(args):
     from mtl.text.conllu import read_conllu
+    from mtl.utf8 import open_utf8
 
     texts = []
     for option, paths in (("--conllu", args.conllu), ("--text", args.text)):
@@ -21,12 +22,8 @@ def _texts(args):
     for path in args.conllu or []:
         texts += [" ".join(s.words) for s in read_conllu(path)]
     for path in args.text or []:
-        try:
-            with open(path, encoding="utf-8") as f:
-                texts += [line.strip() for line in f if line.strip()]
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"--text {path}: not UTF-8 text (byte {exc.start}); give plain text files, one text "
-                              f"per line") from None
+        with open_utf8(path, "--text file") as f:
+            texts += [line.strip() for line in f if line.strip()]
     if not texts:
         raise ConfigError("give training text: --conllu FILE... and/or --text FILE...")
     return texts

@@ -14,6 +14,7 @@ import numpy as np
 from mtl import safe_pickle
 from mtl.data.transforms import DecodeError, FaceTransform, normalize
 from mtl.errors import DataError
+from mtl.utf8 import open_utf8
 
 
 class VerificationSet:
@@ -127,7 +128,7 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
         raise DataError(f"pairs list '{pairs_path}' does not exist")
     root = root if root is not None else (os.path.dirname(pairs_path) or ".")
     encoded, issame, where = [], [], []
-    with open(pairs_path, encoding="utf-8") as f:
+    with open_utf8(pairs_path, "pairs list") as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.rstrip("\r\n")
             if not line.strip() or line.lstrip().startswith("#"):

@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+from mtl.utf8 import open_utf8
+
 INDEX_FILE = "index.tsv"
 AZIMUTH_COLUMN = "light azimuth (deg)"
 NEITHER = -1
@@ -29,7 +31,7 @@ def light_azimuths(root, paths):
     table = os.path.join(str(root), INDEX_FILE)
     if not os.path.isfile(table):
         return None
-    with open(table, encoding="utf-8") as f:
+    with open_utf8(table, "target table") as f:
         header = [c.strip() for c in f.readline().lstrip("#").rstrip("\r\n").split("\t")]
     if AZIMUTH_COLUMN not in header:
         return None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mtl.errors import DataError
+from mtl.utf8 import open_utf8
 
 # ArcFace's five-point template for 112x112 crops (eyes, nose tip, mouth corners), x shifted by 8 in float32 as the
 # peer shifts it (96x112 template + 8)
@@ -53,7 +54,7 @@ def _rows(path, columns, what):
     if not os.path.isfile(path):
         raise DataError(f"IJB meta file '{path}' does not exist")
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open_utf8(path, "IJB meta file") as f:
         for number, line in enumerate(f, start=1):
             fields = line.split()
             if not fields:

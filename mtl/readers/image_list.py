@@ -9,6 +9,7 @@ from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
 from mtl.readers.label_names import label_file, names_from_paths, read_label_file
 from mtl.registry import register_reader
+from mtl.utf8 import open_utf8
 
 
 def parse_label_list(list_path: str):
@@ -21,7 +22,7 @@ def parse_label_list(list_path: str):
     if not os.path.isfile(list_path):
         raise DataError(f"label list '{list_path}' does not exist")
     entries, problems = [], {}
-    with open(list_path, encoding="utf-8") as f:
+    with open_utf8(list_path, "image list") as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.rstrip("\r\n")
             if not line.strip() or line.lstrip().startswith("#"):
@@ -51,7 +52,7 @@ def read_target_table(path: str, columns, paths):
     file and line (or the image) for a missing column, a path without a row or a value that is not a number."""
     if not os.path.isfile(path):
         raise DataError(f"target list '{path}' does not exist")
-    with open(path, encoding="utf-8") as f:
+    with open_utf8(path, "target list") as f:
         lines = [line.rstrip("\r\n") for line in f]
     if not lines:
         raise DataError(f"target list '{path}' is empty: expected a header line naming its columns")

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from mtl.errors import DataError
+from mtl.utf8 import open_utf8
 
 LABELS_FILE = "labels.json"
 
@@ -29,7 +30,7 @@ def read_label_file(path: str) -> Optional[Dict[str, List[str]]]:
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_utf8(path, "label map") as f:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(f"label map '{path}' cannot be read ({type(exc).__name__}: {exc})") from None

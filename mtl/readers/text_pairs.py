@@ -16,11 +16,12 @@ from mtl.errors import ConfigError, DataError
 from mtl.readers._text import TextReader, Vocabulary, split_file
 from mtl.registry import register_reader
 from mtl.text.pairs import check_policy, encode_pair
+from mtl.utf8 import open_utf8
 
 
 def read_tsv(path, columns):
     """``[(line number, {column: cell})]`` of a TSV file with a header; the named columns must be there."""
-    with open(path, encoding="utf-8", newline="") as f:
+    with open_utf8(path, "TSV file", newline="") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows:
         raise DataError(f"TSV file '{path}' is empty: expected a header row naming its columns")

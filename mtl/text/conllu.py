@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 from mtl.errors import DataError
+from mtl.utf8 import open_utf8
 
 COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 _INTEGER = re.compile(r"^[1-9][0-9]*$")
@@ -110,11 +111,7 @@ def read_conllu(path: str) -> List[Sentence]:
     if key not in _CACHE:
         if len(_CACHE) >= 4:
             _CACHE.clear()
-        try:
-            _CACHE[key] = _parse(path)
-        except UnicodeDecodeError as exc:
-            raise DataError(f"CoNLL-U file '{path}' is not UTF-8 text (an undecodable byte at offset {exc.start}); "
-                            f"CoNLL-U files are UTF-8") from None
+        _CACHE[key] = _parse(path)
     return _CACHE[key]
 
 
@@ -123,7 +120,7 @@ _CACHE = {}
 
 def _parse(path: str) -> List[Sentence]:
     sentences, current = [], None
-    with open(path, encoding="utf-8") as f:
+    with open_utf8(path, "CoNLL-U file") as f:
         for number, raw in enumerate(f, start=1):
             text = raw.rstrip("\n").rstrip("\r")
             if not text.strip():

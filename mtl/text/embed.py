@@ -8,6 +8,7 @@ import numpy as np
 from mtl.data.padding import pad_stack
 from mtl.errors import DataError
 from mtl.text.tokenizer import TextTokenizer
+from mtl.utf8 import open_utf8
 
 
 def read_texts(paths):
@@ -16,7 +17,7 @@ def read_texts(paths):
     for path in paths:
         if not os.path.isfile(path):
             raise DataError(f"input '{path}' does not exist")
-        with open(path, encoding="utf-8") as f:
+        with open_utf8(path, "input") as f:
             texts += [line.rstrip("\n") for line in f if line.strip()]
     if not texts:
         raise DataError(f"the inputs {list(paths)} hold no text (one text per line)")

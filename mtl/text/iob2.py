@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Sequence, Set, Tuple
 
 from mtl.errors import DataError
+from mtl.utf8 import open_utf8
 
 
 @dataclass
@@ -36,7 +37,7 @@ def _check_tag(path, number, tag):
 def read_iob2(path: str, word_column: int = -2, tag_column: int = -1) -> List[TaggedSentence]:
     """Every sentence of an IOB2 file; a DataError naming the line for a short line or a malformed tag."""
     sentences, current = [], None
-    with open(path, encoding="utf-8") as f:
+    with open_utf8(path, "IOB2 file") as f:
         for number, raw in enumerate(f, start=1):
             text = raw.rstrip("\n").rstrip("\r")
             if not text.strip():

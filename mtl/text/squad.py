@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from mtl.errors import DataError
+from mtl.utf8 import open_utf8
 
 
 @dataclass
@@ -36,7 +37,7 @@ class Question:
 def read_squad(path: str) -> List[Question]:
     """Every question of a SQuAD v1.1 JSON file; a DataError naming the question for a misplaced answer."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_utf8(path, "SQuAD file") as f:
             data = json.load(f)
     except json.JSONDecodeError as exc:
         raise DataError(f"SQuAD file '{path}' is not JSON: {exc}") from None

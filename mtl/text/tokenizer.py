@@ -17,6 +17,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mtl.errors import ConfigError, DataError
+from mtl.utf8 import open_utf8
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -67,13 +68,16 @@ class TextTokenizer:
         if not os.path.isfile(path):
             raise ConfigError(f"tokenizer file '{path}' does not exist (train one with `mtl tokenizer train`, or give "
                               "a BERT/ERNIE vocab.txt)", key="tokenizer")
-        if path.endswith(".txt"):
-            return cls.from_vocab(read_vocab(path), bool(lowercase), source=path)
+        try:  # the file is the config's value: its faults name the key
+            if path.endswith(".txt"):
+                return cls.from_vocab(read_vocab(path), bool(lowercase), source=path)
+            with open_utf8(path, "tokenizer file") as f:
+                text = f.read()
+        except DataError as exc:
+            raise ConfigError(str(exc), key="tokenizer") from None
         if lowercase is not None:
             raise ConfigError(f"tokenizer '{path}': 'lowercase' applies to a vocab.txt only (a tokenizer.json keeps "
                               "its own normaliser)", key="lowercase")
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
         try:
             return cls(_tokenizers().Tokenizer.from_str(text), source=path)
         except Exception as exc:  # noqa: BLE001 - the Rust side raises assorted exceptions for a bad file
@@ -151,7 +155,7 @@ class TextTokenizer:
 
 def read_vocab(path: str) -> List[str]:
     """The pieces of a BERT/ERNIE ``vocab.txt`` (one per line; a line may be ``piece<TAB>count`` as in ERNIE's)."""
-    with open(path, encoding="utf-8") as f:
+    with open_utf8(path, "vocabulary file") as f:
         pieces = [line.rstrip("\n").split("\t")[0] for line in f]
     while pieces and pieces[-1] == "":
         pieces.pop()

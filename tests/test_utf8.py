@@ -1,0 +1,95 @@
+"""Text files that are not UTF-8 (a list saved as GBK or Windows-1252, a binary file given by mistake): every reader
+of a user's text file names the file, the line and the byte in one DataError, where Python's decoder names neither;
+UTF-8 files read exactly as ``open(path, encoding="utf-8", newline=...)`` reads them."""
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mtl.errors import DataError
+from mtl.utf8 import open_utf8
+
+GBK = "中文".encode("gbk")  # b"\xd6\xd0\xce\xc4": not UTF-8
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("ab é\t\r\n中#0"))), newline=st.sampled_from([None, ""]))
+def test_utf8_text_reads_as_text_mode_reads_it(tmp_path_factory, text, newline):
+    path = tmp_path_factory.mktemp("u") / "f.txt"
+    path.write_bytes(text.encode("utf-8"))
+    with open(path, encoding="utf-8", newline=newline) as f:
+        expected = list(f)
+    assert list(open_utf8(path, "file", newline)) == expected
+    with open(path, encoding="utf-8", newline=newline) as f, open_utf8(path, "file", newline) as g:
+        assert f.readline() == g.readline() and f.read() == g.read()
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(st.text(alphabet="ab\t1", max_size=6), min_size=1, max_size=6), data=st.data())
+def test_the_line_and_byte_named_are_those_of_the_first_undecodable_byte(tmp_path_factory, lines, data):
+    """Reference: Python's own decoder's offset, turned into a line and a column by counting the lines before it."""
+    line = data.draw(st.integers(0, len(lines) - 1))
+    column = data.draw(st.integers(0, len(lines[line])))
+    lines[line] = lines[line][:column] + "\x00" + lines[line][column:]
+    raw = "\n".join(lines).encode().replace(b"\x00", GBK)
+    path = tmp_path_factory.mktemp("u") / "list.txt"
+    path.write_bytes(raw)
+    with pytest.raises(UnicodeDecodeError) as decoder:
+        raw.decode("utf-8")
+    before = raw[:decoder.value.start]
+    assert before.count(b"\n") == line and len(before) - (before.rfind(b"\n") + 1) == column
+    with pytest.raises(DataError) as caught:
+        open_utf8(path, "image list")
+    assert str(caught.value) == (f"image list '{path}' is not UTF-8 text: line {line + 1}, byte {column + 1} of the "
+                                 f"line (0xd6); save it as UTF-8")
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8").replace(b"@", GBK))
+    return str(path)
+
+
+def readers():
+    """(id, function of tmp_path that reads a file with a GBK name in its second line, what the error calls it)."""
+    from mtl.data.verification_sets import read_pairs
+    from mtl.evaluation.conditions import light_azimuths
+    from mtl.evaluation.ijb import _rows
+    from mtl.readers.image_list import parse_label_list, read_target_table
+    from mtl.readers.label_names import read_label_file
+    from mtl.readers.text_pairs import read_tsv
+    from mtl.text.conllu import read_conllu
+    from mtl.text.embed import read_texts
+    from mtl.text.iob2 import read_iob2
+    from mtl.text.squad import read_squad
+    from mtl.text.tokenizer import read_vocab
+
+    return [
+        ("image list", lambda t: parse_label_list(_write(t, "l.txt", "a.png\t0\n@.png\t1\n")), "image list"),
+        ("target list", lambda t: read_target_table(_write(t, "t.tsv", "path\tage\n@.png\t3\n"), ["age"], ["x"]),
+         "target list"),
+        ("pairs list", lambda t: read_pairs(_write(t, "p.txt", "a.png\tb.png\t1\n@.png\tb.png\t0\n"), str(t)),
+         "pairs list"),
+        ("condition table", lambda t: light_azimuths(t, ["a.png"]) if _write(t, "index.tsv", "path\tazimuth\n@\t1\n")
+         else None, "target table"),
+        ("IJB meta", lambda t: _rows(_write(t, "m.txt", "1 2 1\n@ 2 0\n"), 3, "'t1 t2 label'"), "IJB meta file"),
+        ("label map", lambda t: read_label_file(_write(t, "labels.json", '{"label":\n@}')), "label map"),
+        ("TSV pairs", lambda t: read_tsv(_write(t, "d.tsv", "a\tb\n@\tx\n"), ["a", "b"]), "TSV file"),
+        ("CoNLL-U", lambda t: read_conllu(_write(t, "c.conllu", "# text = a\n@1\ta\t_\t_\t_\t_\t0\troot\t_\t_\n")),
+         "CoNLL-U file"),
+        ("IOB2", lambda t: read_iob2(_write(t, "n.iob2", "a\tO\n@\tB-PER\n")), "IOB2 file"),
+        ("SQuAD", lambda t: read_squad(_write(t, "s.json", '{"data":\n@}')), "SQuAD file"),
+        ("vocab.txt", lambda t: read_vocab(_write(t, "vocab.txt", "[PAD]\n@\n")), "vocabulary file"),
+        ("texts to embed", lambda t: read_texts([_write(t, "s.txt", "one\n@\n")]), "input"),
+    ]
+
+
+@pytest.mark.parametrize("case", readers(), ids=lambda c: c[0])
+def test_every_reader_of_a_users_text_file_names_a_non_utf8_line(tmp_path, case):
+    _, read, what = case
+    with pytest.raises(DataError) as caught:
+        read(tmp_path)
+    assert f"{what} '" in str(caught.value) and "is not UTF-8 text: line 2, byte 1 of the line (0xd6)" in \
+        str(caught.value), str(caught.value)
+    assert os.path.basename(str(caught.value).split("'")[1]) in os.listdir(tmp_path)
