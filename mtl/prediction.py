@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from mtl.errors import ConfigError, DataError
+from mtl.utf8 import open_utf8
 
 PREDICTORS: Dict[str, Callable] = {}  # head type -> function(state, features, head config) -> (kind, score, values)
 
@@ -116,7 +117,7 @@ class Prediction:
 def read_table(path: str, spec: dict) -> np.ndarray:
     """``[rows, width]`` float32 model inputs of a CSV file: the columns the task trained on (by name), standardised
     with its training split's mean and std, zero-padded as it was (:meth:`TableReader.input_spec`)."""
-    with open(path, newline="") as f:
+    with open_utf8(path, "input", newline="") as f:
         lines = [row for row in csv.reader(f) if any(cell.strip() for cell in row)]
     if len(lines) < 2:
         raise DataError(f"input '{path}': a CSV input needs a header row naming its columns and one row or more")
@@ -189,9 +190,9 @@ def _sample_names(path: str, count: int) -> List[str]:
 def csv_header(path: str) -> List[str]:
     """The column names of a CSV file's first row (none when it cannot be read)."""
     try:
-        with open(path, newline="") as f:
+        with open_utf8(path, "input", newline="") as f:
             return [c.strip() for c in next(csv.reader(f), [])]
-    except OSError:
+    except (OSError, DataError):  # not UTF-8: read_table names the line
         return []
 
 

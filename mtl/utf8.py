@@ -1,27 +1,78 @@
-"""The text files users give (image and pair lists, target tables, treebanks, tokenizer vocabularies, JSON) read as
-UTF-8, with one sentence naming the file, the line and the byte for content that is not UTF-8 (a list saved as GBK or
-Windows-1252, a binary file given by mistake), where Python's decoder names neither the file nor the line.
+"""The text files users give (configs and task files, image, pair and target lists, CSV tables, treebanks,
+vocabularies, JSON) read as UTF-8, with one sentence naming the file, the line and the byte for content that is not
+UTF-8 (a list saved as GBK or Windows-1252, a binary file given by mistake), where Python's decoder names neither the
+file nor the line.
 
-:func:`open_utf8` reads the whole file and returns a text stream that behaves as ``open(path, encoding="utf-8",
-newline=newline)`` would (universal newlines by default; ``newline=""`` keeps the line endings, for ``csv``)."""
-import io
+:func:`open_utf8` is ``open(path, encoding="utf-8", newline=newline)`` (streamed, as before) whose decoding error
+becomes :class:`NotUtf8`; only then is the file scanned again, as bytes, for the line and the byte, counting line
+breaks as text mode splits lines (``\\n``, ``\\r\\n`` and a lone ``\\r``)."""
+import contextlib
 
 from mtl.errors import DataError
 
 
-def read_utf8(path, what: str) -> str:
-    """The content of ``path`` decoded as UTF-8 (``what`` names the kind of file in the error: "image list")."""
+class NotUtf8(DataError):
+    """A text file that is not UTF-8; ``where`` says where (``line 2, byte 1 of the line (0xd6)``)."""
+
+    def __init__(self, path, what: str, where: str):
+        super().__init__(f"{what} '{path}' is not UTF-8 text: {where}; save it as UTF-8")
+        self.path, self.where = path, where
+
+
+def first_fault(path) -> str:
+    """Where the first byte of ``path`` that is not UTF-8 lies: ``line L, byte B of the line (0xXX)``."""
+    number = 1
     with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"{what} '{path}' is not UTF-8 text: line {line}, byte {column} of the line "
-                        f"(0x{raw[exc.start]:02x}); save it as UTF-8") from None
+        for raw in f:  # split at b"\n" (a lone b"\r" also ends a line: counted below); never inside a character
+            lines = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                before = raw[:exc.start].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                line, column = number + before.count(b"\n"), len(before) - (before.rfind(b"\n") + 1) + 1
+                return f"line {line}, byte {column} of the line (0x{raw[exc.start]:02x})"
+            number += lines.count(b"\n")
+    return "no undecodable byte found on a second reading (the file changed?)"
 
 
-def open_utf8(path, what: str, newline=None) -> io.StringIO:
-    """A text stream over ``path`` (see the module docstring); a DataError for content that is not UTF-8."""
-    return io.StringIO(read_utf8(path, what), newline=newline)
+class Utf8Text:
+    """A text file open for reading (iteration, ``readline``, ``read``; a context manager) whose decoding error is a
+    :class:`NotUtf8` naming the file, the line and the byte."""
+
+    def __init__(self, path, what: str, newline=None):
+        self.path, self.what = path, what
+        self._file = open(path, encoding="utf-8", newline=newline)
+
+    @contextlib.contextmanager
+    def _located(self):
+        try:
+            yield
+        except UnicodeDecodeError:
+            raise NotUtf8(self.path, self.what, first_fault(self.path)) from None
+
+    def __iter__(self):
+        with self._located():
+            for line in self._file:  # not ``yield from``: closing this generator would close the file
+                yield line
+
+    def readline(self, size: int = -1) -> str:
+        with self._located():
+            return self._file.readline(size)
+
+    def read(self, size: int = -1) -> str:
+        with self._located():
+            return self._file.read(size)
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_utf8(path, what: str, newline=None) -> Utf8Text:
+    """``path`` open for reading as UTF-8 text (``what`` names the kind of file in the error: "image list")."""
+    return Utf8Text(path, what, newline)

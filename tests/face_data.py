@@ -16,6 +16,7 @@ def identity_images(identity, count, rng):
 
 
 def make_dataset(folder, identities, rng, per_identity=6):
+    """An image folder (one sub-folder per identity, ``per_identity`` PNGs each) packed into RecordIO beside it."""
     for label, identity in enumerate(identities):
         d = folder / f"id{label:03d}"
         d.mkdir(parents=True)
@@ -25,6 +26,7 @@ def make_dataset(folder, identities, rng, per_identity=6):
 
 
 def make_bin(path, rng, identities=range(9), pairs=20):
+    """An InsightFace ``.bin`` set of ``pairs`` pairs of the identities, same and different in turn."""
     images, issame = [], []
     for i in range(pairs):
         a = identities[i % len(identities)]
@@ -36,6 +38,7 @@ def make_bin(path, rng, identities=range(9), pairs=20):
 
 
 def make_face_data(root):
+    """Datasets a (identities 0-5) and b (3-8) as RecordIO under ``root``, and ``root/pairs.bin``; ``root``."""
     rng = np.random.RandomState(0)
     make_dataset(root / "a", [0, 1, 2, 3, 4, 5], rng)   # identities 3-5 appear in both datasets
     make_dataset(root / "b", [3, 4, 5, 6, 7, 8], rng)

@@ -88,6 +88,22 @@ def test_an_output_dir_without_write_permission_is_named_and_nothing_is_created(
     check_output_dir(str(tmp_path / "new" / "run"))  # a folder that can be made: no error, nothing made
     assert not (tmp_path / "new").exists()
     monkeypatch.setattr(os, "access", lambda path, mode: path != str(tmp_path))
-    with pytest.raises(ConfigError, match=f"cannot write in '{tmp_path}' .no permission., so not in"):
+    with pytest.raises(ConfigError, match=f"the folder '{tmp_path}' is not writable .no permission., so "
+                                          f"'{tmp_path / 'new' / 'run'}' cannot be created there"):
         make_output_dir(str(tmp_path / "new" / "run"))
     assert not (tmp_path / "new").exists()
+    with pytest.raises(ConfigError, match=f"the folder '{tmp_path}' is not writable .no permission.$"):
+        check_output_dir(str(tmp_path))
+
+
+@pytest.mark.parametrize("size, words", [(10, "every character of the text and the special tokens are kept"),
+                                         (5000, "no pair of pieces is left that occurs 2 times or more")])
+def test_tokenizer_says_when_the_vocabulary_is_not_the_size_asked_for(tmp_path, capsys, size, words):
+    """Reference: the size of the vocabulary in the written file (tokenizers' own count)."""
+    import json
+
+    (tmp_path / "text.txt").write_text("the cat sat on the mat\nthe dog sat\n")
+    mtl_main(["tokenizer", "train", "--text", str(tmp_path / "text.txt"), "--vocab-size", str(size), "-o",
+              str(tmp_path / "t.json")])
+    pieces = len(json.load(open(tmp_path / "t.json"))["model"]["vocab"])
+    assert pieces != size and f"note: {pieces} pieces, not the {size} asked for: {words}" in capsys.readouterr().out

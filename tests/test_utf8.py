@@ -25,24 +25,35 @@ def test_utf8_text_reads_as_text_mode_reads_it(tmp_path_factory, text, newline):
         assert f.readline() == g.readline() and f.read() == g.read()
 
 
-@settings(max_examples=60, deadline=None)
-@given(lines=st.lists(st.text(alphabet="ab\t1", max_size=6), min_size=1, max_size=6), data=st.data())
-def test_the_line_and_byte_named_are_those_of_the_first_undecodable_byte(tmp_path_factory, lines, data):
-    """Reference: Python's own decoder's offset, turned into a line and a column by counting the lines before it."""
-    line = data.draw(st.integers(0, len(lines) - 1))
-    column = data.draw(st.integers(0, len(lines[line])))
-    lines[line] = lines[line][:column] + "\x00" + lines[line][column:]
-    raw = "\n".join(lines).encode().replace(b"\x00", GBK)
+@settings(max_examples=80, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("ab\t1é\r\n")), max_size=30), data=st.data())
+def test_the_line_and_byte_named_are_those_of_the_first_undecodable_byte(tmp_path_factory, text, data):
+    """Reference: Python's own text layer (surrogate escapes for the bad bytes, universal newlines): the first line
+    that holds an escaped byte, and that byte's position in the line's UTF-8 bytes."""
+    at = data.draw(st.integers(0, len(text)))
+    raw = text[:at].encode() + GBK + text[at:].encode()
     path = tmp_path_factory.mktemp("u") / "list.txt"
     path.write_bytes(raw)
-    with pytest.raises(UnicodeDecodeError) as decoder:
-        raw.decode("utf-8")
-    before = raw[:decoder.value.start]
-    assert before.count(b"\n") == line and len(before) - (before.rfind(b"\n") + 1) == column
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        lines = list(f)
+    line = next(i for i, t in enumerate(lines) if any("\udc80" <= c <= "\udcff" for c in t))
+    column = next(i for i, c in enumerate(lines[line]) if "\udc80" <= c <= "\udcff")
+    byte = len(lines[line][:column].encode("utf-8", "surrogateescape")) + 1
     with pytest.raises(DataError) as caught:
-        open_utf8(path, "image list")
-    assert str(caught.value) == (f"image list '{path}' is not UTF-8 text: line {line + 1}, byte {column + 1} of the "
+        list(open_utf8(path, "image list"))
+    assert str(caught.value) == (f"image list '{path}' is not UTF-8 text: line {line + 1}, byte {byte} of the "
                                  f"line (0xd6); save it as UTF-8")
+
+
+def test_a_long_file_is_read_as_a_stream_and_a_late_fault_still_named(tmp_path):
+    """Lines are read as they come (the first arrive before the bad byte far into the file is reached)."""
+    path = tmp_path / "long.txt"
+    path.write_bytes(b"a.png\t0\n" * 200_000 + GBK + b"\n")
+    stream = open_utf8(path, "image list")
+    assert next(iter(stream)) == "a.png\t0\n"
+    with pytest.raises(DataError, match="line 200001, byte 1 of the line"):
+        for _ in stream:
+            pass
 
 
 def _write(tmp_path, name, text):
@@ -56,6 +67,8 @@ def readers():
     from mtl.data.verification_sets import read_pairs
     from mtl.evaluation.conditions import light_azimuths
     from mtl.evaluation.ijb import _rows
+    from mtl.prediction import read_table
+    from mtl.readers.csv_reader import read_csv
     from mtl.readers.image_list import parse_label_list, read_target_table
     from mtl.readers.label_names import read_label_file
     from mtl.readers.text_pairs import read_tsv
@@ -72,7 +85,9 @@ def readers():
         ("pairs list", lambda t: read_pairs(_write(t, "p.txt", "a.png\tb.png\t1\n@.png\tb.png\t0\n"), str(t)),
          "pairs list"),
         ("condition table", lambda t: light_azimuths(t, ["a.png"]) if _write(t, "index.tsv", "path\tazimuth\n@\t1\n")
-         else None, "target table"),
+         else None, "target list"),
+        ("CSV table", lambda t: read_csv(_write(t, "t.csv", "a,b\n@,1\n")), "CSV file"),
+        ("CSV input", lambda t: read_table(_write(t, "in.csv", "a,b\n@,1\n"), {"columns": ["a"]}), "input"),
         ("IJB meta", lambda t: _rows(_write(t, "m.txt", "1 2 1\n@ 2 0\n"), 3, "'t1 t2 label'"), "IJB meta file"),
         ("label map", lambda t: read_label_file(_write(t, "labels.json", '{"label":\n@}')), "label map"),
         ("TSV pairs", lambda t: read_tsv(_write(t, "d.tsv", "a\tb\n@\tx\n"), ["a", "b"]), "TSV file"),
@@ -93,3 +108,22 @@ def test_every_reader_of_a_users_text_file_names_a_non_utf8_line(tmp_path, case)
     assert f"{what} '" in str(caught.value) and "is not UTF-8 text: line 2, byte 1 of the line (0xd6)" in \
         str(caught.value), str(caught.value)
     assert os.path.basename(str(caught.value).split("'")[1]) in os.listdir(tmp_path)
+
+
+def test_a_config_or_task_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    from mtl.config.loading import load_job
+    from mtl.errors import ConfigError
+
+    path = _write(tmp_path, "job.yaml", "seed: 0\n# @\ntasks: []\n")
+    with pytest.raises(ConfigError, match="is not UTF-8 text: line 2, byte 3 of the line .0xd6.; save it as UTF-8"):
+        load_job(path)
+
+
+def test_a_same_person_pairs_file_that_is_not_utf8_or_not_json_names_the_key(tmp_path):
+    from mtl.errors import ParameterError
+    from mtl.heads.filtering import same_person_pairs
+
+    for text, words in (("[\n@]", "is not UTF-8 text: line 2, byte 1"), ("[{", "is not JSON")):
+        path = _write(tmp_path, "pairs.json", text)
+        with pytest.raises(ParameterError, match=f"same_person.pairs: file '{path}' {words}"):
+            same_person_pairs({"pairs": path, "offsets": {"a": 0}}, 10)

@@ -40,6 +40,10 @@ def _cmd_train(args):
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     tokenizer.save(args.output)
     print(f"trained WordPiece on {len(texts)} texts: {tokenizer_summary(tokenizer)} -> {args.output}")
+    if tokenizer.vocab_size != args.vocab_size:  # tokenizers keeps every character and stops when no pair is left
+        why = "every character of the text and the special tokens are kept" if tokenizer.vocab_size > \
+            args.vocab_size else f"no pair of pieces is left that occurs {args.min_frequency} times or more"
+        print(f"note: {tokenizer.vocab_size} pieces, not the {args.vocab_size} asked for: {why}")
 
 
 def _cmd_show(args):

@@ -15,6 +15,7 @@ from mtl.config.overrides import apply_overrides, blame_set, set_keys, split_tas
 from mtl.config.paths import BACKBONE_PATH_KEYS, REPO_ROOT, resolve_path, resolve_reader_paths
 from mtl.config.schema import validate
 from mtl.errors import ConfigError
+from mtl.utf8 import NotUtf8, open_utf8
 
 
 def read_yaml(path: str, what: str = "config"):
@@ -22,8 +23,10 @@ def read_yaml(path: str, what: str = "config"):
     if not os.path.isfile(path):
         raise ConfigError(f"{what} file does not exist", path)
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
+        with open_utf8(path, what) as f:
+            data = yaml.safe_load(f.read())
+    except NotUtf8 as exc:
+        raise ConfigError(f"is not UTF-8 text: {exc.where}; save it as UTF-8", path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -31,7 +31,7 @@ def light_azimuths(root, paths):
     table = os.path.join(str(root), INDEX_FILE)
     if not os.path.isfile(table):
         return None
-    with open_utf8(table, "target table") as f:
+    with open_utf8(table, "target list") as f:
         header = [c.strip() for c in f.readline().lstrip("#").rstrip("\r\n").split("\t")]
     if AZIMUTH_COLUMN not in header:
         return None

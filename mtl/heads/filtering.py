@@ -33,6 +33,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from mtl.errors import ParameterError
+from mtl.utf8 import NotUtf8, open_utf8
 
 MODES = ("zero", "remove")
 
@@ -47,8 +48,14 @@ def same_person_pairs(spec, num_classes: int) -> np.ndarray:
     if isinstance(pairs, str):
         if not os.path.isfile(pairs):
             raise ParameterError(f"same_person.pairs: file '{pairs}' does not exist")
-        with open(pairs) as f:
-            pairs = json.load(f)
+        try:
+            with open_utf8(pairs, "same_person.pairs file") as f:
+                pairs = json.loads(f.read())
+        except NotUtf8 as exc:
+            raise ParameterError(f"same_person.pairs: file '{pairs}' is not UTF-8 text: {exc.where}") from None
+        except json.JSONDecodeError as exc:
+            raise ParameterError(f"same_person.pairs: file '{pairs}' is not JSON ({exc}); expected the list "
+                                 "`mtl overlap --json` writes") from None
     if not isinstance(offsets, dict) or not offsets:
         raise ParameterError("same_person.offsets must map task names (as in the pairs) to their first class id in "
                              f"this head, e.g. {{webface: 0, vggface2: 10572}}, got {offsets!r}")

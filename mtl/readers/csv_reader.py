@@ -8,13 +8,14 @@ from mtl.errors import ConfigError, DataError
 from mtl.readers._tabular import TableReader
 from mtl.readers.base import MissingFile
 from mtl.registry import did_you_mean, register_reader
+from mtl.utf8 import open_utf8
 
 
 def read_csv(path: str, delimiter: str = ","):
     """(header, rows) of a CSV file with a header row; a DataError for a missing/empty file or a ragged row."""
     if not os.path.isfile(path):
         raise MissingFile(path, "CSV file", key="path")
-    with open(path, newline="") as f:
+    with open_utf8(path, "CSV file", newline="") as f:
         lines = list(csv.reader(f, delimiter=delimiter))
     lines = [(number, row) for number, row in enumerate(lines, start=1) if any(cell.strip() for cell in row)]
     if not lines:

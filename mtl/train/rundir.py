@@ -27,7 +27,8 @@ def check_output_dir(output_dir):
     if not os.path.isdir(existing):
         raise ConfigError(f"cannot create the folder '{output_dir}': '{existing}' is a file", key="output_dir")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot write in '{existing}' (no permission), so not in '{output_dir}'", key="output_dir")
+        where = "" if existing == path else f", so '{output_dir}' cannot be created there"
+        raise ConfigError(f"the folder '{existing}' is not writable (no permission){where}", key="output_dir")
 
 
 def make_output_dir(output_dir):
