@@ -51,3 +51,14 @@ class ContractError(MtlError):
 
 class DataError(MtlError):
     """A data file or record is unreadable or holds a value outside what its task expects."""
+
+
+def require_input_file(path):
+    """DataError unless ``path`` is a file: an input given to ``mtl embed`` or ``mtl predict`` (a folder is said to be
+    one, not to be missing)."""
+    import os
+
+    if os.path.isdir(path):
+        raise DataError(f"input '{path}' is a folder; give its files (e.g. '{os.path.join(path, '*.png')}')")
+    if not os.path.isfile(path):
+        raise DataError(f"input '{path}' does not exist")

@@ -17,7 +17,7 @@ import numpy as np
 
 from mtl.arrays import unit_rows
 from mtl.data.preprocess import task_preprocessing
-from mtl.errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError, require_input_file
 
 
 def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None):
@@ -148,8 +148,7 @@ def read_inputs(paths, shape, preprocess=None):
 
     batches = []
     for path in paths:
-        if not os.path.isfile(path):
-            raise DataError(f"input '{path}' does not exist")
+        require_input_file(path)
         if path.endswith(".npy"):
             arr = np.load(path).astype(np.float32)
             if arr.ndim == len(shape):

@@ -16,13 +16,12 @@ the task's training statistics).
 """
 import csv
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from mtl.errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError, require_input_file
 from mtl.utf8 import open_utf8
 
 PREDICTORS: Dict[str, Callable] = {}  # head type -> function(state, features, head config) -> (kind, score, values)
@@ -160,8 +159,7 @@ def read_for_task(paths, model, task: str):
     shape, spec = model.loaded.input_shape, (model.data.get("inputs") or {}).get(task)
     out = []
     for path in paths:
-        if not os.path.isfile(path):
-            raise DataError(f"input '{path}' does not exist")
+        require_input_file(path)
         if path.endswith(".csv"):
             if not spec or spec.get("kind") != "table":
                 raise DataError(f"input '{path}' is a table, but task '{task}' does not read table rows")

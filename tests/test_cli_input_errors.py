@@ -107,3 +107,18 @@ def test_tokenizer_says_when_the_vocabulary_is_not_the_size_asked_for(tmp_path, 
               str(tmp_path / "t.json")])
     pieces = len(json.load(open(tmp_path / "t.json"))["model"]["vocab"])
     assert pieces != size and f"note: {pieces} pieces, not the {size} asked for: {words}" in capsys.readouterr().out
+
+
+def test_embed_and_predict_say_an_input_folder_is_a_folder(tmp_path):
+    """The readers of mtl embed's inputs (images and arrays, texts); mtl predict's calls the same check."""
+    from mtl.errors import DataError
+    from mtl.export import read_inputs
+    from mtl.text.embed import read_texts
+
+    (tmp_path / "faces").mkdir()
+    for read in (lambda p: read_inputs([p], [3, 8, 8]), lambda p: read_texts([p])):
+        with pytest.raises(DataError, match=f"input '{tmp_path / 'faces'}' is a folder; give its files "
+                                            f"\\(e.g. '{tmp_path / 'faces' / '[*]'}.png'\\)"):
+            read(str(tmp_path / "faces"))
+        with pytest.raises(DataError, match=f"input '{tmp_path / 'none.png'}' does not exist"):
+            read(str(tmp_path / "none.png"))

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from mtl.data.padding import pad_stack
-from mtl.errors import DataError
+from mtl.errors import DataError, require_input_file
 from mtl.text.tokenizer import TextTokenizer
 from mtl.utf8 import open_utf8
 
@@ -15,8 +15,7 @@ def read_texts(paths):
     """Every non-empty line of the text files ``paths``."""
     texts = []
     for path in paths:
-        if not os.path.isfile(path):
-            raise DataError(f"input '{path}' does not exist")
+        require_input_file(path)
         with open_utf8(path, "input") as f:
             texts += [line.rstrip("\n") for line in f if line.strip()]
     if not texts:
