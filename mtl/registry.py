@@ -167,10 +167,28 @@ def load_file(path: str):
     sys.modules[modname] = module
     try:
         spec.loader.exec_module(module)
-    except Exception:
+    except MtlError:  # a plug-in may check its own settings when imported
         del sys.modules[modname]
         raise
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug in the plug-in file, named with its line
+        del sys.modules[modname]
+        raise import_error(path, exc) from None
     return module
+
+
+def import_error(path: str, exc: BaseException) -> PluginError:
+    """The one-line report of a plug-in file that fails to import: its line and the error (a syntax error's text),
+    the traceback kept in ``traceback_text``."""
+    import traceback
+
+    if isinstance(exc, SyntaxError):
+        where, what = exc.lineno, f"{type(exc).__name__}: {exc.msg} ({(exc.text or '').strip()!r})"
+    else:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
+        where, what = (frames[-1].lineno if frames else "?"), f"{type(exc).__name__}: {exc}"
+    return PluginError(f"plug-in file '{path}' line {where}: {what} when it was imported; this is a bug in the "
+                       f"file, not a mistake in the config",
+                       "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
 
 def load_entry_points():

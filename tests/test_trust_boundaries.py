@@ -282,6 +282,28 @@ def test_a_taken_registry_name_is_refused_naming_both_files(tmp_path):
     assert not issubclass(PluginError, ConfigError)  # a bug never reads as a config error
 
 
+@pytest.mark.parametrize("code, line, words", [
+    ("x = 1\nTASK = {\n", 2, "SyntaxError: '{' was never closed ('TASK = {')"),
+    ("import numpy\n\nTASK = {'name': undefined_name}\n", 3, "NameError: name 'undefined_name' is not defined"),
+    ("import not_a_module_of_this_suite\n", 1, "ModuleNotFoundError: No module named 'not_a_module_of_this_suite'"),
+    ("def f():\n    return 1 / 0\n\nf()\n", 2, "ZeroDivisionError: division by zero"),
+])
+def test_a_plug_in_file_that_fails_to_import_is_one_sentence_with_its_line(tmp_path, code, line, words):
+    """Reference: the line Python's own traceback (or the syntax error) points at in the file; the file is not left
+    half-imported (fixed, it loads)."""
+    from mtl import registry
+
+    path = tmp_path / "task_plugin.py"
+    path.write_text(code)
+    with pytest.raises(PluginError) as caught:
+        registry.load_file(str(path))
+    assert str(caught.value) == (f"plug-in file '{path}' line {line}: {words} when it was imported; this is a bug "
+                                 f"in the file, not a mistake in the config")
+    assert f'File "{path}", line {line}' in caught.value.traceback_text or "SyntaxError" in words
+    path.write_text("TASK = {'name': 'fixed'}\n")
+    assert registry.load_file(str(path)).TASK == {"name": "fixed"}
+
+
 # ---- one run per output folder ---------------------------------------------------------------------------------------
 def _train(config, *extra):
     return subprocess.Popen([sys.executable, TRAIN, config, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
