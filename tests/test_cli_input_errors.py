@@ -122,3 +122,28 @@ def test_embed_and_predict_say_an_input_folder_is_a_folder(tmp_path):
             read(str(tmp_path / "faces"))
         with pytest.raises(DataError, match=f"input '{tmp_path / 'none.png'}' does not exist"):
             read(str(tmp_path / "none.png"))
+
+
+def test_the_training_scripts_own_options_are_not_the_launchers():
+    """Reference: Paddle's launcher's own parser (its options all take a value; everything from the script on is the
+    script's)."""
+    from paddle.distributed.launch.context.args_envs import parse_args
+
+    argv = ["--nproc_per_node", "2", "--log_level=INFO", "train.py", "--log_dir", "mine", "--nproc_per_node", "0"]
+    parsed = parse_args_of(parse_args, argv)
+    assert launch.launcher_options(argv) == argv[:3] and parsed.training_script == "train.py"
+    assert parsed.training_script_args == argv[4:]
+    assert launch._option(argv, ("--log_dir",)) is None and launch._option(argv, ("--nproc_per_node",)) == "2"
+    assert launch.count_problem(argv) is None  # the script's "--nproc_per_node 0" is its own
+    assert "--log_dir" in launch.launcher_command(argv, False, log_dir="/tmp/logs")  # mtl launch still keeps logs
+
+
+def parse_args_of(parse_args, argv):
+    """Paddle's launcher arguments of ``argv`` (its parser reads sys.argv)."""
+    import sys
+
+    saved, sys.argv = sys.argv, ["launch", *argv]
+    try:
+        return parse_args()[0]
+    finally:
+        sys.argv = saved

@@ -163,8 +163,19 @@ def first_failure(status_path):
         return None
 
 
+def launcher_options(args):
+    """The part of ``args`` before the training script: the launcher's own options. Every option of Paddle's
+    launcher takes a value (``--name V`` or ``--name=V``), so the script is the first word that is neither."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 1 if "=" in args[i] else 2
+    return list(args[:i])
+
+
 def _option(args, names):
-    """The value of the launcher option ``names`` (``--name V`` or ``--name=V``) in ``args``, or None."""
+    """The value of the launcher option ``names`` (``--name V`` or ``--name=V``) in ``args``, or None; the training
+    script's own arguments (after it) are not the launcher's."""
+    args = launcher_options(args)
     for i, arg in enumerate(args):
         for name in names:
             if arg == name and i + 1 < len(args):
