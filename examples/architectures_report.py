@@ -34,6 +34,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+from mtl.errors import DataError  # noqa: E402
+
 SECTION = "architectures-tables"  # the markers of the generated section (mtl.generated_pages)
 
 
@@ -105,11 +107,11 @@ def read_report(path, keys):
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"error: cannot read the report {path}: {exc}") from None
+        raise DataError(f"cannot read the report {path}: {exc}") from None
     missing = [k for k in keys if k not in data]
     if missing:
-        raise SystemExit(f"error: the report {path} lacks {', '.join(missing)} (examples/multimnist_report.py's "
-                         "--json has them)")
+        raise DataError(f"the report {path} lacks {', '.join(missing)} (examples/multimnist_report.py's --json "
+                        "has them)")
     return data
 
 
@@ -180,8 +182,7 @@ def faces_rows(files):
     0, 1, ... (one per value)."""
     alone, columns = {}, {}
     for name, path in files.items():
-        with open(path) as f:
-            data = json.load(f)
+        data = read_report(path, ("datasets",))
         datasets = data["datasets"]
         count = len(next(iter(datasets.values()))["joint"])
         seeds = list(data.get("seeds", range(count)))
@@ -244,11 +245,11 @@ def report(args):
     """``(text, json content)`` of every benchmark given."""
     parts, content = [], {}
     if args.synthetic:
-        data = json.load(open(args.synthetic))
+        data = read_report(args.synthetic, ("runs",))
         parts.append(f"### MMoE synthetic benchmark ({data['runs']} runs per cell)\n\n" + synthetic_table(data))
         content["synthetic"] = synthetic_verdict(data)
     if args.multimnist:
-        data = json.load(open(args.multimnist))
+        data = read_report(args.multimnist, ("seeds", "configurations"))
         parts.append(f"### MultiMNIST (seeds {', '.join(map(str, data['seeds']))})\n\n" + multimnist_table(data))
         content["multimnist"] = data
     if args.multimnist_long:
@@ -268,7 +269,7 @@ def report(args):
         content["faces"] = faces_verdict(alone, columns)
     if args.costs:
         sys.path.insert(0, os.path.join(ROOT, "bench"))
-        parts.append("### Costs\n\n" + costs_table(json.load(open(args.costs))))
+        parts.append("### Costs\n\n" + costs_table(read_report(args.costs, ())))
     return "\n\n".join(parts), content
 
 
@@ -310,4 +311,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from mtl.cli import run_script
+
+    run_script(main)

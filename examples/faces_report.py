@@ -38,6 +38,7 @@ the tables (``examples/faces_tables.py``) go to the console and ``OUT/report.md`
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -79,8 +80,9 @@ def plan(args, recipe, arms):
     """``[(seed, arm, run name, run folder, overrides)]`` of every run; writes the merged and oracle task files and
     loads every arm's config once, so that a bad arm fails before anything trains."""
     from mtl.config.loading import load_job
-    from mtl.errors import MtlError
+    from mtl.errors import ConfigError, MtlError
 
+    created = not os.path.exists(args.out)  # removed again when an arm's config is refused
     os.makedirs(args.out, exist_ok=True)
     files = {MERGED: ("merged_task.yaml", recipe.merged_task), ORACLE: ("oracle_task.yaml", recipe.oracle_task)}
     for placeholder, (name, make) in list(files.items()):
@@ -100,7 +102,9 @@ def plan(args, recipe, arms):
             try:  # a two_stage run's pairs exist once its separate run is done: checked with none until then
                 load_job(args.config, [o.replace(faces_arms.SEPARATE_PAIRS, no_pairs(args.out)) for o in sets])
             except MtlError as exc:
-                raise SystemExit(f"error: arm '{arm}' (run {name}): {exc}") from None
+                if created:
+                    shutil.rmtree(args.out)
+                raise ConfigError(f"arm '{arm}' (run {name}): {exc}") from None
             runs += [(seed, arm, name, os.path.join(args.out, f"seed{seed}", name),
                       [o.replace(faces_arms.SEPARATE_PAIRS, separate_pairs(args.out, seed)) for o in sets])
                      for seed in args.seeds]
@@ -394,9 +398,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from mtl.errors import MtlError
+    from mtl.cli import run_script
 
-    try:
-        main()
-    except MtlError as exc:  # a bad --config / --set / --task-set: one line, before any training
-        sys.exit(f"error: {exc}")
+    run_script(main)

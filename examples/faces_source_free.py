@@ -72,9 +72,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from mtl.errors import MtlError
+    from mtl.cli import run_script
 
-    try:
-        main()
-    except MtlError as exc:  # a folder that is no run, a bad --set: one line
-        sys.exit(f"error: {exc}")
+    run_script(main)

@@ -37,7 +37,7 @@ def overrides(model, correlation, run, steps, out_dir):
             "log.progress=false"]
     for task in (0, 1):
         sets += [f"tasks.{task}.reader.correlation={correlation}", f"tasks.{task}.reader.seed={run}"]
-    return sets + ([f"schedule.steps={steps}"] if steps else [])
+    return sets + ([f"schedule.steps={steps}"] if steps is not None else [])
 
 
 def curve(out_dir, tasks):
@@ -69,9 +69,12 @@ def train_one(config, sets):
 
 def run_all(args):
     """Train every (correlation, model, run) not yet in ``OUT/results.jsonl``; return every result line."""
+    from mtl.config.loading import load_job
     from mtl.runtime import select_device
 
     select_device("cpu")
+    for model in args.models:  # every setting checked before anything is written or trained
+        load_job(args.config, overrides(model, args.correlations[0], 0, args.steps, os.path.join(args.out, "check")))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.jsonl")
     done = {}
@@ -193,4 +196,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from mtl.cli import run_script
+
+    run_script(main)

@@ -199,4 +199,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from mtl.cli import run_script
+
+    run_script(main)

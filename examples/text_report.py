@@ -138,7 +138,7 @@ def main(argv=None):
     from mtl.commands.compare import finished
     from mtl.config.loading import load_job
 
-    sets = list(args.set) + ([f"schedule.steps={args.steps}"] if args.steps else [])
+    sets = list(args.set) + ([f"schedule.steps={args.steps}"] if args.steps is not None else [])
     cfg = load_job(args.config, sets)
     done = {seed: {} for seed in args.seeds}
     seconds = {}
@@ -166,4 +166,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from mtl.cli import run_script
+
+    run_script(main)

@@ -94,6 +94,12 @@ def add_verbose_arg(parser):
                         help="also show Paddle's own warnings and log lines (hidden by default)")
 
 
+def run_script(main):
+    """``main()`` of an example script (``examples/*.py``), its user errors one line and exit status 2, as the
+    ``mtl`` commands' (:func:`run`)."""
+    run(lambda _args: main(), None)
+
+
 def run(func, args):
     """Call ``func(args)``; a user error becomes one line on stderr and exit status 2."""
     from mtl.errors import MtlError

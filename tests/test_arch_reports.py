@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from mtl.config.loading import load_job
+from mtl.errors import DataError
 from tests import warm_python
 from tests.dist_util import ROOT
 
@@ -214,7 +215,7 @@ def test_source_free_scoring_sends_every_image_through_one_tasks_norms(tmp_path)
     assert scores["yale"][0] != scores["umist"][0]  # the norms differ: so does what every image becomes
     bad = warm_python.run([sys.executable, os.path.join(EXAMPLES, "faces_source_free.py"), str(tmp_path)],
                           capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT))
-    assert bad.returncode == 1 and "is not a training run: it has no job.json" in bad.stderr, bad.stderr[-2000:]
+    assert bad.returncode == 2 and "is not a training run: it has no job.json" in bad.stderr, bad.stderr[-2000:]
 
 
 def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
@@ -349,8 +350,8 @@ def test_the_multimnist_screen_merges_files_of_one_budget_at_their_common_seed(t
     long = architectures_report.main(["--multimnist-long", *files])["multimnist_long"]
     assert long["seeds"] == [0, 1, 2] and long == {**three, "seeds": [0, 1, 2]}
     assert abs(architectures_report.merge_screen(files)[1] - np.std([-0.5, 0.0, -1.0])) < 1e-9
-    with pytest.raises(SystemExit, match="cannot read the report .*absent.json"):
+    with pytest.raises(DataError, match="cannot read the report .*absent.json"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "absent.json")])
     (tmp_path / "old.json").write_text(json.dumps({"seeds": [0], "configurations": {}}))  # before "steps" was kept
-    with pytest.raises(SystemExit, match="old.json lacks steps"):
+    with pytest.raises(DataError, match="old.json lacks steps"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "old.json")])

@@ -147,3 +147,26 @@ def parse_args_of(parse_args, argv):
         return parse_args()[0]
     finally:
         sys.argv = saved
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("script, args, words", [
+    ("multimnist_report.py", ["--configurations", "single", "--seeds", "0", "--steps", "0"],
+     "schedule.steps: must be >= 1, got 0"),
+    ("text_report.py", ["--seeds", "0", "--steps", "0"], "schedule.steps: must be >= 1, got 0"),  # 0 was "unset"
+    ("mmoe_synthetic_report.py", ["--runs", "2", "--steps", "0"], "schedule.steps: must be >= 1, got 0"),
+    ("faces_report.py", ["--seeds", "0", "--steps", "0", "--no-baselines"], "schedule.steps: must be >= 1, got 0"),
+    ("architectures_report.py", ["--costs", "none.json"], "cannot read the report none.json"),
+])
+def test_the_example_reports_refuse_bad_arguments_in_one_line_and_train_nothing(tmp_path, script, args, words):
+    import subprocess
+    import sys
+
+    from tests import warm_python
+
+    out = [] if script == "architectures_report.py" else ["--out", str(tmp_path / "out")]
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "examples", script), *args, *out], cwd=str(tmp_path),
+                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+    assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()

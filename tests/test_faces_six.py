@@ -354,7 +354,7 @@ def test_report_on_a_shortened_overlap_benchmark(tmp_path):
 
 def test_report_script_refuses_a_bad_task_override_in_one_line(tmp_path):
     proc = run_report(tmp_path, "--seeds", "0", "--out", str(tmp_path / "r"), "--task-set", "head.scal=3")
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a user error, as the mtl commands exit
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "head.scal" in errors[0] and "did you mean 'scale'" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()  # refused before any training
