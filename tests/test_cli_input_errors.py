@@ -6,18 +6,9 @@ import pytest
 
 from mtl.cli import main as mtl_main
 from mtl.commands import launch
+from tests.cli_run import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cli(argv, capsys):
-    """``mtl ARGV`` in this process: (exit status, stderr)."""
-    try:
-        mtl_main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
 
 
 @pytest.fixture

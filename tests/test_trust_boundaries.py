@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from mtl.cli import main as mtl_main
 from mtl.errors import ConfigError, MtlError, PluginError
 from mtl.train import integrity
 from tests import warm_python
+from tests.cli_run import cli
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here
 
@@ -56,16 +56,6 @@ def job_yaml(folder, **extra):
     path = folder / "job.json"  # JSON is YAML
     path.write_text(json.dumps(job))
     return str(path)
-
-
-def cli(argv, capsys):
-    """``mtl ARGV`` in this process: (exit status, stderr)."""
-    try:
-        mtl_main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
