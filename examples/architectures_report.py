@@ -123,21 +123,21 @@ def merge_screen(files):
     reports = [(path, read_report(path, ("steps", "seeds", "configurations"))) for path in files]
     steps = {r["steps"] for _, r in reports}
     if len(steps) > 1:
-        raise SystemExit("error: the screen's files are of different budgets: "
+        raise DataError("the screen's files are of different budgets: "
                          + ", ".join(f"{p} {r['steps']} steps" for p, r in reports))
     values = {}  # {name: {seed: {task: accuracy}}}
     for path, r in reports:
         for name, cell in r["configurations"].items():
             for i, seed in enumerate(r["seeds"]):
                 if seed in values.setdefault(name, {}):
-                    raise SystemExit(f"error: configuration {name!r} is in two of the screen's files at seed {seed} "
+                    raise DataError(f"configuration {name!r} is in two of the screen's files at seed {seed} "
                                      f"({path})")
                 values[name][seed] = {t: v[i] for t, v in cell.items()}
     if "single" not in values:
-        raise SystemExit(f"error: none of the screen's files {', '.join(files)} has the configuration 'single'")
+        raise DataError(f"none of the screen's files {', '.join(files)} has the configuration 'single'")
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in values.values())))
     if not seeds:
-        raise SystemExit(f"error: the screen's files {', '.join(files)} share no seed")
+        raise DataError(f"the screen's files {', '.join(files)} share no seed")
     merged = {name: {t: [by_seed[s][t] for s in seeds] for t in by_seed[seeds[0]]} for name, by_seed in values.items()}
     return {"steps": steps.pop(), "seeds": seeds, "configurations": merged}, screen_noise(values)
 
@@ -190,7 +190,7 @@ def faces_rows(files):
             alone = {d: dict(zip(seeds, info["alone"])) for d, info in datasets.items()}
         columns[name] = {"seeds": seeds, "joint": {d: info["joint"] for d, info in datasets.items()}}
     if not alone:
-        raise SystemExit(f"error: none of the --faces files ({', '.join(files.values())}) has the datasets' alone "
+        raise DataError(f"none of the --faces files ({', '.join(files.values())}) has the datasets' alone "
                          f"runs (an \"alone\" list beside \"joint\"); give the one that has them")
     return alone, columns
 
@@ -202,7 +202,7 @@ def faces_verdict(alone, columns):
     for name, column in columns.items():
         missing = [s for s in column["seeds"] if any(s not in alone[d] for d in alone)]
         if missing:
-            raise SystemExit(f"error: the faces file of {name!r} has seeds {missing} that the alone runs lack")
+            raise DataError(f"the faces file of {name!r} has seeds {missing} that the alone runs lack")
         gaps = {d: float(np.mean(column["joint"][d]) - np.mean([alone[d][s] for s in column["seeds"]]))
                 for d in alone}
         out[name] = {"seeds": column["seeds"], "gaps": gaps, "wins": sum(g >= 0 for g in gaps.values()),
@@ -275,13 +275,9 @@ def report(args):
 
 def write(doc, text):
     """Replace the text between the markers of ``doc``."""
-    from mtl.errors import ConfigError
     from mtl.generated_pages import write_section
 
-    try:
-        write_section(doc, SECTION, text)
-    except ConfigError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    write_section(doc, SECTION, text)  # a page without the markers: a ConfigError, one line (run_script)
 
 
 def main(argv=None):

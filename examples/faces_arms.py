@@ -103,6 +103,7 @@ class Recipe:
         from mtl import registry
         from mtl.backbones.base import constructor_config
         from mtl.commands.compare import sub_batches
+        from mtl.errors import ConfigError
         from mtl.job import build_reader, reader_context
 
         self.cfg, self.benchmark = cfg, benchmark
@@ -116,7 +117,7 @@ class Recipe:
                     self.eval_readers[task["name"]] = reader
                     self.sides[task["name"]] = held_out_sides(task, reader)
         if not self.eval_readers:
-            raise SystemExit(f"error: {cfg['source']}: no task has held-out people (reader holdout_classes and an "
+            raise ConfigError(f"{cfg['source']}: no task has held-out people (reader holdout_classes and an "
                              "evaluation split): nothing to verify")
         self.dataset = benchmark.dataset_of() if benchmark else {name: name for name in self.eval_readers}
         self.identity = [t for t in cfg["tasks"] if t["name"] in self.dataset]

@@ -54,6 +54,7 @@ sys.path.insert(0, ROOT)
 from examples import faces_arms  # noqa: E402
 from examples.faces_arms import ARMS, LEGACY, MERGED, ORACLE, Benchmark, Recipe, task_overrides  # noqa: E402
 from examples.faces_tables import PLOT_FARS, plot, tables  # noqa: E402
+from mtl.errors import DataError  # noqa: E402
 from mtl.progress import Progress  # noqa: E402
 
 
@@ -141,7 +142,7 @@ def train_all(args, runs):
     if args.score_only:
         missing = [out for *_, out, _ in runs if not os.path.isfile(os.path.join(out, "summary.json"))]
         if missing:
-            sys.exit(f"error: --score-only, but {len(missing)} run(s) are not finished, e.g. {missing[0]}")
+            raise DataError(f"--score-only, but {len(missing)} run(s) are not finished, e.g. {missing[0]}")
         return
     first = [r for r in runs if r[1] != "two_stage"]
     train_runs(args, first)
@@ -369,6 +370,9 @@ def main(argv=None):
 
     configure_console()  # Paddle's start-up warnings ("No ccache found") stay off the console
     args = parse_args(argv)
+    if args.score_only and not os.path.isdir(args.out):
+        raise DataError(f"--score-only, but {args.out} does not exist: there are no runs to score (give the --out of "
+                        "a finished report)")
     recipe = Recipe(load_cfg(args.config, args.set, args.task_set), Benchmark.beside(args.config))
     runs = plan(args, recipe, args.arms)
     baselines = {} if args.no_baselines else classic_baselines(recipe)

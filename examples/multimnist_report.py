@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from architecture_variants import MULTIMNIST as ARCHITECTURES  # noqa: E402
 from bench_weighting import STRATEGIES  # noqa: E402  (the 20 strategies, as the weighting benchmarks name them)
 
+from mtl.errors import DataError  # noqa: E402
 from mtl.progress import Progress, spread  # noqa: E402
 
 PAPER = {"single task": (97.23, 95.90), "uniform scaling": (96.46, 94.99), "MGDA-UB": (97.26, 95.90)}
@@ -121,7 +122,7 @@ def run_all(args):
             label += " (finished before, read)"
             trained = trained_as(folder)
             if trained != (steps, args.eval_split):  # a table of runs of two budgets or two splits would be wrong
-                sys.exit(f"error: {folder} was trained for {trained[0]} steps and evaluated on eval_split "
+                raise DataError(f"{folder} was trained for {trained[0]} steps and evaluated on eval_split "
                          f"{trained[1]}, this report's runs take {steps} steps on {args.eval_split}: remove it or "
                          f"give another --out")
         else:

@@ -135,7 +135,7 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
                              config, "--configurations", "single", "--seeds", "0", "--steps",
                              "3", "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=str(tmp_path),
                             env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
-    assert again.returncode == 1 and "single_left was trained for 2 steps and evaluated on eval_split val, this " \
+    assert again.returncode == 2 and "single_left was trained for 2 steps and evaluated on eval_split val, this " \
         "report's runs take 3 steps on val: remove it or give another --out" in again.stderr, again.stderr[-3000:]
 
 
@@ -157,7 +157,7 @@ def test_the_multimnist_test_look_trains_on_every_training_digit_and_scores_the_
                              "--configurations", "adapters", "--seeds", "0", "--steps", "2", "--out",
                              str(tmp_path / "t")], capture_output=True, text=True, cwd=str(tmp_path),
                             env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
-    assert again.returncode == 1 and "evaluated on eval_split test, this report's runs take 2 steps on val" in \
+    assert again.returncode == 2 and "evaluated on eval_split test, this report's runs take 2 steps on val" in \
         again.stderr, again.stderr[-3000:]
 
 
@@ -263,9 +263,9 @@ def test_the_architectures_report_verdicts_on_made_up_runs(tmp_path):
     assert "| mean" in text and "joint, task_norm" in text and "0.8200 (seed 1)" in text
     bad = {"seeds": [5], "datasets": {"a": {"joint": [0.8]}, "b": {"joint": [0.7]}, "c": {"joint": [0.9]}}}
     (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(SystemExit, match="seeds \\[5\\] that the alone runs lack"):
+    with pytest.raises(DataError, match="seeds \\[5\\] that the alone runs lack"):
         architectures_report.main(["--faces", f"hard={tmp_path / 'h.json'}", f"x={tmp_path / 'bad.json'}"])
-    with pytest.raises(SystemExit, match="none of the --faces files .* has the datasets' alone runs"):
+    with pytest.raises(DataError, match="none of the --faces files .* has the datasets' alone runs"):
         architectures_report.main(["--faces", f"x={tmp_path / 'n.json'}"])
 
 
@@ -329,9 +329,9 @@ def test_the_multimnist_screen_merges_files_of_one_budget_at_their_common_seed(t
     assert text.index("| single") < text.index("| pcgrad") < text.index("| static")  # single, then best first
     assert "+0.50" in text and "-0.50" in text and f"up to {np.std([-0.5, 0.0, -1.0]):.2f}" in text
     (tmp_path / "other.json").write_text(json.dumps({**one, "steps": 5850}))
-    with pytest.raises(SystemExit, match="different budgets"):
+    with pytest.raises(DataError, match="different budgets"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "three.json"), str(tmp_path / "other.json")])
-    with pytest.raises(SystemExit, match="'pcgrad' is in two"):
+    with pytest.raises(DataError, match="'pcgrad' is in two"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "one.json"), str(tmp_path / "one.json")])
     # a configuration of several seeds in a file without single: its spread against single's file counts too
     (tmp_path / "more.json").write_text(json.dumps({"steps": 975, "seeds": [2, 0], "configurations": {

@@ -147,6 +147,8 @@ def parse_args_of(parse_args, argv):
     ("text_report.py", ["--seeds", "0", "--steps", "0"], "schedule.steps: must be >= 1, got 0"),  # 0 was "unset"
     ("mmoe_synthetic_report.py", ["--runs", "2", "--steps", "0"], "schedule.steps: must be >= 1, got 0"),
     ("faces_report.py", ["--seeds", "0", "--steps", "0", "--no-baselines"], "schedule.steps: must be >= 1, got 0"),
+    ("faces_report.py", ["--seeds", "0", "--no-baselines", "--score-only"],  # was exit status 1
+     "does not exist: there are no runs to score"),
     ("architectures_report.py", ["--costs", "none.json"], "cannot read the report none.json"),
 ])
 def test_the_example_reports_refuse_bad_arguments_in_one_line_and_train_nothing(tmp_path, script, args, words):

@@ -346,6 +346,11 @@ def test_report_on_a_shortened_overlap_benchmark(tmp_path):
                        str(tmp_path / "again.json"), "--no-baselines", "--score-only")
     assert again.returncode == 0 and "[train" not in again.stdout, again.stderr[-3000:]
     assert json.load(open(tmp_path / "again.json"))["arms"] == report["arms"]
+    unfinished = run_report(tmp_path, "--config", str(tmp_path / "bench" / "faces_overlap.yaml"), "--arms",
+                            "naive,separate,dropout", "--seeds", "0", "--out", str(out), "--no-baselines",
+                            "--score-only")
+    assert unfinished.returncode == 2 and "error: --score-only, but 1 run(s) are not finished, e.g. " \
+        f"{out / 'seed0' / 'dropout'}" in unfinished.stderr and "Traceback" not in unfinished.stderr, unfinished.stderr
     assert os.path.getsize(out / "roc_all_people.png") > 0
     naive, oracle = (json.load(open(out / "seed0" / arm / "job.json"))["tasks"][0] for arm in ("naive", "oracle"))
     assert naive["name"] == oracle["name"] == "merged" and oracle["reader"]["shared_labels"] is True
