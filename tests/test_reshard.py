@@ -167,3 +167,72 @@ def _assert_same(a, b, where):
         np.testing.assert_array_equal(x, y, err_msg=where)
     else:
         assert a == b, where
+
+
+def _damaged_copy(ckpt, tmp_path, how):
+    """A copy of ``ckpt`` damaged one way: a flipped byte, a truncated optimizer, the heads removed, bad state."""
+    import shutil
+
+    copy = tmp_path / f"ckpt_{how}"
+    shutil.copytree(ckpt, copy)
+    if how == "flipped":
+        with open(copy / "backbone.pdparams", "r+b") as f:
+            f.seek(-500, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    elif how == "truncated":
+        with open(copy / "optimizer.rank0.pdopt", "r+b") as f:
+            f.truncate(100)
+    elif how == "no_heads":
+        shutil.rmtree(copy / "heads")
+    else:  # state.json: not JSON, or a world size that is not a count
+        state = json.load(open(copy / "state.json"))
+        (copy / "state.json").write_text('{"step": 20, "world_' if how == "not_json" else
+                                         json.dumps({**state, "world_size": "two", "files": None}))
+    return copy
+
+
+@pytest.mark.parametrize("how, words", [
+    ("flipped", "backbone.pdparams does not match its SHA-256"),
+    ("truncated", "optimizer.rank0.pdopt has 100 bytes"),
+    ("no_heads", "is missing"),
+    ("not_json", "state.json is unreadable"),
+    ("bad_world", "state.json key 'world_size' must be a positive whole number, got 'two'"),
+])
+def test_a_damaged_checkpoint_is_refused_by_info_and_reshard_and_nothing_is_written(uninterrupted, tmp_path, how,
+                                                                                     words):
+    """Given as a checkpoint folder (not a run folder), a damaged checkpoint was resharded into new files with new
+    checksums (the damage laundered), or left a half-written output; now one sentence, and no output folder."""
+    from mtl.errors import MtlError
+
+    copy = _damaged_copy(os.path.join(uninterrupted, "checkpoints", "step_20"), tmp_path, how)
+    for args in (("info", copy), ("reshard", copy, "--world", "2", tmp_path / "out")):
+        with pytest.raises(MtlError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            mtl("checkpoint", *args)
+        assert sorted(os.listdir(tmp_path)) == [copy.name]  # no out, no partial folder
+
+
+def test_a_reshard_that_fails_midway_leaves_no_folder(uninterrupted, tmp_path, monkeypatch):
+    """A failure while the new files are written (here: the second rank's optimizer state) removes what was written:
+    the output folder is the whole checkpoint or nothing, and the same command then succeeds."""
+    from mtl.train import reshard as reshard_module
+
+    ckpt, out = os.path.join(uninterrupted, "checkpoints", "step_20"), tmp_path / "out"
+    real, calls = reshard_module.rank_state, []
+
+    def failing(path, saved, world, rank, classes=None):
+        calls.append(rank)
+        if rank == 1:
+            raise OSError("No space left on device")
+        return real(path, saved, world, rank, classes)
+
+    monkeypatch.setattr(reshard_module, "rank_state", failing)
+    with pytest.raises(OSError, match="No space left"):
+        mtl("checkpoint", "reshard", ckpt, "--world", "2", out)
+    assert calls == [0, 1] and os.listdir(tmp_path) == []
+    monkeypatch.setattr(reshard_module, "rank_state", real)
+    assert f"written: {out}" in mtl("checkpoint", "reshard", ckpt, "--world", "2", out)
+    from mtl.train import integrity
+
+    assert integrity.verify(str(out)) == "" and sorted(os.listdir(tmp_path)) == ["out"]

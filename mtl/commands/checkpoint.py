@@ -2,16 +2,22 @@
 (see :mod:`mtl.train.reshard`)."""
 import os
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DataError
 from mtl.train.reshard import describe, reshard
 
 
 def resolve_checkpoint(path, console=print):
-    """The checkpoint folder ``path`` names: a checkpoint folder (``state.json``) as it is, a run folder (its
-    ``output_dir``) by its latest complete checkpoint, announced on ``console``; anything else is a ConfigError."""
+    """The checkpoint folder ``path`` names: a checkpoint folder (``state.json``) when its files match their
+    checksums (a damaged one is a DataError: reshard would give its damage new checksums), a run folder (its
+    ``output_dir``) by its latest complete checkpoint that verifies, announced on ``console``; anything else is a
+    ConfigError."""
+    from mtl.train import integrity
     from mtl.train.layout import checkpoint_root, latest_checkpoint
 
     if os.path.isfile(os.path.join(path, "state.json")):
+        problem = integrity.verify(path)
+        if problem:
+            raise DataError(f"checkpoint '{path}' is damaged: {problem}")
         return path
     if os.path.isdir(checkpoint_root(path)) or os.path.isfile(os.path.join(path, "job.json")):
         latest = latest_checkpoint(path)
@@ -33,6 +39,8 @@ def _info_command(args):
 def _reshard_command(args):
     if args.world < 1:
         raise ConfigError(f"--world must be >= 1, got {args.world}")
+    if not args.out.strip():
+        raise ConfigError("the output folder (OUT) is empty; name the new checkpoint folder")
     print(f"written: {reshard(resolve_checkpoint(args.checkpoint), args.world, args.out)}")
 
 

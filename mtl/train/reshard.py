@@ -25,7 +25,7 @@ import re
 import numpy as np
 
 from mtl.arrays import to_numpy
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DataError
 from mtl.safe_pickle import load_paddle_file
 
 # Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
@@ -201,18 +201,51 @@ def rank_state(path, saved_world, world, rank, classes=None):
             "rng": load_paddle_file(rng) if rank < saved_world and os.path.isfile(rng) else None}
 
 
+def checkpoint_state(path):
+    """``state.json`` of the checkpoint ``path``, its ``step`` and ``world_size`` checked (a DataError names the file
+    and what is wrong)."""
+    from mtl.train import integrity
+
+    state, problem = integrity.read_state(path)
+    if problem:
+        raise DataError(f"checkpoint '{path}': {problem}")
+    for key in ("step", "world_size"):
+        value = state.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "world_size" else 0):
+            raise DataError(f"checkpoint '{path}': {integrity.STATE_FILE} key '{key}' must be a "
+                            f"{'positive' if key == 'world_size' else 'non-negative'} whole number, got {value!r}")
+    return state
+
+
 def reshard(path, world, out):
-    """Write the checkpoint ``path`` again for ``world`` processes into the new folder ``out`` (1 merges)."""
-    import json
+    """Write the checkpoint ``path`` again for ``world`` processes into the new folder ``out`` (1 merges). The files
+    are written into a temporary folder beside ``out``, renamed to ``out`` once complete; on any failure it is
+    removed, so ``out`` is the whole checkpoint or nothing."""
+    import shutil
+
+    state = checkpoint_state(path)
+    if os.path.exists(out):
+        raise ConfigError(f"'{out}' exists; reshard writes a new checkpoint folder")
+    partial = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(os.path.abspath(out))}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # left by a reshard that was killed
+    try:
+        _write_resharded(path, state, world, partial)
+        os.rename(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_resharded(path, state, world, out):
+    """The new checkpoint's files in ``out`` (see :func:`reshard`)."""
     import shutil
 
     import paddle
 
-    with open(os.path.join(path, "state.json")) as f:
-        state = json.load(f)
-    saved = int(state["world_size"])
-    if os.path.exists(out):
-        raise ConfigError(f"'{out}' exists; reshard writes a new checkpoint folder")
+    from mtl.train import integrity
+
+    saved = state["world_size"]
     totals = class_totals(path)
     shutil.copytree(path, out, ignore=lambda folder, names: [n for n in names if _per_rank(n)])
     for rank in range(world):
@@ -228,13 +261,10 @@ def reshard(path, world, out):
                         "rng": "rng.rank{}.pdparams"}[kind].format(rank)
                 paddle.save(value, os.path.join(out, name))
     _write_statistics(path, out, world)
-    from mtl.train import integrity
-
-    state["world_size"] = world
+    state = {**state, "world_size": world}
     state.pop("files", None)
     os.remove(os.path.join(out, integrity.STATE_FILE))  # written again with the new files' checksums
     integrity.write_state(out, state)
-    return out
 
 
 def _write_statistics(path, out, world):
@@ -262,9 +292,7 @@ def describe(path):
     """Rows (what, detail) saying what a checkpoint holds: step, process count, heads, optimizer, averager."""
     import json
 
-
-    with open(os.path.join(path, "state.json")) as f:
-        state = json.load(f)
+    state = checkpoint_state(path)
     rows = [("step", state["step"]), ("written by", f"{state['world_size']} process(es)")]
     backbone = load_paddle_file(os.path.join(path, "backbone.pdparams"), "backbone weights")
     rows.append(("backbone", f"{len(backbone)} tensors, {sum(int(np.size(v)) for v in backbone.values()):,} values"))
