@@ -70,3 +70,68 @@ def test_baseline_and_compare_on_the_digits_demo(tmp_path):
     assert "static" in header and "rlw" in header
     assert f"{result['delta_m']:+.2f}" in table
     assert os.path.getsize(tmp_path / "bars.png") > 1000
+    _baseline_never_trains_over_another_job(tmp_path, quick)
+
+
+def _baseline_never_trains_over_another_job(tmp_path, quick):
+    """A changed config was 'reused' (only the step count was compared) and a folder of another run was trained over
+    without a word; now both are refused before anything trains, naming the key, and --overwrite trains again."""
+    from mtl.errors import ConfigError
+
+    static = tmp_path / "static"
+    stamp = os.path.getmtime(static / "summary.json")
+    with pytest.raises(ConfigError, match=r"holds files of another job \(optimizer.lr: .* before, 0.5 now\).*"
+                                          "--overwrite"):
+        mtl("baseline", DEMO, "--set", f"output_dir={static}", *quick, "optimizer.lr=0.5")
+    assert os.path.getmtime(static / "summary.json") == stamp
+    other = tmp_path / "other"  # a finished joint run there, made by mtl train with another seed
+    mtl("train", DEMO, "--set", f"output_dir={other}", "seed=7", *quick)
+    with pytest.raises(ConfigError, match=r"'.*other' holds files of another job \(seed: 7 before, 0 now\)"):
+        mtl("baseline", DEMO, "--set", f"output_dir={other}", *quick)
+    assert not (other / "baselines").exists()
+    blocked = tmp_path / "blocked"  # the last folder checked is a file: refused before the joint job trains
+    (blocked / "baselines").mkdir(parents=True)
+    (blocked / "baselines" / "digits_classify").write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        mtl("baseline", DEMO, "--set", f"output_dir={blocked}", *quick)
+    assert sorted(os.listdir(blocked)) == ["baselines"]
+    out = mtl("baseline", DEMO, "--set", f"output_dir={static}", *quick, "optimizer.lr=0.5", "--overwrite")
+    assert out.count("training in") == 4 and os.path.getmtime(static / "summary.json") != stamp
+
+
+@pytest.mark.parametrize("content, words", [
+    ('{"steps": 4, "tasks": ', "is not valid JSON"),
+    ('{"steps": 4}', "has no 'tasks' object"),
+    ('[6]', "has no 'tasks' object"),
+    ('{"tasks": ["a"]}', "has no 'tasks' object"),
+    ('{"tasks": {"a": {"primary_metric": "acc", "eval": {"acc": "big"}}}}', "task 'a' has acc = 'big', not a number"),
+])
+def test_compare_names_a_summary_that_is_not_a_runs(tmp_path, content, words):
+    from mtl.errors import DataError
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text(content)
+    with pytest.raises(DataError, match=words.replace("(", r"\(")):
+        mtl("compare", tmp_path / "run", "--plot", tmp_path / "c.png")
+    assert not (tmp_path / "c.png").exists()
+
+
+@pytest.mark.parametrize("content, words", [("{", "is not valid JSON"), ('{"x": 1}', "no number under 'delta_m'"),
+                                            ('{"delta_m": "big"}', "got 'big'")])
+def test_compare_names_a_baseline_file_that_is_not_mtl_baselines(tmp_path, content, words):
+    from mtl.errors import DataError
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text('{"tasks": {"a": {"primary_metric": "acc", "eval": {"acc": 1}}}}')
+    (tmp_path / "run" / "baseline.json").write_text(content)
+    with pytest.raises(DataError, match=words):
+        mtl("compare", tmp_path / "run", "--plot", tmp_path / "c.png")
+
+
+@pytest.mark.parametrize("plot, words", [("nodir/x.png", "does not exist"), ("keep.txt", "does not end in a chart"),
+                                         (".", "is a folder")])
+def test_compare_checks_the_chart_path_before_reading_the_runs(tmp_path, plot, words):
+    from mtl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words):  # the run folder does not exist either: the path is checked first
+        mtl("compare", tmp_path / "missing", "--plot", tmp_path / plot)

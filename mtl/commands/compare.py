@@ -18,9 +18,10 @@ from typing import Dict, List
 
 from tabulate import tabulate
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DataError
 
 BASELINE_FILE = "baseline.json"
+BASELINE_DIR = "baselines"  # the single-task runs, one folder per task, under the joint job's output_dir
 
 
 def delta_m(joint: Dict[str, float], single: Dict[str, float], higher_is_better: Dict[str, bool]) -> float:
@@ -46,12 +47,20 @@ def primary_metrics(summary: dict) -> Dict[str, dict]:
 
 
 def read_summary(run_dir: str) -> dict:
-    """The ``summary.json`` of a finished run, or a ConfigError naming the folder."""
+    """The ``summary.json`` of a finished run, or a ConfigError naming the folder (a DataError naming the file when
+    it is not a run's summary: not JSON, no ``tasks`` of objects, a primary metric's value that is not a number)."""
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         raise ConfigError(f"'{os.path.abspath(run_dir)}' holds no summary.json: it is not a finished run")
-    with open(path) as f:
-        return json.load(f)
+    summary = _read_json(path, "summary")
+    tasks = summary.get("tasks") if isinstance(summary, dict) else None
+    if not isinstance(tasks, dict) or not all(isinstance(info, dict) for info in tasks.values()):
+        raise DataError(f"summary '{path}' has no 'tasks' object of one object per task: it is not a run's summary")
+    for task, info in primary_metrics(summary).items():
+        value = info["value"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise DataError(f"summary '{path}': task '{task}' has {info['metric']} = {value!r}, not a number")
+    return summary
 
 
 def single_task_config(cfg: dict, task_name: str, sub_batch: int) -> dict:
@@ -60,7 +69,7 @@ def single_task_config(cfg: dict, task_name: str, sub_batch: int) -> dict:
     single["tasks"] = [copy.deepcopy(t) for t in cfg["tasks"] if t["name"] == task_name]
     single["schedule"]["batch_size"] = int(sub_batch)
     single["schedule"]["mode"] = "joint"
-    single["output_dir"] = os.path.join(cfg["output_dir"], "baselines", task_name)
+    single["output_dir"] = os.path.join(cfg["output_dir"], BASELINE_DIR, task_name)
     if "weighting" in single:
         single["weighting"] = {"type": "static"}
     return single
@@ -77,13 +86,79 @@ def sub_batches(cfg: dict) -> Dict[str, int]:
     return dict(zip(names, largest_remainder(batch, [t["ratio"] for t in cfg["tasks"]])))
 
 
+# where a config was read from, not what it trains: a run of the same job moved or read through another path is the
+# same run
+_PROVENANCE = ("config_path", "config_dir", "source", "plugin_folders")
+
+
+def _read_json(path: str, what: str):
+    """The JSON of ``path``, or a DataError naming the file."""
+    from mtl.utf8 import open_utf8
+
+    try:
+        with open_utf8(path, what) as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{what} '{path}' is not valid JSON ({exc}); remove the folder's run or repair the file") \
+            from None
+
+
+def _trained(cfg: dict) -> dict:
+    """``cfg`` as ``job.json`` holds it (JSON types), without the keys that only say where it was read from."""
+    plain = json.loads(json.dumps(cfg, default=str))
+    for key in _PROVENANCE:
+        plain.pop(key, None)
+    for task in plain.get("tasks", []):
+        if isinstance(task, dict):
+            for key in ("source", "key", "set_prefix", "set_keys"):
+                task.pop(key, None)
+    return plain
+
+
+def first_difference(old, new, where=""):
+    """The dotted path of the first key (or list item) where ``old`` and ``new`` differ, with both values; None."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            if key not in old or key not in new:
+                return f"{where}{key}: {old.get(key, '(absent)')!r} before, {new.get(key, '(absent)')!r} now"
+            found = first_difference(old[key], new[key], f"{where}{key}.")
+            if found:
+                return found
+        return None
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            found = first_difference(a, b, f"{where}{i}.")
+            if found:
+                return found
+        return None
+    return None if old == new else f"{where.rstrip('.')}: {old!r} before, {new!r} now"
+
+
 def finished(run_dir: str, steps: int) -> bool:
-    """True when ``run_dir`` holds a finished run of ``steps`` steps."""
+    """True when ``run_dir`` holds a finished run of ``steps`` steps (a summary.json that is not JSON: a
+    DataError)."""
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         return False
-    with open(path) as f:
-        return json.load(f).get("steps") == steps
+    summary = _read_json(path, "summary")
+    return isinstance(summary, dict) and summary.get("steps") == steps
+
+
+def reusable(job_cfg: dict, overwrite: bool = False) -> bool:
+    """True when ``job_cfg``'s output_dir holds the finished run of this very job (its ``job.json`` equal but for
+    where the config was read): reused. False when the folder is empty or missing, or holds an unfinished run of
+    this job, or ``overwrite``: trained (again). A run of another job there is a ConfigError naming the first key
+    that differs: ``mtl baseline`` never trains over a run it did not make without ``--overwrite``."""
+    folder = job_cfg["output_dir"]
+    if overwrite or not os.path.isdir(folder) or not set(os.listdir(folder)) - {BASELINE_DIR}:
+        return False
+    job_file = os.path.join(folder, "job.json")
+    saved = _trained(_read_json(job_file, "job")) if os.path.isfile(job_file) else None
+    difference = "it has no job.json" if saved is None else first_difference(saved, _trained(job_cfg))
+    if difference is None:
+        return finished(folder, job_cfg["schedule"]["steps"])
+    raise ConfigError(f"'{folder}' holds files of another job ({difference}); mtl baseline does not train over "
+                      "them: give --overwrite to train it again, or another output_dir")
 
 
 def baseline_table(result: dict) -> str:
@@ -113,23 +188,27 @@ def report(joint_summary: dict, single_summaries: Dict[str, dict]) -> dict:
             "delta_m": value}
 
 
-def run_baselines(cfg: dict, console=print) -> dict:
-    """Run (or reuse) the joint job and every single-task job of ``cfg``; write and return ``baseline.json``."""
+def run_baselines(cfg: dict, console=print, overwrite: bool = False) -> dict:
+    """Run (or reuse, :func:`reusable`) the joint job and every single-task job of ``cfg``; write and return
+    ``baseline.json``. Every job's folder is checked before any of them trains."""
     from mtl.job import build_job
+    from mtl.train.rundir import check_output_dir
     from mtl.train.trainer import Trainer
 
-    def run(job_cfg, what):
-        if finished(job_cfg["output_dir"], job_cfg["schedule"]["steps"]):
+    jobs = [(cfg, "joint job")] + [(single_task_config(cfg, task, size), f"task '{task}' alone (sub-batch {size})")
+                                   for task, size in sub_batches(cfg).items()]
+    for job_cfg, _ in jobs:
+        check_output_dir(job_cfg["output_dir"])
+    reuse = [reusable(job_cfg, overwrite) for job_cfg, _ in jobs]
+    summaries = []
+    for (job_cfg, what), reused in zip(jobs, reuse):
+        if reused:
             console(f"{what}: reusing the finished run in {job_cfg['output_dir']}")
         else:
             console(f"{what}: training in {job_cfg['output_dir']}")
             Trainer(build_job(job_cfg), console=console, overwrite=True).run()
-        return read_summary(job_cfg["output_dir"])
-
-    joint = run(cfg, "joint job")
-    singles = {}
-    for task, size in sub_batches(cfg).items():
-        singles[task] = run(single_task_config(cfg, task, size), f"task '{task}' alone (sub-batch {size})")
+        summaries.append(read_summary(job_cfg["output_dir"]))
+    joint, singles = summaries[0], {t["tasks"][0]["name"]: s for (t, _), s in zip(jobs[1:], summaries[1:])}
     result = report(joint, singles)
     result["config"] = cfg.get("config_path")
     with open(os.path.join(cfg["output_dir"], BASELINE_FILE), "w") as f:
@@ -145,11 +224,14 @@ def compare_runs(run_dirs: List[str]) -> dict:
     for run_dir in run_dirs:
         summary = read_summary(run_dir)
         baseline = os.path.join(run_dir, BASELINE_FILE)
-        result = None
+        delta = None
         if os.path.isfile(baseline):
-            with open(baseline) as f:
-                result = json.load(f)
-        out[run_dir] = {"tasks": primary_metrics(summary), "delta_m": result["delta_m"] if result else None}
+            result = _read_json(baseline, "baseline")
+            delta = result.get("delta_m", "missing") if isinstance(result, dict) else "missing"
+            if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float))):
+                raise DataError(f"baseline '{baseline}' has no number under 'delta_m' (got {delta!r}): made by "
+                                "mtl baseline? Remove it, or run mtl baseline again")
+        out[run_dir] = {"tasks": primary_metrics(summary), "delta_m": delta}
     return out
 
 
@@ -251,14 +333,30 @@ def plot_comparison(runs: dict, path: str):
 def _baseline_command(args):
     from mtl.commands.train import prepare_job
 
-    run_baselines(prepare_job(args))
+    run_baselines(prepare_job(args), overwrite=args.overwrite)
+
+
+def check_plot_path(path: str):
+    """ConfigError (key ``--plot``) when the chart cannot be written at ``path``: a folder, a missing parent folder,
+    a file type matplotlib does not write; checked before anything is read."""
+    folder = os.path.dirname(os.path.abspath(path))
+    kinds = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
+    if os.path.isdir(path):
+        raise ConfigError(f"'{path}' is a folder; name the chart's file (e.g. {os.path.join(path, 'compare.png')})",
+                          key="--plot")
+    if not os.path.isdir(folder):
+        raise ConfigError(f"cannot write '{path}': the folder '{folder}' does not exist", key="--plot")
+    if os.path.splitext(path)[1].lower().lstrip(".") not in kinds:
+        raise ConfigError(f"'{path}' does not end in a chart type ({', '.join('.' + k for k in kinds)})",
+                          key="--plot")
 
 
 def _compare_command(args):
-    runs = compare_runs(args.runs)
-    print(compare_table(runs))
     path = args.plot or os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(args.runs[0]))),
                                      "compare.png")
+    check_plot_path(path)
+    runs = compare_runs(args.runs)
+    print(compare_table(runs))
     plot_comparison(runs, path)
     print(f"\nbar chart: {path}")
 
@@ -269,6 +367,8 @@ def add_cli(sub):
 
     p = sub.add_parser("baseline", help="single-task baselines of a joint job and the multi-task gain Δm")
     add_config_args(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="train over the joint and single-task folders even when they hold runs of another job")
     p.set_defaults(func=_baseline_command)
     p = sub.add_parser("compare", help="finished runs side by side (primary metrics, Δm) with a bar chart")
     p.add_argument("runs", nargs="+", help="run folders (output_dir of finished runs)")
