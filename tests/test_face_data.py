@@ -407,6 +407,16 @@ def test_pack_label_list_keeps_bytes_and_resize(tmp_path):
     assert RecordIOFaceReader(str(tmp_path / "mixed"), image_size=64)[1]["image"].shape == (3, 64, 64)
     stats = datatools.inspect(str(tmp_path / "list.txt"), None)
     assert (stats["records"], stats["classes"], stats["image_size"]) == (4, 3, "96x96")
+    # a negative label was packed ("wrote 2 images of 1 classes") and inspect then failed in np.bincount
+    (tmp_path / "negative.txt").write_text("0.jpg\t0\n1.jpg\t-1\n")
+    words = "negative.txt' line 2: label -1 is negative; class labels count from 0"
+    for run in (lambda: datatools.pack(str(tmp_path / "negative.txt"), str(tmp_path / "neg" / "train")),
+                lambda: ImageListReader(str(tmp_path / "negative.txt"))):
+        with pytest.raises(DataError, match=words):
+            run()
+    assert not (tmp_path / "neg").exists()
+    stats = datatools.inspect(str(tmp_path / "negative.txt"), None)  # inspect lists it as a bad record
+    assert (stats["records"], stats["classes"]) == (1, 1) and any(words in b for b in stats["bad"]), stats
 
 
 def test_cli_pack_and_inspect(tmp_path, capsys, monkeypatch):

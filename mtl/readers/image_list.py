@@ -36,6 +36,10 @@ def parse_label_list(list_path: str):
                     problems[len(entries)] = (
                         f"label list '{list_path}' line {lineno}: label {parts[1].strip()!r} is not an integer"
                     )
+                if label < 0:  # a class index: 0 .. classes - 1 (a negative one broke counts and heads later)
+                    problems[len(entries)] = (f"label list '{list_path}' line {lineno}: label {int(label)} is "
+                                              "negative; class labels count from 0")
+                    label = np.nan
                 path = parts[0].strip()
             else:
                 path = line.strip()
