@@ -19,16 +19,9 @@ import numpy as np
 
 from mtl.errors import ConfigError
 from mtl.safe_pickle import load_paddle_file
+from mtl.utf8 import read_json
 
 WEIGHTS = ("auto", "averaged", "live")
-
-
-def _read_json(path, what):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{what} '{path}' cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def installed_plugin_folders() -> List[str]:
@@ -96,7 +89,7 @@ def write_run_data(job, folder: str):
 def read_run_data(folder: str) -> dict:
     """A run's ``data.json`` (``{}`` for a run trained before it was written)."""
     path = os.path.join(folder, RUN_DATA)
-    return _read_json(path, "run data") if os.path.isfile(path) else {}
+    return read_json(path, "run data") if os.path.isfile(path) else {}
 
 
 @dataclass
@@ -215,7 +208,7 @@ def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "aut
     job_json = os.path.join(run_dir, "job.json")
     if not os.path.isfile(job_json):
         raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
-    cfg = _read_json(job_json, "job config")
+    cfg = read_json(job_json, "job config")
     folder = checkpoint or layout.latest_checkpoint(run_dir)
     if folder is None or not os.path.isfile(os.path.join(folder, "state.json")):
         raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")
@@ -225,7 +218,7 @@ def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "aut
     if weights == "averaged" and not has_average:
         raise ConfigError(f"checkpoint '{folder}' has no averaged weights (the run did not average)")
     import_plugins(cfg, run_dir, trust_plugins)
-    step = int(_read_json(os.path.join(folder, "state.json"), "checkpoint state")["step"])
+    step = int(read_json(os.path.join(folder, "state.json"), "checkpoint state")["step"])
     return RunWeights(run_dir, cfg, folder, step, has_average and weights != "live")
 
 
@@ -269,7 +262,7 @@ def export_meta(folder: str) -> dict:
     meta_path = os.path.join(folder, "export.json")
     if not os.path.isfile(meta_path):
         raise ConfigError(f"'{folder}' is not an export folder (no export.json); run `mtl export` first")
-    return _read_json(meta_path, "export metadata")
+    return read_json(meta_path, "export metadata")
 
 
 def open_export(folder: str) -> LoadedModel:
@@ -296,7 +289,7 @@ def open_converted(path: str) -> LoadedModel:
     config_path = sidecar_path(path)
     if not os.path.isfile(config_path):
         raise ConfigError(f"'{path}' needs its backbone config '{config_path}' beside it (mtl convert writes it)")
-    config = _read_json(config_path, "backbone config")["backbone"]
+    config = read_json(config_path, "backbone config")["backbone"]
     registry.load_builtin()
     backbone = registry.build("backbone", config, config_path, "backbone")
     load_pretrained(backbone, path, config_path, "backbone")

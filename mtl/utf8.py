@@ -76,3 +76,17 @@ class Utf8Text:
 def open_utf8(path, what: str, newline=None) -> Utf8Text:
     """``path`` open for reading as UTF-8 text (``what`` names the kind of file in the error: "image list")."""
     return Utf8Text(path, what, newline)
+
+
+def read_json(path, what: str):
+    """The JSON value of the user's or a run's file ``path``; a DataError naming ``what`` and the file when it cannot
+    be read, is not UTF-8 (:func:`open_utf8`) or is not JSON."""
+    import json
+
+    try:
+        with open_utf8(path, what) as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{what} '{path}' is not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise DataError(f"{what} '{path}' cannot be read ({type(exc).__name__}: {exc})") from None

@@ -19,6 +19,7 @@ from typing import Dict, List
 from tabulate import tabulate
 
 from mtl.errors import ConfigError, DataError
+from mtl.utf8 import read_json
 
 BASELINE_FILE = "baseline.json"
 BASELINE_DIR = "baselines"  # the single-task runs, one folder per task, under the joint job's output_dir
@@ -52,7 +53,7 @@ def read_summary(run_dir: str) -> dict:
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         raise ConfigError(f"'{os.path.abspath(run_dir)}' holds no summary.json: it is not a finished run")
-    summary = _read_json(path, "summary")
+    summary = read_json(path, "summary")
     tasks = summary.get("tasks") if isinstance(summary, dict) else None
     if not isinstance(tasks, dict) or not all(isinstance(info, dict) for info in tasks.values()):
         raise DataError(f"summary '{path}' has no 'tasks' object of one object per task: it is not a run's summary")
@@ -89,18 +90,7 @@ def sub_batches(cfg: dict) -> Dict[str, int]:
 # where a config was read from, not what it trains: a run of the same job moved or read through another path is the
 # same run
 _PROVENANCE = ("config_path", "config_dir", "source", "plugin_folders")
-
-
-def _read_json(path: str, what: str):
-    """The JSON of ``path``, or a DataError naming the file."""
-    from mtl.utf8 import open_utf8
-
-    try:
-        with open_utf8(path, what) as f:
-            return json.load(f)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{what} '{path}' is not valid JSON ({exc}); remove the folder's run or repair the file") \
-            from None
+_TASK_PROVENANCE = ("source", "key", "set_prefix", "set_keys")  # a task's file and what --set changed in it
 
 
 def _trained(cfg: dict) -> dict:
@@ -110,7 +100,7 @@ def _trained(cfg: dict) -> dict:
         plain.pop(key, None)
     for task in plain.get("tasks", []):
         if isinstance(task, dict):
-            for key in ("source", "key", "set_prefix", "set_keys"):
+            for key in _TASK_PROVENANCE:
                 task.pop(key, None)
     return plain
 
@@ -140,7 +130,7 @@ def finished(run_dir: str, steps: int) -> bool:
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         return False
-    summary = _read_json(path, "summary")
+    summary = read_json(path, "summary")
     return isinstance(summary, dict) and summary.get("steps") == steps
 
 
@@ -153,7 +143,7 @@ def reusable(job_cfg: dict, overwrite: bool = False) -> bool:
     if overwrite or not os.path.isdir(folder) or not set(os.listdir(folder)) - {BASELINE_DIR}:
         return False
     job_file = os.path.join(folder, "job.json")
-    saved = _trained(_read_json(job_file, "job")) if os.path.isfile(job_file) else None
+    saved = _trained(read_json(job_file, "job")) if os.path.isfile(job_file) else None
     difference = "it has no job.json" if saved is None else first_difference(saved, _trained(job_cfg))
     if difference is None:
         return finished(folder, job_cfg["schedule"]["steps"])
@@ -226,7 +216,7 @@ def compare_runs(run_dirs: List[str]) -> dict:
         baseline = os.path.join(run_dir, BASELINE_FILE)
         delta = None
         if os.path.isfile(baseline):
-            result = _read_json(baseline, "baseline")
+            result = read_json(baseline, "baseline")
             delta = result.get("delta_m", "missing") if isinstance(result, dict) else "missing"
             if delta is not None and (isinstance(delta, bool) or not isinstance(delta, (int, float))):
                 raise DataError(f"baseline '{baseline}' has no number under 'delta_m' (got {delta!r}): made by "
