@@ -135,3 +135,22 @@ def test_compare_checks_the_chart_path_before_reading_the_runs(tmp_path, plot, w
 
     with pytest.raises(ConfigError, match=words):  # the run folder does not exist either: the path is checked first
         mtl("compare", tmp_path / "missing", "--plot", tmp_path / plot)
+
+
+def test_compare_tells_runs_of_one_folder_name_apart_and_refuses_a_run_given_twice(tmp_path):
+    """Two runs called run1 (a/run1, b/run1) had two columns both headed 'run1'; a run given twice (run, run/) had
+    two columns of the same figures."""
+    from mtl.commands.compare import run_names
+    from mtl.errors import ConfigError
+
+    for parent, value in (("a", 0.5), ("b", 0.75)):
+        (tmp_path / parent / "run1").mkdir(parents=True)
+        (tmp_path / parent / "run1" / "summary.json").write_text(
+            json.dumps({"tasks": {"t": {"primary_metric": "acc", "higher_is_better": True, "eval": {"acc": value}}}}))
+    out = mtl("compare", tmp_path / "a" / "run1", tmp_path / "b" / "run1", "--plot", tmp_path / "c.png")
+    header = out.splitlines()[0]
+    assert "| a/run1 " in header and "| b/run1 " in header, out
+    assert "| 0.5000 " in out and "| 0.7500 " in out and os.path.isfile(tmp_path / "c.png")
+    assert run_names(["x/run1", "y/run2"]) == {"x/run1": "run1", "y/run2": "run2"}  # the folder name when it tells
+    with pytest.raises(ConfigError, match=r"run folder '.*a/run1/' is given twice \(also as '.*a/run1'\)"):
+        mtl("compare", tmp_path / "a" / "run1", str(tmp_path / "a" / "run1") + "/", "--plot", tmp_path / "c.png")

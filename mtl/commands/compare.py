@@ -18,6 +18,7 @@ from typing import Dict, List
 
 from tabulate import tabulate
 
+from mtl.charts import check_chart_path
 from mtl.errors import ConfigError, DataError
 from mtl.utf8 import read_json
 
@@ -210,8 +211,11 @@ def run_baselines(cfg: dict, console=print, overwrite: bool = False) -> dict:
 
 def compare_runs(run_dirs: List[str]) -> dict:
     """``{run: {"tasks": {task: {metric, higher_is_better, value}}, "delta_m": Δm or None}}`` of finished runs."""
-    out = {}
+    out, seen = {}, {}
     for run_dir in run_dirs:
+        same = seen.setdefault(os.path.realpath(run_dir), run_dir)
+        if same is not run_dir:
+            raise ConfigError(f"run folder '{run_dir}' is given twice (also as '{same}')")
         summary = read_summary(run_dir)
         baseline = os.path.join(run_dir, BASELINE_FILE)
         delta = None
@@ -258,25 +262,31 @@ def compare_table(runs: dict) -> str:
     rows = [[task, metric_label(metric, higher)] + [_fmt(values.get(n)) for n in names]
             for task, metric, higher, values in comparison_rows(runs)]
     rows.append(["Δm %", "vs single-task"] + [_fmt(runs[n]["delta_m"], "+.2f") for n in names])
-    headers = ["task", "primary metric"] + [_run_name(n) for n in names]
+    headers = ["task", "primary metric"] + list(run_names(names).values())
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _run_name(run_dir: str) -> str:
-    return os.path.basename(os.path.normpath(run_dir)) or run_dir
+def run_names(run_dirs: List[str]) -> Dict[str, str]:
+    """``{run_dir: name}``: each run's folder name, with as many parent folders as it takes to tell the runs apart
+    (``a/run1`` and ``b/run1``, not two columns called ``run1``)."""
+    parts = {d: os.path.abspath(os.path.normpath(d)).strip(os.sep).split(os.sep) for d in run_dirs}
+    depth = 1
+    while len({tuple(p[-depth:]) for p in parts.values()}) < len(parts) and depth < max(map(len, parts.values())):
+        depth += 1
+    return {d: os.path.join(*p[-depth:]) if p != [""] else os.sep for d, p in parts.items()}
 
 
 TICK_CHARS = 14  # a run's name is wrapped to lines of this many characters under its bar (8 pt: ~0.85 in)
 BAR_INCHES = 1.1  # width per bar: a wrapped name never reaches its neighbour's
 
 
-def _tick_label(run_dir: str) -> str:
-    """The run's folder name wrapped to lines of at most ``TICK_CHARS`` (after ``_`` and ``-`` where it can), for the
-    tick under its bar."""
+def _tick_label(name: str) -> str:
+    """A run's name (:func:`run_names`) wrapped to lines of at most ``TICK_CHARS`` (after ``_``, ``-`` and ``/`` where
+    it can), for the tick under its bar."""
     import re
 
     lines = [""]
-    for piece in re.split(r"(?<=[_-])", _run_name(run_dir)):
+    for piece in re.split(r"(?<=[-_/])", name):
         while piece:
             room = TICK_CHARS - len(lines[-1])
             if len(piece) <= room:
@@ -297,6 +307,7 @@ def comparison_figure(runs: dict):
     from matplotlib.figure import Figure
 
     rows, names = comparison_rows(runs), list(runs)
+    labels = run_names(names)
     cols = max(1, min(len(rows), 3))
     lines = max(1, -(-len(rows) // cols))
     fig = Figure(figsize=(cols * max(4.0, 1.0 + BAR_INCHES * len(names)), 3.6 * lines))
@@ -306,7 +317,7 @@ def comparison_figure(runs: dict):
         present = [n for n in names if values.get(n) is not None]
         ax.bar(range(len(present)), [values[n] for n in present], color=[f"C{names.index(n)}" for n in present])
         ax.set_xticks(range(len(present)))
-        ax.set_xticklabels([_tick_label(n) + ("" if runs[n]["delta_m"] is None else
+        ax.set_xticklabels([_tick_label(labels[n]) + ("" if runs[n]["delta_m"] is None else
                                               f"\n(Δm {runs[n]['delta_m']:+.2f} %)") for n in present], fontsize=8)
         ax.set_title(task)
         ax.set_ylabel(f"{metric} ({direction(higher)})")
@@ -326,25 +337,10 @@ def _baseline_command(args):
     run_baselines(prepare_job(args), overwrite=args.overwrite)
 
 
-def check_plot_path(path: str):
-    """ConfigError (key ``--plot``) when the chart cannot be written at ``path``: a folder, a missing parent folder,
-    a file type matplotlib does not write; checked before anything is read."""
-    folder = os.path.dirname(os.path.abspath(path))
-    kinds = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")
-    if os.path.isdir(path):
-        raise ConfigError(f"'{path}' is a folder; name the chart's file (e.g. {os.path.join(path, 'compare.png')})",
-                          key="--plot")
-    if not os.path.isdir(folder):
-        raise ConfigError(f"cannot write '{path}': the folder '{folder}' does not exist", key="--plot")
-    if os.path.splitext(path)[1].lower().lstrip(".") not in kinds:
-        raise ConfigError(f"'{path}' does not end in a chart type ({', '.join('.' + k for k in kinds)})",
-                          key="--plot")
-
-
 def _compare_command(args):
     path = args.plot or os.path.join(os.path.dirname(os.path.abspath(os.path.normpath(args.runs[0]))),
                                      "compare.png")
-    check_plot_path(path)
+    check_chart_path(path, "--plot")
     runs = compare_runs(args.runs)
     print(compare_table(runs))
     plot_comparison(runs, path)
