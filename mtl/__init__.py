@@ -4,7 +4,14 @@
 (``{"type": name, ...params}``); the built-in plug-ins are loaded on first use.
 """
 
+import logging
+
 __version__ = "0.1.0"
+
+# A library's logger stays silent until the application gives it a handler (training: the run's log files,
+# mtl.train.reporting). Without this, Python's last-resort handler printed every warning a second time next to the
+# "warning: ..." line a tool already prints for the user.
+logging.getLogger("mtl").addHandler(logging.NullHandler())
 
 
 def _build(kind, cfg, **context):

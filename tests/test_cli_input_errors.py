@@ -1,5 +1,6 @@
-"""Bad command-line input of ``mtl tokenizer train``, ``mtl launch`` and ``mtl train``'s output folder: one
-sentence naming the option and the value (exit status 2), before anything is read or started; no traceback."""
+"""Bad command-line input of ``mtl tokenizer train``, ``mtl launch``, ``mtl data pack / inspect`` and ``mtl train``'s
+output folder: one sentence naming the option and the value (exit status 2), before anything is read or started; no
+traceback."""
 import os
 
 import pytest
@@ -163,3 +164,67 @@ def test_the_example_reports_refuse_bad_arguments_in_one_line_and_train_nothing(
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error")]
     assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def faces(tmp_path):
+    """An image folder of two identities (one and two 32x32 PNGs)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.RandomState(0)
+    for person, count in (("a", 1), ("b", 2)):
+        (tmp_path / "faces" / person).mkdir(parents=True)
+        for j in range(count):
+            Image.fromarray(rng.randint(0, 256, (32, 32, 3)).astype(np.uint8)).save(tmp_path / "faces" / person /
+                                                                                     f"{j}.png")
+    return tmp_path / "faces"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--resize", "0"], "--resize: the side of the re-encoded images must be a whole number of pixels, at least 1; "
+                        "got 0"),
+    (["--resize", "-3"], "--resize: the side of the re-encoded images must be a whole number of pixels, at least 1; "
+                         "got -3"),
+    (["--resize", "16", "--quality", "500"], "--quality: JPEG quality must be a whole number from 1 to 100; got 500"),
+    (["--resize", "16", "--quality", "0"], "--quality: JPEG quality must be a whole number from 1 to 100; got 0")])
+def test_pack_refuses_a_side_or_quality_pillow_cannot_use(faces, tmp_path, capsys, args, words):
+    """--resize 0 was a ValueError traceback from Pillow; --quality 500 was taken without a word."""
+    code, err = cli(["data", "pack", faces, tmp_path / "out" / "train", *args], capsys)
+    assert code == 2 and err.strip() == f"error: {words}" and not (tmp_path / "out").exists(), err
+
+
+def test_pack_names_an_output_path_through_a_file(faces, tmp_path, capsys):
+    (tmp_path / "afile").write_text("keep")
+    code, err = cli(["data", "pack", faces, tmp_path / "afile" / "x" / "train"], capsys)
+    assert code == 2 and err.strip() == (f"error: cannot write into '{tmp_path / 'afile' / 'x'}': "
+                                         f"'{tmp_path / 'afile'}' is a file, not a folder"), err
+    assert (tmp_path / "afile").read_text() == "keep"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--samples", "-1"], "--samples: images on the contact sheet must be a whole number, 0 or more; got -1"),
+    (["--sheet", "{tmp}/nodir/x.png"], "--sheet: cannot write '{tmp}/nodir/x.png': the folder '{tmp}/nodir' does "
+                                       "not exist"),
+    (["--sheet", "{tmp}/ds"], "--sheet: '{tmp}/ds' is a folder; name the chart's file (e.g. {tmp}/ds/chart.png)"),
+    (["--sheet", "{tmp}/x.txt"], "--sheet: '{tmp}/x.txt' does not end in a chart type")])
+def test_inspect_refuses_a_sample_count_or_sheet_path_before_reading(faces, tmp_path, capsys, args, words):
+    """These were tracebacks (numpy, matplotlib) after every image was decoded; a folder given as --sheet got a
+    'ds.png' written beside it."""
+    assert cli(["data", "pack", faces, tmp_path / "ds" / "train"], capsys)[0] == 0
+    code, err = cli(["data", "inspect", tmp_path / "ds", *[a.format(tmp=tmp_path) for a in args]], capsys)
+    assert code == 2 and err.strip().startswith(f"error: {words.format(tmp=tmp_path)}"), err
+    assert "Traceback" not in err and not (tmp_path / "ds.png").exists() and not (tmp_path / "x.txt").exists()
+
+
+def test_a_warning_of_a_tool_is_printed_once():
+    """Without a handler on the 'mtl' logger Python's last-resort handler printed the damaged-checkpoint warning a
+    second time (bare) above the 'warning: ...' line. Under pytest the root logger has handlers, so a fresh
+    interpreter shows what a user sees."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", "from mtl.train.layout import report_damaged; "
+                                                "report_damaged(\"checkpoint 'c' is damaged\")"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stderr.splitlines() == ["warning: checkpoint 'c' is damaged"], run.stderr

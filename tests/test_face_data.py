@@ -438,3 +438,78 @@ def test_cli_pack_and_inspect(tmp_path, capsys, monkeypatch):
     write_bin(str(tmp_path / "v.bin"), [encode(face_array(i), "PNG") for i in range(4)], [True, False])
     stats = datatools.inspect(str(tmp_path / "v.bin"), str(tmp_path / "v.png"))
     assert (stats["records"], stats["pairs"], stats["same_pairs"]) == (4, 2, 1)
+
+
+def test_pack_keeps_the_property_and_names_another_split_of_the_folder_reads(tmp_path):
+    """Packing val into the folder of train replaced the shared property and labels.json: train was then read with
+    val's class count (its labels past it an error) and names."""
+    make_folder(str(tmp_path / "train_faces"), (2, 3, 1))
+    make_folder(str(tmp_path / "val_faces"), (1, 2))  # other people: two classes, not three
+    datatools.pack(str(tmp_path / "train_faces"), str(tmp_path / "ds" / "train"))
+    before = {name: (tmp_path / "ds" / name).read_bytes() for name in os.listdir(tmp_path / "ds")}
+    with pytest.raises(DataError, match=r"holds train.rec, whose property and labels.json this pack would replace "
+                                        r"\(its property says 3 classes, this pack has 2\); pack into a folder of its "
+                                        r"own \(e.g. .*ds/val/train\)"):
+        datatools.pack(str(tmp_path / "val_faces"), str(tmp_path / "ds" / "val"))
+    assert {name: (tmp_path / "ds" / name).read_bytes() for name in os.listdir(tmp_path / "ds")} == before
+    np.testing.assert_array_equal(RecordIOFaceReader(str(tmp_path / "ds" / "train")).labels(), [0, 0, 1, 1, 1, 2])
+    # the same people (a split by images): the shared files stay what they are, so the pack goes ahead
+    make_folder(str(tmp_path / "more_faces"), (1, 1, 1))
+    assert datatools.pack(str(tmp_path / "more_faces"), str(tmp_path / "ds" / "val"))["records"] == 3
+    assert (tmp_path / "ds" / "property").read_bytes() == before["property"]
+    # a size that differs is known only once the images are read: refused before anything is renamed
+    make_folder(str(tmp_path / "small_faces"), (1, 1, 1), size=64)
+    with pytest.raises(DataError, match=r"its property says 112x112 images, this pack's are 64x64"):
+        datatools.pack(str(tmp_path / "small_faces"), str(tmp_path / "ds" / "test"))
+    assert sorted(os.listdir(tmp_path / "ds")) == sorted(list(before) + ["val.rec", "val.idx"])
+    # other names for the same count of classes
+    os.rename(tmp_path / "more_faces" / "person_00", tmp_path / "more_faces" / "somebody")
+    with pytest.raises(DataError, match="its labels.json names the classes otherwise"):
+        datatools.pack(str(tmp_path / "more_faces"), str(tmp_path / "ds" / "test"))
+
+
+def test_inspect_lists_labels_past_the_stated_classes_as_bad_records(tmp_path):
+    """A property with fewer classes than the labels use made inspect fail (IndexError) on the label names."""
+    make_folder(str(tmp_path / "faces"), (2, 3, 1))
+    datatools.pack(str(tmp_path / "faces"), str(tmp_path / "ds" / "train"))
+    (tmp_path / "ds" / "property").write_text("2,112,112\n")
+    stats = datatools.inspect(str(tmp_path / "ds"), str(tmp_path / "sheet.png"), samples=9)
+    assert (stats["records"], stats["classes"], stats["num_classes"], stats["bad_records"]) == (5, 2, 2, 1)
+    assert stats["bad"] == [f"'{tmp_path / 'ds' / 'train.rec'}' record 6: label 2 is outside [0, 2) (property "
+                            f"'{tmp_path / 'ds' / 'property'}' says 2 classes)"]
+    assert stats["labels"] == {0: "person_00", 1: "person_01"}
+    with pytest.raises(DataError, match="record 6: label 2 is outside"):  # what the reader says of the same record
+        RecordIOFaceReader(str(tmp_path / "ds"))
+
+
+def test_an_emptied_index_or_a_header_that_does_not_fit_the_records_is_named(tmp_path):
+    """An empty .idx next to a full .rec read as an empty dataset; a header record whose range ended before the
+    last images made the reader drop them without a word."""
+    make_folder(str(tmp_path / "faces"), (2, 3, 1))
+    datatools.pack(str(tmp_path / "faces"), str(tmp_path / "ds" / "train"))
+    rec = tmp_path / "ds" / "train.rec"
+    (tmp_path / "ds" / "train.idx").write_text("")
+    words = f"index file '{tmp_path / 'ds' / 'train.idx'}' lists no record, but '{rec}' holds {os.path.getsize(rec)} "
+    for run in (lambda: RecordIOFaceReader(str(tmp_path / "ds")), lambda: datatools.inspect(str(tmp_path / "ds"))):
+        with pytest.raises(DataError, match=words):
+            run()
+    images = [encode(face_array(i), "PNG") for i in range(6)]
+    labels = [0, 0, 1, 1, 1, 2]
+    write_insightface(str(tmp_path / "fits"), images, labels)
+    assert len(RecordIOFaceReader(str(tmp_path / "fits"))) == 6
+    folder = write_insightface(str(tmp_path / "altered"), images, labels)
+    offsets = record_offsets(folder)
+    with open(os.path.join(folder, "train.rec"), "r+b") as f:  # header (7, 10) -> (5, 10): images 5, 6 dropped
+        f.seek(offsets[0] + 8 + 24)  # the record's length word, then IfQQ, then (a, b)
+        f.write(struct.pack("<f", 5.0))
+    for run in (lambda: RecordIOFaceReader(folder), lambda: datatools.inspect(folder)):
+        with pytest.raises(DataError, match=r"train.rec' record 5 holds an image although header record 0 says "
+                                            r"images are records 1..4 and identity records 5..9"):
+            run()
+    with open(os.path.join(folder, "train.idx"), "w") as f:  # the identity records cut from the index
+        f.write("".join(f"{k}\t{offsets[k]}\n" for k in range(7)))
+    with open(os.path.join(folder, "train.rec"), "r+b") as f:
+        f.seek(offsets[0] + 8 + 24)  # the record's length word, then IfQQ, then (a, b)
+        f.write(struct.pack("<f", 7.0))
+    with pytest.raises(DataError, match=r"train.idx' has no record 7 although header record 0 says"):
+        RecordIOFaceReader(folder)

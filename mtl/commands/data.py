@@ -5,10 +5,11 @@ import os
 
 import numpy as np
 
+from mtl.charts import check_chart_path
 from mtl.commands.pack import pack
 from mtl.data.recordio import RecordIOReader, unpack
 from mtl.data.transforms import DecodeError, decode_rgb
-from mtl.errors import DataError
+from mtl.errors import ConfigError, DataError
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.label_names import complete, label_file, names_from_paths, read_label_file
 from mtl.readers.recordio_reader import image_rows, read_property, resolve_paths
@@ -34,6 +35,12 @@ def _recordio_source(path: str):
         return f"'{rec_path}' record {int(records.keys[int(rows[i])])}"
 
     bad = [f"{describe(i)}: unreadable header or label" for i in np.flatnonzero(~good)]
+    if stated is not None:  # as the reader refuses them: a label past the stated class count
+        where = f"property '{property_path}'" if prop is not None else "header record 0"
+        outside = good & ((heads["label"] < 0) | (heads["label"] >= stated))
+        bad += [f"{describe(i)}: label {heads['label'][i]:g} is outside [0, {stated}) ({where} says {stated} classes)"
+                for i in np.flatnonzero(outside)]
+        good &= ~outside
     given = read_label_file(label_file(os.path.dirname(rec_path)))
     names = given.get("label") if given else None
     info = {"format": "recordio", "header_record": header_classes is not None}
@@ -115,10 +122,9 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
     contact sheet's (then ``decoded`` says so); labels come from the headers / the list, without decoding.
     """
     path = str(path)
+    _check_options(samples, out_png, check)
     if path.endswith(".bin"):
         return _inspect_bin(path, out_png, samples)
-    if check not in ("all", "sample"):
-        raise DataError(f"check must be 'all' or 'sample', got {check!r}")
     is_list = os.path.isfile(path) and not path.endswith((".rec", ".idx"))
     labels, positions, load, describe, stated, names, bad, info = _list_source(path, root) if is_list else \
         _recordio_source(path)
@@ -149,6 +155,19 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
                        f"{stats['classes']} classes")
         stats["contact_sheet"] = out_png
     return stats
+
+
+def _check_options(samples, out_png, check):
+    """ConfigError (key ``--samples`` / ``--sheet`` / ``--check``) for a negative sample count, a sheet path that
+    cannot be written or an unknown check, before any image is read (the first two were numpy's and matplotlib's
+    tracebacks after every image was decoded)."""
+    if check not in ("all", "sample"):
+        raise ConfigError(f"must be 'all' or 'sample', got {check!r}", key="--check")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+        raise ConfigError(f"images on the contact sheet must be a whole number, 0 or more; got {samples!r}",
+                          key="--samples")
+    if out_png:
+        check_chart_path(out_png, "--sheet")
 
 
 def _inspect_bin(path, out_png, samples):

@@ -17,6 +17,7 @@ from mtl.data.transforms import DecodeError, decode_rgb
 from mtl.errors import DataError
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.label_names import complete, label_file, names_from_paths, read_label_file, write_label_file
+from mtl.readers.recordio_reader import read_property
 from mtl.train.integrity import fsync_file
 
 # every format both decoders (Pillow, OpenCV) read; images are stored as they are, so packing is lossless
@@ -90,15 +91,18 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
     failure (a corrupt image, a size mismatch, Ctrl-C) leaves nothing behind, and an earlier pack at the same prefix
     stays as it was. Returns a summary dict (paths, records, classes, image size).
     """
+    _check_options(resize, quality)
     items, num_classes, names = _pack_items(source, root)
     prefix = _output_prefix(out_prefix)
     folder = os.path.dirname(prefix) or "."
     finals = (prefix + ".rec", prefix + ".idx", os.path.join(folder, "property"), label_file(folder))
+    _check_shared_files(prefix, num_classes, names)
     created = _make_folders(folder)
     temps = [os.path.join(os.path.dirname(p) or ".", f".{os.path.basename(p)}.partial-{os.getpid()}") for p in finals]
     try:
         with RecordIOWriter(temps[0], temps[1]) as writer:
             size = _write_records(writer, items, num_classes, resize, quality)
+        _check_shared_files(prefix, num_classes, names, size)
         with open(temps[2], "w") as f:
             f.write(f"{num_classes},{size[1]},{size[0]}\n")
         if names is not None:
@@ -117,13 +121,72 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
             "labels": finals[3] if names is not None else None}
 
 
+def _check_options(resize, quality):
+    """ConfigError (key ``--resize`` / ``--quality``) for a side below one pixel or a JPEG quality outside 1..100
+    (Pillow raised a ValueError from deep inside, or took 500 without a word)."""
+    from mtl.errors import ConfigError
+
+    if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < 1):
+        raise ConfigError(f"the side of the re-encoded images must be a whole number of pixels, at least 1; got "
+                          f"{resize!r}", key="--resize")
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+        raise ConfigError(f"JPEG quality must be a whole number from 1 to 100; got {quality!r}", key="--quality")
+
+
+def _other_splits(prefix: str):
+    """The other RecordIO splits (``NAME.rec``) in the folder of ``prefix``: they read its ``property`` and
+    ``labels.json`` too."""
+    folder, own = os.path.dirname(prefix) or ".", os.path.basename(prefix) + ".rec"
+    if not os.path.isdir(folder):
+        return []
+    return sorted(f for f in os.listdir(folder) if f.endswith(".rec") and f != own and not f.startswith("."))
+
+
+def _check_shared_files(prefix: str, num_classes: int, names, size=None):
+    """DataError when packing at ``prefix`` would change the ``property`` (classes; image size once ``size`` is
+    known) or the label names that another split of the same folder reads: that split would then be read with this
+    one's classes (a label past the new count is an error) or names. Nothing is written before this is checked."""
+    others = _other_splits(prefix)
+    if not others:
+        return
+    folder = os.path.dirname(prefix) or "."
+    stated = read_property(os.path.join(folder, "property"))
+    given = read_label_file(label_file(folder))
+    old_names = given.get("label") if given else None
+    if stated is not None and stated[0] != num_classes:
+        clash = f"its property says {stated[0]} classes, this pack has {num_classes}"
+    elif stated is not None and size is not None and (stated[1], stated[2]) != (size[1], size[0]):
+        clash = f"its property says {stated[1]}x{stated[2]} images, this pack's are {size[1]}x{size[0]}"
+    elif (stated is not None or given is not None) and old_names != names:
+        if old_names is None:
+            clash = "it has no label names, this pack would add its own"
+        elif names is None:
+            clash = "this pack cannot name its classes and would remove the names"
+        else:
+            clash = "its labels.json names the classes otherwise"
+    else:
+        return
+    split = os.path.basename(prefix)
+    raise DataError(f"folder '{folder}' holds {', '.join(others)}, whose property and labels.json this pack would "
+                    f"replace ({clash}); pack into a folder of its own (e.g. {os.path.join(folder, split, 'train')})"
+                    f", or remove the other split first")
+
+
 def _make_folders(folder: str):
-    """Create ``folder`` (and missing parents); return the folders this created, deepest first."""
+    """Create ``folder`` (and missing parents); return the folders this created, deepest first. A path through a
+    file or a folder without write permission is a DataError naming it."""
     created, path = [], os.path.abspath(folder)
     while not os.path.isdir(path):
+        if os.path.exists(path):
+            raise DataError(f"cannot write into '{folder}': '{path}' is a file, not a folder")
         created.append(path)
         path = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create the folder '{folder}': {exc.strerror}") from None
+    if not os.access(folder, os.W_OK):
+        raise DataError(f"cannot write into '{folder}': no write permission")
     return created
 
 

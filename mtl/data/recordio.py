@@ -251,6 +251,9 @@ class RecordIOReader:
         self.idx_path = idx_path
         self.size = os.path.getsize(rec_path)
         self.keys, self.offsets = read_index(idx_path, self.size)
+        if not len(self.keys) and self.size:
+            raise DataError(f"index file '{idx_path}' lists no record, but '{rec_path}' holds {self.size} bytes "
+                            f"(an emptied or truncated .idx?); pack the images again to rebuild it")
         self.ends = record_ends(self.offsets, self.size)
         if np.all(self.keys[1:] > self.keys[:-1]):  # the usual case: no extra arrays
             self._sorter, self._sorted_keys = None, self.keys

@@ -64,8 +64,24 @@ def image_rows(records: RecordFile):
                     f"index file '{records.idx_path}' has no record {missing[0]} ({len(missing)} missing) although "
                     f"header record 0 says images are records 1..{int(first_identity) - 1} (truncated .idx?)"
                 )
+            _check_identity_records(records, int(first_identity), int(end))
             return rows, int(end - first_identity)
     return np.arange(len(records.keys), dtype=np.int64), None
+
+
+def _check_identity_records(records: RecordFile, first: int, end: int):
+    """DataError unless record ``first`` starts the identity records header record 0 announces (``first .. end-1``):
+    present when there are classes, and holding no image. A header that does not fit the records (another pack's,
+    or altered) made the reader drop the images from record ``first`` on without a word."""
+    said = f"header record 0 says images are records 1..{first - 1} and identity records {first}..{end - 1}"
+    if not records.has_key(first):
+        if end > first:
+            raise DataError(f"index file '{records.idx_path}' has no record {first} although {said} (truncated .idx?)")
+        return
+    _, rest = unpack(records.read_row(records.position(first)), f"'{records.rec_path}' record {first}")
+    if len(rest):
+        raise DataError(f"'{records.rec_path}' record {first} holds an image although {said}: the header does not "
+                        f"fit the records (altered, or written for another pack); pack the images again")
 
 
 @register_reader("recordio")
