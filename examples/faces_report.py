@@ -2,15 +2,17 @@
 the held-out people of every dataset, one dataset at a time and all people together.
 
     python examples/faces_report.py [--config examples/configs/faces_six.yaml] [--arms ARM,...] [--seeds 0 1 2]
-        [--json FILE] [--plot FILE] [--out runs/faces_report] [--jobs 2] [--steps N] [--set KEY=VALUE ...]
-        [--task-set KEY=VALUE ...] [--no-baselines] [--overlap] [--shared-labels] [--only joint alone merged]
+        [--json FILE] [--plot FILE] [--out runs/faces_report] [--jobs 2] [--threads 1] [--steps N]
+        [--set KEY=VALUE ...] [--task-set KEY=VALUE ...] [--no-baselines] [--overlap] [--shared-labels]
+        [--only joint alone merged]
 
 Arms (``examples/faces_arms.py`` says what each trains and how it samples): ``separate``, ``merged``, ``cross`` on
 the six datasets as they are (the default there); ``naive``, ``oracle``, ``separate``, ``dropout``, ``cross``,
 ``cross_oracle`` on the overlap benchmark (``tools/make_overlap_benchmark.py``: a ``benchmark.json`` beside the
 config; the default there); ``alone``. ``dropout`` and the ``cross`` arms set the job key ``cross_negatives``; a
 config whose schema lacks it fails, in one line, before anything trains. ``--only joint alone merged`` (the former
-report) is ``--arms separate,alone,merged``. Every run trains in its own process, ``--jobs`` at a time; a line per
+report) is ``--arms separate,alone,merged``. Every run trains in its own process, ``--jobs`` at a time and at
+``--threads`` intra-op threads (1 unless given: the thread count changes a run's figures); a line per
 run says which of how many, the time so far and the time left (estimated), and a running run's step every
 30 s (:mod:`mtl.progress`).
 
@@ -54,7 +56,7 @@ sys.path.insert(0, ROOT)
 from examples import faces_arms  # noqa: E402
 from examples.faces_arms import ARMS, LEGACY, MERGED, ORACLE, Benchmark, Recipe, task_overrides  # noqa: E402
 from examples.faces_tables import PLOT_FARS, plot, tables  # noqa: E402
-from mtl.errors import DataError  # noqa: E402
+from mtl.errors import ConfigError, DataError  # noqa: E402
 from mtl.progress import Progress  # noqa: E402
 
 
@@ -67,10 +69,10 @@ def load_cfg(config, sets=(), task_sets=()):
 
 
 def train(config, out_dir, seed, sets, threads):
-    """Train one run in a fresh process (``--overwrite``); return the command and its stderr tail on failure."""
-    sets = [*sets, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false"]
-    if threads:
-        sets.append(f"threads={threads}")
+    """Train one run in a fresh process (``--overwrite``) at ``threads`` intra-op threads; return the command and its
+    stderr tail on failure."""
+    sets = [*sets, f"seed={seed}", f"output_dir={out_dir}", "log.progress=false", "log.plot=false",
+            f"threads={threads}"]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -81,7 +83,7 @@ def plan(args, recipe, arms):
     """``[(seed, arm, run name, run folder, overrides)]`` of every run; writes the merged and oracle task files and
     loads every arm's config once, so that a bad arm fails before anything trains."""
     from mtl.config.loading import load_job
-    from mtl.errors import ConfigError, MtlError
+    from mtl.errors import MtlError
 
     created = not os.path.exists(args.out)  # removed again when an arm's config is refused
     os.makedirs(args.out, exist_ok=True)
@@ -159,9 +161,9 @@ def train_runs(args, runs):
         if done:
             print(f"reusing {len(done)} finished run(s) (--reuse), e.g. {done[0][3]}", flush=True)
         runs = [r for r in runs if r not in done]
-    threads = max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None
+    threads = args.threads
     progress = Progress("train", len(runs))
-    print(f"training {len(runs)} runs, {args.jobs} at a time", flush=True)
+    print(f"training {len(runs)} runs, {args.jobs} at a time, {threads} intra-op thread(s) each", flush=True)
 
     def one(item):
         seed, _, name, out_dir, sets = item
@@ -342,7 +344,10 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=os.path.join("runs", "faces_report"))
     parser.add_argument("--json", default=None, help="write the figures as JSON")
     parser.add_argument("--plot", default=None, help="the all-people ROC (default: OUT/roc_all_people.png)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (threads split evenly)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at the same time")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op CPU threads of every run (default 1): a run's figures depend on its thread "
+                             "count, and this keeps them independent of --jobs and of the machine's cores")
     parser.add_argument("--only", nargs="+", choices=list(LEGACY), default=None,
                         help="the former report's kinds (joint = separate)")
     parser.add_argument("--no-baselines", action="store_true", help="skip pixels, PCA and Fisherfaces")
@@ -358,8 +363,10 @@ def parse_args(argv=None):
     parser.add_argument("--task-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="overrides of every task of every run, relative to the task (head.scale=24)")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
+    if args.jobs < 1 or args.threads < 1:
+        raise ConfigError(f"--jobs and --threads must be at least 1, got {args.jobs} and {args.threads}")
+    if any(s.split("=", 1)[0].strip() == "threads" for s in args.set):
+        raise ConfigError("give a run's thread count as --threads N, not --set threads=N (the report sets it)")
     args.arms = parse_arms(parser, args, Benchmark.beside(args.config))
     return args
 

@@ -151,6 +151,8 @@ def parse_args_of(parse_args, argv):
     ("faces_report.py", ["--seeds", "0", "--no-baselines", "--score-only"],  # was exit status 1
      "does not exist: there are no runs to score"),
     ("architectures_report.py", ["--costs", "none.json"], "cannot read the report none.json"),
+    ("faces_report.py", ["--threads", "0"], "--jobs and --threads must be at least 1, got 1 and 0"),
+    ("faces_report.py", ["--set", "threads=2"], "give a run's thread count as --threads N, not --set threads=N"),
 ])
 def test_the_example_reports_refuse_bad_arguments_in_one_line_and_train_nothing(tmp_path, script, args, words):
     import subprocess

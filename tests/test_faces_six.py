@@ -295,6 +295,7 @@ def test_report_script_on_a_shortened_two_dataset_variant(tmp_path):
         job = json.load(open(out / "seed0" / run / "job.json"))
         assert job["averaging"]["min_average_window"] == 2 and job["schedule"]["steps"] == 4
         assert job["backbone"]["input_size"] == 16
+        assert job["threads"] == 1  # --threads' default whatever --jobs is (the cores were divided by --jobs)
         if scales:
             assert [t["head"]["scale"] for t in job["tasks"]] == scales
     merged = json.load(open(out / "seed0" / "merged" / "job.json"))["tasks"][0]
