@@ -53,6 +53,14 @@ def test_valid_job_gets_defaults(tmp_path):
     ("tasks.0.reader.type=digit", "tasks.0.reader.type", "did you mean 'digits'"),
     ("plugins=[no_such_folder]", "plugins.0", "does not exist"),
     ("tasks=[no_such_task.yaml]", "tasks.0", "does not exist"),
+    # nan passed every bound ('ratio: .nan' then failed in max() of the scheduler); inf is no setting
+    ("tasks.0.ratio=.nan", "tasks.0.ratio", "must be a finite number, got nan"),
+    ("tasks.0.loss_weight=.inf", "tasks.0.loss_weight", "must be a finite number, got inf"),
+    ("optimizer.lr=.nan", "optimizer.lr", "must be a finite number"),
+    # a task name is a file name of the run: '../../x' wrote its head's weights outside the run folder
+    ("tasks.0.name=../../escaped", "tasks.0.name", "a task name may hold letters, digits, '_' and '-'"),
+    ("tasks.0.name=a/b", "tasks.0.name", "got 'a/b'"),
+    ("tasks.0.name=-x", "tasks.0.name", "not starting with '-'"),
 ])
 def test_bad_values_name_file_and_key(tmp_path, override, key, words):
     msg, path = error_of(tmp_path, [override])

@@ -3,7 +3,20 @@
 ``JOB`` and ``TASK`` are read by the validator (:mod:`mtl.config.schema`) when a job loads, and by the configuration
 reference (``docs/configuration.md``, generated from them by :mod:`mtl.config.reference`).
 """
+import re
+
 from mtl.config.schema import Opt, Section
+
+_TASK_NAME = re.compile(r"^\w[\w-]{0,99}$")
+
+
+def _task_name(value):
+    """A task name is a file name of the run (``heads/<task>.pdparams``) and a metric key: letters, digits, ``_``
+    and ``-`` only (a name with ``/`` or ``..`` wrote weight files outside the run folder)."""
+    if not _TASK_NAME.match(value):
+        return (f"a task name may hold letters, digits, '_' and '-' (at most 100, not starting with '-'), got "
+                f"{value!r}")
+    return None
 
 
 def _component(value):
@@ -223,7 +236,7 @@ JOB = {
 }
 
 TASK = {
-    "name": Opt(str, doc="task name (unique in the job)"),
+    "name": Opt(str, check=_task_name, doc="task name (unique in the job; letters, digits, _ and -)"),
     "reader": Opt((dict, str), check=_component, doc="reader component"),
     "head": Opt((dict, str), check=_component, doc="head component"),
     "ratio": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="share of the batch (joint) or draw weight (sample)"),

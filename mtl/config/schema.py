@@ -3,6 +3,7 @@
 ``validate(schema, data, source, prefix)`` returns a new dict with defaults filled in, or raises ConfigError naming
 the file and the dotted key path.
 """
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -112,6 +113,8 @@ def check_value(spec: Opt, value, source, path):
         raise ConfigError(f"expected {_expected(spec.types)}, got {value!r}", source, path)
     if float in spec.types and int not in spec.types and isinstance(value, int):
         value = float(value)
+    if isinstance(value, float) and not math.isfinite(value):  # nan passes every bound; inf is no setting
+        raise ConfigError(f"must be a finite number, got {value!r}", source, path)
     if spec.choices is not None and value not in spec.choices:
         raise ConfigError(
             f"must be one of {', '.join(map(str, spec.choices))}, got {value!r}{did_you_mean(value, spec.choices)}",
