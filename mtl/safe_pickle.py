@@ -194,14 +194,44 @@ PADDLE = {("builtins", "eval"): _paddle_dense_tensor,
           ("paddle.base.libpaddle", "GeneratorState"): GeneratorRecord,
           ("paddle.base.core", "GeneratorState"): GeneratorRecord}
 PADDLE_FILE = {**BUILTINS, **NUMPY, **PADDLE}  # what paddle.save writes
+# what BUILD may set the state of: the builders, and a state_dict's OrderedDict (torch gives it ``_metadata``)
+BUILDABLE = (ArrayBuilder, DtypeBuilder, GeneratorRecord, collections.OrderedDict)
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """``pickle.Unpickler`` admitting only the globals of ``allowed`` (``{(module, name): what to call}``)."""
+def _described(value) -> str:
+    """``class 'DtypeBuilder'`` / ``function '_scalar'`` / ``a 'list'``: what a refused BUILD targets."""
+    if isinstance(value, type):
+        return f"class '{value.__name__}'"
+    if callable(value):
+        return f"function '{getattr(value, '__name__', type(value).__name__)}'"
+    return f"a '{type(value).__name__}'"
+
+
+class RestrictedUnpickler(pickle._Unpickler):
+    """An unpickler admitting only the globals of ``allowed`` (``{(module, name): what to call}``), whose ``BUILD``
+    sets the state of :data:`BUILDABLE` objects only.
+
+    ``BUILD`` (set the state of the object below it) would otherwise set attributes on anything on the stack,
+    the allowed stand-ins themselves included: a file could replace a method of a builder class for the rest of the
+    process (``DtypeBuilder.__init__``, which checks every dtype). Python's own unpickler has no hook for one
+    opcode, so this is the pure-Python one with its ``BUILD`` entry replaced; arrays arrive as whole byte strings,
+    so the opcodes it runs are few.
+    """
+
+    dispatch = dict(pickle._Unpickler.dispatch)
 
     def __init__(self, file, allowed: Dict[Tuple[str, str], object], **kwargs):
         super().__init__(file, **kwargs)
         self.allowed = allowed
+
+    def load_build(self):
+        """``BUILD`` of a builder or a plain mapping; anything else (a class, a function) is refused."""
+        target = self.stack[-2] if len(self.stack) > 1 else None
+        if not isinstance(target, BUILDABLE) or isinstance(target, type):
+            raise Refused(f"it sets the state of {_described(target)}, which such a file does not do")
+        pickle._Unpickler.load_build(self)
+
+    dispatch[pickle.BUILD[0]] = load_build
 
     def find_class(self, module, name):
         """The allowed stand-in for ``module.name``; anything else is refused before it is imported. Python 2

@@ -187,6 +187,36 @@ def test_hostile_pickles_are_refused_in_one_sentence_and_nothing_runs(tmp_path, 
     assert not marker.exists()
 
 
+def _text(value: str) -> bytes:
+    """Pickle's BINUNICODE of ``value``."""
+    data = value.encode()
+    return b"X" + len(data).to_bytes(4, "little") + data
+
+
+@pytest.mark.parametrize("target, name, words", [
+    (b"cnumpy\ndtype\n", "__init__", "class 'DtypeBuilder'"),   # the class that checks every dtype
+    (b"cnumpy\nndarray\n", "__call__", "class '_NdarrayType'"),
+    (b"cnumpy\nscalar\n", "__defaults__", "function '_scalar'"),
+])
+def test_build_cannot_change_the_readers_own_classes_or_functions(tmp_path, target, name, words):
+    """BUILD ``(None, {name: value})`` on an allowed global set that attribute on the reader's own stand-in for the
+    rest of the process (Python's unpickler: setattr of the slot state); found by a fuzzing helper. Nothing ran,
+    but a file could have replaced DtypeBuilder.__init__, which checks every dtype of every later file."""
+    from mtl import safe_pickle
+
+    before = {k: dict(vars(v)) if isinstance(v, type) else dict(v.__dict__) for k, v in safe_pickle.NUMPY.items()
+              if k[0] == "numpy"}
+    value = b"cnumpy\n_reconstruct\n" if name != "__defaults__" else b"(K\x01t"  # a function, or a tuple (1,)
+    path = tmp_path / "build.pdparams"
+    path.write_bytes(b"\x80\x02" + target + b"N}" + _text(name) + value + b"s\x86b.")
+    with pytest.raises(DataError, match=f"sets the state of {words}, which such a file does not do"):
+        load_paddle_file(str(path))
+    after = {k: dict(vars(v)) if isinstance(v, type) else dict(v.__dict__) for k, v in safe_pickle.NUMPY.items()
+             if k[0] == "numpy"}
+    assert after == before and safe_pickle.DtypeBuilder("f4").dtype == np.float32
+    assert safe_pickle._scalar.__defaults__ == (None,)
+
+
 def test_a_bin_set_and_a_pickle_of_another_kind_use_the_same_rules(tmp_path):
     path = tmp_path / "x.bin"
     path.write_bytes(pickle.dumps(([b"\x00"], [Marker(tmp_path / "ran")]), protocol=2))
