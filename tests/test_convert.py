@@ -88,7 +88,7 @@ def test_round_trip_without_torch_and_a_misfit_named(tmp_path, capsys):
     x = paddle.to_tensor(np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype("float32"))
     np.testing.assert_array_equal(loaded({"image": x}).numpy(), source({"image": x}).numpy())
     with pytest.raises(SystemExit):
-        mtl_main(["convert", "insightface", path, dst, "--arch", "iresnet34"])
+        mtl_main(["convert", "insightface", path, str(tmp_path / "r34.pdparams"), "--arch", "iresnet34"])
     err = capsys.readouterr().err.strip()  # 8 more blocks of 15 tensors each
     assert err == (f"error: '{path}' has no tensor for 'layer1.2.bn1.weight' of iresnet34 (120 missing; the "
                    f"file's blocks per stage are (2, 2, 2, 2), an iresnet18)")
@@ -194,3 +194,36 @@ def test_the_committed_backbone_fixture_is_what_insightfaces_code_gives_now(tmp_
         pytest.skip(peers.LIVE_SKIP_REASON)
     fresh = peers.load("insightface_backbones.npz", peers.make_live(["backbones"], tmp_path))
     peers.assert_same_fixture(fresh, peers.load("insightface_backbones.npz"))
+
+
+def test_convert_refuses_a_destination_it_would_damage_and_writes_both_files_or_neither(tmp_path, capsys):
+    """Found by a fuzzing helper: DST model.json got the weights and then their config over them (exit 0, no weights
+    left); an existing r18.pdparams or an unrelated r18.json beside it were replaced without a word; a 1-d fc.weight
+    was an IndexError."""
+    source = randomized({"type": "iresnet18", "input_size": 32, "embedding_size": 16})
+    path = str(tmp_path / "r18.pth")
+    state, storages = torch_layout(insightface_names(source))
+    write_torch_file(path, state, storages)
+
+    def refused(dst, *more):
+        with pytest.raises(SystemExit):
+            mtl_main(["convert", "insightface", path, str(dst), "--arch", "iresnet18", *more])
+        return capsys.readouterr().err.strip()
+
+    assert "go into a file ending in .pdparams" in refused(tmp_path / "model.json")
+    assert not (tmp_path / "model.json").exists()
+    assert refused(tmp_path / "nodir" / "m.pdparams").endswith(f"the folder '{tmp_path / 'nodir'}' does not exist")
+    (tmp_path / "r18.json").write_text("keep")  # someone else's file where the config would go
+    assert refused(tmp_path / "r18.pdparams") == (f"error: DST: '{tmp_path / 'r18.json'}' already exists; give "
+                                                  "another DST, or --overwrite to replace it")
+    assert (tmp_path / "r18.json").read_text() == "keep" and not (tmp_path / "r18.pdparams").exists()
+    mtl_main(["convert", "insightface", path, str(tmp_path / "r18.pdparams"), "--arch", "iresnet18", "--overwrite"])
+    assert json.loads((tmp_path / "r18.json").read_text())["backbone"]["type"] == "iresnet18"
+    weights = (tmp_path / "r18.pdparams").read_bytes()
+    assert "already exists" in refused(tmp_path / "r18.pdparams")
+    assert (tmp_path / "r18.pdparams").read_bytes() == weights
+    assert sorted(os.listdir(tmp_path)) == ["r18.json", "r18.pdparams", "r18.pth"]  # no temporary file left
+    state["fc.weight"] = Tensor(state["fc.weight"].storage, state["fc.weight"].offset, (512 * 4,), (1,))
+    write_torch_file(path, state, storages)
+    assert refused(tmp_path / "flat.pdparams") == (f"error: '{path}': tensor 'fc.weight' has shape (2048,), but in "
+                                                   "every such model it has 2 dimension(s)")

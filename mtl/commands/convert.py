@@ -8,7 +8,7 @@ from mtl.convert.weights import ARCHS, SOURCES
 def _cmd_convert(args):
     from mtl.convert.weights import convert, sidecar_path
 
-    config = convert(args.source, args.src, args.dst, args.arch)
+    config = convert(args.source, args.src, args.dst, args.arch, overwrite=args.overwrite)
     print(f"converted {args.src} ({args.source}) to {args.dst}; use it as")
     print(f"  backbone: {json.dumps({**config, 'pretrained': args.dst})}")
     print(f"(also written to {sidecar_path(args.dst)}, which mtl eval {args.dst} reads)")
@@ -23,4 +23,5 @@ def add_cli(sub):
     p.add_argument("src", metavar="SRC", help="the weights file to convert (.pth or .pdparams)")
     p.add_argument("dst", metavar="DST.pdparams", help="where the backbone's weights go (its config beside them)")
     p.add_argument("--arch", required=True, choices=ARCHS, help="the backbone the weights are for")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing DST and its .json")
     p.set_defaults(func=_cmd_convert)

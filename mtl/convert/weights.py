@@ -127,20 +127,25 @@ def _units(state, prefix) -> int:
     return len({n[len(prefix):].split(".")[0] for n in state if n.startswith(prefix)})
 
 
-def _shape(state, name, path):
-    """The shape of tensor ``name`` of the file; a DataError if it has none by that name."""
+def _shape(state, name, path, ndim):
+    """The shape of tensor ``name`` of the file, of ``ndim`` dimensions; a DataError if it has none by that name, or
+    one of another rank (a 1-d ``fc.weight`` was an IndexError)."""
     if name not in state:
         raise DataError(f"'{path}' has no tensor '{name}', which every such model has ({describe_layout(state)})")
-    return state[name].shape
+    shape = tuple(np.shape(state[name]))
+    if len(shape) != ndim:
+        raise DataError(f"'{path}': tensor '{name}' has shape {shape}, but in every such model it has {ndim} "
+                        f"dimension(s)")
+    return shape
 
 
 def _vit_options(state, path) -> dict:
     """A ViT's sizes from its tensors: width and patch from the patch convolution, input side from the number of
     position embeddings (side = patch x sqrt(tokens)), depth from the numbered blocks, embedding from the last
     BatchNorm. The number of attention heads leaves no trace in the shapes: the preset's (8) is kept."""
-    width, channels, patch, _ = _shape(state, "patch_embed.proj.weight", path)
-    tokens = _shape(state, "pos_embed", path)[1]
-    return {"embedding_size": int(_shape(state, "feature.3.weight", path)[0]),
+    width, channels, patch, _ = _shape(state, "patch_embed.proj.weight", path, 4)
+    tokens = _shape(state, "pos_embed", path, 3)[1]
+    return {"embedding_size": int(_shape(state, "feature.3.weight", path, 1)[0]),
             "input_size": int(patch * round(np.sqrt(tokens))), "in_channels": int(channels),
             "patch_size": int(patch), "embed_dim": int(width), "depth": _units(state, "blocks.")}
 
@@ -151,27 +156,65 @@ def infer_options(arch, state, path, framework="torch") -> dict:
     if arch.startswith("vit"):
         return _vit_options(state, path)
     if arch.startswith("iresnet"):
-        embedding, fc = _shape(state, "features.bias", path)[0], _shape(state, "fc.weight", path)
+        embedding, fc = _shape(state, "features.bias", path, 1)[0], _shape(state, "fc.weight", path, 2)
         side = int(round(np.sqrt((fc[1] if framework == "torch" else fc[0]) / 512)))
         return {"embedding_size": int(embedding), "input_size": 16 * side,
-                "in_channels": int(_shape(state, "conv1.weight", path)[1])}
-    first = _shape(state, "layers.0.layers.0.weight", path)
+                "in_channels": int(_shape(state, "conv1.weight", path, 4)[1])}
+    first = _shape(state, "layers.0.layers.0.weight", path, 4)
     blocks = [1 if "layers.1.layers.0.weight" in state else _units(state, "layers.1.layers.")]
     blocks += [_units(state, f"layers.{k}.layers.") for k in (3, 5, 7)]
-    return {"embedding_size": int(_shape(state, "features.layers.3.bias", path)[0]), "scale": int(first[0]) // 64,
-            "blocks": blocks, "input_size": 16 * int(_shape(state, "features.layers.0.layers.0.weight", path)[-1]),
+    side = int(_shape(state, "features.layers.0.layers.0.weight", path, 4)[-1])
+    return {"embedding_size": int(_shape(state, "features.layers.3.bias", path, 1)[0]), "scale": int(first[0]) // 64,
+            "blocks": blocks, "input_size": 16 * side,
             "in_channels": int(first[1])}
 
 
-def convert(source: str, src: str, dst: str, arch: str) -> dict:
+def check_destination(dst: str, overwrite: bool = False):
+    """ConfigError (key ``DST``) unless ``dst`` is a ``.pdparams`` path in an existing folder whose weights and
+    config (``sidecar_path``) may be written: a ``model.json`` destination had its weights replaced by their own
+    config, and an existing ``r50.pdparams`` or ``r50.json`` was replaced without a word (``overwrite`` allows it)."""
+    from mtl.errors import ConfigError
+
+    folder = os.path.dirname(os.path.abspath(dst))
+    if not dst.endswith(".pdparams") or os.path.isdir(dst):
+        raise ConfigError(f"the converted weights go into a file ending in .pdparams (their config goes beside it, "
+                          f"as .json), got '{dst}'", key="DST")
+    if not os.path.isdir(folder):
+        raise ConfigError(f"cannot write '{dst}': the folder '{folder}' does not exist", key="DST")
+    for path in (dst, sidecar_path(dst)):
+        if os.path.isdir(path) or (os.path.exists(path) and not overwrite):
+            raise ConfigError(f"'{path}' already exists; give another DST, or --overwrite to replace it", key="DST")
+
+
+def _save(backbone, config: dict, src: str, source: str, dst: str):
+    """The weights and their config, each written under a temporary name and renamed into place once both are
+    complete (a failure leaves neither)."""
+    import paddle
+
+    temps = [f"{p}.partial-{os.getpid()}" for p in (dst, sidecar_path(dst))]
+    try:
+        paddle.save(backbone.state_dict(), temps[0])
+        with open(temps[1], "w") as f:  # what mtl eval DST.pdparams builds the backbone from
+            json.dump({"backbone": config, "converted_from": os.path.abspath(src), "source": source}, f, indent=1)
+        os.replace(temps[0], dst)
+        os.replace(temps[1], sidecar_path(dst))
+    finally:
+        for temp in temps:
+            if os.path.exists(temp):
+                os.remove(temp)
+
+
+def convert(source: str, src: str, dst: str, arch: str, overwrite: bool = False) -> dict:
     """Convert ``src`` (an insightface ``.pth`` or a PLSC ``.pdparams``) to ``dst``, the state_dict of our ``arch``
-    that ``backbone: {type: arch, pretrained: dst, ...}`` loads; return that backbone config (without pretrained)."""
+    that ``backbone: {type: arch, pretrained: dst, ...}`` loads; return that backbone config (without pretrained).
+    ``dst`` is checked first (:func:`check_destination`)."""
     import paddle
 
     from mtl import registry
 
     if arch not in ARCHS:
         raise DataError(f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    check_destination(dst, overwrite)
     framework = "torch" if source == "insightface" else "paddle"
     state = read_source(source, src)
     options = infer_options(arch, state, src, framework)
@@ -180,10 +223,8 @@ def convert(source: str, src: str, dst: str, arch: str) -> dict:
     converted = map_tensors(state, backbone, src, framework)
     backbone.set_state_dict({name: paddle.to_tensor(value).astype(backbone.state_dict()[name].dtype)
                              for name, value in converted.items()})
-    paddle.save(backbone.state_dict(), dst)
     config = {"type": arch, **options}
-    with open(sidecar_path(dst), "w") as f:  # what mtl eval DST.pdparams builds the backbone from
-        json.dump({"backbone": config, "converted_from": os.path.abspath(src), "source": source}, f, indent=1)
+    _save(backbone, config, src, source, dst)
     return config
 
 
