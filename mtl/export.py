@@ -20,18 +20,50 @@ from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError, require_input_file
 
 
-def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None):
+def check_export_dir(out_dir):
+    """ConfigError unless ``out_dir`` is new, empty or an earlier export (its ``export.json``): an export replaces
+    what is there, and a folder of other files (``.``, a run folder) is not ours to replace."""
+    if os.path.isfile(out_dir):
+        raise ConfigError(f"'{out_dir}' is a file; the export is a folder", key="OUT_DIR")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, "export.json")):
+        raise ConfigError(f"'{out_dir}' holds files and is not an export (no export.json); give a new or empty folder",
+                          key="OUT_DIR")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"cannot write '{out_dir}': the folder '{parent}' does not exist", key="OUT_DIR")
+
+
+def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None, onnx_opset=None):
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
     ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``.
     The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.inference.import_plugins`).
     ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
+    ``onnx_opset``: also ``backbone.onnx`` (:func:`export_onnx`). Everything is written into a folder beside
+    ``out_dir`` that replaces it once complete (:func:`mtl.staging.staged_folder`): a failure leaves no half export,
+    and an earlier export at ``out_dir`` stays until then.
     """
+    from mtl.inference import open_run
+    from mtl.staging import staged_folder
+
+    check_export_dir(out_dir)
+    run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
+    with staged_folder(out_dir, replace=True) as stage:
+        meta = _write_export(run, run_dir, stage, task)
+        if onnx_opset is not None:
+            meta["onnx"] = os.path.basename(export_onnx(stage, onnx_opset))
+            meta["onnx_opset"] = onnx_opset
+            with open(os.path.join(stage, "export.json"), "w") as f:
+                json.dump(meta, f, indent=1)
+    return meta
+
+
+def _write_export(run, run_dir, out_dir, task):
+    """The export's files in ``out_dir``; its metadata (see :func:`export`)."""
     import paddle
 
-    from mtl.inference import field_adapter, open_run, read_run_data
+    from mtl.inference import field_adapter, read_run_data
 
-    run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
     backbone = run.backbone(task)
     fields = backbone.input_fields()
     field = fields[0]

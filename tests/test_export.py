@@ -87,6 +87,31 @@ def test_export_errors(tmp_path):
     assert export(str(tmp_path / "run"), str(tmp_path / "out"), task=tasks[-1])["task"] is None
 
 
+def test_an_export_is_written_whole_or_not_at_all(tmp_path):
+    """A damaged data.json was named (exit 2), but backbone.json, backbone.pdiparams and heads/ were left without an
+    export.json; an export over a folder of other files wrote into it. Found by a fuzzing helper."""
+    from mtl.errors import DataError
+
+    train_run(tmp_path, averaging=False)
+    run, out = tmp_path / "run", tmp_path / "out"
+    first = export(str(run), str(out))
+    before = {name: (out / name).read_bytes() for name in ("export.json", "backbone.pdiparams")}
+    (run / "data.json").write_text("{not json")
+    with pytest.raises(DataError, match="data.json"):
+        export(str(run), str(out))
+    assert {name: (out / name).read_bytes() for name in before} == before  # the earlier export, untouched
+    with pytest.raises(DataError, match="data.json"):
+        export(str(run), str(tmp_path / "fresh"))
+    assert sorted(os.listdir(tmp_path)) == ["out", "run"]  # no half export, no temporary folder
+    (run / "data.json").unlink()
+    assert export(str(run), str(out))["step"] == first["step"]  # an earlier export is replaced
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(ConfigError, match="'.*mine' holds files and is not an export"):
+        export(str(run), str(tmp_path / "mine"))
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
 def test_export_refuses_an_incomplete_set_of_shards(tmp_path):
     train_run(tmp_path, averaging=False)
     heads = os.path.join(latest_checkpoint(str(tmp_path / "run")), "heads")

@@ -1,20 +1,14 @@
 """``mtl export RUN_DIR OUT_DIR`` and ``mtl embed EXPORT_DIR IMAGES... -o emb.npy`` (see :mod:`mtl.export`)."""
-import json
-import os
 
 import numpy as np
 
-from mtl.export import embed, export, export_onnx
+from mtl.export import embed, export
 from mtl.inference import add_trust_plugins
 
 
 def _cmd_export(args):
-    meta = export(args.run_dir, args.out_dir, args.checkpoint, args.weights, args.trust_plugins, args.task)
-    if args.onnx:
-        meta["onnx"] = os.path.basename(export_onnx(args.out_dir, args.opset))
-        meta["onnx_opset"] = args.opset
-        with open(os.path.join(args.out_dir, "export.json"), "w") as f:
-            json.dump(meta, f, indent=1)
+    meta = export(args.run_dir, args.out_dir, args.checkpoint, args.weights, args.trust_plugins, args.task,
+                  onnx_opset=args.opset if args.onnx else None)
     print(f"exported step {meta['step']} ({'averaged' if meta['averaged'] else 'live'} weights) to {args.out_dir}: "
           f"backbone (input {meta['input_field']} {meta['input_shape']}, {meta['feature_size']}-d"
           + (f", embeds for task {meta['task']}" if meta["task"] else "") + "), heads "
@@ -22,6 +16,11 @@ def _cmd_export(args):
 
 
 def _cmd_embed(args):
+    from mtl.errors import ConfigError, require_output_file
+
+    require_output_file(args.output, "--output", suffix=".npy")
+    if args.batch_size < 1:
+        raise ConfigError(f"must be at least 1, got {args.batch_size}", key="--batch-size")
     emb = embed(args.export_dir, args.inputs, args.batch_size, args.flip, args.normalize, args.preprocess)
     np.save(args.output, emb)
     print(f"wrote {emb.shape[0]} embeddings of size {emb.shape[1]} to {args.output}")

@@ -221,19 +221,13 @@ def reshard(path, world, out):
     """Write the checkpoint ``path`` again for ``world`` processes into the new folder ``out`` (1 merges). The files
     are written into a temporary folder beside ``out``, renamed to ``out`` once complete; on any failure it is
     removed, so ``out`` is the whole checkpoint or nothing."""
-    import shutil
+    from mtl.staging import staged_folder
 
     state = checkpoint_state(path)
     if os.path.exists(out):
         raise ConfigError(f"'{out}' exists; reshard writes a new checkpoint folder")
-    partial = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(os.path.abspath(out))}.partial")
-    shutil.rmtree(partial, ignore_errors=True)  # left by a reshard that was killed
-    try:
+    with staged_folder(out) as partial:
         _write_resharded(path, state, world, partial)
-        os.rename(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return out
 
 
@@ -247,7 +241,7 @@ def _write_resharded(path, state, world, out):
 
     saved = state["world_size"]
     totals = class_totals(path)
-    shutil.copytree(path, out, ignore=lambda folder, names: [n for n in names if _per_rank(n)])
+    shutil.copytree(path, out, ignore=lambda folder, names: [n for n in names if _per_rank(n)], dirs_exist_ok=True)
     for rank in range(world):
         for task in totals:
             for averaged in (False, True):
