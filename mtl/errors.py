@@ -62,3 +62,25 @@ def require_input_file(path):
         raise DataError(f"input '{path}' is a folder; give its files (e.g. '{os.path.join(path, '*.png')}')")
     if not os.path.isfile(path):
         raise DataError(f"input '{path}' does not exist")
+
+
+RECORD_MARKERS = ("job.json", "export.json")  # a folder holding one is a run or an export: its files are its records
+
+
+def require_output_file(path, key, suffix=None):
+    """ConfigError (``key``: the option) unless a command's output file can go at ``path``, checked before any work:
+    its folder exists, it is not a folder, it ends in ``suffix`` when given (numpy adds ``.npy`` to any other name,
+    and the file would not be where the command says), and it is not a file of a run or an export (``--json
+    run/job.json`` replaced the run's config with the predictions)."""
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ConfigError(f"'{path}' is a folder; name the file to write", key=key)
+    if not os.path.isdir(folder):
+        raise ConfigError(f"cannot write '{path}': the folder '{folder}' does not exist", key=key)
+    if suffix and not str(path).endswith(suffix):
+        raise ConfigError(f"'{path}' does not end in {suffix}", key=key)
+    if os.path.exists(path) and any(os.path.isfile(os.path.join(folder, m)) for m in RECORD_MARKERS):
+        raise ConfigError(f"'{path}' is a file of the run or export in '{folder}'; write the output elsewhere",
+                          key=key)

@@ -230,3 +230,33 @@ def test_a_warning_of_a_tool_is_printed_once():
                                                 "report_damaged(\"checkpoint 'c' is damaged\")"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and run.stderr.splitlines() == ["warning: checkpoint 'c' is damaged"], run.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["embed", "{tmp}/export", "{tmp}/x.npy", "-o", "{tmp}/nodir/e.npy"],
+     "--output: cannot write '{tmp}/nodir/e.npy': the folder '{tmp}/nodir' does not exist"),
+    (["embed", "{tmp}/export", "{tmp}/x.npy", "-o", "{tmp}/e"], "--output: '{tmp}/e' does not end in .npy"),
+    (["embed", "{tmp}/export", "{tmp}/x.npy", "-o", "{tmp}/run"], "--output: '{tmp}/run' is a folder"),
+    (["embed", "{tmp}/export", "{tmp}/x.npy", "-o", "{tmp}/e.npy", "--batch-size", "0"],
+     "--batch-size: must be at least 1, got 0"),
+    (["predict", "{tmp}/run", "{tmp}/x.npy", "--json", "{tmp}/run/job.json"],
+     "--json: '{tmp}/run/job.json' is a file of the run or export in '{tmp}/run'; write the output elsewhere"),
+    (["predict", "{tmp}/run", "{tmp}/x.npy", "--json", "{tmp}/nodir/p.json"],
+     "--json: cannot write '{tmp}/nodir/p.json': the folder '{tmp}/nodir' does not exist"),
+    (["overlap", "{tmp}/run", "--json", "{tmp}/run/summary.json"], "--json: '{tmp}/run/summary.json' is a file of the "
+                                                                   "run or export"),
+    (["eval", "{tmp}/run", "--sets", "{tmp}/x.bin", "--batch-size", "-3"], "--batch-size: must be at least 1, got -3"),
+    (["eval", "{tmp}/run", "--sets", "{tmp}/x.bin", "--out", "{tmp}/run/job.json"],
+     "--out: '{tmp}/run/job.json' is a file; --out names the folder"),
+])
+def test_an_output_path_is_checked_before_anything_is_read(tmp_path, capsys, argv, words):
+    """``--json run/job.json`` replaced the run's config with the predictions (exit 0); -o into a missing folder, a
+    batch size below 1, --out naming a file were tracebacks, after the model was loaded. Found by a fuzzing helper.
+    The run here is only its records: the check comes first, so nothing else is needed."""
+    (tmp_path / "run").mkdir()
+    for name in ("job.json", "summary.json"):
+        (tmp_path / "run" / name).write_text("{}")
+    code, err = cli([a.format(tmp=tmp_path) for a in argv], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {words.format(tmp=tmp_path)}"), err
+    assert (tmp_path / "run" / "job.json").read_text() == "{}" and not (tmp_path / "e.npy").exists()

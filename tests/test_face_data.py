@@ -330,6 +330,14 @@ def test_bin_errors(tmp_path):
         read_bin(str(tmp_path / "evil.bin"))
     with pytest.raises(DataError, match="does not exist"):
         read_bin(str(tmp_path / "none.bin"))
+    # each was a TypeError or ValueError traceback of numpy or Python (found by a fuzzing helper)
+    cases = [((5, [True]), r"got \(int, list\)"), (([good, good], None), r"got \(list, NoneType\)"),
+             (([good] * 4, [True, [False]]), "issame holds values other than True/False"), (([], []), "holds no pair")]
+    for content, words in cases:
+        with open(tmp_path / "shape.bin", "wb") as f:
+            pickle.dump(content, f)
+        with pytest.raises(DataError, match=f"shape.bin'.*{words}"):
+            read_bin(str(tmp_path / "shape.bin"))
 
 
 def test_pairs_list(tmp_path):

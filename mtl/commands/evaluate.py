@@ -158,6 +158,11 @@ def plot_ijb_roc(variants, path, title):
 
 
 def _cmd_eval(args):
+    if args.batch_size < 1:
+        raise ConfigError(f"must be at least 1, got {args.batch_size}", key="--batch-size")
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ConfigError(f"'{args.out}' is a file; --out names the folder eval_<set>.json and roc_<set>.png go into",
+                          key="--out")
     if args.sets and args.ijb:
         raise ConfigError("mtl eval takes either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C), not both")
     if not args.sets and not args.ijb:  # the run's own evaluation split(s) and sets

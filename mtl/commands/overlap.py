@@ -28,7 +28,7 @@ import os
 import numpy as np
 
 from mtl.arrays import unit_rows
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, require_output_file
 from mtl.inference import add_trust_plugins
 
 CENTRES_THRESHOLD = 0.5  # --centres without --threshold
@@ -292,6 +292,8 @@ def _cmd_overlap(args):
         raise ConfigError(f"--percentile must be in [0, 100], got {args.percentile}")
     if args.images_per_class < 2:
         raise ConfigError(f"--images-per-class must be at least 2 (two halves), got {args.images_per_class}")
+    if args.json:
+        require_output_file(args.json, "--json")
     report(args.run_dir, args.threshold, args.centres, args.sets, args.json, args.percentile, args.images_per_class,
            args.trust_plugins)
 

@@ -4,11 +4,13 @@ from mtl.inference import add_trust_plugins
 
 
 def _cmd_predict(args):
-    from mtl.errors import ConfigError
+    from mtl.errors import ConfigError, require_output_file
     from mtl.prediction import predict, prediction_table, write_predictions
 
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")
+    if args.json:
+        require_output_file(args.json, "--json")
     results = predict(args.path, args.inputs, args.task, args.weights, args.trust_plugins)
     print(prediction_table(results, args.top))
     if args.json:

@@ -58,7 +58,7 @@ def decode_rgb(data) -> Image.Image:
         image = Image.open(BytesIO(data))
         image.load()
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types (OSError, SyntaxError, ValueError ...)
-        raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from None
+        raise DecodeError(f"cannot decode image ({len(data)} bytes): {' '.join(str(exc).split())}") from None
     if image.mode != "RGB":
         image = image.convert("RGB")
     return image
@@ -70,7 +70,7 @@ def _decode_bgr(data) -> np.ndarray:
     try:
         bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
     except cv2.error as exc:
-        raise DecodeError(f"cannot decode image ({len(data)} bytes): {exc}") from None
+        raise DecodeError(f"cannot decode image ({len(data)} bytes): {' '.join(str(exc).split())}") from None
     if bgr is None:
         raise DecodeError(f"cannot decode image ({len(data)} bytes): OpenCV does not recognise the data")
     return bgr

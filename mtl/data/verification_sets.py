@@ -93,12 +93,7 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
     content = load_bin_content(path)
     if not isinstance(content, (tuple, list)) or len(content) != 2:
         raise DataError(f"verification set '{path}': expected a pickle of (images, issame)")
-    images, issame = content
-    issame = np.asarray(list(issame))
-    if len(images) != 2 * len(issame) or issame.ndim != 1:
-        raise DataError(f"verification set '{path}': {len(images)} images for {len(issame)} pairs, expected 2 per pair")
-    if issame.dtype != bool and not np.isin(issame, (0, 1)).all():
-        raise DataError(f"verification set '{path}': issame holds values other than True/False")
+    images, issame = _checked_pairs(path, *content)
     encoded = []
     for i, item in enumerate(images):
         data = as_bytes(item)
@@ -109,6 +104,25 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
                          preprocess)
     name = name or os.path.splitext(os.path.basename(path))[0]
     return VerificationSet(name, pixels, issame.astype(bool), path, preprocess)
+
+
+def _checked_pairs(path, images, issame):
+    """``(images, issame as a 1-d array)`` of a ``.bin`` set's pickle, or a DataError naming the file: two
+    sequences, 2 images per pair, issame of True/False (or 0/1), at least one pair (an int, a None, a ragged list
+    or an empty set were numpy's and Python's tracebacks)."""
+    if not isinstance(images, (list, tuple)) or not isinstance(issame, (list, tuple, np.ndarray)):
+        raise DataError(f"verification set '{path}': expected a pickle of (list of images, list of issame), got "
+                        f"({type(images).__name__}, {type(issame).__name__})")
+    if not all(isinstance(v, (bool, int, np.bool_, np.integer)) for v in issame):
+        raise DataError(f"verification set '{path}': issame holds values other than True/False")
+    issame = np.asarray(list(issame))
+    if len(issame) == 0:
+        raise DataError(f"verification set '{path}' holds no pair")
+    if len(images) != 2 * len(issame):
+        raise DataError(f"verification set '{path}': {len(images)} images for {len(issame)} pairs, expected 2 per pair")
+    if issame.dtype != bool and not np.isin(issame, (0, 1)).all():
+        raise DataError(f"verification set '{path}': issame holds values other than True/False")
+    return images, issame
 
 
 def write_bin(path: str, encoded_images, issame):
