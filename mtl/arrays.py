@@ -58,3 +58,12 @@ def on_host(tensor) -> bool:
     import paddle
 
     return HOST_PATHS and tensor.place.is_cpu_place() and tensor.dtype in (paddle.float32, paddle.float64)
+
+
+def load_problem(exc: Exception) -> str:
+    """Why ``np.load(..., allow_pickle=False)`` refused a file, in words for the user: numpy's own message for a
+    pickle advises loading it unsafely, which a file from elsewhere must never be."""
+    text = " ".join(str(exc).split())
+    if "pickle" in text.lower() or "object arrays" in text.lower():
+        return "it holds pickled Python objects, which are never loaded: their code could run"
+    return text[:120]

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from mtl.arrays import unit_rows
+from mtl.arrays import load_problem, unit_rows
 from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError, require_input_file
 
@@ -182,7 +182,7 @@ def read_inputs(paths, shape, preprocess=None):
     for path in paths:
         require_input_file(path)
         if path.endswith(".npy"):
-            arr = np.load(path).astype(np.float32)
+            arr = _numeric_array(path)
             if arr.ndim == len(shape):
                 arr = arr[None]
             if tuple(arr.shape[1:]) != tuple(shape):
@@ -201,6 +201,23 @@ def read_inputs(paths, shape, preprocess=None):
             raise DataError(f"input '{path}' could not be decoded as an image: {exc}") from None
         batches.append(image[None])
     return np.concatenate(batches).astype(np.float32)
+
+
+def _numeric_array(path: str) -> np.ndarray:
+    """The numbers of the ``.npy`` input ``path`` as float32, at least one input; a DataError naming the file for a
+    pickle or object array (never loaded), an ``.npz`` archive, other bytes, or no input at all."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"input '{path}' is not a numpy array file ({load_problem(exc)})") from None
+    if not isinstance(arr, np.ndarray):  # np.load of an .npz archive
+        arr.close()
+        raise DataError(f"input '{path}' is an .npz archive; give each array as its own .npy file")
+    if arr.dtype.kind not in "biuf":
+        raise DataError(f"input '{path}' holds {arr.dtype} values, not numbers")
+    if arr.size == 0:
+        raise DataError(f"input '{path}' holds no input (shape {list(arr.shape)})")
+    return arr.astype(np.float32)
 
 
 def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False, preprocess_task=None):

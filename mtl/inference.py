@@ -12,12 +12,14 @@ the project installs itself (its ``heads/`` and ``tasks/``).
 """
 import json
 import os
+import zipfile
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.arrays import load_problem
+from mtl.errors import ConfigError, DataError
 from mtl.safe_pickle import load_paddle_file
 from mtl.utf8 import read_json
 
@@ -89,7 +91,21 @@ def write_run_data(job, folder: str):
 def read_run_data(folder: str) -> dict:
     """A run's ``data.json`` (``{}`` for a run trained before it was written)."""
     path = os.path.join(folder, RUN_DATA)
-    return read_json(path, "run data") if os.path.isfile(path) else {}
+    data = read_json(path, "run data") if os.path.isfile(path) else {}
+    for key in ("label_names", "inputs"):
+        value = data.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+            raise DataError(f"run data '{path}': '{key}' must map each task to a mapping, got {str(value)[:60]}")
+    return data
+
+
+def _check_job(cfg: dict, path: str):
+    """DataError unless a run's ``job.json`` lists its tasks as mappings with names (what inference reads first)."""
+    tasks = cfg.get("tasks")
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                                           for t in tasks):
+        raise DataError(f"job config '{path}': 'tasks' must be a list of task mappings with a 'name', got "
+                        f"{str(tasks)[:60]} (a run's job.json is written by mtl train)")
 
 
 @dataclass
@@ -209,6 +225,7 @@ def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "aut
     if not os.path.isfile(job_json):
         raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
     cfg = read_json(job_json, "job config")
+    _check_job(cfg, job_json)
     folder = checkpoint or layout.latest_checkpoint(run_dir)
     if folder is None or not os.path.isfile(os.path.join(folder, "state.json")):
         raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")
@@ -218,7 +235,10 @@ def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "aut
     if weights == "averaged" and not has_average:
         raise ConfigError(f"checkpoint '{folder}' has no averaged weights (the run did not average)")
     import_plugins(cfg, run_dir, trust_plugins)
-    step = int(read_json(os.path.join(folder, "state.json"), "checkpoint state")["step"])
+    step = read_json(os.path.join(folder, "state.json"), "checkpoint state").get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise DataError(f"checkpoint state '{os.path.join(folder, 'state.json')}' has no whole number under 'step', "
+                        f"got {step!r}")
     return RunWeights(run_dir, cfg, folder, step, has_average and weights != "live")
 
 
@@ -262,7 +282,13 @@ def export_meta(folder: str) -> dict:
     meta_path = os.path.join(folder, "export.json")
     if not os.path.isfile(meta_path):
         raise ConfigError(f"'{folder}' is not an export folder (no export.json); run `mtl export` first")
-    return read_json(meta_path, "export metadata")
+    meta = read_json(meta_path, "export metadata")
+    shape = meta.get("input_shape")
+    if not isinstance(meta.get("input_field"), str) or not isinstance(shape, list) or \
+            not all(d is None or (isinstance(d, int) and not isinstance(d, bool) and d > 0) for d in shape):
+        raise DataError(f"export metadata '{meta_path}' has no 'input_field' name with an 'input_shape' of positive "
+                        f"whole numbers (got {meta.get('input_field')!r}, {shape!r}); export the run again")
+    return meta
 
 
 def open_export(folder: str) -> LoadedModel:
@@ -273,7 +299,13 @@ def open_export(folder: str) -> LoadedModel:
     if not os.path.isfile(os.path.join(folder, "backbone.json")):
         raise ConfigError(f"export '{folder}' holds no inference program backbone.json (export it again with "
                           "`mtl export`)")
-    model = field_adapter(paddle.jit.load(os.path.join(folder, "backbone")), meta["input_field"], to_dict=False)
+    try:
+        program = paddle.jit.load(os.path.join(folder, "backbone"))
+    except Exception as exc:  # noqa: BLE001 - Paddle reports a damaged program as RuntimeError, KeyError, ValueError...
+        raise DataError(f"export '{folder}': its inference program (backbone.json, backbone.pdiparams) cannot be "
+                        f"loaded ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}); export the run "
+                        "again") from None
+    model = field_adapter(program, meta["input_field"], to_dict=False)
     model.eval()
     kind = "averaged" if meta.get("averaged") else "live"
     return LoadedModel(model, meta["input_field"], meta["input_shape"], meta["step"], f"export ({kind} weights)",
@@ -346,8 +378,13 @@ def _export_head_state(folder: str, task: str) -> dict:
     path = os.path.join(folder, "heads", f"{task}.npz")
     if not os.path.isfile(path):
         raise ConfigError(f"export '{folder}' has no head weights for task '{task}' ({path})")
-    with np.load(path, allow_pickle=False) as npz:
-        return {k: npz[k] for k in npz.files}
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            state = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:  # garbage, object arrays, a truncated zip
+        raise DataError(f"head weights '{path}' cannot be read as plain arrays ({load_problem(exc)}); export the "
+                        "run again") from None
+    return state
 
 
 def open_for_prediction(path: str, weights: str = "auto", trust_plugins: bool = False) -> PredictionModel:

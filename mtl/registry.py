@@ -170,8 +170,8 @@ def load_file(path: str):
     except MtlError:  # a plug-in may check its own settings when imported
         del sys.modules[modname]
         raise
-    except Exception as exc:  # noqa: BLE001 - anything else is a bug in the plug-in file, named with its line
-        del sys.modules[modname]
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - anything else is a bug in the plug-in file (sys.exit(0)
+        del sys.modules[modname]             # in one ended `mtl train` with status 0 and nothing trained)
         raise import_error(path, exc) from None
     return module
 

@@ -79,14 +79,17 @@ def open_utf8(path, what: str, newline=None) -> Utf8Text:
 
 
 def read_json(path, what: str):
-    """The JSON value of the user's or a run's file ``path``; a DataError naming ``what`` and the file when it cannot
-    be read, is not UTF-8 (:func:`open_utf8`) or is not JSON."""
+    """The JSON object of the user's or a run's file ``path``; a DataError naming ``what`` and the file when it cannot
+    be read, is not UTF-8 (:func:`open_utf8`), is not JSON or is not an object."""
     import json
 
     try:
         with open_utf8(path, what) as f:
-            return json.load(f)
+            value = json.load(f)
     except json.JSONDecodeError as exc:
         raise DataError(f"{what} '{path}' is not valid JSON ({exc})") from None
     except OSError as exc:
         raise DataError(f"{what} '{path}' cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(value, dict):  # every such file is an object; a list gave AttributeErrors far from here
+        raise DataError(f"{what} '{path}' holds a JSON {type(value).__name__}, expected an object ({{...}})")
+    return value

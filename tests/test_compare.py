@@ -102,7 +102,7 @@ def _baseline_never_trains_over_another_job(tmp_path, quick):
 @pytest.mark.parametrize("content, words", [
     ('{"steps": 4, "tasks": ', "is not valid JSON"),
     ('{"steps": 4}', "has no 'tasks' object"),
-    ('[6]', "has no 'tasks' object"),
+    ('[6]', "holds a JSON list, expected an object"),
     ('{"tasks": ["a"]}', "has no 'tasks' object"),
     ('{"tasks": {"a": {"primary_metric": "acc", "eval": {"acc": "big"}}}}', "task 'a' has acc = 'big', not a number"),
 ])

@@ -100,6 +100,26 @@ def test_python_task_file_registers_its_own_head(tmp_path):
     assert job["tasks"][0]["head"]["type"] == "my_regression"
 
 
+def test_a_key_named_twice_in_a_file_is_refused_with_both_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys without a word: a second 'ratio:' at the bottom of a task file won
+    (found by a fuzzing helper). YAML itself forbids it."""
+    task = tmp_path / "t1.yaml"
+    task.write_text("name: t1\nreader: {type: synthetic}\nhead: {type: softmax}\nratio: 1.0\nloss_weight: 1\n"
+                    "ratio: 2.0\n")
+    msg, _ = error_of(tmp_path, data=dict(BASE, tasks=[str(task)]))
+    assert msg == f"{task}: is not valid YAML at line 6: key 'ratio' appears twice (lines 4 and 6)", msg
+    nested = dict(BASE, schedule={"batch_size": 8, "steps": 2})
+    text = yaml.safe_dump(nested).replace("steps: 2", "steps: 2\n  steps: 3")
+    (tmp_path / "job.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="key 'steps' appears twice"):
+        load_job(str(tmp_path / "job.yaml"))
+    from mtl.config.loading import UniqueKeyLoader  # a merge key's values may be overridden, as YAML allows
+
+    merged = yaml.load("a: &x {k: 1, j: 3}\nb:\n  <<: *x\n  k: 2\n", Loader=UniqueKeyLoader)  # noqa: S506
+    assert merged == yaml.safe_load("a: &x {k: 1, j: 3}\nb:\n  <<: *x\n  k: 2\n") == {
+        "a": {"k": 1, "j": 3}, "b": {"k": 2, "j": 3}}
+
+
 def test_duplicate_task_names(tmp_path):
     data = dict(BASE, tasks=[BASE["tasks"][0], BASE["tasks"][0]])
     msg, _ = error_of(tmp_path, data=data)

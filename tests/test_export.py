@@ -122,3 +122,63 @@ def test_export_refuses_an_incomplete_set_of_shards(tmp_path):
     json.dump(state, open(state_file, "w"))
     with pytest.raises(ConfigError, match=r"lacks shard\(s\) \[1\] of 2 of task 'ids'"):
         export(str(tmp_path / "run"), str(tmp_path / "out"))
+
+
+def object_npy(path):
+    """A .npy file of one object (dtype '|O'): its header says so, and numpy refuses it there without a pickle."""
+    header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\x80\x04N.")
+
+
+def test_damaged_records_of_a_run_or_an_export_are_one_sentence_each(tmp_path):
+    """Each was an AttributeError, TypeError, KeyError, UnicodeDecodeError or numpy ValueError traceback (found by
+    a fuzzing helper), or numpy's advice to load a pickled file unsafely."""
+    import shutil
+
+    from mtl.errors import DataError
+    from mtl.inference import open_for_prediction, open_run
+
+    train_run(tmp_path, averaging=False)
+    run, out = tmp_path / "run", tmp_path / "out"
+    export(str(run), str(out))
+
+    def damaged(folder, name, content):
+        copy = tmp_path / f"{folder.name}_{name.replace('/', '_')}_{len(os.listdir(tmp_path))}"
+        shutil.copytree(folder, copy)
+        (copy / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+        return str(copy)
+
+    cases = [
+        (lambda: open_run(damaged(run, "job.json", "[1, 2]")), r"job config '.*job.json' holds a JSON list, expected"),
+        (lambda: open_run(damaged(run, "job.json", json.dumps({"tasks": "x"}))),
+         r"'tasks' must be a list of task mappings with a 'name', got x"),
+        (lambda: export(damaged(run, "data.json", json.dumps({"label_names": 5})), str(tmp_path / "e1")),
+         r"run data '.*data.json': 'label_names' must map each task to a mapping, got 5"),
+        (lambda: embed(damaged(out, "export.json", "[]"), [str(tmp_path / "x.npy")]), "holds a JSON list"),
+        (lambda: embed(damaged(out, "export.json", json.dumps({**json.load(open(out / "export.json")),
+                                                                "input_shape": "abc"})), [str(tmp_path / "x.npy")]),
+         r"has no 'input_field' name with an 'input_shape' of positive whole numbers \(got 'image', 'abc'\)"),
+        (lambda: embed(damaged(out, "backbone.json", "{garbage"), [str(tmp_path / "x.npy")]),
+         r"its inference program \(backbone.json, backbone.pdiparams\) cannot be loaded \(RuntimeError"),
+        (lambda: embed(str(out), [str(tmp_path / "obj.npy")]),
+         r"obj.npy' is not a numpy array file \(it holds pickled Python objects, which are never loaded"),
+        (lambda: embed(str(out), [str(tmp_path / "zip.npy")]), r"zip.npy' is an .npz archive"),
+        (lambda: embed(str(out), [str(tmp_path / "none.npy")]), r"none.npy' holds no input \(shape \[0, 1, 8, 8\]\)"),
+    ]
+    np.save(tmp_path / "x.npy", np.zeros((2, 1, 8, 8), np.float32))
+    object_npy(tmp_path / "obj.npy")
+    np.savez(tmp_path / "two.npz", a=np.zeros(2))
+    os.rename(tmp_path / "two.npz", tmp_path / "zip.npy")  # an archive saved under a .npy name
+    np.save(tmp_path / "none.npy", np.zeros((0, 1, 8, 8), np.float32))
+    for run_it, words in cases:
+        with pytest.raises(DataError, match=words):
+            run_it()
+    head = next(n for n in os.listdir(out / "heads"))
+    object_npy(tmp_path / "pickled.npy")
+    with pytest.raises(DataError, match=rf"head weights '.*{head}' cannot be read as plain arrays \(it holds"):
+        open_for_prediction(damaged(out, f"heads/{head}", (tmp_path / "pickled.npy").read_bytes())).head_weights(
+            head[:-4])
+    state = damaged(run, "checkpoints/step_8/state.json", b'{"step": "\xe9"}')
+    with pytest.raises((DataError, ConfigError), match="no complete checkpoint|state.json"):  # was UnicodeDecodeError
+        open_run(state)

@@ -52,6 +52,16 @@ def test_plugin_folder_is_discovered(tmp_path):
     assert entry.description == "A plug-in backbone for the registry test." and "p1.py" in entry.origin
 
 
+def test_a_plugin_that_ends_the_process_when_imported_is_a_plugin_error(tmp_path):
+    """sys.exit(0) in a plug-in file ended `mtl train` with status 0, no output and nothing trained (found by a
+    fuzzing helper)."""
+    from mtl.errors import PluginError
+
+    (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
+    with pytest.raises(PluginError, match=r"quits.py' line 2: SystemExit: 0 when it was imported; this is a bug"):
+        registry.load_folder(str(tmp_path))
+
+
 @pytest.mark.subprocess
 def test_entry_point_group(tmp_path):
     pkg = tmp_path / "site"

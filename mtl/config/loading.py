@@ -18,13 +18,33 @@ from mtl.errors import ConfigError
 from mtl.utf8 import NotUtf8, open_utf8
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (YAML forbids it; PyYAML keeps the last value
+    without a word, so a second ``ratio:`` further down a task file silently won)."""
+
+    def construct_mapping(self, node, deep=False):
+        """The mapping of ``node``, after checking that no key appears twice (merge keys ``<<`` excepted)."""
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)):
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key '{key}' appears twice (lines {seen[key]} and {key_node.start_mark.line + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: str, what: str = "config"):
     """Read a YAML mapping, with a one-line error for a missing or malformed file."""
     if not os.path.isfile(path):
         raise ConfigError(f"{what} file does not exist", path)
     try:
         with open_utf8(path, what) as f:
-            data = yaml.safe_load(f.read())
+            data = yaml.load(f.read(), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except NotUtf8 as exc:
         raise ConfigError(f"is not UTF-8 text: {exc.where}; save it as UTF-8", path) from None
     except yaml.YAMLError as exc:

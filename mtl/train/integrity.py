@@ -80,9 +80,9 @@ def read_state(folder):
     """``(state dict, None)``, or ``(None, problem)`` when ``state.json`` is missing or not JSON."""
     path = os.path.join(folder, STATE_FILE)
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             state = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 (was a UnicodeDecodeError traceback)
         return None, f"{STATE_FILE} is unreadable ({type(exc).__name__}: {exc})"
     if not isinstance(state, dict) or "step" not in state:
         return None, f"{STATE_FILE} holds no step"
