@@ -53,6 +53,14 @@ class DataError(MtlError):
     """A data file or record is unreadable or holds a value outside what its task expects."""
 
 
+def absent(path) -> str:
+    """Why a file the user named cannot be read, for the end of a sentence: ``is a folder, not a file`` or ``does
+    not exist`` (a folder given for a file was said not to exist)."""
+    import os
+
+    return "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+
+
 def require_input_file(path):
     """DataError unless ``path`` is a file: an input given to ``mtl embed`` or ``mtl predict`` (a folder is said to be
     one, not to be missing)."""

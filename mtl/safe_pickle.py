@@ -30,7 +30,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from mtl.errors import DataError
+from mtl.errors import DataError, absent
 
 MAX_EXPANSION = 4  # arrays counted per reference, at most this many times the bytes of the file
 MAX_GENERATOR_STATE = 1 << 20  # characters of one serialised random generator state
@@ -331,7 +331,7 @@ def load_paddle_file(path: str, what: str = "a Paddle state file"):
     running code from the file (:func:`load_pickle`). Paddle's name table ``StructuredToParameterName@@`` is
     dropped."""
     if not os.path.isfile(path):
-        raise DataError(f"'{path}' does not exist")
+        raise DataError(f"'{path}' {absent(path)}")
     obj = load_pickle(path, PADDLE_FILE, what, tensor_tuples=True, encoding="latin1")
     if isinstance(obj, dict):
         obj.pop("StructuredToParameterName@@", None)

@@ -41,7 +41,9 @@ class Utf8Text:
 
     def __init__(self, path, what: str, newline=None):
         self.path, self.what = path, what
-        self._file = open(path, encoding="utf-8", newline=newline)
+        # utf-8-sig: the byte-order mark Windows editors put first is not part of the text (it was read into the
+        # first path of a pairs list, "cannot read '\ufeffs1/1.png'")
+        self._file = open(path, encoding="utf-8-sig", newline=newline)
 
     @contextlib.contextmanager
     def _located(self):

@@ -7,6 +7,7 @@ import pytest
 
 from mtl.cli import main as mtl_main
 from mtl.commands import launch
+from mtl.errors import DataError
 from tests.cli_run import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -260,3 +261,15 @@ def test_an_output_path_is_checked_before_anything_is_read(tmp_path, capsys, arg
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {words.format(tmp=tmp_path)}"), err
     assert (tmp_path / "run" / "job.json").read_text() == "{}" and not (tmp_path / "e.npy").exists()
+
+
+def test_a_folder_given_for_a_file_is_said_to_be_a_folder(tmp_path, capsys):
+    """It was said not to exist (found by a fuzzing helper)."""
+    from mtl.data.verification_sets import load_verification_set
+
+    (tmp_path / "job.yaml").mkdir()
+    (tmp_path / "set.bin").mkdir()
+    code, err = cli(["train", tmp_path / "job.yaml"], capsys)
+    assert code == 2 and err.strip() == f"error: {tmp_path / 'job.yaml'}: job config file is a folder, not a file", err
+    with pytest.raises(DataError, match=r"verification set '.*set.bin' is a folder, not a file"):
+        load_verification_set(str(tmp_path / "set.bin"))

@@ -127,3 +127,19 @@ def test_a_same_person_pairs_file_that_is_not_utf8_or_not_json_names_the_key(tmp
         path = _write(tmp_path, "pairs.json", text)
         with pytest.raises(ParameterError, match=f"same_person.pairs: file '{path}' {words}"):
             same_person_pairs({"pairs": path, "offsets": {"a": 0}}, 10)
+
+
+def test_a_byte_order_mark_first_is_not_part_of_the_text(tmp_path):
+    """Windows editors save UTF-8 with a byte-order mark first; it was read into the first path of a pairs list
+    ("cannot read 'sets/\\ufeffs1/1.png'", found by a fuzzing helper). Only a leading one is dropped."""
+    from PIL import Image
+
+    from mtl.data.verification_sets import read_pairs
+
+    path = tmp_path / "list.txt"
+    path.write_bytes(b"\xef\xbb\xbfa.png\t1\nb\xef\xbb\xbf.png\t0\n")
+    assert list(open_utf8(path, "file")) == ["a.png\t1\n", "b\ufeff.png\t0\n"]
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (8, 8), (10, 20, 30)).save(tmp_path / name)
+    (tmp_path / "pairs.txt").write_bytes("\ufeffa.png\tb.png\t1\n".encode())
+    assert read_pairs(str(tmp_path / "pairs.txt"), image_size=8).issame.tolist() == [True]

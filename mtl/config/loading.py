@@ -14,7 +14,7 @@ from mtl.config.keys import JOB, TASK
 from mtl.config.overrides import apply_overrides, blame_set, set_keys, split_task_overrides
 from mtl.config.paths import BACKBONE_PATH_KEYS, REPO_ROOT, resolve_path, resolve_reader_paths
 from mtl.config.schema import validate
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, absent
 from mtl.utf8 import NotUtf8, open_utf8
 
 
@@ -41,7 +41,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 def read_yaml(path: str, what: str = "config"):
     """Read a YAML mapping, with a one-line error for a missing or malformed file."""
     if not os.path.isfile(path):
-        raise ConfigError(f"{what} file does not exist", path)
+        raise ConfigError(f"{what} file {absent(path)}", path)
     try:
         with open_utf8(path, what) as f:
             data = yaml.load(f.read(), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
@@ -215,7 +215,7 @@ def _verification_set(entry, base_dir, source, key):
         raise ConfigError(f"unknown key '{sorted(unknown)[0]}'; allowed: path, root, name", source, key)
     path = resolve_path(str(entry["path"]), base_dir)
     if not os.path.isfile(path):
-        raise ConfigError(f"verification set '{entry['path']}' does not exist", source, key + ".path")
+        raise ConfigError(f"verification set '{entry['path']}' {absent(path)}", source, key + ".path")
     root = entry.get("root")
     if root is not None:
         root = resolve_path(str(root), base_dir)

@@ -13,7 +13,7 @@ import numpy as np
 
 from mtl import safe_pickle
 from mtl.data.transforms import DecodeError, FaceTransform, normalize
-from mtl.errors import DataError
+from mtl.errors import DataError, absent
 from mtl.utf8 import open_utf8
 
 
@@ -89,7 +89,7 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
              preprocess=None) -> VerificationSet:
     """Load an InsightFace ``.bin`` verification set, decoding (and resizing if needed) every image."""
     if not os.path.isfile(path):
-        raise DataError(f"verification set '{path}' does not exist")
+        raise DataError(f"verification set '{path}' {absent(path)}")
     content = load_bin_content(path)
     if not isinstance(content, (tuple, list)) or len(content) != 2:
         raise DataError(f"verification set '{path}': expected a pickle of (images, issame)")
@@ -139,7 +139,7 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
                decoder: str = "auto", preprocess=None) -> VerificationSet:
     """Load a pairs list (``img1<TAB>img2<TAB>0|1`` per line, paths relative to ``root``, default its folder)."""
     if not os.path.isfile(pairs_path):
-        raise DataError(f"pairs list '{pairs_path}' does not exist")
+        raise DataError(f"pairs list '{pairs_path}' {absent(pairs_path)}")
     root = root if root is not None else (os.path.dirname(pairs_path) or ".")
     encoded, issame, where = [], [], []
     with open_utf8(pairs_path, "pairs list") as f:

@@ -4,7 +4,7 @@ import os
 import numpy as np
 
 from mtl.contracts import Field
-from mtl.errors import ConfigError, DataError
+from mtl.errors import ConfigError, DataError, absent
 from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
 from mtl.readers.label_names import label_file, names_from_paths, read_label_file
@@ -20,7 +20,7 @@ def parse_label_list(list_path: str):
     message for lines that do not parse.
     """
     if not os.path.isfile(list_path):
-        raise DataError(f"label list '{list_path}' does not exist")
+        raise DataError(f"label list '{list_path}' {absent(list_path)}")
     entries, problems = [], {}
     with open_utf8(list_path, "image list") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -55,7 +55,7 @@ def read_target_table(path: str, columns, paths):
     the label list writes it. ``columns`` are column names or 0-based numbers. Raises :class:`DataError` naming the
     file and line (or the image) for a missing column, a path without a row or a value that is not a number."""
     if not os.path.isfile(path):
-        raise DataError(f"target list '{path}' does not exist")
+        raise DataError(f"target list '{path}' {absent(path)}")
     with open_utf8(path, "target list") as f:
         lines = [line.rstrip("\r\n") for line in f]
     if not lines:
