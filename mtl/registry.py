@@ -292,8 +292,50 @@ def build(kind, cfg, source=None, key=None, **context):
         raise
     except MtlError:
         raise
-    except Exception as exc:  # noqa: BLE001 - anything else is a bug in the plug-in, named as one
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug in the plug-in, named as one...
+        mistyped = _mistyped(entry, params, context)
+        if mistyped:  # ... unless a value is not of its declared type: then the config is wrong
+            name, problem = mistyped
+            raise ConfigError(f"{kind} '{entry.name}': parameter '{name}' must be {problem}", source,
+                              f"{key}.{name}" if key else None) from None
         raise plugin_error(kind, entry, exc) from exc
+
+
+def _mistyped(entry, params: dict, context: dict):
+    """``(name, what it should be)`` of the first given parameter that is not of the type the plug-in declares
+    (:func:`parameters`), or None. Asked only when the plug-in raised something else than a user error: its own
+    checks speak first."""
+    declared = {p.name: p.type for p in parameters(entry.cls)}
+    for name, value in params.items():
+        problem = _type_problem(value, declared.get(name, ""))
+        if problem and name not in context:
+            return name, problem
+    return None
+
+
+_TYPE_CHECKS = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+                "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+                "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
+                "list": lambda v: isinstance(v, (list, tuple)), "mapping": lambda v: isinstance(v, dict)}
+
+
+_TYPE_WORDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",
+               "list": "a list", "mapping": "a mapping"}
+
+
+def _type_problem(value, declared: str) -> Optional[str]:
+    """What ``value`` should be (``a whole number, got 1.5``) when it is not of the type a plug-in declares for a
+    parameter (``int``, ``list|float``, ``str or mapping``), or None; a type word this does not know, or None as
+    the value, is left to the plug-in. Without it ``classes: "x"`` reached the reader's ``int()`` and was reported
+    as a bug in the plug-in."""
+    import re
+
+    words = [w for w in re.split(r"\s*(?:\||\bor\b)\s*", declared.strip()) if w]
+    if value is None or not words or any(w not in _TYPE_CHECKS for w in words):
+        return None
+    if any(_TYPE_CHECKS[w](value) for w in words):
+        return None
+    return f"{' or '.join(_TYPE_WORDS[w] for w in words)}, got {value!r}"
 
 
 def plugin_error(kind: str, entry: Entry, exc: BaseException) -> PluginError:

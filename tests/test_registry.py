@@ -85,3 +85,39 @@ def test_entry_point_group(tmp_path):
     for kind, name in [("reader", "digits"), ("backbone", "iresnet50"), ("head", "arcface"), ("head", "regression")]:
         assert any(ln.split("|")[1].strip() == kind and ln.split("|")[2].strip() == name for ln in lines
                    if ln.count("|") > 3), name
+
+
+TYPED_PLUGIN = '''from mtl.registry import register_backbone
+from mtl.backbones.small import MLP
+
+
+@register_backbone("typed_test_mlp")
+class Typed(MLP):
+    """A plug-in whose constructor does arithmetic on its parameters.
+
+    Parameters:
+        width (int): hidden units
+        sizes (list|float): one or several
+    """
+
+    def __init__(self, width=4, sizes=1.0):
+        width + 1, sizes * 2
+        raise RuntimeError("a real bug")
+'''
+
+
+def test_a_value_of_another_type_than_declared_is_a_config_error_not_a_plugin_bug(tmp_path):
+    """``classes: "x"`` reached the digits reader's int() and was reported as "a bug in the plug-in, not a mistake
+    in the config" (found by a fuzzing helper). When a plug-in raises something other than a user error, a value not
+    of the type its docstring declares is named as the config's mistake; with the declared types it stays a bug."""
+    from mtl.errors import PluginError
+
+    (tmp_path / "typed.py").write_text(TYPED_PLUGIN)
+    registry.load_folder(str(tmp_path))
+    for params, words in (({"width": "x"}, "parameter 'width' must be a whole number, got 'x'"),
+                          ({"sizes": "y"}, "parameter 'sizes' must be a list or a number, got 'y'")):
+        with pytest.raises(ConfigError, match=f"^job.yaml: backbone.{next(iter(params))}: backbone 'typed_test_mlp': "
+                                              f"{words}$"):
+            registry.build("backbone", {"type": "typed_test_mlp", **params}, "job.yaml", "backbone")
+    with pytest.raises(PluginError, match="raised RuntimeError: a real bug while it was built; this is a bug"):
+        registry.build("backbone", {"type": "typed_test_mlp", "width": 3, "sizes": [1]}, "job.yaml", "backbone")
