@@ -226,6 +226,9 @@ def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "aut
         raise ConfigError(f"'{run_dir}' is not a training run: it has no job.json (train with `mtl train` first)")
     cfg = read_json(job_json, "job config")
     _check_job(cfg, job_json)
+    if checkpoint and not os.path.isfile(os.path.join(checkpoint, "state.json")):  # named, not found: say which
+        why = "is not a checkpoint folder (no state.json)" if os.path.isdir(checkpoint) else "does not exist"
+        raise ConfigError(f"checkpoint '{checkpoint}' {why}")
     folder = checkpoint or layout.latest_checkpoint(run_dir)
     if folder is None or not os.path.isfile(os.path.join(folder, "state.json")):
         raise ConfigError(f"'{run_dir}' has no complete checkpoint (train it, or pass a checkpoint folder)")

@@ -179,6 +179,10 @@ def test_damaged_records_of_a_run_or_an_export_are_one_sentence_each(tmp_path):
     with pytest.raises(DataError, match=rf"head weights '.*{head}' cannot be read as plain arrays \(it holds"):
         open_for_prediction(damaged(out, f"heads/{head}", (tmp_path / "pickled.npy").read_bytes())).head_weights(
             head[:-4])
+    with pytest.raises(ConfigError, match=r"checkpoint '.*nosuch' does not exist"):  # was "'run' has no complete ..."
+        open_run(str(run), str(tmp_path / "nosuch"))
+    with pytest.raises(ConfigError, match=r"checkpoint '.*run' is not a checkpoint folder \(no state.json\)"):
+        open_run(str(run), str(run))
     state = damaged(run, "checkpoints/step_8/state.json", b'{"step": "\xe9"}')
     with pytest.raises((DataError, ConfigError), match="no complete checkpoint|state.json"):  # was UnicodeDecodeError
         open_run(state)
