@@ -375,6 +375,29 @@ def test_the_hold_of_a_killed_job_is_taken_over(tmp_path):
     assert out.returncode == 0, err
 
 
+def test_a_job_killed_while_taking_the_hold_leaves_none_or_a_complete_one(tmp_path, monkeypatch):
+    """CI killed a job right after the hold was created and before its record was written: the empty hold was
+    judged alive for a minute and the next run refused (``host None, process None``). The hold now appears with its
+    record or not at all; a hold that is there is read whole."""
+    from mtl.train import run_lock
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the process dies while writing the record
+
+    monkeypatch.setattr(run_lock.json, "dump", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_lock.RunLock(str(tmp_path)).acquire()
+    assert os.listdir(tmp_path) == []  # neither the hold nor the taker's own file
+    monkeypatch.undo()
+    hold = run_lock.RunLock(str(tmp_path)).acquire()
+    try:
+        assert json.loads((tmp_path / run_lock.LOCK_FILE).read_text()) == hold.record
+        assert os.listdir(tmp_path) == [run_lock.LOCK_FILE]
+    finally:
+        hold.release()
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.distributed
 def test_mtl_launch_keeps_its_logs_in_the_run_and_the_environment_off_the_disk(tmp_path):
     """The launcher's own logs go to output_dir/launcher_logs (nothing in the working directory) and no file holds

@@ -1,8 +1,11 @@
 """One run per output folder: a hold on ``output_dir`` taken by rank 0 of a run (per run, not per rank).
 
-``output_dir/.run.lock`` is created atomically (``O_CREAT | O_EXCL``, atomic on local filesystems and on NFS v3 and
-later) and holds the holder's host, process id, the process's start time and a run id; a thread touches it every
-``HEARTBEAT`` seconds while the run lives. A second run that finds it:
+``output_dir/.run.lock`` is created atomically and complete: the record is written to a file of this process first,
+then hard-linked to the lock's name (``link`` fails when the name exists; atomic on local filesystems and on NFS, the
+classic NFS lock), so no reader sees an empty hold. With ``O_CREAT | O_EXCL`` and then a write, a job killed between
+the two left an empty hold that the next run judged alive for ``STALE`` seconds; that path remains only for a
+filesystem without hard links. The hold holds the holder's host, process id, the process's start time and a run id;
+a thread touches it every ``HEARTBEAT`` seconds while the run lives. A second run that finds it:
 
 * on the same host: the holder is alive when its process exists and started when the hold says (a process id
   reused by another program is not the holder);
@@ -65,7 +68,7 @@ class RunLock:
         os.makedirs(self.output_dir, exist_ok=True)
         for _ in range(5):
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                self._create()
             except FileExistsError:
                 holder = self._holder()
                 if holder is not None and self._alive(holder):
@@ -75,13 +78,29 @@ class RunLock:
                                       f"choose another output_dir", source, "output_dir") from None
                 self._move_aside(holder)
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.record, f)
             self._thread = threading.Thread(target=self._beat, name="mtl-run-lock", daemon=True)
             self._thread.start()
             return self
         raise ConfigError(f"output_dir '{self.output_dir}': could not take its hold {self.path} (another job keeps "
                           f"taking it)", source, "output_dir")
+
+    def _create(self):
+        """Create the hold with its record in one step (module docstring); FileExistsError when it exists."""
+        own = f"{self.path}.new.{os.getpid()}"
+        try:
+            with open(own, "w") as f:
+                json.dump(self.record, f)
+            try:
+                os.link(own, self.path)
+            except FileExistsError:
+                raise
+            except OSError:  # no hard links here (some FUSE and SMB mounts): create, then write
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                with os.fdopen(fd, "w") as f:
+                    json.dump(self.record, f)
+        finally:
+            if os.path.exists(own):
+                os.remove(own)
 
     def release(self):
         """Give the hold back (only our own: a hold another run took over stays)."""
