@@ -72,14 +72,34 @@ def require_input_file(path):
         raise DataError(f"input '{path}' does not exist")
 
 
-RECORD_MARKERS = ("job.json", "export.json")  # a folder holding one is a run or an export: its files are its records
+RECORD_MARKERS = ("job.json", "export.json")  # a folder holding one is a run or an export
+# what a run or an export keeps at its top (the checkpoints, heads and logs are in its sub-folders)
+RECORD_FILES = ("job.json", "summary.json", "data.json", "export.json", "metrics.jsonl", "eval.jsonl",
+                "baseline.json", "same_person.json", "tokenizer.json", "backbone.json", "backbone.pdiparams")
+
+
+def _records_owner(folder: str, levels: int = 3):
+    """The run or export folder (one holding a :data:`RECORD_MARKERS` file) that is ``folder`` or one of its
+    ``levels`` parents, or None."""
+    import os
+
+    for _ in range(levels + 1):
+        if any(os.path.isfile(os.path.join(folder, m)) for m in RECORD_MARKERS):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+    return None
 
 
 def require_output_file(path, key, suffix=None):
     """ConfigError (``key``: the option) unless a command's output file can go at ``path``, checked before any work:
     its folder exists, it is not a folder, it ends in ``suffix`` when given (numpy adds ``.npy`` to any other name,
-    and the file would not be where the command says), and it is not a file of a run or an export (``--json
-    run/job.json`` replaced the run's config with the predictions)."""
+    and the file would not be where the command says), and it is not one of a run's or an export's own files
+    (``--json run/job.json`` replaced the run's config with the predictions): a record at its top
+    (:data:`RECORD_FILES`) or any file in its sub-folders (checkpoints, heads, logs). Other files beside a run's
+    records, such as the user's own earlier output, may be written again."""
     import os
 
     folder = os.path.dirname(os.path.abspath(path))
@@ -89,6 +109,7 @@ def require_output_file(path, key, suffix=None):
         raise ConfigError(f"cannot write '{path}': the folder '{folder}' does not exist", key=key)
     if suffix and not str(path).endswith(suffix):
         raise ConfigError(f"'{path}' does not end in {suffix}", key=key)
-    if os.path.exists(path) and any(os.path.isfile(os.path.join(folder, m)) for m in RECORD_MARKERS):
-        raise ConfigError(f"'{path}' is a file of the run or export in '{folder}'; write the output elsewhere",
+    owner = _records_owner(folder) if os.path.exists(path) else None
+    if owner and (owner != folder or os.path.basename(path) in RECORD_FILES):
+        raise ConfigError(f"'{path}' is a file of the run or export in '{owner}'; write the output elsewhere",
                           key=key)

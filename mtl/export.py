@@ -28,9 +28,8 @@ def check_export_dir(out_dir):
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, "export.json")):
         raise ConfigError(f"'{out_dir}' holds files and is not an export (no export.json); give a new or empty folder",
                           key="OUT_DIR")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    if not os.path.isdir(parent):
-        raise ConfigError(f"cannot write '{out_dir}': the folder '{parent}' does not exist", key="OUT_DIR")
+    if os.path.islink(out_dir):
+        raise ConfigError(f"'{out_dir}' is a symbolic link; give the folder it points to", key="OUT_DIR")
 
 
 def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None, onnx_opset=None):
@@ -48,6 +47,7 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
 
     check_export_dir(out_dir)
     run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
+    _make_parent(out_dir)
     with staged_folder(out_dir, replace=True) as stage:
         meta = _write_export(run, run_dir, stage, task)
         if onnx_opset is not None:
@@ -56,6 +56,16 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
             with open(os.path.join(stage, "export.json"), "w") as f:
                 json.dump(meta, f, indent=1)
     return meta
+
+
+def _make_parent(path: str):
+    """Create the folders above ``path`` (``exports/`` of ``exports/v1``), as the export did before it was staged;
+    a path through a file is a ConfigError naming it."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder '{parent}' for '{path}': {exc.strerror}", key="OUT_DIR") from None
 
 
 def _write_export(run, run_dir, out_dir, task):

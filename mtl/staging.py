@@ -24,12 +24,22 @@ def staged_folder(out: str, replace: bool = False):
     try:
         yield partial
         if replace and os.path.exists(out):
-            old = _beside(out, f"old-{os.getpid()}")
-            os.rename(out, old)
-            os.rename(partial, out)
-            shutil.rmtree(old, ignore_errors=True)
+            _swap(partial, out)
         else:
             os.rename(partial, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+def _swap(partial: str, out: str):
+    """``partial`` becomes ``out``; the former ``out`` is renamed aside first, put back if the second rename fails
+    (or is interrupted), and removed once the new one is in place."""
+    old = _beside(out, f"old-{os.getpid()}")
+    os.rename(out, old)
+    try:
+        os.rename(partial, out)
+    except BaseException:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

@@ -273,3 +273,20 @@ def test_a_folder_given_for_a_file_is_said_to_be_a_folder(tmp_path, capsys):
     assert code == 2 and err.strip() == f"error: {tmp_path / 'job.yaml'}: job config file is a folder, not a file", err
     with pytest.raises(DataError, match=r"verification set '.*set.bin' is a folder, not a file"):
         load_verification_set(str(tmp_path / "set.bin"))
+
+
+def test_an_earlier_output_beside_a_runs_records_may_be_written_again(tmp_path):
+    """The README writes `mtl embed ... -o runs/own_data/two.npy` into the run folder: running it twice must work
+    (a review found the first rule refused every existing file there); a file in a run's sub-folders stays
+    protected."""
+    from mtl.errors import ConfigError, require_output_file
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_1").mkdir(parents=True)
+    for name in ("job.json", "two.npy", "checkpoints/step_1/state.json"):
+        (run / name).write_text("{}")
+    require_output_file(str(run / "two.npy"), "-o", suffix=".npy")  # the user's own, written before
+    require_output_file(str(run / "new.json"), "--json")
+    for name in ("job.json", "checkpoints/step_1/state.json"):
+        with pytest.raises(ConfigError, match=f"is a file of the run or export in '{run}'"):
+            require_output_file(str(run / name), "--json")

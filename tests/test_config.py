@@ -61,6 +61,7 @@ def test_valid_job_gets_defaults(tmp_path):
     ("tasks.0.name=../../escaped", "tasks.0.name", "a task name may hold letters, digits, '_' and '-'"),
     ("tasks.0.name=a/b", "tasks.0.name", "got 'a/b'"),
     ("tasks.0.name=-x", "tasks.0.name", "not starting with '-'"),
+    ('tasks.0.name="a\\n"', "tasks.0.name", "got 'a\\n'"),  # '$' of a regex let a trailing newline through
 ])
 def test_bad_values_name_file_and_key(tmp_path, override, key, words):
     msg, path = error_of(tmp_path, [override])
@@ -113,11 +114,14 @@ def test_a_key_named_twice_in_a_file_is_refused_with_both_lines(tmp_path):
     (tmp_path / "job.yaml").write_text(text)
     with pytest.raises(ConfigError, match="key 'steps' appears twice"):
         load_job(str(tmp_path / "job.yaml"))
-    from mtl.config.loading import UniqueKeyLoader  # a merge key's values may be overridden, as YAML allows
+    from mtl.config.loading import load_yaml_text  # a merge key's values may be overridden, as YAML allows
 
-    merged = yaml.load("a: &x {k: 1, j: 3}\nb:\n  <<: *x\n  k: 2\n", Loader=UniqueKeyLoader)  # noqa: S506
-    assert merged == yaml.safe_load("a: &x {k: 1, j: 3}\nb:\n  <<: *x\n  k: 2\n") == {
-        "a": {"k": 1, "j": 3}, "b": {"k": 2, "j": 3}}
+    for text in ("a: &x {k: 1, j: 3}\nb:\n  <<: *x\n  k: 2\n",
+                 # chained merges (found by a review): b merges a and overrides ratio, use merges b
+                 "defs:\n  a: &a {lr: 0.1, ratio: 1.0}\n  b: &b\n    <<: *a\n    ratio: 2.0\nuse:\n  <<: *b\n"
+                 "  name: t1\n",
+                 "1: one\ntrue: yes\n"):  # keys of other tags are other keys
+        assert load_yaml_text(text) == yaml.safe_load(text)
 
 
 def test_duplicate_task_names(tmp_path):

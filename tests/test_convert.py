@@ -212,7 +212,8 @@ def test_convert_refuses_a_destination_it_would_damage_and_writes_both_files_or_
 
     assert "go into a file ending in .pdparams" in refused(tmp_path / "model.json")
     assert not (tmp_path / "model.json").exists()
-    assert refused(tmp_path / "nodir" / "m.pdparams").endswith(f"the folder '{tmp_path / 'nodir'}' does not exist")
+    (tmp_path / "afile").write_text("x")
+    assert refused(tmp_path / "afile" / "m.pdparams").endswith(f"'{tmp_path / 'afile'}' is a file, not a folder")
     (tmp_path / "r18.json").write_text("keep")  # someone else's file where the config would go
     assert refused(tmp_path / "r18.pdparams") == (f"error: DST: '{tmp_path / 'r18.json'}' already exists; give "
                                                   "another DST, or --overwrite to replace it")
@@ -222,7 +223,9 @@ def test_convert_refuses_a_destination_it_would_damage_and_writes_both_files_or_
     weights = (tmp_path / "r18.pdparams").read_bytes()
     assert "already exists" in refused(tmp_path / "r18.pdparams")
     assert (tmp_path / "r18.pdparams").read_bytes() == weights
-    assert sorted(os.listdir(tmp_path)) == ["r18.json", "r18.pdparams", "r18.pth"]  # no temporary file left
+    assert sorted(os.listdir(tmp_path)) == ["afile", "r18.json", "r18.pdparams", "r18.pth"]  # no temporary file
+    mtl_main(["convert", "insightface", path, str(tmp_path / "models" / "r18.pdparams"), "--arch", "iresnet18"])
+    assert (tmp_path / "models" / "r18.json").is_file()  # the folder is made, as the README's command needs
     state["fc.weight"] = Tensor(state["fc.weight"].storage, state["fc.weight"].offset, (512 * 4,), (1,))
     write_torch_file(path, state, storages)
     assert refused(tmp_path / "flat.pdparams") == (f"error: '{path}': tensor 'fc.weight' has shape (2048,), but in "

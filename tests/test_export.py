@@ -186,3 +186,32 @@ def test_damaged_records_of_a_run_or_an_export_are_one_sentence_each(tmp_path):
     state = damaged(run, "checkpoints/step_8/state.json", b'{"step": "\xe9"}')
     with pytest.raises((DataError, ConfigError), match="no complete checkpoint|state.json"):  # was UnicodeDecodeError
         open_run(state)
+
+
+def test_a_staged_folder_that_cannot_be_renamed_into_place_puts_the_former_one_back(tmp_path, monkeypatch):
+    """A review found the swap lost the earlier export when its second rename failed (or was interrupted): the
+    former folder stayed under a hidden name and nothing was at OUT."""
+    from mtl import staging
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "export.json").write_text("old")
+    real, calls = os.rename, []
+
+    def failing_second(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError("disk gone")
+        real(src, dst)
+
+    monkeypatch.setattr(staging.os, "rename", failing_second)
+    with pytest.raises(OSError, match="disk gone"):
+        with staging.staged_folder(str(out), replace=True) as stage:
+            with open(os.path.join(stage, "export.json"), "w") as f:
+                f.write("new")
+    assert (out / "export.json").read_text() == "old" and sorted(os.listdir(tmp_path)) == ["out"]
+    monkeypatch.setattr(staging.os, "rename", real)
+    with staging.staged_folder(str(out), replace=True) as stage:
+        with open(os.path.join(stage, "export.json"), "w") as f:
+            f.write("new")
+    assert (out / "export.json").read_text() == "new" and sorted(os.listdir(tmp_path)) == ["out"]

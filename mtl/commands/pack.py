@@ -153,7 +153,10 @@ def _check_shared_files(prefix: str, num_classes: int, names, size=None):
     stated = read_property(os.path.join(folder, "property"))
     given = read_label_file(label_file(folder))
     old_names = given.get("label") if given else None
-    if stated is not None and stated[0] != num_classes:
+    header = _header_classes(folder, others, num_classes) if stated is None else None
+    if header is not None:  # that split counts its classes from its header record: a property would override it
+        clash = f"its header record says {header} classes, this pack has {num_classes} and its property would win"
+    elif stated is not None and stated[0] != num_classes:
         clash = f"its property says {stated[0]} classes, this pack has {num_classes}"
     elif stated is not None and size is not None and (stated[1], stated[2]) != (size[1], size[0]):
         clash = f"its property says {stated[1]}x{stated[2]} images, this pack's are {size[1]}x{size[0]}"
@@ -170,6 +173,22 @@ def _check_shared_files(prefix: str, num_classes: int, names, size=None):
     raise DataError(f"folder '{folder}' holds {', '.join(others)}, whose property and labels.json this pack would "
                     f"replace ({clash}); pack into a folder of its own (e.g. {os.path.join(folder, split, 'train')})"
                     f", or remove the other split first")
+
+
+def _header_classes(folder: str, splits, num_classes: int):
+    """The class count of the first of ``splits`` whose header record 0 states another count than ``num_classes`` (a
+    property file written now would override it), else None."""
+    from mtl.data.recordio import RecordIOReader
+    from mtl.readers.recordio_reader import image_rows
+
+    for split in splits:
+        prefix = os.path.join(folder, split[:-4])
+        if not os.path.isfile(prefix + ".idx"):
+            continue
+        _, classes = image_rows(RecordIOReader(prefix + ".rec", prefix + ".idx"))
+        if classes is not None and classes != num_classes:
+            return classes
+    return None
 
 
 def _make_folders(folder: str):

@@ -13,7 +13,7 @@ _TASK_NAME = re.compile(r"^\w[\w-]{0,99}$")
 def _task_name(value):
     """A task name is a file name of the run (``heads/<task>.pdparams``) and a metric key: letters, digits, ``_``
     and ``-`` only (a name with ``/`` or ``..`` wrote weight files outside the run folder)."""
-    if not _TASK_NAME.match(value):
+    if not _TASK_NAME.fullmatch(value):  # not match: "$" lets a trailing newline through
         return (f"a task name may hold letters, digits, '_' and '-' (at most 100, not starting with '-'), got "
                 f"{value!r}")
     return None

@@ -18,24 +18,50 @@ from mtl.errors import ConfigError, absent
 from mtl.utf8 import NotUtf8, open_utf8
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that names a key twice (YAML forbids it; PyYAML keeps the last value
-    without a word, so a second ``ratio:`` further down a task file silently won)."""
+def duplicate_key(node, seen=None):
+    """``(key, its first line, the mark of its second)`` of the first mapping in the composed YAML ``node`` that
+    names a key twice, or None. YAML forbids it; PyYAML keeps the last value without a word (a second ``ratio:``
+    further down a task file silently won). Checked on the composed nodes, before merge keys (``<<: *anchor``,
+    whose keys may be overridden) are flattened; keys compare by tag and text, so ``1`` and ``true`` differ."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:  # an alias: the same node again
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                name = (key_node.tag, key_node.value)
+                if name in lines:
+                    return key_node.value, lines[name], key_node.start_mark
+                lines[name] = key_node.start_mark.line + 1
+            found = duplicate_key(key_node, seen) or duplicate_key(value_node, seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = duplicate_key(item, seen)
+            if found:
+                return found
+    return None
 
-    def construct_mapping(self, node, deep=False):
-        """The mapping of ``node``, after checking that no key appears twice (merge keys ``<<`` excepted)."""
-        seen = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be overridden
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)):
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"key '{key}' appears twice (lines {seen[key]} and {key_node.start_mark.line + 1})",
-                        key_node.start_mark)
-                seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep)
+
+def load_yaml_text(text: str):
+    """The YAML document ``text`` as PyYAML's safe loader builds it, after :func:`duplicate_key` found no key named
+    twice (a ``yaml.YAMLError`` with the line otherwise)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        found = duplicate_key(node)
+        if found:
+            key, first, mark = found
+            raise yaml.constructor.ConstructorError(None, None, f"key '{key}' appears twice (lines {first} and "
+                                                    f"{mark.line + 1})", mark)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: str, what: str = "config"):
@@ -44,7 +70,7 @@ def read_yaml(path: str, what: str = "config"):
         raise ConfigError(f"{what} file {absent(path)}", path)
     try:
         with open_utf8(path, what) as f:
-            data = yaml.load(f.read(), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            data = load_yaml_text(f.read())
     except NotUtf8 as exc:
         raise ConfigError(f"is not UTF-8 text: {exc.where}; save it as UTF-8", path) from None
     except yaml.YAMLError as exc:

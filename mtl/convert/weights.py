@@ -170,8 +170,8 @@ def infer_options(arch, state, path, framework="torch") -> dict:
 
 
 def check_destination(dst: str, overwrite: bool = False):
-    """ConfigError (key ``DST``) unless ``dst`` is a ``.pdparams`` path in an existing folder whose weights and
-    config (``sidecar_path``) may be written: a ``model.json`` destination had its weights replaced by their own
+    """ConfigError (key ``DST``) unless ``dst`` is a ``.pdparams`` path (its folder created if needed) whose weights
+    and config (``sidecar_path``) may be written: a ``model.json`` destination had its weights replaced by their own
     config, and an existing ``r50.pdparams`` or ``r50.json`` was replaced without a word (``overwrite`` allows it)."""
     from mtl.errors import ConfigError
 
@@ -179,8 +179,11 @@ def check_destination(dst: str, overwrite: bool = False):
     if not dst.endswith(".pdparams") or os.path.isdir(dst):
         raise ConfigError(f"the converted weights go into a file ending in .pdparams (their config goes beside it, "
                           f"as .json), got '{dst}'", key="DST")
-    if not os.path.isdir(folder):
-        raise ConfigError(f"cannot write '{dst}': the folder '{folder}' does not exist", key="DST")
+    above = folder
+    while not os.path.exists(above):  # a missing folder is made when the files are written (models/ of models/x)
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ConfigError(f"cannot write '{dst}': '{above}' is a file, not a folder", key="DST")
     for path in (dst, sidecar_path(dst)):
         if os.path.isdir(path) or (os.path.exists(path) and not overwrite):
             raise ConfigError(f"'{path}' already exists; give another DST, or --overwrite to replace it", key="DST")
@@ -192,6 +195,7 @@ def _save(backbone, config: dict, src: str, source: str, dst: str):
     import paddle
 
     temps = [f"{p}.partial-{os.getpid()}" for p in (dst, sidecar_path(dst))]
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     try:
         paddle.save(backbone.state_dict(), temps[0])
         with open(temps[1], "w") as f:  # what mtl eval DST.pdparams builds the backbone from

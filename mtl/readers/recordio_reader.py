@@ -70,13 +70,12 @@ def image_rows(records: RecordFile):
 
 
 def _check_identity_records(records: RecordFile, first: int, end: int):
-    """DataError unless record ``first`` starts the identity records header record 0 announces (``first .. end-1``):
-    present when there are classes, and holding no image. A header that does not fit the records (another pack's,
-    or altered) made the reader drop the images from record ``first`` on without a word."""
-    said = f"header record 0 says images are records 1..{first - 1} and identity records {first}..{end - 1}"
-    if not records.has_key(first):
-        if end > first:
-            raise DataError(f"index file '{records.idx_path}' has no record {first} although {said} (truncated .idx?)")
+    """DataError when record ``first``, where header record 0 says the images end, holds an image: a header that
+    does not fit the records (another pack's, or altered) made the reader drop the images from there on without a
+    word. A set without identity records (no record ``first``) reads as before."""
+    said = f"header record 0 says images are records 1..{first - 1}" + (
+        f" and identity records {first}..{end - 1}" if end > first else " and that there are no identity records")
+    if not records.has_key(first):  # a set of images and a header without identity records reads as before
         return
     _, rest = unpack(records.read_row(records.position(first)), f"'{records.rec_path}' record {first}")
     if len(rest):
