@@ -13,6 +13,8 @@ MULTIMNIST = {  # on the trunk's 50 features
     "hard_bn": ["backbone.batch_norm=true"],  # the baseline of the two below: LeNet with BatchNorm
     "task_norm": ["backbone.batch_norm=true", "architecture={type: task_norm, " + MNIST_TOWER + "}"],
     "adapters": ["backbone.batch_norm=true", "architecture={type: adapters, " + MNIST_TOWER + "}"],
+    # a LeNet trunk per digit, stitched after each of its three stages (Misra et al.'s networks), then the task layers
+    "cross_stitch_backbone": ["architecture={type: cross_stitch_backbone, " + MNIST_TOWER + "}"],
 }
 
 FACE_EXPERTS = "expert_layers: [128], last_relu: false"  # linear experts: the ArcFace heads score by cosine

@@ -7,11 +7,12 @@ Table 3 beside.
         [--set KEY=VALUE ...]
 
 Configurations (``--configurations``, default all): ``single`` (each digit trained alone: the recipe with one task,
-its 256 images per step, the same steps), every weighting strategy by name (``static`` is the recipe itself; ``mgda_ub``
-is MGDA on the representation, Sener and Koltun's MGDA-UB) and every architecture by name (``mmoe``, ``cgc``, ``ple``,
-``cross_stitch``, and on the LeNet with BatchNorm ``hard_bn``, ``task_norm``, ``adapters``); ``static_same_rows``,
-``mgda_ub_same_rows`` and ``adapters_same_rows`` are those three with Sener and Koltun's step, both digits' losses on
-the same images (``schedule.same_rows``; otherwise each task reads its own images). Each run trains in its
+its 256 images per step, the same steps), every weighting strategy by name (``static`` is the recipe itself;
+``mgda_ub`` is MGDA on the representation, Sener and Koltun's MGDA-UB) and every architecture by name (``mmoe``,
+``cgc``, ``ple``, ``cross_stitch``, ``cross_stitch_backbone``, and on the LeNet with BatchNorm ``hard_bn``,
+``task_norm``, ``adapters``); ``static_same_rows``, ``mgda_ub_same_rows``, ``adapters_same_rows`` and
+``cross_stitch_backbone_same_rows`` are those four with Sener and Koltun's step, both digits' losses on the same
+images (``schedule.same_rows``; otherwise each task reads its own images). Each run trains in its
 own process; a run whose ``summary.json`` exists is not trained again; a line per run says which of how many and
 the time so far and left, and a running run's step every 30 s. Accuracy is the head's on the evaluation split:
 ``--eval-split val`` (the default) the validation digits held out of the training digits, where settings are chosen;
@@ -45,7 +46,8 @@ PAPER = {"single task": (97.23, 95.90), "uniform scaling": (96.46, 94.99), "MGDA
 TASKS = ("left", "right")
 
 
-SAME_ROWS = ("static", "mgda_ub", "adapters")  # with Sener and Koltun's step as well: one image, both digits' losses
+# with Sener and Koltun's step as well: one image, both digits' losses
+SAME_ROWS = ("static", "mgda_ub", "adapters", "cross_stitch_backbone")
 
 
 def configurations():

@@ -31,7 +31,9 @@ ARCHITECTURES = {
     "task_norm": ({"type": "task_norm", "tower": [5]}, MLP_BN),
     "task_norm_cnn": ({"type": "task_norm"}, CNN),
     "adapters": ({"type": "adapters"}, CNN),
+    "cross_stitch_backbone": ({"type": "cross_stitch_backbone", "init": [0.8, 0.2], "tower": [5]}, CNN),
 }
+LENET = {"type": "lenet", "batch_norm": True, "embedding_size": 8}
 
 
 def build(architecture, backbone=MLP, seed=3):
@@ -166,6 +168,65 @@ def reference_task_norm_mlp(job, task, x, running):
     running[task] = (0.9 * running[task][0] + 0.1 * mean, 0.9 * running[task][1] + 0.1 * var)
     out = relu(h) @ f64(layers[3].weight) + f64(layers[3].bias)
     return tower(job.model.architecture, task, out)
+
+
+@pytest.mark.parametrize("backbone", [CNN, dict(CNN, batch_norm=False),
+                                      dict(CNN, output="flatten", embedding_bn=True, dropout=0.3), LENET,
+                                      dict(LENET, batch_norm=False)])
+def test_a_backbones_stages_compose_to_its_forward(backbone):
+    """``Backbone.stages()`` chained give ``forward`` exactly (what cross_stitch_backbone runs per column)."""
+    from mtl.backbones.base import build_backbone
+
+    net = build_backbone(backbone)
+    net.eval()
+    side = 28 if backbone["type"] == "lenet" else 8
+    x = {"image": paddle.to_tensor(np.random.RandomState(0).randn(5, 1, side, side).astype(np.float32))}
+    h = x
+    for stage in net.stages():
+        h = stage(h)
+    np.testing.assert_array_equal(h.numpy(), net(x).numpy())
+    assert len(net.stages()) == 3  # lenet: two conv blocks and fc; cnn [4, 8]: two blocks and the output
+
+
+def _columns_of(arch, backbone):
+    return [backbone] + list(arch.columns)
+
+
+def test_cross_stitch_backbone_mixes_the_columns_after_every_stage():
+    """Misra et al. eq. 1 over whole networks: h_t^l = sum_s alpha^l_ts stage_l^(s)(h_s^(l-1)), the mixing in
+    float64 numpy over each column's stages; task t reads tower_t(h_t^L). Each column is the job's backbone config
+    drawn on its own (not a copy of the backbone's weights) and every column counts as the backbone's kind."""
+    job = build(*ARCHITECTURES["cross_stitch_backbone"])
+    model, arch = job.model, job.model.architecture
+    model.eval()
+    batch = batch_of(job)
+    features = model.features(batch)
+    columns = _columns_of(arch, model.backbone)
+    assert len(columns) == len(TASKS) and len({id(c) for c in columns}) == len(TASKS)
+    assert not np.allclose(columns[0].body[0].weight.numpy(), columns[1].body[0].weight.numpy())
+    assert type(columns[1]) is type(columns[0])
+    for task in TASKS:
+        h = [{"image": batch[task]["image"]}] * len(TASKS)
+        for layer, stages in enumerate(zip(*[c.stages() for c in columns])):
+            a = [stage(x if layer == 0 else paddle.to_tensor(x.astype(np.float32))).numpy().astype(np.float64)
+                 for stage, x in zip(stages, h)]
+            alpha = np.stack([f64(row) for row in arch.stitches[layer]])
+            h = [sum(alpha[t, s] * a[s] for s in range(len(TASKS))) for t in range(len(TASKS))]
+        expected = tower(arch, task, h[TASKS.index(task)])
+        np.testing.assert_allclose(features[task].numpy(), expected, rtol=1e-5, atol=1e-6, err_msg=task)
+    assert np.allclose(f64(arch.stitches[0][1]), [0.1, 0.8, 0.1])  # the paper's convex start
+
+
+def test_cross_stitch_backbone_with_identity_stitches_is_one_network_per_task():
+    """init [1, 0]: no mixing, so task t's features are column t's plain forward (each task its own network)."""
+    job = build({"type": "cross_stitch_backbone", "init": [1.0, 0.0]}, CNN)
+    model = job.model
+    model.eval()
+    batch = batch_of(job)
+    features = model.features(batch)
+    for task, column in zip(TASKS, _columns_of(model.architecture, model.backbone)):
+        np.testing.assert_allclose(features[task].numpy(), column({"image": batch[task]["image"]}).numpy(),
+                                   rtol=1e-6, atol=1e-7)
 
 
 def test_task_norm_normalises_each_task_with_its_own_statistics_and_affine():
@@ -303,6 +364,8 @@ def test_the_architecture_weights_depend_on_the_job_seed_only():
     ({"type": "cross_stitch", "init": [0.9]}, MLP, "architecture.init", "alpha_same"),
     ({"type": "task_norm"}, MLP, "architecture.type", "has none"),
     ({"type": "adapters"}, MLP, "architecture.type", "kernel > 1"),
+    ({"type": "cross_stitch_backbone"}, MLP, "architecture.type", "does not declare them (lenet and cnn do)"),
+    ({"type": "cross_stitch_backbone", "init": "0.9"}, CNN, "architecture.init", "alpha_same"),
     ({"type": "hard", "tower_dropout": 1.5}, MLP, "architecture.tower_dropout", "[0, 1)"),
 ])
 def test_bad_architectures_are_one_sentence_naming_the_key(architecture, backbone, key, words):

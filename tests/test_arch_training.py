@@ -24,7 +24,7 @@ FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hard_reference.npz")
 STEPS = 12
 TWO_STEPS = 6  # the 2-process runs: the first 6 steps of the 1-process runs (constant lr)
 RESUMED = ["mmoe", "ple_cagrad", "cross_stitch_graddrop", "task_norm", "adapters_gradnorm", "task_norm_cross",
-           "adapters_same_rows", "mgda_ub_same_rows"]
+           "adapters_same_rows", "mgda_ub_same_rows", "cross_stitch_backbone_imtl"]
 
 
 def records(out, name):
@@ -164,7 +164,8 @@ def _train(tmp_path, name, architecture):
 @pytest.mark.parametrize("architecture", [{"type": "mmoe", "experts": 2, "expert_layers": [8]},
                                           {"type": "ple", "levels": 2, "expert_layers": [8]},
                                           {"type": "cross_stitch", "layers": [8]},
-                                          {"type": "task_norm"}, {"type": "adapters", "tower": [6]}])
+                                          {"type": "task_norm"}, {"type": "adapters", "tower": [6]},
+                                          {"type": "cross_stitch_backbone"}])
 def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
     """``mtl export --task T``: the inference model's embeddings equal backbone + the architecture's layers for T
     with the run's averaged weights (in this process); naming no task, or another one, is one sentence."""

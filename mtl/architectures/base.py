@@ -143,6 +143,9 @@ class Architecture(paddle.nn.Layer):
     """
 
     per_task_backbone = False  # True: task-specific layers inside the backbone; it runs once per task (select)
+    # True: the backbone's output is one representation every task reads (MGDA-UB's Z, Sener and Koltun); False when
+    # task layers sit inside the backbone (task BatchNorms, adapters) or every task has a column of its own
+    shares_backbone_output = True
 
     def __init__(self, feature_size: int, tasks: Sequence[str], seed: int = 0, tower=(), tower_dropout: float = 0.0):
         super().__init__()
@@ -193,6 +196,26 @@ class Architecture(paddle.nn.Layer):
     def attach(self, backbone):
         """Called once, before BatchNorms are synchronised and parameters frozen: architectures with layers inside
         the backbone put them there; the others leave it as it is."""
+
+    def backbone_copies_needed(self) -> int:
+        """How many more backbones of the job's config the architecture runs beside the job's own (a column per
+        task); the job builds them, drawn from its seed, and hands them to :meth:`adopt_backbone_copies`."""
+        return 0
+
+    def adopt_backbone_copies(self, copies):
+        """Take the :meth:`backbone_copies_needed` backbones the job built (they become sub-layers)."""
+        if copies:
+            raise ValueError(f"architecture '{self.registered_name}' runs no copy of the backbone")
+
+    def backbone_copies(self) -> list:
+        """The copies of the backbone the architecture holds: the job synchronises their BatchNorms and freezes
+        their parameters as the backbone's."""
+        return []
+
+    def run_backbone(self, backbone, inputs):
+        """The backbone's output for ``inputs`` (every pass of the joint model and of an embedder goes through
+        here): ``backbone(inputs)``; architectures with a column per task run them all."""
+        return backbone(inputs)
 
     def select(self, task: str):
         """``per_task_backbone`` architectures: the task whose layers the next backbone pass uses."""
@@ -260,7 +283,7 @@ class TaskEmbedder(paddle.nn.Layer):
 
     def forward(self, inputs):
         self.architecture.select(self.task)
-        features = self.backbone(inputs)
+        features = self.architecture.run_backbone(self.backbone, inputs)
         if features.dtype != paddle.float32:
             features = features.astype("float32")
         return self.architecture(self.task, features)

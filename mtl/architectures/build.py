@@ -9,9 +9,21 @@ def architecture_config(cfg: dict) -> dict:
     return registry.as_component(cfg.get("architecture") or "hard")
 
 
+def _backbone_copy(cfg: dict, index: int):
+    """Backbone copy ``index`` of the job (an architecture's column): built from the job's backbone config (its
+    pretrained weights too), drawn on the CPU's generator from the job's seed and the index."""
+    import paddle
+
+    from mtl.backbones.base import build_backbone
+    from mtl.runtime import on_host_generator
+
+    paddle.seed(task_seed(cfg["seed"], f"backbone copy {index + 1}"))
+    return on_host_generator(lambda: build_backbone(cfg["backbone"], cfg.get("source")))
+
+
 def build_architecture(cfg: dict, backbone):
-    """The architecture of job ``cfg`` on ``backbone`` (its layers inside the backbone attached), drawn from the job's
-    seed; errors name ``architecture.<key>``."""
+    """The architecture of job ``cfg`` on ``backbone`` (its layers inside the backbone attached, the backbone copies
+    it runs built), drawn from the job's seed; errors name ``architecture.<key>``."""
     spec = architecture_config(cfg)
     architecture = registry.build("architecture", spec, cfg.get("source"), "architecture",
                                   feature_size=backbone.feature_size, tasks=[t["name"] for t in cfg["tasks"]],
@@ -21,6 +33,7 @@ def build_architecture(cfg: dict, backbone):
                           f"'{backbone.registered_name}' gives several outputs "
                           f"({', '.join(backbone.output_fields())}): use architecture: hard with it",
                           cfg.get("source"), "architecture.type")
+    architecture.adopt_backbone_copies([_backbone_copy(cfg, k) for k in range(architecture.backbone_copies_needed())])
     try:
         architecture.attach(backbone)
     except ConfigError as exc:

@@ -22,7 +22,8 @@ from mtl.errors import ConfigError
 from mtl.registry import register_architecture
 
 
-def _check_init(init):
+def check_init(init):
+    """``init`` as (alpha_same, alpha_others); ConfigError naming ``init`` unless it is two numbers."""
     values = tuple(init) if isinstance(init, (list, tuple)) else ()
     if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         raise ConfigError(f"expected [alpha_same, alpha_others] (two numbers, e.g. [0.9, 0.1]), got {init!r}",
@@ -51,7 +52,7 @@ class CrossStitch(Architecture):
         widths = positive_ints(layers, "layers")
         if not widths:
             raise ConfigError("cross_stitch needs at least one layer per column", key="layers")
-        same, others = _check_init(init)
+        same, others = check_init(init)
         self.last_relu = bool(last_relu)
         count = len(self.tasks)
         self.columns = paddle.nn.LayerList()

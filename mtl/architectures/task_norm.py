@@ -63,6 +63,7 @@ class TaskLayers(Architecture):
     """Base of architectures with task layers inside the backbone: it runs once per task, ``select`` names it."""
 
     per_task_backbone = True
+    shares_backbone_output = False
 
     def __init__(self, feature_size: int, tasks, seed: int = 0, tower=(), tower_dropout: float = 0.0):
         super().__init__(feature_size, tasks, seed, tower, tower_dropout)

@@ -52,6 +52,13 @@ class Backbone(paddle.nn.Layer):
         plan; None (the default): the backbone does not say, and the plan does not count them."""
         return None
 
+    def stages(self) -> Optional[list]:
+        """The backbone as a chain of functions whose composition is ``forward``: the first takes the inputs dict,
+        each later one the tensor the one before returned, the last returns the features. Architectures that run a
+        copy of the backbone per task and mix the copies between stages (``cross_stitch_backbone``) call them;
+        None (the default): the backbone cannot be split, and such architectures refuse it."""
+        return None
+
     def input_fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError
 

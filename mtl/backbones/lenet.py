@@ -53,12 +53,26 @@ class LeNet(ImageBackbone):
 
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size] (ReLU features, as their trunk's)."""
+        x = inputs
+        for stage in self.stages():
+            x = stage(x)
+        return x
+
+    def stages(self):
+        """conv1 block (inputs -> [B, 10, 12, 12]), conv2 block (-> [B, 20, 4, 4]), fc (-> [B, 50])."""
+        return [self._block1, self._block2, self._head]
+
+    def _block1(self, inputs):
         x = self.conv1(inputs[self.input_field])
-        x = F.relu(F.max_pool2d(self.bn1(x) if self.bn1 is not None else x, 2))
+        return F.relu(F.max_pool2d(self.bn1(x) if self.bn1 is not None else x, 2))
+
+    def _block2(self, x):
         x = self.conv2(x)
         if self.bn2 is not None:
             x = self.bn2(x)
         if self.dropout is not None:
             x = self.dropout(x)
-        x = F.relu(F.max_pool2d(x, 2))
+        return F.relu(F.max_pool2d(x, 2))
+
+    def _head(self, x):
         return F.relu(self.fc(paddle.flatten(x, start_axis=1)))

@@ -12,6 +12,7 @@ heads on small data. Defaults: ``pool``, no dropout, no BN-neck.
 has no BatchNorm and no dropout, so its output depends only on its weights and its input (what the tests that compare
 a one-process run with a many-process run need).
 """
+import functools
 import math
 from typing import Sequence
 
@@ -75,6 +76,7 @@ class SmallCNN(ImageBackbone):
             layers.append(nn.ReLU())
             previous = width
         self.body = nn.Sequential(*layers)
+        self._channels = channels
         self.output = output
         side = self.input_size
         for _ in channels[1:]:
@@ -90,7 +92,26 @@ class SmallCNN(ImageBackbone):
     def forward(self, inputs):
         """``inputs[input_field]`` [B, C, H, W] -> [B, embedding_size]; ``pool``: the mean over H and W,
         ``flatten``: BatchNorm of the map, then all of it (C x h x w values) into the linear layer."""
-        x = self.body(inputs[self.input_field])
+        x = inputs
+        for stage in self.stages():
+            x = stage(x)
+        return x
+
+    def stages(self):
+        """One stage per conv-[BN-]ReLU block (the first reads the inputs dict), then the output block."""
+        per_block = len(self.body) // len(self._channels)
+        return ([functools.partial(self._block, 0, per_block)]
+                + [functools.partial(self._block, lo, lo + per_block) for lo in range(per_block, len(self.body),
+                                                                                    per_block)]
+                + [self._output])
+
+    def _block(self, lo, hi, x):
+        x = x[self.input_field] if lo == 0 else x
+        for i in range(lo, hi):
+            x = self.body[i](x)
+        return x
+
+    def _output(self, x):
         x = paddle.mean(x, axis=[2, 3]) if self.output_bn is None else paddle.flatten(self.output_bn(x), start_axis=1)
         if self.dropout is not None:
             x = self.dropout(x)

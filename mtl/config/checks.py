@@ -73,11 +73,11 @@ def _check_same_rows(job, tasks, source):
     weighting = registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
                                loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
     architecture = registry.get("architecture", job["architecture"]["type"]).cls
-    if weighting.uses_representation and architecture.per_task_backbone:
+    if weighting.uses_representation and not architecture.shares_backbone_output:
         raise ConfigError(f"MGDA-UB pairs each input's gradients at the representation every task shares, and "
-                          f"architecture '{job['architecture']['type']}' has task layers inside the backbone, so "
-                          f"there is none: use representation: false, or an architecture that shares the backbone",
-                          source, "weighting.representation")
+                          f"architecture '{job['architecture']['type']}' has task layers inside the backbone (or a "
+                          f"column per task), so there is none: use representation: false, or an architecture that "
+                          f"shares the backbone", source, "weighting.representation")
 
 
 def _check_cross_negatives(job, tasks, base_dir, source):

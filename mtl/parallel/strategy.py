@@ -60,7 +60,9 @@ class ParallelStrategy:
         self.sharded = [p for head in model.heads.values() if head.sharded for p in head.parameters()]
         ids = {id(p) for p in self.sharded}
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
-        tensors = list(model.backbone.named_parameters()) + list(model.backbone.named_buffers())
+        tensors = [(f"{part}.{name}", t)  # the backbone's and an architecture's (its backbone copies)
+                   for part, layer in (("backbone", model.backbone), ("architecture", model.architecture))
+                   for name, t in list(layer.named_parameters()) + list(layer.named_buffers())]
         self.statistics = {name: t for name, t in tensors if is_running_statistic(name, t) and math.prod(t.shape) > 0}
 
     @property

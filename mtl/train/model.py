@@ -105,7 +105,7 @@ class JointModel(paddle.nn.Layer):
                 subs = subs[:1]
             self.architecture.select(tasks[0])  # per_task_backbone: the task whose layers this pass uses
             with self.autocast():
-                feats = self.backbone(rows.concat_rows(fields, subs))
+                feats = self.architecture.run_backbone(self.backbone, rows.concat_rows(fields, subs))
             feats = rows.to_float32(feats) if paddle.get_default_dtype() == "float32" else feats
             groups_of = [rows.group_size(fields, sub) for sub in subs]
             counts = [int(sub[fields[0].name].shape[0]) * k for sub, k in zip(subs, groups_of)]
@@ -205,11 +205,26 @@ class JointModel(paddle.nn.Layer):
     def backward_backbone_per_task(self):
         """Phase 2 task by task, in job order: yields each task after the backbone's gradients hold the gradient
         of that task's weighted loss alone (the caller reads and clears them before the next one)."""
+        trainable = None
         for tasks in self._groups:
             present = [t for t in tasks if t in self._feature_grads]
             for i, task in enumerate(present):
                 feat, grad = self._feature_grads[task]
-                paddle.autograd.backward([feat], [grad], retain_graph=i < len(present) - 1)
+                if i == len(present) - 1:
+                    paddle.autograd.backward([feat], [grad])
+                    yield task
+                    continue
+                # not paddle.autograd.backward(..., retain_graph=True): on Paddle 3.3 the next backward through a
+                # PyLayer of that graph (synchronised BatchNorm at 2 processes) then dies with a segmentation
+                # fault; paddle.grad keeps the graph usable
+                if trainable is None:
+                    trainable = [p for p in list(self.backbone.parameters()) + list(self.architecture.parameters())
+                                 if not p.stop_gradient]
+                found = paddle.grad([feat], trainable, [grad], retain_graph=True, allow_unused=True)
+                with paddle.no_grad():
+                    for p, g in zip(trainable, found):
+                        if g is not None:
+                            p.grad = g if p.grad is None else p.grad + g
                 yield task
         self._feature_grads = {}
 

@@ -4,7 +4,8 @@ Usage: architectures_all.py OUT_ROOT [STEPS [UNTIL [NAMES]]]: one run per entry 
 of NAMES) in OUT_ROOT/<name>; with UNTIL, every run stops after step UNTIL and is then resumed to STEPS in the same
 folder (the exact-resume check). Two ArcFace heads whose classes do not split evenly over 2 processes (7 and 5,
 sharded) and one softmax head; MLP backbone without BatchNorm, or the small CNN with synchronised BatchNorm for the
-architectures whose task layers are BatchNorms and adapters. Each architecture meets a weighting of another kind
+architectures whose task layers are BatchNorms and adapters,
+and for the one with a copy of it per task. Each architecture meets a weighting of another kind
 (loss-based, Gram-based, matrix-based, representation-based) besides static; task BatchNorms also meet cross-head
 negatives, and adapters tasks that read the same images in every step (``schedule.same_rows``; ``EXTRA``).
 """
@@ -32,6 +33,11 @@ RUNS = {  # name: (architecture, backbone, weighting)
     "task_norm_cross": ({"type": "task_norm"}, CNN, {"type": "static"}),
     "adapters_same_rows": ({"type": "adapters"}, CNN, {"type": "static"}),
     "mgda_ub_same_rows": ({"type": "hard"}, MLP, {"type": "mgda", "representation": True}),  # the paired rows' Gram
+    # a column of the CNN per task (their BatchNorms synchronised too), stitched after each stage
+    "cross_stitch_backbone_imtl": ({"type": "cross_stitch_backbone"}, CNN, {"type": "imtl_g"}),
+    # every task's rows in one pass through synchronised BatchNorms, differentiated task by task (Paddle 3.3 crashed
+    # in a second backward through a PyLayer after one with retain_graph: JointModel.backward_backbone_per_task)
+    "hard_sync_bn_pcgrad": ({"type": "hard"}, CNN, {"type": "pcgrad"}),
 }
 SAME_INPUTS = {"type": "synthetic", "num_samples": 48, "num_classes": 7, "seed": 1}  # one set of images, 3 targets
 SAME_ROWS = {"tasks": [  # every task reads the same images in each step (schedule.same_rows)
