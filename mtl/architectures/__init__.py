@@ -8,6 +8,8 @@ turns task t's features (its rows only) into what task t's head sees:
   one-gate MoE baseline;
 * ``cgc``, ``ple``: task-specific and shared experts, stacked extraction levels (Tang et al., RecSys 2020);
 * ``cross_stitch``: one column per task with learned linear combinations between columns (Misra et al., CVPR 2016);
+* ``cross_stitch_backbone``: their network as the paper builds it, a copy of the whole backbone per task, stitched
+  after each of its stages;
 * ``task_norm``: every BatchNorm of the backbone becomes one per task (statistics and affine), the rest shared;
 * ``adapters``: residual adapters, a task's 1x1 convolution after every shared convolution plus task BatchNorms
   (Rebuffi et al., NeurIPS 2017).

@@ -201,7 +201,8 @@ JOB = {
                      doc="task weighting strategy: {type: name, ...params} (mtl plugins lists them)"),
     "architecture": Opt((dict, str), "hard", check=_component,
                         doc="the layer between backbone and heads: hard (shared backbone), mmoe, cgc, ple, "
-                            "cross_stitch, task_norm, adapters; {type: name, ...params} (docs/architectures.md)"),
+                            "cross_stitch, cross_stitch_backbone, task_norm, adapters; {type: name, ...params} "
+                            "(docs/architectures.md)"),
     "schedule": Section(SCHEDULE, doc="how steps are composed"),
     "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
     "log": Section({
