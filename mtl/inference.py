@@ -131,6 +131,15 @@ class RunWeights:
             raise ConfigError(f"checkpoint '{self.checkpoint}' is damaged: {problem}")
         return os.path.join(self.checkpoint, name)
 
+    def job_config(self) -> dict:
+        """The run's job config for rebuilding its job around this checkpoint (``mtl eval RUN``, ``mtl overlap``):
+        the backbone's ``pretrained`` dropped, since every weight comes from the checkpoint and the file may be
+        gone since the run trained."""
+        from mtl import registry
+
+        backbone = {k: v for k, v in registry.as_component(self.cfg["backbone"]).items() if k != "pretrained"}
+        return {**self.cfg, "backbone": backbone}
+
     def backbone_config(self) -> dict:
         """The backbone's constructor config (the job's ``pretrained``/``freeze`` keys removed), pointed at the run's
         own assets where the backbone has some (a text encoder's tokenizer: ``Backbone.run_config``)."""

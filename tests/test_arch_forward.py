@@ -170,21 +170,41 @@ def reference_task_norm_mlp(job, task, x, running):
     return tower(job.model.architecture, task, out)
 
 
+def written_out(net, x):
+    """The lenet and cnn forwards written out layer by layer (what their stages must compose to)."""
+    import paddle.nn.functional as F
+
+    if net.registered_name == "lenet":
+        h = net.conv1(x)
+        h = F.relu(F.max_pool2d(net.bn1(h) if net.bn1 is not None else h, 2))
+        h = net.conv2(h)
+        h = net.bn2(h) if net.bn2 is not None else h
+        h = F.relu(F.max_pool2d(net.dropout(h) if net.dropout is not None else h, 2))
+        return F.relu(net.fc(paddle.flatten(h, start_axis=1)))
+    for layer in net.body:
+        x = layer(x)
+    x = paddle.mean(x, axis=[2, 3]) if net.output_bn is None else paddle.flatten(net.output_bn(x), start_axis=1)
+    x = net.fc(net.dropout(x) if net.dropout is not None else x)
+    return x if net.neck is None else net.neck(x)
+
+
 @pytest.mark.parametrize("backbone", [CNN, dict(CNN, batch_norm=False),
                                       dict(CNN, output="flatten", embedding_bn=True, dropout=0.3), LENET,
                                       dict(LENET, batch_norm=False)])
 def test_a_backbones_stages_compose_to_its_forward(backbone):
-    """``Backbone.stages()`` chained give ``forward`` exactly (what cross_stitch_backbone runs per column)."""
+    """``Backbone.stages()`` chained give the network written out layer by layer (what cross_stitch_backbone runs
+    per column; ``forward`` itself chains them), one stage per block."""
     from mtl.backbones.base import build_backbone
 
     net = build_backbone(backbone)
     net.eval()
     side = 28 if backbone["type"] == "lenet" else 8
-    x = {"image": paddle.to_tensor(np.random.RandomState(0).randn(5, 1, side, side).astype(np.float32))}
-    h = x
+    x = paddle.to_tensor(np.random.RandomState(0).randn(5, 1, side, side).astype(np.float32))
+    h = {"image": x}
     for stage in net.stages():
         h = stage(h)
-    np.testing.assert_array_equal(h.numpy(), net(x).numpy())
+    np.testing.assert_array_equal(h.numpy(), written_out(net, x).numpy())
+    np.testing.assert_array_equal(net({"image": x}).numpy(), h.numpy())
     assert len(net.stages()) == 3  # lenet: two conv blocks and fc; cnn [4, 8]: two blocks and the output
 
 

@@ -316,3 +316,55 @@ def test_overlap_sets_embed_each_tasks_verification_images_through_its_own_batch
     # the other task's BatchNorms give other similarities, ten times the tolerance above: a comparison through the
     # wrong task's norms fails it (the embeddings of a 6-step run are close together: cosines of 0.99 and more)
     assert np.abs(nearest["faces_a"] - nearest["faces_b"]).max() > 1e-4
+
+
+def test_each_ranks_own_batchnorm_statistics_come_back_and_reshard_with_backbone_copies(tmp_path, monkeypatch):
+    """A checkpoint keeps the backbone files' statistics averaged over ranks and each rank's own in
+    statistics.rank<k>. A review found the architecture's (its backbone copies') were not restored on a resume and
+    that prefixing the names made reshard fail (KeyError) and the backbone's own silently dropped. Here the
+    averaging is replaced by a shift, so that a rank's own statistics and the averaged ones differ at one process:
+    the resumed model holds its own (backbone and copies), and a reshard to 2 gives both new ranks the averaged."""
+    import contextlib
+
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.parallel.strategy import ParallelStrategy
+    from mtl.safe_pickle import load_paddle_file
+    from mtl.train import checkpoint, reshard
+    from mtl.train.optim import JointOptimizer
+
+    raw = architectures_all.job(str(tmp_path / "run"), "cross_stitch_backbone_imtl", 2)
+    cfg = load_job(data=raw)
+    job = build_job(cfg, announce_plan=False)
+    strategy = ParallelStrategy(job.model)
+    names = sorted(strategy.statistics)
+    assert any(n.startswith("architecture.columns.") for n in names)
+    assert any(not n.startswith("architecture.") for n in names)
+    for i, t in enumerate(strategy.statistics.values()):
+        t.set_value(paddle.full(t.shape, 1.0 + i, t.dtype))
+    own = {n: t.numpy().copy() for n, t in strategy.statistics.items()}
+
+    @contextlib.contextmanager
+    def shifted():  # what the mean over ranks would give: other values than this rank's own
+        for t in strategy.statistics.values():
+            t.set_value(t + 100.0)
+        yield
+        for t in strategy.statistics.values():
+            t.set_value(t - 100.0)
+
+    monkeypatch.setattr(strategy, "agreed_statistics", shifted)
+    optimizer = JointOptimizer(cfg["optimizer"], job.model, 2)
+    checkpoint.save(str(tmp_path / "run"), 1, job.model, optimizer, job.schedule, strategy)
+    path = str(tmp_path / "run" / "checkpoints" / "step_1")
+    fresh = build_job(load_job(data=raw), announce_plan=False)
+    checkpoint.load(path, fresh.model, JointOptimizer(cfg["optimizer"], fresh.model, 2), fresh.schedule, rank=0,
+                    world=1)
+    back = ParallelStrategy(fresh.model).statistics
+    for name in names:
+        np.testing.assert_array_equal(back[name].numpy(), own[name], err_msg=name)
+    reshard.reshard(path, 2, str(tmp_path / "two"))
+    for rank in (0, 1):
+        stats = load_paddle_file(str(tmp_path / "two" / f"statistics.rank{rank}.pdparams"))
+        assert sorted(stats) == names
+        for name in names:
+            np.testing.assert_array_equal(stats[name], own[name] + 100.0, err_msg=name)

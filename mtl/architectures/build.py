@@ -9,16 +9,24 @@ def architecture_config(cfg: dict) -> dict:
     return registry.as_component(cfg.get("architecture") or "hard")
 
 
-def _backbone_copy(cfg: dict, index: int):
-    """Backbone copy ``index`` of the job (an architecture's column): built from the job's backbone config (its
-    pretrained weights too), drawn on the CPU's generator from the job's seed and the index."""
+def _backbone_copy(cfg: dict, index: int, backbone):
+    """Backbone copy ``index`` of the job (an architecture's column): built from the job's backbone constructor
+    config, drawn on the CPU's generator from the job's seed and the index; with ``pretrained`` in the job, a copy
+    of ``backbone``'s weights (already loaded from that file: the file is read once, and a run's export or
+    evaluation, whose checkpoint holds every weight, does not need it any more)."""
     import paddle
 
-    from mtl.backbones.base import build_backbone
+    from mtl import registry
+    from mtl.backbones.base import constructor_config
     from mtl.runtime import on_host_generator
 
+    spec = registry.as_component(cfg["backbone"])
     paddle.seed(task_seed(cfg["seed"], f"backbone copy {index + 1}"))
-    return on_host_generator(lambda: build_backbone(cfg["backbone"], cfg.get("source")))
+    copy = on_host_generator(lambda: registry.build("backbone", constructor_config(spec), cfg.get("source"),
+                                                    "backbone"))
+    if spec.get("pretrained"):
+        copy.set_state_dict(backbone.state_dict())
+    return copy
 
 
 def build_architecture(cfg: dict, backbone):
@@ -33,7 +41,8 @@ def build_architecture(cfg: dict, backbone):
                           f"'{backbone.registered_name}' gives several outputs "
                           f"({', '.join(backbone.output_fields())}): use architecture: hard with it",
                           cfg.get("source"), "architecture.type")
-    architecture.adopt_backbone_copies([_backbone_copy(cfg, k) for k in range(architecture.backbone_copies_needed())])
+    architecture.adopt_backbone_copies([_backbone_copy(cfg, k, backbone)
+                                        for k in range(architecture.backbone_copies_needed())])
     try:
         architecture.attach(backbone)
     except ConfigError as exc:

@@ -49,11 +49,14 @@ class CrossStitchBackbone(Architecture):
     def attach(self, backbone):
         """One cross-stitch unit per stage of ``backbone``; ConfigError when it cannot be split into stages."""
         stages = backbone.stages()
-        if stages is None:
+        if not stages:
             raise ConfigError(f"architecture 'cross_stitch_backbone' stitches copies of the backbone between its "
                               f"stages, but backbone '{backbone.registered_name}' does not declare them (lenet and "
                               f"cnn do)", key="type")
         count = len(self.tasks)
+        if count < 2:
+            raise ConfigError("architecture 'cross_stitch_backbone' stitches a copy of the backbone per task, and "
+                              "this job has one task: use architecture: hard", key="type")
         for _ in stages:
             rows = paddle.nn.ParameterList()
             for t in range(count):

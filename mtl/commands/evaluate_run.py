@@ -19,8 +19,9 @@ def evaluate_run(path, weights="auto", out_dir=None, console=print, trust_plugin
                           "... (verification sets) or --ijb ROOT (IJB-B/C); a run folder is scored on its own "
                           "evaluation data without them")
     run = open_run(path, None, weights, trust_plugins)
-    job = build_job(run.cfg, announce_plan=False)
+    job = build_job(run.job_config(), announce_plan=False)
     run.load_into(job.backbone)
+    run.load_architecture_into(job.model.architecture)  # its own layers: towers, experts, backbone copies
     run.load_heads_into(job.model.heads)
     scored = [t.name for t in job.tasks if t.cfg["eval"]["enabled"]]
     if not scored:

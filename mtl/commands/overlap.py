@@ -63,7 +63,7 @@ def load_run(run_dir: str, trust_plugins: bool = False):
     from mtl.job import build_job
 
     run = open_run(run_dir, trust_plugins=trust_plugins)
-    job = build_job(run.cfg, announce_plan=False)
+    job = build_job(run.job_config(), announce_plan=False)
     if not job.model.architecture.one_embedding:  # each task's centres live in its own embedding: nothing to compare
         raise ConfigError(f"'{run_dir}': mtl overlap compares the tasks' class centres in one shared embedding, but "
                           f"the run's architecture '{job.model.architecture.registered_name}' gives each task its own "

@@ -21,7 +21,7 @@ import paddle
 
 from mtl.data.steps import check_divisible, task_seed
 from mtl.parallel import distributed
-from mtl.parallel.sync_bn import is_running_statistic
+from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC, is_running_statistic
 
 
 def _squared_norm(tensors) -> paddle.Tensor:
@@ -60,9 +60,10 @@ class ParallelStrategy:
         self.sharded = [p for head in model.heads.values() if head.sharded for p in head.parameters()]
         ids = {id(p) for p in self.sharded}
         self.replicated = [p for p in model.parameters() if id(p) not in ids]
-        tensors = [(f"{part}.{name}", t)  # the backbone's and an architecture's (its backbone copies)
-                   for part, layer in (("backbone", model.backbone), ("architecture", model.architecture))
-                   for name, t in list(layer.named_parameters()) + list(layer.named_buffers())]
+        # the backbone's under their own names, an architecture's (its backbone copies) under ARCHITECTURE_STATISTIC
+        tensors = list(model.backbone.named_parameters()) + list(model.backbone.named_buffers())
+        tensors += [(ARCHITECTURE_STATISTIC + name, t) for name, t in
+                    list(model.architecture.named_parameters()) + list(model.architecture.named_buffers())]
         self.statistics = {name: t for name, t in tensors if is_running_statistic(name, t) and math.prod(t.shape) > 0}
 
     @property

@@ -38,6 +38,9 @@ BATCH_NORM_TYPES = (paddle.nn.BatchNorm1D, paddle.nn.BatchNorm2D, paddle.nn.Batc
                     paddle.nn.SyncBatchNorm)
 LOW_PRECISION = (paddle.float16, paddle.bfloat16)
 STATISTIC_SUFFIXES = ("_mean", "_variance")  # BatchNorm's running statistics: non-trainable Paddle parameters
+# the prefix of an architecture's BatchNorm statistics (its backbone copies') among a run's per-rank statistics
+# (``ParallelStrategy.statistics``, a checkpoint's ``statistics.rank<k>``); the backbone's keep its state_dict names
+ARCHITECTURE_STATISTIC = "architecture."
 
 
 def is_running_statistic(name: str, tensor) -> bool:

@@ -22,6 +22,7 @@ import paddle
 
 from mtl.errors import ConfigError
 from mtl.low_precision import portable_state, state_for
+from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC
 from mtl.safe_pickle import GeneratorRecord, generator_state, load_paddle_file
 from mtl.train import integrity, layout, reshard
 
@@ -196,11 +197,16 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     _check_compatible(path, state, schedule)
     weights = load_paddle_file(os.path.join(path, "backbone.pdparams"))
     own = os.path.join(path, f"statistics.rank{rank}.pdparams")
+    statistics = {}
     if saved_world == world and os.path.isfile(own):  # this rank's own BatchNorm statistics (resharded: the average)
-        weights.update(load_paddle_file(own))  # one complete state: a partial one makes Paddle warn per parameter
+        statistics = load_paddle_file(own)
+    prefix = ARCHITECTURE_STATISTIC
+    # one complete state each: a partial one makes Paddle warn per parameter
+    weights.update({k: v for k, v in statistics.items() if not k.startswith(prefix)})
     model.backbone.set_state_dict(state_for(model.backbone, weights))
     if _has_architecture_state(model):
-        load_architecture(path, model.architecture)
+        load_architecture(path, model.architecture,
+                          own={k[len(prefix):]: v for k, v in statistics.items() if k.startswith(prefix)})
     for task, head in model.heads.items():
         head.set_state_dict(_head_state(path, task, head, saved_world, world, rank))
     classes = {task: head.class_count() for task, head in model.heads.items() if head.sharded}
@@ -216,13 +222,16 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     return state
 
 
-def load_architecture(path, architecture, averaged=False):
-    """The architecture's own weights from checkpoint ``path`` (``architecture[.averaged].pdparams``)."""
+def load_architecture(path, architecture, averaged=False, own=None):
+    """The architecture's own weights from checkpoint ``path`` (``architecture[.averaged].pdparams``); ``own``: this
+    rank's own BatchNorm statistics of its backbone copies, in place of the averaged ones of the file."""
     file = os.path.join(path, "architecture.averaged.pdparams" if averaged else "architecture.pdparams")
     if not os.path.isfile(file):
         raise ConfigError(f"checkpoint '{path}' has no weights of architecture '{architecture.registered_name}' "
                           f"({file}): it was written by a job with another architecture")
-    architecture.set_state_dict(state_for(architecture, load_paddle_file(file, "architecture weights")))
+    weights = load_paddle_file(file, "architecture weights")
+    weights.update(own or {})
+    architecture.set_state_dict(state_for(architecture, weights))
 
 
 def _head_state(path, task, head, saved_world, world, rank):

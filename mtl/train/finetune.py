@@ -51,7 +51,8 @@ def freeze_batchnorm(backbone):
 
 def apply_lr_multipliers(model, table: dict, source=None) -> dict:
     """Scale each parameter's learning rate by the multiplier of the longest prefix of ``table`` (flattened, see
-    :func:`mtl.config.keys.flat_multipliers`) that matches its name in ``model``; return ``{name: multiplier}``.
+    :func:`mtl.config.keys.flat_multipliers`) that matches its name in ``model`` (or, for a parameter of an
+    architecture's copy of the backbone, the backbone parameter's name it copies); return ``{name: multiplier}``.
 
     Idempotent: the parameter's own rate (a ParamAttr's, e.g. 0 for IResNet's fixed BatchNorm scale) is kept as the
     base. A prefix that names no parameter is a ConfigError naming ``optimizer.lr_mult.<prefix>``."""
@@ -59,6 +60,9 @@ def apply_lr_multipliers(model, table: dict, source=None) -> dict:
 
     table = flat_multipliers(table)
     params = dict(model.named_parameters())
+    # an architecture's copies of the backbone (a column per task) answer to the backbone's names as well
+    alias = {id(p): f"backbone.{n}" for copy in model.architecture.backbone_copies()
+             for n, p in copy.named_parameters()}
     for prefix in table:
         if not any(matches(name, prefix) for name in params):
             top = sorted({".".join(name.split(".")[:2]) for name in params})
@@ -66,7 +70,7 @@ def apply_lr_multipliers(model, table: dict, source=None) -> dict:
                               f"optimizer.lr_mult.{prefix}")
     chosen = {}
     for name, param in params.items():
-        prefixes = [p for p in table if matches(name, p)]
+        prefixes = [p for p in table if matches(name, p) or (id(param) in alias and matches(alias[id(param)], p))]
         attr = param.optimize_attr
         base = attr.setdefault("base_learning_rate", attr.get("learning_rate", 1.0))
         mult = float(table[max(prefixes, key=len)]) if prefixes else 1.0

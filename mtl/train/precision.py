@@ -42,13 +42,14 @@ class Autocast:
     def __init__(self, dtype=None, level="O1"):
         self.dtype, self.level = dtype, level
 
-    def prepare(self, backbone, optimizer):
-        """O2: cast the backbone's weights to the low precision, with float32 master weights in ``optimizer``
-        (Paddle's optimizer over every parameter of the job). Nothing to do in float32 or O1."""
+    def prepare(self, backbones, optimizer):
+        """O2: cast the weights of ``backbones`` (the backbone and an architecture's copies of it) to the low
+        precision, with float32 master weights in ``optimizer`` (Paddle's optimizer over every parameter of the
+        job). Nothing to do in float32 or O1."""
         if self.dtype is not None and self.level == "O2":
             import paddle
 
-            paddle.amp.decorate(models=backbone, optimizers=optimizer, level="O2", dtype=self.dtype,
+            paddle.amp.decorate(models=list(backbones), optimizers=optimizer, level="O2", dtype=self.dtype,
                                 master_weight=True)
 
     def __call__(self):

@@ -270,8 +270,14 @@ def _write_statistics(path, out, world):
     source = os.path.join(path, "statistics.rank0.pdparams")
     if not os.path.isfile(source):
         return
+    from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC as prefix
+
     backbone = load_paddle_file(os.path.join(path, "backbone.pdparams"))
-    averaged = {name: backbone[name] for name in load_paddle_file(source)}
+    names = list(load_paddle_file(source))
+    architecture = (load_paddle_file(os.path.join(path, "architecture.pdparams"))
+                    if any(n.startswith(prefix) for n in names) else {})
+    averaged = {name: architecture[name[len(prefix):]] if name.startswith(prefix) else backbone[name]
+                for name in names}
     for rank in range(world):
         paddle.save(averaged, os.path.join(out, f"statistics.rank{rank}.pdparams"))
 

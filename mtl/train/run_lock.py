@@ -86,7 +86,8 @@ class RunLock:
 
     def _create(self):
         """Create the hold with its record in one step (module docstring); FileExistsError when it exists."""
-        own = f"{self.path}.new.{os.getpid()}"
+        # this run's own name: two hosts sharing the folder may have processes of the same id (containers)
+        own = f"{self.path}.new.{self.record['run']}"
         try:
             with open(own, "w") as f:
                 json.dump(self.record, f)

@@ -108,7 +108,7 @@ class Trainer:
         self.guard = NonFiniteGuard(self.cfg["on_nonfinite"], self.cfg["max_consecutive_nonfinite"])
         self.autocast, self.scaler = build_precision(self.cfg, paddle.get_device(), self.console)
         job.model.autocast = self.autocast
-        self.autocast.prepare(job.model.backbone, self.optimizer.dense)
+        self.autocast.prepare([job.model.backbone, *job.model.architecture.backbone_copies()], self.optimizer.dense)
         self.optimizer_step = OptimizerStep(job.model, self.balancer, self.strategy, self.optimizer, self.averager,
                                             self.scaler, self.cfg["optimizer"]["clip_norm"], accumulate)
         self.state = TrainingState(job.model, self.optimizer, job.schedule, self.strategy, self.balancer, self.guard,
