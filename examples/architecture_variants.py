@@ -25,6 +25,7 @@ FACES = {  # on the recipe's 128-d embedding (after its BN-neck), or inside the 
     "cross_stitch": ["architecture={type: cross_stitch, layers: [128], last_relu: false}"],
     "task_norm": ["architecture={type: task_norm}"],
     "adapters": ["architecture={type: adapters}"],
+    "cross_stitch_backbone": ["architecture={type: cross_stitch_backbone}"],  # a CNN per dataset, stitched
 }
 
 SYNTHETIC = {  # about the same number of parameters (13-15 thousand); Ma et al.'s sizes as we read them

@@ -170,8 +170,11 @@ def test_the_strategy_stops_a_step_with_uneven_rows_before_any_head_gathers(monk
     from mtl.heads.base import Head
     from mtl.parallel.strategy import ParallelStrategy
 
+    from mtl.architectures.hard import Hard
+
     model = paddle.nn.Layer()
     model.backbone = paddle.nn.Linear(2, 2)
+    model.architecture = Hard(2, ["a", "b"])  # a joint model's parts, as ParallelStrategy reads them
     model.heads = paddle.nn.LayerDict({"a": Head(2), "b": Head(2)})
     strategy = ParallelStrategy(model)
     strategy.world, strategy.rank = 2, 0

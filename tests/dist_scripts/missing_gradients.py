@@ -13,6 +13,7 @@ def main(out_dir):
     from mtl.runtime import init_distributed
 
     rank, _ = init_distributed()
+    from mtl.architectures.hard import Hard
     from mtl.heads.base import Head
     from mtl.parallel.strategy import ParallelStrategy
 
@@ -28,6 +29,7 @@ def main(out_dir):
         def __init__(self):
             super().__init__()
             self.backbone = paddle.nn.Linear(3, 2)
+            self.architecture = Hard(2, ["t"])  # a joint model's parts, as ParallelStrategy reads them
             self.heads = paddle.nn.LayerDict({"t": TinyHead()})
             self.extra = paddle.nn.Linear(2, 5)   # used by rank 1 only
             self.unused = paddle.nn.Linear(2, 4)  # used by no rank
