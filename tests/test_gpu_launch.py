@@ -167,10 +167,9 @@ def test_the_steps_agreement_finds_uneven_rows_in_its_one_all_reduce(monkeypatch
 def test_the_strategy_stops_a_step_with_uneven_rows_before_any_head_gathers(monkeypatch):
     """On NCCL an all-gather of unequal shapes hangs or writes past its buffer before a check after it could
     report; the strategy's per-step agreement (already one all-reduce) carries every task's row count."""
+    from mtl.architectures.hard import Hard
     from mtl.heads.base import Head
     from mtl.parallel.strategy import ParallelStrategy
-
-    from mtl.architectures.hard import Hard
 
     model = paddle.nn.Layer()
     model.backbone = paddle.nn.Linear(2, 2)
