@@ -193,11 +193,12 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cross_stitch_graddrop", "task_norm"])
+@pytest.mark.parametrize("name", ["cross_stitch_graddrop", "task_norm", "cross_stitch_backbone_imtl"])
 def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
     """The 20 strategies of the weighting benchmarks, 3 steps each, on an architecture whose shared and task
-    parameters interleave (cross-stitch) and on one with task layers inside the backbone: finite losses, and every
-    shared and task parameter updated."""
+    parameters interleave (cross-stitch), on one with task layers inside the backbone and on one with a copy of the
+    backbone per task (every task's rows in one pass: the per-task backward): finite losses, and every shared and
+    task parameter updated."""
     import sys
 
     from mtl.config.loading import load_job
