@@ -33,13 +33,16 @@ def test_the_recipes_load_with_their_architectures():
     assert [t["reader"]["mnist_dir"] for t in mnist["tasks"]] == [os.path.join(EXAMPLES, "data", "mnist")] * 2
     assert [t["reader"]["eval_split"] for t in mnist["tasks"]] == ["val", "val"]  # never the kept-back test digits
     sys.path.insert(0, EXAMPLES)
-    from architecture_variants import MULTIMNIST
 
-    best = load_job(os.path.join(EXAMPLES, "configs", "multimnist_adapters.yaml"))  # the report's `adapters`, as a file
-    report = load_job(os.path.join(EXAMPLES, "configs", "multimnist.yaml"), MULTIMNIST["adapters"])
-    assert best["architecture"]["type"] == "adapters"
-    assert {k: v for k, v in best.items() if k not in ("output_dir", "source", "config_path")} == \
-        {k: v for k, v in report.items() if k not in ("output_dir", "source", "config_path")}
+    from multimnist_report import configurations
+
+    for file, name, kind in (("multimnist_adapters.yaml", "adapters", "adapters"),  # the report's, as files
+                             ("multimnist_stitched.yaml", "cross_stitch_backbone_same_rows", "cross_stitch_backbone")):
+        best = load_job(os.path.join(EXAMPLES, "configs", file))
+        report = load_job(os.path.join(EXAMPLES, "configs", "multimnist.yaml"), configurations()[name])
+        assert best["architecture"]["type"] == kind
+        assert {k: v for k, v in best.items() if k not in ("output_dir", "source", "config_path")} == \
+            {k: v for k, v in report.items() if k not in ("output_dir", "source", "config_path")}
     synthetic = load_job(os.path.join(EXAMPLES, "configs", "mmoe_synthetic.yaml"))
     assert synthetic["architecture"]["type"] == "mmoe" and synthetic["backbone"]["type"] == "identity"
 
