@@ -24,7 +24,7 @@ FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hard_reference.npz")
 STEPS = 12
 TWO_STEPS = 6  # the 2-process runs: the first 6 steps of the 1-process runs (constant lr)
 RESUMED = ["mmoe", "ple_cagrad", "cross_stitch_graddrop", "task_norm", "adapters_gradnorm", "task_norm_cross",
-           "adapters_same_rows", "mgda_ub_same_rows", "cross_stitch_backbone_imtl"]
+           "adapters_same_rows", "mgda_ub_same_rows", "cross_stitch_backbone_imtl", "cross_stitch_backbone_same_rows"]
 
 
 def records(out, name):

@@ -38,6 +38,8 @@ RUNS = {  # name: (architecture, backbone, weighting)
     # every task's rows in one pass through synchronised BatchNorms, differentiated task by task (Paddle 3.3 crashed
     # in a second backward through a PyLayer after one with retain_graph: JointModel.backward_backbone_per_task)
     "hard_sync_bn_pcgrad": ({"type": "hard"}, CNN, {"type": "pcgrad"}),
+    # MultiMNIST's best joint configuration: a column per task over the same images (schedule.same_rows)
+    "cross_stitch_backbone_same_rows": ({"type": "cross_stitch_backbone", "tower": [8]}, CNN, {"type": "static"}),
 }
 SAME_INPUTS = {"type": "synthetic", "num_samples": 48, "num_classes": 7, "seed": 1}  # one set of images, 3 targets
 SAME_ROWS = {"tasks": [  # every task reads the same images in each step (schedule.same_rows)
@@ -48,7 +50,7 @@ SAME_ROWS = {"tasks": [  # every task reads the same images in each step (schedu
     "schedule": {"same_rows": True}}
 EXTRA = {  # name: more job keys; task BatchNorms keep one embedding, so the ArcFace heads score each other's classes
     "task_norm_cross": {"cross_negatives": {"rate": 1.0, "mask": "online", "warmup": 2, "update": "both"}},
-    "adapters_same_rows": SAME_ROWS, "mgda_ub_same_rows": SAME_ROWS,
+    "adapters_same_rows": SAME_ROWS, "mgda_ub_same_rows": SAME_ROWS, "cross_stitch_backbone_same_rows": SAME_ROWS,
 }
 
 
