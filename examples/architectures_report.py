@@ -241,12 +241,20 @@ def costs_table(costs):
     return table(costs)
 
 
+def runs_per_cell(data) -> str:
+    """``"40 runs per cell"``, or the count of each correlation when they differ (a cell taken further)."""
+    counts = {p: max(len(cell["final"]) for cell in models.values()) for p, models in data["cells"].items()}
+    if len(set(counts.values())) == 1:
+        return f"{next(iter(counts.values()))} runs per cell"
+    return "runs per cell: " + ", ".join(f"{n} at correlation {p}" for p, n in counts.items())
+
+
 def report(args):
     """``(text, json content)`` of every benchmark given."""
     parts, content = [], {}
     if args.synthetic:
-        data = read_report(args.synthetic, ("runs",))
-        parts.append(f"### MMoE synthetic benchmark ({data['runs']} runs per cell)\n\n" + synthetic_table(data))
+        data = read_report(args.synthetic, ("cells",))
+        parts.append(f"### MMoE synthetic benchmark ({runs_per_cell(data)})\n\n" + synthetic_table(data))
         content["synthetic"] = synthetic_verdict(data)
     if args.multimnist:
         data = read_report(args.multimnist, ("seeds", "configurations"))

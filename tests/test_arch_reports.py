@@ -358,3 +358,15 @@ def test_the_multimnist_screen_merges_files_of_one_budget_at_their_common_seed(t
     (tmp_path / "old.json").write_text(json.dumps({"seeds": [0], "configurations": {}}))  # before "steps" was kept
     with pytest.raises(DataError, match="old.json lacks steps"):
         architectures_report.main(["--multimnist-screen", str(tmp_path / "old.json")])
+
+
+def test_the_synthetic_heading_says_the_runs_of_each_cell_when_they_differ():
+    sys.path.insert(0, EXAMPLES)
+    from architectures_report import runs_per_cell
+
+    def cell(n):
+        return {"shared_bottom": {"final": [0.1] * n}, "mmoe": {"final": [0.1] * n}}
+
+    assert runs_per_cell({"cells": {"0.5": cell(40), "0.9": cell(40)}}) == "40 runs per cell"
+    assert runs_per_cell({"cells": {"0.5": cell(200), "0.9": cell(40)}}) == \
+        "runs per cell: 200 at correlation 0.5, 40 at correlation 0.9"
