@@ -109,10 +109,12 @@ def _build_backbone_and_architecture(cfg):
     # drawn on the CPU's generator whatever the device: the same seed gives the same weights on CPU and GPU
     backbone = on_host_generator(lambda: build_backbone(cfg["backbone"], cfg["source"]))
     architecture = build_architecture(cfg, backbone)
-    for i, layer in enumerate([backbone] + architecture.backbone_copies()):  # an architecture's columns as well
-        if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
-            converted = sync_bn.convert_sync_batchnorm(layer)
-            backbone = converted if i == 0 else backbone
+    copies = architecture.backbone_copies()  # an architecture's columns get what the backbone gets
+    if cfg["distributed"]["sync_bn"] and distributed.world_size() > 1:
+        backbone = sync_bn.convert_sync_batchnorm(backbone)
+        for copy in copies:
+            sync_bn.convert_sync_batchnorm(copy)  # in place: a backbone is not itself a BatchNorm
+    for layer in [backbone, *copies]:
         freeze_parameters(layer, cfg["backbone"].get("freeze") or [], cfg["source"])
         if cfg["backbone"].get("freeze_bn"):
             freeze_batchnorm(layer)

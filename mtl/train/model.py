@@ -205,28 +205,29 @@ class JointModel(paddle.nn.Layer):
     def backward_backbone_per_task(self):
         """Phase 2 task by task, in job order: yields each task after the backbone's gradients hold the gradient
         of that task's weighted loss alone (the caller reads and clears them before the next one)."""
-        trainable = None
         for tasks in self._groups:
             present = [t for t in tasks if t in self._feature_grads]
             for i, task in enumerate(present):
                 feat, grad = self._feature_grads[task]
-                if i == len(present) - 1:
+                if i < len(present) - 1:  # the pass's graph is needed again by the next task
+                    self._accumulate_keeping_graph(feat, grad)
+                else:
                     paddle.autograd.backward([feat], [grad])
-                    yield task
-                    continue
-                # not paddle.autograd.backward(..., retain_graph=True): on Paddle 3.3 the next backward through a
-                # PyLayer of that graph (synchronised BatchNorm at 2 processes) then dies with a segmentation
-                # fault; paddle.grad keeps the graph usable
-                if trainable is None:
-                    trainable = [p for p in list(self.backbone.parameters()) + list(self.architecture.parameters())
-                                 if not p.stop_gradient]
-                found = paddle.grad([feat], trainable, [grad], retain_graph=True, allow_unused=True)
-                with paddle.no_grad():
-                    for p, g in zip(trainable, found):
-                        if g is not None:
-                            p.grad = g if p.grad is None else p.grad + g
                 yield task
         self._feature_grads = {}
+
+    def _accumulate_keeping_graph(self, feat, grad):
+        """Add the gradient of ``feat`` (seeded with ``grad``) to the backbone's and architecture's parameters,
+        keeping the graph. Not ``paddle.autograd.backward(..., retain_graph=True)``: on Paddle 3.3 the next backward
+        through a PyLayer of that graph (synchronised BatchNorm at 2 processes) then dies with a segmentation fault;
+        ``paddle.grad`` keeps the graph usable."""
+        trainable = [p for p in list(self.backbone.parameters()) + list(self.architecture.parameters())
+                     if not p.stop_gradient]
+        found = paddle.grad([feat], trainable, [grad], retain_graph=True, allow_unused=True)
+        with paddle.no_grad():
+            for p, g in zip(trainable, found):
+                if g is not None:
+                    p.grad = g if p.grad is None else p.grad + g
 
     def shared_parameters(self):
         """The trainable parameters several tasks' losses reach: the ones whose per-task gradients a gradient-based
