@@ -1,7 +1,7 @@
 """The architectures' tables and verdicts from the three benchmarks' JSON files (one command per benchmark made them):
 
     python examples/mmoe_synthetic_report.py --runs 40 --json synthetic.json --plot synthetic.png
-    python examples/multimnist_report.py --json multimnist.json
+    python examples/multimnist_report.py --steps 5850 --json multimnist.json  # 30 epochs (the recipe: 100)
     python examples/faces_report.py --only joint alone --no-baselines --json faces_hard.json
     python examples/faces_report.py --only joint --no-baselines --set architecture=... --json faces_mmoe.json  # each
     python bench/bench_architectures.py --json costs.json
@@ -258,7 +258,9 @@ def report(args):
         content["synthetic"] = synthetic_verdict(data)
     if args.multimnist:
         data = read_report(args.multimnist, ("seeds", "configurations"))
-        parts.append(f"### MultiMNIST (seeds {', '.join(map(str, data['seeds']))})\n\n" + multimnist_table(data))
+        budget = f" at {data['steps']} steps" if "steps" in data else ""
+        parts.append(f"### MultiMNIST{budget} (seeds {', '.join(map(str, data['seeds']))})\n\n"
+                     + multimnist_table(data))
         content["multimnist"] = data
     if args.multimnist_long:
         long, _ = merge_screen(args.multimnist_long)

@@ -19,8 +19,8 @@ the time so far and left, and a running run's step every 30 s. Accuracy is the h
 ``--eval-split test`` the MNIST test digits (``t10k-*`` in the task files' ``mnist_dir``, kept back by the project),
 each run then training on all 60,000 training digits (``val_size: 0``) as Sener and Koltun do: the one look of
 settings chosen on the validation digits. ``--json`` writes ``{"seeds": [...], "configurations": {NAME: {"left":
-[per seed], "right": [per seed]}}}`` (accuracy in percent), with the ``config``, the runs' ``steps`` and
-``eval_split``.
+[per seed], "right": [per seed]}}}`` (accuracy in percent), with the ``config``, the runs' ``steps`` (and the
+recipe's ``epochs`` that gave them, or null) and ``eval_split``.
 """
 import argparse
 import json
@@ -98,11 +98,16 @@ def accuracy(folder, task):
         return 100.0 * float(json.load(f)["tasks"][task]["eval"]["accuracy"])
 
 
+def budget(schedule):
+    """How long a job trains, as its config says it: ``"100 epochs"`` or ``"5850 steps"``."""
+    return f"{schedule['epochs']:g} epochs" if schedule.get("epochs") is not None else f"{schedule['steps']} steps"
+
+
 def trained_as(folder):
-    """``(steps, evaluation split)`` a finished run was trained with (its ``job.json``)."""
+    """``(budget, evaluation split, steps)`` a finished run was trained with (its ``job.json``)."""
     with open(os.path.join(folder, "job.json")) as f:
         job = json.load(f)
-    return job["schedule"]["steps"], job["tasks"][0]["reader"].get("eval_split", "val")
+    return budget(job["schedule"]), job["tasks"][0]["reader"].get("eval_split", "val"), job["schedule"]["steps"]
 
 
 def run_all(args):
@@ -110,9 +115,11 @@ def run_all(args):
     progress line per run (:mod:`mtl.progress`); return the report's JSON content."""
     from mtl.config.loading import load_job
 
-    steps = load_job(args.config, list(args.sets))["schedule"]["steps"]  # the runs' steps (--steps or the recipe's)
-    result = {"config": os.path.relpath(args.config, ROOT), "steps": steps, "eval_split": args.eval_split,
-              "seeds": args.seeds, "configurations": {}}
+    schedule = load_job(args.config, list(args.sets))["schedule"]  # the runs' budget (--steps or the recipe's)
+    planned = budget(schedule)
+    result = {"config": os.path.relpath(args.config, ROOT), "steps": schedule["steps"], "epochs": schedule["epochs"],
+              "eval_split": args.eval_split, "seeds": args.seeds, "configurations": {}}
+    steps = set()
     todo = [(name, seed, *run) for name in args.configurations for seed in args.seeds
             for run in runs(name, args.config, seed, args.out, args.sets, args.eval_split)]
     progress = Progress("train", len(todo))
@@ -123,18 +130,22 @@ def run_all(args):
         if read:
             label += " (finished before, read)"
             trained = trained_as(folder)
-            if trained != (steps, args.eval_split):  # a table of runs of two budgets or two splits would be wrong
-                raise DataError(f"{folder} was trained for {trained[0]} steps and evaluated on eval_split "
-                         f"{trained[1]}, this report's runs take {steps} steps on {args.eval_split}: remove it or "
-                         f"give another --out")
+            if trained[:2] != (planned, args.eval_split):  # a table of runs of two budgets or splits would be wrong
+                raise DataError(f"{folder} was trained for {trained[0]} and evaluated on eval_split {trained[1]}, "
+                                f"this report's runs take {planned} on {args.eval_split}: remove it or give another "
+                                f"--out")
         else:
             with progress.watch(label, folder):
                 failure = train(args.config, folder, sets)
             if failure:
                 sys.exit("training failed:\n" + failure)
         progress.finished(label, began, read=read)
+        steps.add(trained_as(folder)[2])
         for task in tasks:
             cell[task].append(accuracy(folder, task))
+    if len(steps) > 1:  # epochs over training splits of other sizes: the table's runs would differ in length
+        raise DataError(f"the runs took {', '.join(map(str, sorted(steps)))} steps for {planned}: give --steps")
+    result["steps"] = steps.pop() if steps else schedule["steps"]
     return result
 
 
@@ -165,7 +176,8 @@ def parse_args(argv=None):
     parser.add_argument("--configurations", default=",".join(["single", *configurations()]),
                         help="comma-separated names (default: all)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps (default: the recipe's budget, 100 epochs)")
     parser.add_argument("--eval-split", choices=("val", "test"), default="val",
                         help="val: the validation digits (choosing); test: the MNIST test digits, training on all "
                              "60,000 training digits (the one look)")

@@ -14,8 +14,9 @@ import paddle
 from mtl import contracts, registry
 from mtl.architectures.build import build_architecture
 from mtl.backbones.base import build_backbone
+from mtl.config.checks import check_milestones
 from mtl.config.overrides import blame_set
-from mtl.data.scheduler import build_schedule
+from mtl.data.scheduler import build_schedule, steps_for_epochs
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError, DataError
 from mtl.parallel import distributed, sync_bn
@@ -195,11 +196,43 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
                               cfg["source"])
+    resolve_epochs(cfg, schedule, {t.name: len(t.reader) for t in tasks}, warn)
     if cfg["schedule"]["same_rows"]:
         check_same_inputs(tasks, backbone, cfg["source"])
     if warn and not verbose:
         show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+def resolve_epochs(cfg, schedule, train_sizes, announce=False):
+    """``schedule.epochs`` E of the task T = ``schedule.epochs_of`` (default: the first): set ``schedule.steps`` in
+    ``cfg`` to the steps that make E passes over T's training samples (:func:`mtl.data.scheduler.steps_for_epochs`)
+    and check the milestones against them; a job counted in steps is left as it is."""
+    budget = cfg["schedule"]
+    if budget.get("epochs") is None:
+        return
+    task = budget.get("epochs_of") or cfg["tasks"][0]["name"]
+    budget["steps"] = steps_for_epochs(schedule, budget["epochs"], task, train_sizes[task], cfg["source"])
+    check_milestones(cfg, cfg["source"])
+    if announce:
+        print(f"schedule.epochs {budget['epochs']:g}: {budget['steps']} steps ({budget['epochs']:g} passes over the "
+              f"{train_sizes[task]} training samples of task '{task}', {schedule.rows_per_step(task):g} a step)",
+              flush=True)
+
+
+def planned_steps(cfg) -> int:
+    """The steps the job ``cfg`` trains: ``schedule.steps``, or those its ``schedule.epochs`` make (its backbone
+    and readers built for the training splits' sizes, nothing else)."""
+    if cfg["schedule"].get("epochs") is None:
+        return cfg["schedule"]["steps"]
+    backbone = build_backbone(cfg["backbone"], cfg["source"])
+    ctx = reader_context(backbone)
+    sizes = {t["name"]: len(build_reader(t, None, ctx)) for t in cfg["tasks"]}
+    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [sizes[t["name"]] for t in cfg["tasks"]], cfg["seed"],
+                              cfg["source"])
+    resolved = copy.deepcopy(cfg)
+    resolve_epochs(resolved, schedule, sizes)
+    return resolved["schedule"]["steps"]
 
 
 def check_same_inputs(tasks, backbone, source, probes=3):

@@ -146,22 +146,26 @@ def test_the_multimnist_report_on_a_shortened_run(tmp_path):
 @pytest.mark.subprocess
 def test_the_multimnist_test_look_trains_on_every_training_digit_and_scores_the_test_digits(tmp_path):
     config = shortened_multimnist(tmp_path, test=150)
+    # the recipe's budget in epochs (100; here 0.05 of the 1000 training digits, 8 a step): the runs of the test
+    # look train on every training digit, so the same epochs make more steps than on the 700 left by validation
     run(tmp_path, "multimnist_report.py", "--config", config, "--configurations", "single,adapters", "--seeds", 0,
-        "--steps", 2, "--eval-split", "test", "--out", tmp_path / "t", "--json", tmp_path / "t.json")
+        "--set", "schedule.epochs=0.05", "--eval-split", "test", "--out", tmp_path / "t", "--json", tmp_path / "t.json")
     report = json.load(open(tmp_path / "t.json"))
     assert report["eval_split"] == "test" and set(report["configurations"]) == {"single", "adapters"}
+    assert (report["steps"], report["epochs"]) == (7, 0.05)  # ceil(0.05 * 1000 / 8)
     for folder in ("single_left", "single_right", "adapters"):
         job = json.load(open(tmp_path / "t" / "seed0" / folder / "job.json"))
         assert [(t["reader"]["eval_split"], t["reader"]["val_size"]) for t in job["tasks"]] == \
             [("test", 0)] * len(job["tasks"])
+        assert json.load(open(tmp_path / "t" / "seed0" / folder / "summary.json"))["steps"] == 7
         # (the reader's tests: eval_split test reads the t10k files, val_size 0 trains on every training digit)
     # the test runs are not read into a validation table
     again = warm_python.run([sys.executable, os.path.join(EXAMPLES, "multimnist_report.py"), "--config", config,
                              "--configurations", "adapters", "--seeds", "0", "--steps", "2", "--out",
                              str(tmp_path / "t")], capture_output=True, text=True, cwd=str(tmp_path),
                             env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
-    assert again.returncode == 2 and "evaluated on eval_split test, this report's runs take 2 steps on val" in \
-        again.stderr, again.stderr[-3000:]
+    assert again.returncode == 2 and "was trained for 0.05 epochs and evaluated on eval_split test, this report's " \
+        "runs take 2 steps on val" in again.stderr, again.stderr[-3000:]
 
 
 def two_faces(tmp_path, **more):

@@ -66,11 +66,14 @@ def read_summary(run_dir: str) -> dict:
 
 
 def single_task_config(cfg: dict, task_name: str, sub_batch: int) -> dict:
-    """The single-task job of ``task_name`` derived from the validated joint config ``cfg``."""
+    """The single-task job of ``task_name`` derived from the validated joint config ``cfg``: its sub-batch for the
+    joint job's steps (with ``schedule.epochs``, the steps they give the joint job: ``cfg``'s ``schedule.steps``
+    resolved, :func:`mtl.job.planned_steps`), so that it reads the samples it reads in the joint job."""
     single = copy.deepcopy(cfg)
     single["tasks"] = [copy.deepcopy(t) for t in cfg["tasks"] if t["name"] == task_name]
     single["schedule"]["batch_size"] = int(sub_batch)
     single["schedule"]["mode"] = "joint"
+    single["schedule"].update(epochs=None, epochs_of=None)
     single["output_dir"] = os.path.join(cfg["output_dir"], BASELINE_DIR, task_name)
     if "weighting" in single:
         single["weighting"] = {"type": "static"}
@@ -179,6 +182,19 @@ def report(joint_summary: dict, single_summaries: Dict[str, dict]) -> dict:
             "delta_m": value}
 
 
+def baseline_jobs(cfg: dict) -> List[tuple]:
+    """``[(job config, what it is)]``: the joint job, then every task alone (:func:`single_task_config`); with
+    ``schedule.epochs`` the joint job's steps are resolved first (:func:`mtl.job.planned_steps`) and every
+    single-task job takes them."""
+    from mtl.job import planned_steps
+
+    if cfg["schedule"].get("epochs") is not None:
+        cfg = copy.deepcopy(cfg)
+        cfg["schedule"]["steps"] = planned_steps(cfg)
+    return [(cfg, "joint job")] + [(single_task_config(cfg, task, size), f"task '{task}' alone (sub-batch {size})")
+                                   for task, size in sub_batches(cfg).items()]
+
+
 def run_baselines(cfg: dict, console=print, overwrite: bool = False) -> dict:
     """Run (or reuse, :func:`reusable`) the joint job and every single-task job of ``cfg``; write and return
     ``baseline.json``. Every job's folder is checked before any of them trains."""
@@ -186,8 +202,7 @@ def run_baselines(cfg: dict, console=print, overwrite: bool = False) -> dict:
     from mtl.train.rundir import check_output_dir
     from mtl.train.trainer import Trainer
 
-    jobs = [(cfg, "joint job")] + [(single_task_config(cfg, task, size), f"task '{task}' alone (sub-batch {size})")
-                                   for task, size in sub_batches(cfg).items()]
+    jobs = baseline_jobs(cfg)
     for job_cfg, _ in jobs:
         check_output_dir(job_cfg["output_dir"])
     reuse = [reusable(job_cfg, overwrite) for job_cfg, _ in jobs]

@@ -14,7 +14,8 @@ def check_job(job, tasks, base_dir, source):
     """Every cross-key check of a validated job and its tasks (``base_dir``: the job config's folder)."""
     _check_components(job, tasks, source)
     _check_cross_negatives(job, tasks, base_dir, source)
-    _check_optimizer(job, source)
+    check_milestones(job, source)
+    _check_epochs_of(job, tasks, source)
     _check_accumulate(job, tasks, source)
 
 
@@ -110,8 +111,10 @@ def _check_cross_negatives(job, tasks, base_dir, source):
         read_pairs(cross["pairs"], source)
 
 
-def _check_optimizer(job, source):
-    """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps."""
+def check_milestones(job, source):
+    """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps (with
+    ``schedule.epochs`` the steps are known once the job is built, :func:`mtl.job.build_job` checks again; here
+    integer milestones, and fractions of a long run, are checked)."""
     opt = job["optimizer"]
     if opt["decay"] != "multistep":
         return
@@ -119,9 +122,17 @@ def _check_optimizer(job, source):
         raise ConfigError("decay multistep needs milestones (steps, or fractions of schedule.steps)", source,
                           "optimizer.milestones")
     try:
-        resolve_milestones(opt["milestones"], job["schedule"]["steps"])
+        resolve_milestones(opt["milestones"], job["schedule"]["steps"] or 10**9)
     except ValueError as exc:
         raise ConfigError(str(exc), source, "optimizer.milestones") from None
+
+
+def _check_epochs_of(job, tasks, source):
+    """``schedule.epochs_of`` names a task of the job."""
+    name, names = job["schedule"]["epochs_of"], [t["name"] for t in tasks]
+    if name is not None and name not in names:
+        raise ConfigError(f"names the task whose passes schedule.epochs counts, but the job has no task {name!r} "
+                          f"(its tasks: {', '.join(names)})", source, "schedule.epochs_of")
 
 
 def _check_accumulate(job, tasks, source):

@@ -6,6 +6,7 @@ reference (``docs/configuration.md``, generated from them by :mod:`mtl.config.re
 import re
 
 from mtl.config.schema import Opt, Section
+from mtl.errors import ConfigError
 
 _TASK_NAME = re.compile(r"^\w[\w-]{0,99}$")
 
@@ -53,7 +54,14 @@ SCHEDULE = {
     "batch_size": Opt(int, 64, min=1, doc="global batch size of one optimizer step (all processes together)"),
     "accumulate": Opt(int, 1, min=1, doc="read each step's batch as this many micro-batches (gradient "
                                          "accumulation); every task's sub-batch must be a multiple of it x processes"),
-    "steps": Opt(int, 1000, min=1, doc="training steps"),
+    "steps": Opt(int, None, nullable=True, min=1, doc="training steps (1000 when neither steps nor epochs is given)"),
+    "epochs": Opt(float, None, nullable=True, min=0.0, min_exclusive=True,
+                  doc="or train this many passes over the training split of the task epochs_of: steps = ceil(epochs "
+                      "x its training samples / its rows a step), set when the job is built (PaddlePALM's "
+                      "num_epochs); a variant config or --set giving steps or epochs replaces the other"),
+    "epochs_of": Opt(str, None, nullable=True,
+                     doc="the task whose passes schedule.epochs counts (default: the first task; PALM's "
+                         "sampling_reference)"),
     "same_rows": Opt(bool, False, doc="joint mode: every task reads the same samples in every step, for tasks whose "
                                       "readers hold the same inputs in the same order with a label each (one image, "
                                       "both MultiMNIST digits; LibMTL's single-input mode); needs the same sub-batch "
@@ -62,6 +70,26 @@ SCHEDULE = {
                     doc="sample mode: how the task of a step is drawn"),
     "temperature": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="sample mode: p_t ~ size_t^(1/T)"),
 }
+
+# two keys that say one thing two ways: a layer that gives one of them (a variant config over its base, --set over
+# the file) replaces the other given below it; one layer giving both is a ConfigError
+ALTERNATIVES = {("schedule", "steps"): ("schedule", "epochs"), ("schedule", "epochs"): ("schedule", "steps")}
+DEFAULT_STEPS = 1000
+
+
+def _check_budget(schedule, source, path):
+    """``steps`` and ``epochs`` are one setting: both given is a ConfigError; neither gives the default steps."""
+    if schedule["steps"] is not None and schedule["epochs"] is not None:
+        raise ConfigError(f"steps ({schedule['steps']}) and epochs ({schedule['epochs']:g}) both say how long the job "
+                          f"trains: give one of them (a variant config or --set that gives one replaces the other)",
+                          source, f"{path}.epochs")
+    if schedule["epochs"] is None:
+        if schedule["epochs_of"] is not None:
+            raise ConfigError(f"names the task whose passes schedule.epochs counts ({schedule['epochs_of']!r}), but "
+                              f"the job gives no epochs", source, f"{path}.epochs_of")
+        if schedule["steps"] is None:
+            schedule["steps"] = DEFAULT_STEPS
+
 
 def _check_prefixes(value):
     if all(isinstance(p, str) and p.strip() and p == p.strip(".") for p in value):
@@ -203,7 +231,7 @@ JOB = {
                         doc="the layer between backbone and heads: hard (shared backbone), mmoe, cgc, ple, "
                             "cross_stitch, cross_stitch_backbone, task_norm, adapters; {type: name, ...params} "
                             "(docs/architectures.md)"),
-    "schedule": Section(SCHEDULE, doc="how steps are composed"),
+    "schedule": Section(SCHEDULE, check=_check_budget, doc="how steps are composed, and how many"),
     "optimizer": Section(OPTIMIZER, doc="optimizer and learning-rate schedule"),
     "log": Section({
         "every": Opt(int, 10, min=1, doc="write metrics.jsonl (one record per step), the log and the progress bar "

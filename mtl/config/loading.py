@@ -10,7 +10,7 @@ import yaml
 
 from mtl import registry
 from mtl.config.checks import check_job
-from mtl.config.keys import JOB, TASK
+from mtl.config.keys import ALTERNATIVES, JOB, TASK
 from mtl.config.overrides import apply_overrides, blame_set, set_keys, split_task_overrides
 from mtl.config.paths import BACKBONE_PATH_KEYS, REPO_ROOT, resolve_path, resolve_reader_paths
 from mtl.config.schema import validate
@@ -107,7 +107,28 @@ def read_job_yaml(path: str, seen=()):
         if isinstance(base.get(key), list):
             base[key] = [resolve_path(v, base_dir) if isinstance(v, str) and os.path.exists(os.path.join(base_dir, v))
                          else v for v in base[key]]
-    return _merged(base, raw)
+    return replace_alternatives(_merged(base, raw), [path for path in ALTERNATIVES if _has(raw, path)])
+
+
+def _has(data, path):
+    for part in path:
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def replace_alternatives(data, given):
+    """``data`` without the keys that the key paths ``given`` by a layer above it replace (:data:`ALTERNATIVES`:
+    ``schedule.epochs`` of a variant or a ``--set`` replaces the base's ``schedule.steps``, and the other way)."""
+    for path in given:
+        other = ALTERNATIVES.get(tuple(path))
+        if other is not None and other not in {tuple(p) for p in given} and _has(data, other):
+            parent = data
+            for part in other[:-1]:
+                parent = parent[part]
+            del parent[other[-1]]
+    return data
 
 
 def _merged(base, update):
@@ -291,7 +312,7 @@ def load_job(path=None, overrides=(), data=None):
     source = path or "<config>"
     raw = read_job_yaml(path) if path is not None else copy.deepcopy(data or {})
     job_overrides, task_overrides = split_task_overrides(overrides)
-    raw = apply_overrides(raw, job_overrides, source)
+    raw = replace_alternatives(apply_overrides(raw, job_overrides, source), [path for path, _ in job_overrides])
     if overrides:
         source = f"{source} (with --set)" if path else source
     job = validate(JOB, raw, source)

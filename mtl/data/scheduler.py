@@ -8,6 +8,7 @@ samples of that task all steps before ``step`` used, which places the task's rea
 ``order_key(task)``: the name whose seed orders the task's samples (its own; with ``same_rows`` the first task's, so
 that every task reads the same sample indices in every step: one input, a label per task).
 """
+import math
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -79,6 +80,10 @@ class JointSchedule:
     def possible_sizes(self, task: str) -> List[int]:
         """Every sub-batch size this task can get."""
         return [self.sizes[task]]
+
+    def rows_per_step(self, task: str) -> float:
+        """Samples of ``task`` a step reads: its sub-batch."""
+        return float(self.sizes[task])
 
     def state_dict(self):
         """Everything that defines the schedule (it has no other state: plans are pure functions of the step)."""
@@ -152,6 +157,10 @@ class SampleSchedule:
         """Every sub-batch size this task can get."""
         return [self.batch_size]
 
+    def rows_per_step(self, task: str) -> float:
+        """Samples of ``task`` a step reads on average: its probability times the batch."""
+        return float(self.probabilities[self.tasks.index(task)]) * self.batch_size
+
     def with_batch_size(self, batch_size: int) -> "SampleSchedule":
         """The same schedule with another global batch size."""
         return SampleSchedule(self.tasks, self.probabilities, batch_size, self.seed)
@@ -180,3 +189,14 @@ def build_schedule(schedule_cfg: dict, tasks: Sequence[dict], train_sizes: Seque
         return JointSchedule(names, ratios, schedule_cfg["batch_size"], seed, same_rows)
     probs = sampling_probabilities(schedule_cfg["sampling"], ratios, train_sizes, schedule_cfg["temperature"])
     return SampleSchedule(names, probs, schedule_cfg["batch_size"], seed)
+
+
+def steps_for_epochs(schedule, epochs: float, task: str, train_size: int, source=None) -> int:
+    """The steps that make ``epochs`` passes over ``task``'s ``train_size`` training samples: ceil(epochs *
+    train_size / rows of the task a step) (sample mode: the expected rows), at least 1; ConfigError
+    (``schedule.epochs_of``) when the task gets no rows."""
+    rows = schedule.rows_per_step(task)
+    if rows <= 0:
+        raise ConfigError(f"task '{task}' gets no samples in a step, so its passes cannot count the job's steps: "
+                          f"name another task", source, "schedule.epochs_of")
+    return max(1, int(math.ceil(epochs * train_size / rows - 1e-9)))
