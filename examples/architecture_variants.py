@@ -16,11 +16,6 @@ MULTIMNIST = {  # on the trunk's 50 features
     # a LeNet trunk per digit, stitched after each of its three stages (Misra et al.'s networks), then the task layers
     "cross_stitch_backbone": ["architecture={type: cross_stitch_backbone, " + MNIST_TOWER + "}"],
 }
-MULTIMNIST_SETTINGS = {  # an architecture above with another setting (the report runs them; they cost the same)
-    # the stitch units trained with a larger rate, as Misra et al. train them (screened at 5 epochs)
-    **{f"cross_stitch_backbone_stitch_lr{m}": [*MULTIMNIST["cross_stitch_backbone"],
-                                               f"optimizer.lr_mult={{architecture.stitches: {m}}}"] for m in (10, 100)},
-}
 
 FACE_EXPERTS = "expert_layers: [128], last_relu: false"  # linear experts: the ArcFace heads score by cosine
 FACES = {  # on the recipe's 128-d embedding (after its BN-neck), or inside the CNN

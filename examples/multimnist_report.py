@@ -12,9 +12,7 @@ its 256 images per step, the same steps), every weighting strategy by name (``st
 ``cgc``, ``ple``, ``cross_stitch``, ``cross_stitch_backbone``, and on the LeNet with BatchNorm ``hard_bn``,
 ``task_norm``, ``adapters``); ``static_same_rows``, ``mgda_ub_same_rows``, ``adapters_same_rows`` and
 ``cross_stitch_backbone_same_rows`` are those four with Sener and Koltun's step, both digits' losses on the same
-images (``schedule.same_rows``; otherwise each task reads its own images);
-``cross_stitch_backbone_stitch_lr10`` and ``..._lr100`` (and their ``_same_rows``) train the stitch units at 10 and
-100 times the rate, as Misra et al. do. Each run trains in its
+images (``schedule.same_rows``; otherwise each task reads its own images). Each run trains in its
 own process; a run whose ``summary.json`` exists is not trained again; a line per run says which of how many and
 the time so far and left, and a running run's step every 30 s. Accuracy is the head's on the evaluation split:
 ``--eval-split val`` (the default) the validation digits held out of the training digits, where settings are chosen;
@@ -39,7 +37,6 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from architecture_variants import MULTIMNIST as ARCHITECTURES  # noqa: E402
-from architecture_variants import MULTIMNIST_SETTINGS  # noqa: E402
 from bench_weighting import STRATEGIES  # noqa: E402  (the 20 strategies, as the weighting benchmarks name them)
 
 from mtl.errors import DataError  # noqa: E402
@@ -50,8 +47,7 @@ TASKS = ("left", "right")
 
 
 # with Sener and Koltun's step as well: one image, both digits' losses
-SAME_ROWS = ("static", "mgda_ub", "adapters", "cross_stitch_backbone", "cross_stitch_backbone_stitch_lr10",
-             "cross_stitch_backbone_stitch_lr100")
+SAME_ROWS = ("static", "mgda_ub", "adapters", "cross_stitch_backbone")
 
 
 def configurations():
@@ -59,7 +55,6 @@ def configurations():
     both tasks reading the same images in each step (``schedule.same_rows``)."""
     out = {name: [f"weighting={spec}"] for name, spec in STRATEGIES.items()}
     out.update(ARCHITECTURES)
-    out.update(MULTIMNIST_SETTINGS)
     out.update({f"{name}_same_rows": [*out[name], "schedule.same_rows=true"] for name in SAME_ROWS})
     return out
 
