@@ -104,7 +104,7 @@ class Recipe:
         from mtl.backbones.base import constructor_config
         from mtl.commands.compare import sub_batches
         from mtl.errors import ConfigError
-        from mtl.job import build_reader, reader_context
+        from mtl.job import build_reader, reader_context, steps_override
 
         self.cfg, self.benchmark = cfg, benchmark
         context = reader_context(registry.build("backbone", constructor_config(registry.as_component(cfg["backbone"])),
@@ -125,6 +125,7 @@ class Recipe:
             self.train_readers[task["name"]] = build_reader(task, None, context)
             self.train_readers[task["name"]].set_augmentation(False)
         self.sub_batch = sub_batches(cfg)
+        self.pinned = steps_override(cfg)  # a config in epochs: every arm takes the steps of its joint job
 
     def merged_task(self) -> dict:
         """The merged identity task as a task mapping (reader paths already absolute)."""
@@ -154,7 +155,7 @@ class Recipe:
         size = sum(self.sub_batch[t["name"]] for t in self.cfg["tasks"])
         sets = [f"tasks.{n + 1}.{item}" for n in range(len(others)) for item in task_sets]
         return [(name, [f"tasks=[{placeholder}{''.join(', ' + t['source'] for t in others)}]",
-                        f"schedule.batch_size={size}", "cross_negatives.rate=0", *sets])]
+                        f"schedule.batch_size={size}", "cross_negatives.rate=0", *sets, *self.pinned])]
 
     def runs(self, arm, task_sets=()):
         """``[(run name, overrides)]`` of one arm for one seed; ``task_sets`` apply to every task of a run (the
@@ -166,7 +167,7 @@ class Recipe:
             return [(f"alone_{t['name']}", [f"tasks=[{t['source']}]",  # its loss: the mean over its step
                                             f"schedule.batch_size={self.sub_batch[t['name']]}",
                                             "cross_negatives.rate=0", "tasks.0.loss_weight=1.0",
-                                            *task_overrides(task_sets, 1)])
+                                            *task_overrides(task_sets, 1), *self.pinned])
                     for t in self.identity if t["name"] in self.eval_readers]
         if arm in ("merged", "naive"):
             return self._one_head(arm, MERGED, task_sets)

@@ -75,11 +75,13 @@ def runs(name, config, seed, out, sets, eval_split="val"):
         return [(folder, [*base, *configurations()[name], *split_sets(eval_split, len(TASKS)), f"output_dir={folder}"],
                  TASKS)]
     from mtl.config.loading import load_job
+    from mtl.job import steps_override
 
-    cfg = load_job(config, list(sets))
+    cfg = load_job(config, [*sets, *split_sets(eval_split, len(TASKS))])
     size = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
+    pinned = steps_override(cfg)  # a budget in epochs: the steps it gives the joint job, as every digit's alone
     return [(os.path.join(out, f"seed{seed}", f"single_{t['name']}"),
-             [*base, f"tasks=[{t['source']}]", f"schedule.batch_size={size}", *split_sets(eval_split, 1),
+             [*base, f"tasks=[{t['source']}]", f"schedule.batch_size={size}", *split_sets(eval_split, 1), *pinned,
               f"output_dir={os.path.join(out, f'seed{seed}', 'single_' + t['name'])}"], (t["name"],))
             for t in cfg["tasks"]]
 
@@ -98,28 +100,24 @@ def accuracy(folder, task):
         return 100.0 * float(json.load(f)["tasks"][task]["eval"]["accuracy"])
 
 
-def budget(schedule):
-    """How long a job trains, as its config says it: ``"100 epochs"`` or ``"5850 steps"``."""
-    return f"{schedule['epochs']:g} epochs" if schedule.get("epochs") is not None else f"{schedule['steps']} steps"
-
-
 def trained_as(folder):
-    """``(budget, evaluation split, steps)`` a finished run was trained with (its ``job.json``)."""
+    """``(steps, evaluation split)`` a finished run was trained with (its ``job.json``)."""
     with open(os.path.join(folder, "job.json")) as f:
         job = json.load(f)
-    return budget(job["schedule"]), job["tasks"][0]["reader"].get("eval_split", "val"), job["schedule"]["steps"]
+    return job["schedule"]["steps"], job["tasks"][0]["reader"].get("eval_split", "val")
 
 
 def run_all(args):
     """Train every run of every configuration and seed (a run whose summary exists is read, not trained again), a
     progress line per run (:mod:`mtl.progress`); return the report's JSON content."""
     from mtl.config.loading import load_job
+    from mtl.job import planned_steps
 
-    schedule = load_job(args.config, list(args.sets))["schedule"]  # the runs' budget (--steps or the recipe's)
-    planned = budget(schedule)
-    result = {"config": os.path.relpath(args.config, ROOT), "steps": schedule["steps"], "epochs": schedule["epochs"],
+    # the runs' steps: --steps, or those the recipe's epochs make on the training digits of the evaluation split
+    cfg = load_job(args.config, [*args.sets, *split_sets(args.eval_split, len(TASKS))])
+    steps = planned_steps(cfg)
+    result = {"config": os.path.relpath(args.config, ROOT), "steps": steps, "epochs": cfg["schedule"]["epochs"],
               "eval_split": args.eval_split, "seeds": args.seeds, "configurations": {}}
-    steps = set()
     todo = [(name, seed, *run) for name in args.configurations for seed in args.seeds
             for run in runs(name, args.config, seed, args.out, args.sets, args.eval_split)]
     progress = Progress("train", len(todo))
@@ -130,22 +128,18 @@ def run_all(args):
         if read:
             label += " (finished before, read)"
             trained = trained_as(folder)
-            if trained[:2] != (planned, args.eval_split):  # a table of runs of two budgets or splits would be wrong
-                raise DataError(f"{folder} was trained for {trained[0]} and evaluated on eval_split {trained[1]}, "
-                                f"this report's runs take {planned} on {args.eval_split}: remove it or give another "
-                                f"--out")
+            if trained != (steps, args.eval_split):  # a table of runs of two budgets or two splits would be wrong
+                raise DataError(f"{folder} was trained for {trained[0]} steps and evaluated on eval_split "
+                                f"{trained[1]}, this report's runs take {steps} steps on {args.eval_split}: remove "
+                                f"it or give another --out")
         else:
             with progress.watch(label, folder):
                 failure = train(args.config, folder, sets)
             if failure:
                 sys.exit("training failed:\n" + failure)
         progress.finished(label, began, read=read)
-        steps.add(trained_as(folder)[2])
         for task in tasks:
             cell[task].append(accuracy(folder, task))
-    if len(steps) > 1:  # epochs over training splits of other sizes: the table's runs would differ in length
-        raise DataError(f"the runs took {', '.join(map(str, sorted(steps)))} steps for {planned}: give --steps")
-    result["steps"] = steps.pop() if steps else schedule["steps"]
     return result
 
 

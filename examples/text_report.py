@@ -46,16 +46,17 @@ def plan(cfg):
     return main, auxiliary, sub_batches(cfg)
 
 
-def runs(cfg, kinds):
-    """``[(name, overrides)]`` of one seed: joint, alone_TASK, noaux."""
+def runs(cfg, kinds, pinned=()):
+    """``[(name, overrides)]`` of one seed: joint, alone_TASK, noaux; ``pinned``: the overrides that give the runs
+    with other tasks the joint job's steps (:func:`mtl.job.steps_override`)."""
     main, auxiliary, sizes = plan(cfg)
     out = [("joint", [])] if "joint" in kinds else []
     if "alone" in kinds:
-        out += [(f"alone_{t['name']}", [f"tasks=[{t['source']}]", f"schedule.batch_size={sizes[t['name']]}"])
-                for t in main]
+        out += [(f"alone_{t['name']}", [f"tasks=[{t['source']}]", f"schedule.batch_size={sizes[t['name']]}",
+                                        *pinned]) for t in main]
     if "noaux" in kinds and auxiliary:
         out.append(("noaux", [f"tasks=[{', '.join(t['source'] for t in main)}]",
-                              f"schedule.batch_size={sum(sizes[t['name']] for t in main)}"]))
+                              f"schedule.batch_size={sum(sizes[t['name']] for t in main)}", *pinned]))
     return out
 
 
@@ -137,17 +138,20 @@ def main(argv=None):
     configure_console()  # Paddle's start-up warnings stay off the console
     from mtl.commands.compare import finished
     from mtl.config.loading import load_job
+    from mtl.job import planned_steps
 
     sets = list(args.set) + ([f"schedule.steps={args.steps}"] if args.steps is not None else [])
     cfg = load_job(args.config, sets)
+    steps = planned_steps(cfg)  # a config in epochs: every run takes the steps of its joint job
+    pinned = [f"schedule.steps={steps}"] if cfg["schedule"]["epochs"] is not None else []
     done = {seed: {} for seed in args.seeds}
     seconds = {}
-    todo = [(seed, name, overrides) for seed in args.seeds for name, overrides in runs(cfg, args.only)]
+    todo = [(seed, name, overrides) for seed in args.seeds for name, overrides in runs(cfg, args.only, pinned)]
     progress = Progress("train", len(todo))
     for seed, name, overrides in todo:
         out_dir, began = os.path.join(args.out, f"seed{seed}", name), time.time()
         done[seed][name] = out_dir
-        if args.reuse and finished(out_dir, cfg["schedule"]["steps"]):
+        if args.reuse and finished(out_dir, steps):
             progress.finished(f"seed {seed}: {name} (finished before, kept)", began, read=True)
             continue
         with progress.watch(f"seed {seed}: {name}", out_dir):

@@ -235,6 +235,13 @@ def planned_steps(cfg) -> int:
     return resolved["schedule"]["steps"]
 
 
+def steps_override(cfg) -> list:
+    """``["schedule.steps=N"]``: the steps of the job ``cfg`` when it is given in epochs (:func:`planned_steps`), for
+    the runs a report derives from it with other tasks or sub-batches (each task alone, merged heads), which would
+    otherwise count the epochs over their own first task; ``[]`` for a job given in steps."""
+    return [] if cfg["schedule"].get("epochs") is None else [f"schedule.steps={planned_steps(cfg)}"]
+
+
 def check_same_inputs(tasks, backbone, source, probes=3):
     """``schedule.same_rows``: the tasks' readers give the same backbone input at the first, middle and last sample
     (a reader of other inputs or another order would pair each task's label with another task's image); ConfigError

@@ -164,7 +164,7 @@ def test_the_multimnist_test_look_trains_on_every_training_digit_and_scores_the_
                              "--configurations", "adapters", "--seeds", "0", "--steps", "2", "--out",
                              str(tmp_path / "t")], capture_output=True, text=True, cwd=str(tmp_path),
                             env=dict(os.environ, PYTHONPATH=ROOT), timeout=900)
-    assert again.returncode == 2 and "was trained for 0.05 epochs and evaluated on eval_split test, this report's " \
+    assert again.returncode == 2 and "was trained for 7 steps and evaluated on eval_split test, this report's " \
         "runs take 2 steps on val" in again.stderr, again.stderr[-3000:]
 
 

@@ -77,12 +77,56 @@ def test_a_variant_or_set_giving_one_of_steps_and_epochs_replaces_the_other(tmp_
     assert (schedule["steps"], schedule["epochs"]) == (None, 3.0)
     schedule = load_job(str(base), ["schedule.steps=null"])["schedule"]
     assert schedule["steps"] == 1000  # neither given: the default
+    schedule = load_job(str(base), ["schedule.steps=4", "schedule.epochs=2"])["schedule"]
+    assert (schedule["steps"], schedule["epochs"]) == (None, 2.0)  # the later --set wins
+    schedule = load_job(str(variant), ["schedule.epochs=2", "schedule.steps=4"])["schedule"]
+    assert (schedule["steps"], schedule["epochs"]) == (4, None)
+
+
+def test_steps_replace_the_task_the_epochs_counted_and_null_replaces_nothing(tmp_path):
+    """Found by a review: a recipe in epochs of a named task could not be shortened with steps (its epochs_of
+    stayed behind and was refused), and a null replaced the other key (the job fell back to 1000 steps)."""
+    counted = tmp_path / "counted.yaml"
+    counted.write_text(yaml.safe_dump(job(tmp_path, {"batch_size": 8, "epochs": 2, "epochs_of": "b"})))
+    stepped = tmp_path / "stepped.yaml"
+    stepped.write_text(yaml.safe_dump(job(tmp_path, {"batch_size": 8, "steps": 5})))
+    schedule = load_job(str(counted), ["schedule.steps=20"])["schedule"]
+    assert (schedule["steps"], schedule["epochs"], schedule["epochs_of"]) == (20, None, None)
+    variant = tmp_path / "short.yaml"
+    variant.write_text(yaml.safe_dump({"base": "counted.yaml", "schedule": {"steps": 20}}))
+    assert load_job(str(variant))["schedule"]["steps"] == 20
+    schedule = load_job(str(counted), ["schedule.steps=null"])["schedule"]
+    assert (schedule["steps"], schedule["epochs"], schedule["epochs_of"]) == (None, 2.0, "b")
+    schedule = load_job(str(stepped), ["schedule.epochs=null"])["schedule"]
+    assert (schedule["steps"], schedule["epochs"]) == (5, None)
+    variant.write_text(yaml.safe_dump({"base": "counted.yaml", "schedule": {"steps": None}}))
+    assert load_job(str(variant))["schedule"]["epochs"] == 2.0
+    one_layer = tmp_path / "one_layer.yaml"  # a layer's own epochs_of is not replaced by its own steps
+    one_layer.write_text(yaml.safe_dump({"base": "counted.yaml", "schedule": {"steps": 20, "epochs_of": "a"}}))
+    with pytest.raises(ConfigError) as info:
+        load_job(str(one_layer))
+    assert info.value.key == "schedule.epochs_of" and "gives no epochs" in str(info.value)
+
+
+def test_the_runs_a_report_derives_take_the_joint_jobs_steps(tmp_path):
+    """Each task alone (a report's ``tasks=[...]`` and its sub-batch) would count the epochs over its own split;
+    :func:`mtl.job.steps_override` pins the joint job's steps, which a later --set may give over the epochs."""
+    from mtl.job import planned_steps, steps_override
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job(tmp_path, {"batch_size": 8, "epochs": 2})))
+    cfg = load_job(str(path))
+    joint = planned_steps(cfg)
+    assert steps_override(cfg) == [f"schedule.steps={joint}"] and joint == math.ceil(2 * 30 / 2)
+    alone_b = [f"tasks=[{yaml.safe_dump(task('b', 50), default_flow_style=True).strip()}]", "schedule.batch_size=6"]
+    assert planned_steps(load_job(str(path), alone_b)) == math.ceil(2 * 50 / 6) != joint
+    assert planned_steps(load_job(str(path), [*alone_b, *steps_override(cfg)])) == joint
+    assert steps_override(load_job(str(path), ["schedule.steps=9"])) == []
 
 
 @pytest.mark.parametrize("schedule, sets, key, words", [
     ({"batch_size": 8, "steps": 5, "epochs": 2}, [], "schedule.epochs",
      "steps (5) and epochs (2) both say how long the job trains: give one of them"),
-    ({"batch_size": 8, "steps": 5}, ["schedule.steps=4", "schedule.epochs=2"], "schedule.epochs", "both say how long"),
     ({"batch_size": 8, "epochs": 2, "epochs_of": "c"}, [], "schedule.epochs_of",
      "the job has no task 'c' (its tasks: a, b)"),
     ({"batch_size": 8, "steps": 5, "epochs_of": "a"}, [], "schedule.epochs_of", "but the job gives no epochs"),
@@ -120,3 +164,23 @@ def test_single_task_baselines_take_the_steps_the_epochs_give_the_joint_job(tmp_
     assert [j["schedule"]["epochs"] for j, _ in jobs] == [2.0, None, None]
     assert [j["schedule"]["batch_size"] for j, _ in jobs] == [8, 2, 6]
     assert cfg["schedule"]["steps"] is None  # the loaded config is not changed
+
+
+def test_a_resume_whose_steps_moved_says_so(tmp_path):
+    """A run in epochs resumed after its training split changed size trains other steps: the learning-rate schedule
+    and the averaging then follow the new count. The checkpoint records its run's steps; the resume says both."""
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    data = job(tmp_path, {"batch_size": 8, "epochs": 1.0})  # ceil(30 / 2) = 15 steps
+    assert Trainer(build_job(load_job(data=data), announce_plan=False), console=lambda *a: None).run()["steps"] == 15
+    state = json.load(open(tmp_path / "run" / "checkpoints" / "step_15" / "state.json"))
+    assert state["total_steps"] == 15
+    data["tasks"][0]["reader"]["num_samples"] = 40  # ceil(40 / 2) = 20 steps
+    printed = []
+    summary = Trainer(build_job(load_job(data=data), announce_plan=False), resume=True, console=printed.append).run()
+    assert summary["steps"] == 20
+    said = [p for p in printed if "was to train" in p]
+    assert said == ["--resume: the checkpoint's run was to train 15 steps, this job trains 20 (schedule.epochs 1 "
+                    "make 20 steps now: a training split changed size); the learning-rate schedule and the averaging "
+                    "follow 20 from here"], printed

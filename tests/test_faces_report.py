@@ -129,3 +129,25 @@ def test_command_line_arms(bench, capsys):
         with pytest.raises(SystemExit):
             faces_report.parse_args(argv)
         assert words in capsys.readouterr().err
+
+
+def test_every_arm_trains_the_steps_the_epochs_give_the_joint_job(bench):
+    """A config given in epochs: each dataset alone and the merged arms would count the epochs over their own first
+    task (other steps, the review of 2026-12-04 found); every arm's runs take the joint job's steps instead."""
+    from mtl.job import planned_steps
+
+    config, _ = bench
+    recipe = Recipe(load_job(config, ["schedule.epochs=2"]), Benchmark.beside(config))
+    joint = planned_steps(recipe.cfg)
+    alone = {}
+    for name, overrides in recipe.runs("alone"):
+        cfg = load_job(config, ["schedule.epochs=2", *overrides])
+        alone[name] = planned_steps(cfg)
+        own = [o for o in overrides if not o.startswith("schedule.steps")]
+        unpinned = load_job(config, ["schedule.epochs=2", *own])
+        alone[name + " unpinned"] = planned_steps(unpinned)
+    assert {v for k, v in alone.items() if "unpinned" not in k} == {joint}
+    assert len({v for k, v in alone.items() if "unpinned" in k}) > 1  # the pin matters: their own epochs differ
+    for arm in ("merged", "naive", "oracle"):
+        (_, overrides), = recipe.runs(arm)
+        assert f"schedule.steps={joint}" in overrides

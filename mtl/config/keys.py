@@ -71,9 +71,11 @@ SCHEDULE = {
     "temperature": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="sample mode: p_t ~ size_t^(1/T)"),
 }
 
-# two keys that say one thing two ways: a layer that gives one of them (a variant config over its base, --set over
-# the file) replaces the other given below it; one layer giving both is a ConfigError
-ALTERNATIVES = {("schedule", "steps"): ("schedule", "epochs"), ("schedule", "epochs"): ("schedule", "steps")}
+# keys that say one thing two ways: a layer that gives one of them a value (a variant config over its base, --set
+# over the file) replaces what the layers below it gave for the other way (steps replaces epochs with the task they
+# count); one layer giving both is a ConfigError
+ALTERNATIVES = {("schedule", "steps"): (("schedule", "epochs"), ("schedule", "epochs_of")),
+                ("schedule", "epochs"): (("schedule", "steps"),)}
 DEFAULT_STEPS = 1000
 
 

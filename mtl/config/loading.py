@@ -107,27 +107,31 @@ def read_job_yaml(path: str, seen=()):
         if isinstance(base.get(key), list):
             base[key] = [resolve_path(v, base_dir) if isinstance(v, str) and os.path.exists(os.path.join(base_dir, v))
                          else v for v in base[key]]
-    return replace_alternatives(_merged(base, raw), [path for path in ALTERNATIVES if _has(raw, path)])
+    named = set(ALTERNATIVES) | {other for others in ALTERNATIVES.values() for other in others}
+    return replace_alternatives(_merged(base, raw), [path for path in named if _given(raw, path)])
 
 
-def _has(data, path):
+def _given(data, path):
+    """True when ``data`` gives the key ``path`` a value (null is no value: it replaces nothing)."""
     for part in path:
-        if not isinstance(data, dict) or part not in data:
+        if not isinstance(data, dict) or data.get(part) is None:
             return False
         data = data[part]
     return True
 
 
 def replace_alternatives(data, given):
-    """``data`` without the keys that the key paths ``given`` by a layer above it replace (:data:`ALTERNATIVES`:
-    ``schedule.epochs`` of a variant or a ``--set`` replaces the base's ``schedule.steps``, and the other way)."""
+    """``data`` without the keys that a layer above it replaces (:data:`ALTERNATIVES`: ``schedule.epochs`` of a
+    variant or a ``--set`` replaces the base's ``schedule.steps``; ``schedule.steps`` its ``epochs`` and
+    ``epochs_of``); ``given``: the key paths that layer gives a value (what it gives itself stays)."""
+    given = {tuple(path) for path in given}
     for path in given:
-        other = ALTERNATIVES.get(tuple(path))
-        if other is not None and other not in {tuple(p) for p in given} and _has(data, other):
+        for other in ALTERNATIVES.get(path, ()):
             parent = data
             for part in other[:-1]:
-                parent = parent[part]
-            del parent[other[-1]]
+                parent = parent.get(part) if isinstance(parent, dict) else None
+            if other not in given and isinstance(parent, dict):
+                parent.pop(other[-1], None)
     return data
 
 
@@ -312,7 +316,9 @@ def load_job(path=None, overrides=(), data=None):
     source = path or "<config>"
     raw = read_job_yaml(path) if path is not None else copy.deepcopy(data or {})
     job_overrides, task_overrides = split_task_overrides(overrides)
-    raw = replace_alternatives(apply_overrides(raw, job_overrides, source), [path for path, _ in job_overrides])
+    for key, value in job_overrides:  # in order: a later --set giving steps replaces an earlier one's epochs
+        raw = apply_overrides(raw, [(key, value)], source)
+        raw = replace_alternatives(raw, [key] if value is not None else [])
     if overrides:
         source = f"{source} (with --set)" if path else source
     job = validate(JOB, raw, source)

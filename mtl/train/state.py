@@ -7,6 +7,7 @@ weighting, the non-finite guard and the fp16 loss scale. :meth:`save` writes a c
 (:mod:`mtl.train.checkpoint` lays out the files), :meth:`restore` reads one back; nothing else saves or restores.
 """
 import logging
+from typing import NamedTuple, Optional
 
 from mtl.errors import ConfigError
 from mtl.train import checkpoint
@@ -14,16 +15,28 @@ from mtl.train import checkpoint
 log = logging.getLogger("mtl")
 
 
+class Restored(NamedTuple):
+    """What :meth:`TrainingState.restore` read: the checkpoint's step, and the steps its run was to train (None in a
+    checkpoint written before they were recorded)."""
+
+    step: int
+    total_steps: Optional[int]
+
+
 class TrainingState:
     """The resumable state of a run (module docstring); ``keep``: checkpoints kept on disk."""
 
-    def __init__(self, model, optimizer, schedule, strategy, balancer, guard, averager=None, scaler=None, keep=3):
+    def __init__(self, model, optimizer, schedule, strategy, balancer, guard, averager=None, scaler=None, keep=3,
+                 total_steps=None):
         self.model, self.optimizer, self.schedule, self.strategy = model, optimizer, schedule, strategy
         self.balancer, self.guard, self.averager, self.scaler, self.keep = balancer, guard, averager, scaler, keep
+        self.total_steps = total_steps  # the run's schedule.steps, recorded in every checkpoint
 
     def _small_state(self) -> dict:
         """The state equal on every rank, kept in ``state.json``: task weighting, guard, loss scale."""
         extra = {"weighting": self.balancer.state_dict(), "nonfinite": self.guard.state_dict()}
+        if self.total_steps is not None:
+            extra["total_steps"] = int(self.total_steps)
         if self.scaler is not None:
             extra["loss_scale"] = self.scaler.state_dict()
         if self.model.cross_negatives is not None:
@@ -35,9 +48,9 @@ class TrainingState:
         return checkpoint.save(output_dir, step, self.model, self.optimizer, self.schedule, self.strategy,
                                self.averager, keep=self.keep, extra=self._small_state())
 
-    def restore(self, path: str, total_steps: int, source=None) -> int:
-        """Read the checkpoint ``path`` back into every piece; the step it was written at (a ConfigError when that is
-        beyond ``total_steps``, the job's ``schedule.steps``)."""
+    def restore(self, path: str, total_steps: int, source=None) -> Restored:
+        """Read the checkpoint ``path`` back into every piece; the step it was written at and the steps its run was
+        to train (a ConfigError when the step is beyond ``total_steps``, the job's ``schedule.steps``)."""
         state = checkpoint.load(path, self.model, self.optimizer, self.schedule, self.averager, self.strategy.rank,
                                 self.strategy.world)
         if "weighting" in state:
@@ -51,4 +64,4 @@ class TrainingState:
         if state["step"] > total_steps:
             raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
                               f"schedule.steps {total_steps}", source, "schedule.steps")
-        return int(state["step"])
+        return Restored(int(state["step"]), state.get("total_steps"))

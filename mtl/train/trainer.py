@@ -112,7 +112,8 @@ class Trainer:
         self.optimizer_step = OptimizerStep(job.model, self.balancer, self.strategy, self.optimizer, self.averager,
                                             self.scaler, self.cfg["optimizer"]["clip_norm"], accumulate)
         self.state = TrainingState(job.model, self.optimizer, job.schedule, self.strategy, self.balancer, self.guard,
-                                   self.averager, self.scaler, keep=self.cfg["checkpoint"]["keep"])
+                                   self.averager, self.scaler, keep=self.cfg["checkpoint"]["keep"],
+                                   total_steps=self.steps)
         rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"], self.strategy)
         setup_logging(self.output_dir, self.strategy.rank)
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
@@ -142,10 +143,20 @@ class Trainer:
             self.console(f"--resume: no checkpoint under {layout.checkpoint_root(self.output_dir)}; "
                          "starting from step 0")
             return 0, None
-        step = self.state.restore(path, self.steps, self.cfg["source"])
+        step, before = self.state.restore(path, self.steps, self.cfg["source"])
+        if before is not None and before != self.steps and self.is_main:
+            self.console(self._horizon_moved(before))
         if named and self.is_main:
             rundir.drop_after(self.output_dir, step, self.console)
         return step, path
+
+    def _horizon_moved(self, before) -> str:
+        """The notice of a resume whose job trains another number of steps than the run that wrote the checkpoint."""
+        epochs = self.cfg["schedule"].get("epochs")
+        why = (f" (schedule.epochs {epochs:g} make {self.steps} steps now: a training split changed size)"
+               if epochs is not None else "")
+        return (f"--resume: the checkpoint's run was to train {before} steps, this job trains {self.steps}{why}; the "
+                f"learning-rate schedule and the averaging follow {self.steps} from here")
 
     def _build_balancer(self):
         """The job's task-weighting strategy (``weighting:``) over its tasks, applied by a :class:`TaskBalancer`."""
