@@ -14,7 +14,7 @@ from mtl.config.keys import ALTERNATIVES, JOB, TASK
 from mtl.config.overrides import apply_overrides, blame_set, set_keys, split_task_overrides
 from mtl.config.paths import BACKBONE_PATH_KEYS, REPO_ROOT, resolve_path, resolve_reader_paths
 from mtl.config.schema import validate
-from mtl.errors import ConfigError, absent
+from mtl.errors import ConfigError, MtlError, absent
 from mtl.utf8 import NotUtf8, open_utf8
 
 
@@ -84,13 +84,16 @@ def read_yaml(path: str, what: str = "config"):
     return data
 
 
-def read_job_yaml(path: str, seen=()):
+def read_job_yaml(path: str, seen=(), origins=None):
     """A job config's raw mapping; ``base: OTHER.yaml`` (relative to this file) starts from another job config.
 
     The variant's keys are merged over the base's (mappings key by key, anything else replaced whole), so a variant
-    states only what differs. The base's task files and plug-in folders are taken relative to the base's folder."""
+    states only what differs. The base's task files and plug-in folders are taken relative to the base's folder.
+    ``origins``, when given, is filled with the file that gave each key path (a tuple) its value."""
+    origins = {} if origins is None else origins
     raw = read_yaml(path, "job config")
     if "base" not in raw:
+        record_origins(raw, path, origins)
         return raw
     ref = raw.pop("base")
     if not isinstance(ref, str):
@@ -101,14 +104,47 @@ def read_job_yaml(path: str, seen=()):
                           "base")
     if os.path.abspath(base_path) in seen:
         raise ConfigError(f"base configs form a loop through '{base_path}'", path, "base")
-    base = read_job_yaml(base_path, (*seen, os.path.abspath(path)))
+    base = read_job_yaml(base_path, (*seen, os.path.abspath(path)), origins)
     base_dir = os.path.dirname(os.path.abspath(base_path))
     for key in ("tasks", "plugins"):
         if isinstance(base.get(key), list):
             base[key] = [resolve_path(v, base_dir) if isinstance(v, str) and os.path.exists(os.path.join(base_dir, v))
                          else v for v in base[key]]
+    record_origins(raw, path, origins)
     named = set(ALTERNATIVES) | {other for others in ALTERNATIVES.values() for other in others}
     return replace_alternatives(_merged(base, raw), [path for path in named if _given(raw, path)])
+
+
+def record_origins(layer, source, origins, prefix=()):
+    """Record ``source`` (a file, or ``--set``) in ``origins`` as the giver of every key path of the mapping
+    ``layer``, as :func:`_merged` lays it over what is there: mappings key by key, any other value replacing the keys
+    below it."""
+    for key, value in layer.items():
+        path = (*prefix, str(key))
+        if not isinstance(value, dict):
+            for below in [p for p in origins if p[:len(path)] == path]:
+                del origins[below]
+        origins[path] = source
+        if isinstance(value, dict):
+            record_origins(value, source, origins, path)
+
+
+def blame_base(exc, origins, path):
+    """``exc`` (raised for a key of the job config ``path``) naming the base config that gave the failing key, when
+    ``path`` is a variant whose base did: the variant never held the key. Other errors are returned as they are."""
+    parts = tuple((exc.key or "").split(".")) if exc.key else ()
+    for n in range(len(parts), 0, -1):
+        origin = origins.get(parts[:n])
+        if origin is not None:
+            break
+    else:
+        return exc
+    if origin == "--set" or os.path.abspath(origin) == os.path.abspath(path):
+        return exc
+    moved = type(exc).__new__(type(exc))  # the same error (whatever its constructor takes), another file named
+    moved.__dict__.update(exc.__dict__)
+    MtlError.__init__(moved, exc.bare_message, f"{origin} (base of {path})", exc.key)
+    return moved
 
 
 def _given(data, path):
@@ -313,14 +349,32 @@ def load_job(path=None, overrides=(), data=None):
     ``data`` may be given instead of ``path`` (a raw mapping, e.g. from tests). The result has ``tasks`` replaced by
     validated task dicts (each with ``source``), plus ``config_path`` and ``config_dir``.
     """
-    source = path or "<config>"
-    raw = read_job_yaml(path) if path is not None else copy.deepcopy(data or {})
+    source, origins = path or "<config>", {}
+    raw = read_job_yaml(path, origins=origins) if path is not None else copy.deepcopy(data or {})
     job_overrides, task_overrides = split_task_overrides(overrides)
     for key, value in job_overrides:  # in order: a later --set giving steps replaces an earlier one's epochs
         raw = apply_overrides(raw, [(key, value)], source)
         raw = replace_alternatives(raw, [key] if value is not None else [])
+        record_origins(_nested(key, value), "--set", origins)
     if overrides:
         source = f"{source} (with --set)" if path else source
+    try:
+        return _validated_job(raw, path, source, task_overrides)
+    except ConfigError as exc:
+        if exc.source != source:  # a task file's error names its file already
+            raise
+        raise blame_base(exc, origins, path) from None
+
+
+def _nested(key, value):
+    """``{a: {b: value}}`` for the key path ``(a, b)``."""
+    for part in reversed(key):
+        value = {part: value}
+    return value
+
+
+def _validated_job(raw, path, source, task_overrides):
+    """The raw job mapping ``raw`` validated, its plug-ins and tasks loaded (:func:`load_job`)."""
     job = validate(JOB, raw, source)
     base_dir = os.path.dirname(os.path.abspath(path)) if path else None
     plugin_folders = _plugin_folders(job, base_dir, source)
