@@ -98,6 +98,9 @@ def test_every_architecture_agrees_between_one_and_two_processes(single_runs, tw
         assert len([k for k in keys if k.startswith("loss/")]) == 3, name
         worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-6) for ra, rb in zip(a, b) for k in keys)
         assert worst <= 1e-4, (name, worst)
+        for folder, size in ((single_runs, 1), (two, 2)):  # two processes trained, not one twice
+            with open(os.path.join(folder, name, "summary.json")) as f:
+                assert json.load(f)["world_size"] == size, (name, folder)
 
 
 def checkpoint_arrays(folder):
@@ -147,6 +150,37 @@ def test_the_memory_plan_counts_the_architecture():
     assert plan["tasks.2.head"].parts["weight"] == 4 * (8 * 3)  # the softmax head reads the tower's 8 features
 
 
+@pytest.mark.parametrize("name", ["cross_stitch_backbone_imtl", "task_norm", "adapters_gradnorm"])
+def test_the_memory_plan_counts_backbone_copies_and_task_layers_inside_the_backbone(name):
+    """A copy of the backbone per task counts in the architecture's line (the columns and the stitch units, by
+    their shapes); task BatchNorms and adapters, which live inside the backbone, in the backbone's line."""
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.memory_plan import plan_job
+
+    cfg = load_job(data=architectures_all.job("unused", name, 2))
+    job = build_job(cfg, announce_plan=False)
+    plan = {e.key: e for e in plan_job(cfg, job.backbone, lambda t: job.task(t["name"]).reader.sizes(), 1,
+                                       architecture=job.model.architecture)}
+    architecture, backbone = job.model.architecture, job.backbone
+    size = lambda params: sum(4 * int(np.prod(p.shape)) for p in params)  # noqa: E731
+    assert plan["backbone"].parts["parameters"] == size(backbone.parameters())
+    if name.startswith("cross_stitch_backbone"):
+        columns = [p for column in architecture.backbone_copies() for p in column.parameters()]
+        assert len(architecture.backbone_copies()) == 2 and size(columns) == 2 * size(backbone.parameters())
+        stitches = [p for stage in architecture.stitches for p in stage]
+        assert all(tuple(p.shape) == (3,) for p in stitches)  # a row of three columns per task and stage
+        counted = {id(p) for p in columns + stitches}
+        assert plan["architecture"].parts["parameters"] == size(columns) + size(stitches) + size(
+            [p for p in architecture.parameters() if id(p) not in counted])
+    else:
+        plain = build_job(load_job(data={**architectures_all.job("unused", name, 2), "architecture": {"type": "hard"}}),
+                          announce_plan=False).backbone
+        assert size(backbone.parameters()) > size(plain.parameters())  # the task layers are the backbone's
+        assert "architecture" not in plan or plan["architecture"].parts["parameters"] == size(
+            architecture.parameters())
+
+
 def _train(tmp_path, name, architecture):
     from mtl.config.loading import load_job
     from mtl.job import build_job
@@ -184,6 +218,16 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
         expected = embedder({"image": paddle.to_tensor(images)}).numpy()
         np.testing.assert_allclose(exported(paddle.to_tensor(images)).numpy(), expected, rtol=1e-5, atol=1e-6)
         assert meta["feature_size"] == expected.shape[1] == job.model.architecture.output_size
+        # the live weights' export against the training path (JointModel.features: the task's rows in the joint
+        # step's pass), not the inference loader that made the export
+        live = export(run, str(tmp_path / f"live_{task}"), task=task, weights="live")
+        assert meta["averaged"] and not live["averaged"]
+        traced = paddle.jit.load(str(tmp_path / f"live_{task}" / "backbone"))
+        traced.eval()
+        job.model.eval()
+        with paddle.no_grad():
+            trained = job.model.features({task: {"image": paddle.to_tensor(images)}})[task].numpy()
+        np.testing.assert_allclose(traced(paddle.to_tensor(images)).numpy(), trained, rtol=1e-5, atol=1e-6)
     others = open_run(run).backbone("arc7")({"image": paddle.to_tensor(images)}).numpy()
     assert not np.allclose(others, expected)  # each task its own embedding
     for task, words in ((None, "name the task to embed for (mtl export RUN OUT --task NAME"),
@@ -193,12 +237,14 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["cross_stitch_graddrop", "task_norm", "cross_stitch_backbone_imtl"])
+@pytest.mark.parametrize("name", ["hard_tower", "mmoe", "omoe_uncertainty", "cgc_mgda_ub", "ple_cagrad",
+                                  "cross_stitch_graddrop", "task_norm", "adapters_gradnorm",
+                                  "cross_stitch_backbone_imtl"])
 def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
-    """The 20 strategies of the weighting benchmarks, 3 steps each, on an architecture whose shared and task
-    parameters interleave (cross-stitch), on one with task layers inside the backbone and on one with a copy of the
-    backbone per task (every task's rows in one pass: the per-task backward): finite losses, and every shared and
-    task parameter updated."""
+    """The 20 strategies of the weighting benchmarks, 3 steps each, on every architecture (the run's own weighting
+    replaced): among them one whose shared and task parameters interleave (cross-stitch), ones with task layers
+    inside the backbone (task BatchNorms, adapters) and one with a copy of the backbone per task (every task's rows
+    in one pass: the per-task backward): finite losses, and every shared and task parameter updated."""
     import sys
 
     from mtl.config.loading import load_job
