@@ -10,9 +10,9 @@ Three settings, each with the architecture configurations of its benchmark (docs
 The batches are synthetic images of the recipe's shapes (the same for every architecture), so that only the model's
 step is timed: the median CPU time of this process (one intra-op thread: ``OMP_NUM_THREADS=1``) over ``--steps``
 training steps after 3 warm-up steps, one architecture after another, so that other processes on the machine do
-not count. Parameters: trainable ones of the backbone and the architecture (the
-heads are the same for every architecture and not counted), and the ones gradient-based weighting combines
-(``JointModel.shared_parameters``).
+not count; glibc's allocator keeps freed memory (``tune_malloc``, as ``mtl train`` sets it by default).
+Parameters: trainable ones of the backbone and the architecture (the heads are the same for every architecture and
+not counted), and the ones gradient-based weighting combines (``JointModel.shared_parameters``).
 
     python bench/bench_architectures.py [--steps 20] [--settings multimnist faces synthetic] [--json FILE]
 """
@@ -117,9 +117,10 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join("runs", "bench_architectures"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    from mtl.runtime import set_threads
+    from mtl.runtime import set_threads, tune_malloc
 
     set_threads(1)  # one intra-op thread, before Paddle starts its pool (a no-op once Paddle is imported)
+    tune_malloc()  # as `mtl train` does (the job's default): without it every buffer past 32 MiB is a fresh mmap
     results = run(args.settings, args.steps, args.out)
     print(table(results))
     if args.json:

@@ -158,8 +158,9 @@ def screen_noise(values):
 
 
 def screen_table(screen, noise):
-    """Every configuration of the merged screen, best Delta_m first, and the noise line."""
-    from multimnist_report import TASKS, delta_m
+    """Every configuration of the merged screen, best Delta_m first, Sener and Koltun's Table 3 beside them (at their
+    100 epochs), and the noise line."""
+    from multimnist_report import PAPER, TASKS, delta_m
     from tabulate import tabulate
 
     from mtl.progress import spread
@@ -168,6 +169,8 @@ def screen_table(screen, noise):
     order = sorted((n for n in configs if n != "single"), key=lambda n: -delta_m(configs[n], configs["single"]))
     rows = [[n, *(spread(configs[n][t], 2) for t in TASKS),
              f"{delta_m(configs[n], configs['single']):+.2f}" if n != "single" else ""] for n in ["single", *order]]
+    rows += [[f"{name} (their Table 3, 100 epochs)", f"{left:.2f}", f"{right:.2f}", ""]
+             for name, (left, right) in PAPER.items()]
     text = tabulate(rows, headers=["configuration", "left (%)", "right (%)", "Δm vs single (%)"],
                     tablefmt="github", disable_numparse=True)
     if noise is not None:
