@@ -116,35 +116,41 @@ def read_job_yaml(path: str, seen=(), origins=None):
 
 
 def record_origins(layer, source, origins, prefix=()):
-    """Record ``source`` (a file, or ``--set``) in ``origins`` as the giver of every key path of the mapping
-    ``layer``, as :func:`_merged` lays it over what is there: mappings key by key, any other value replacing the keys
-    below it."""
+    """Record the file ``source`` in ``origins`` as the giver of every key path of the mapping ``layer``, as
+    :func:`_merged` lays it over what is there: mappings key by key, any other value replacing the keys below it."""
     for key, value in layer.items():
         path = (*prefix, str(key))
         if not isinstance(value, dict):
-            for below in [p for p in origins if p[:len(path)] == path]:
-                del origins[below]
+            _forget_below(origins, path)
         origins[path] = source
         if isinstance(value, dict):
             record_origins(value, source, origins, path)
 
 
-def blame_base(exc, origins, path):
-    """``exc`` (raised for a key of the job config ``path``) naming the base config that gave the failing key, when
-    ``path`` is a variant whose base did: the variant never held the key. Other errors are returned as they are."""
-    parts = tuple((exc.key or "").split(".")) if exc.key else ()
-    for n in range(len(parts), 0, -1):
-        origin = origins.get(parts[:n])
-        if origin is not None:
-            break
-    else:
+def record_set(path, origins):
+    """Record a ``--set`` of the key path ``path``: it replaces the value whole, a mapping too."""
+    _forget_below(origins, tuple(map(str, path)))
+    origins[tuple(map(str, path))] = "--set"
+
+
+def _forget_below(origins, path):
+    for below in [p for p in origins if p[:len(path)] == path]:
+        del origins[below]
+
+
+def name_the_base(exc, origins, path):
+    """``exc`` (raised for a key of the variant config ``path``) saying which base config gave the failing key's
+    value, when a base did (the variant never held it; the fault may still be the variant's, as a key it changed
+    beside it); errors of keys the variant or ``--set`` gave are returned as they are."""
+    parts = tuple(exc.key.split(".")) if exc.key else ()
+    origin = next((origins[parts[:n]] for n in range(len(parts), 0, -1) if parts[:n] in origins), None)
+    if origin in (None, "--set") or os.path.abspath(origin) == os.path.abspath(path):
         return exc
-    if origin == "--set" or os.path.abspath(origin) == os.path.abspath(path):
-        return exc
-    moved = type(exc).__new__(type(exc))  # the same error (whatever its constructor takes), another file named
-    moved.__dict__.update(exc.__dict__)
-    MtlError.__init__(moved, exc.bare_message, f"{origin} (base of {path})", exc.key)
-    return moved
+    told = type(exc).__new__(type(exc))  # the same error (whatever its constructor takes), one clause longer
+    told.__dict__.update(exc.__dict__)
+    MtlError.__init__(told, f"{exc.bare_message} (the value comes from {origin}, which {os.path.basename(path)} is "
+                            "based on)", exc.source, exc.key)
+    return told
 
 
 def _given(data, path):
@@ -355,22 +361,19 @@ def load_job(path=None, overrides=(), data=None):
     for key, value in job_overrides:  # in order: a later --set giving steps replaces an earlier one's epochs
         raw = apply_overrides(raw, [(key, value)], source)
         raw = replace_alternatives(raw, [key] if value is not None else [])
-        record_origins(_nested(key, value), "--set", origins)
+        record_set(key, origins)
+    for index, task_sets in task_overrides.items():
+        for key, _ in task_sets:
+            record_set(("tasks", index, *key), origins)
     if overrides:
         source = f"{source} (with --set)" if path else source
     try:
         return _validated_job(raw, path, source, task_overrides)
     except ConfigError as exc:
-        if exc.source != source:  # a task file's error names its file already
+        told = name_the_base(exc, origins, path) if exc.source == source else exc  # a task file's names its file
+        if told is exc:
             raise
-        raise blame_base(exc, origins, path) from None
-
-
-def _nested(key, value):
-    """``{a: {b: value}}`` for the key path ``(a, b)``."""
-    for part in reversed(key):
-        value = {part: value}
-    return value
+        raise told from None
 
 
 def _validated_job(raw, path, source, task_overrides):
