@@ -13,6 +13,7 @@ from mtl.data.verification_sets import encode_png, write_bin
 from mtl.errors import ConfigError
 from mtl.export import export
 from tests import warm_python
+from tests.references.folds import stratified_splits
 from tests.small_runs import train_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,8 +40,9 @@ def make_set(path):
     return np.stack(pixels), np.array(issame)
 
 
-def reference(model, pixels, issame, flip, folds=10):
-    """The protocol in plain numpy: (x/255 - 0.5)/0.5, [flip], normalise, squared L2, 10 contiguous folds."""
+def reference(model, pixels, issame, flip, folds=10, splits=None):
+    """The protocol in plain numpy: (x/255 - 0.5)/0.5, [flip], normalise, squared L2, 10 folds (``splits``: the
+    test indices of each fold; default contiguous tenths, insightface's)."""
     x = ((pixels.astype(np.float32) / 255.0 - 0.5) / 0.5).transpose(0, 3, 1, 2)
     emb = model(paddle.to_tensor(np.ascontiguousarray(x))).numpy().astype(np.float64)
     if flip:
@@ -49,7 +51,7 @@ def reference(model, pixels, issame, flip, folds=10):
     dist = ((emb[0::2] - emb[1::2]) ** 2).sum(1)
     thresholds = np.arange(0.0, 4.0, 0.01)
     accs = []
-    for test in np.array_split(np.arange(len(dist)), folds):
+    for test in splits if splits is not None else np.array_split(np.arange(len(dist)), folds):
         train = np.setdiff1d(np.arange(len(dist)), test)
         best = thresholds[int(np.argmax([((dist[train] < t) == issame[train]).mean() for t in thresholds]))]
         accs.append(((dist[test] < best) == issame[test]).mean())
@@ -65,15 +67,24 @@ def trained(tmp_path_factory):
     return tmp, pixels, issame
 
 
-@pytest.mark.parametrize("flip", [True, False])
-def test_export_eval_matches_numpy_protocol(trained, flip):
+def image_keys(pixels):
+    """Each pair's key as a .bin set's is: its two PNG images' blake2b digests, sorted (independently computed)."""
+    import hashlib
+
+    digests = [hashlib.blake2b(encode_png(p), digest_size=16).hexdigest() for p in pixels]
+    return ["\t".join(sorted(digests[2 * i:2 * i + 2])) for i in range(len(pixels) // 2)]
+
+
+@pytest.mark.parametrize("flip,folds", [(True, "stratified"), (False, "stratified"), (True, "file")])
+def test_export_eval_matches_numpy_protocol(trained, flip, folds):
     tmp, pixels, issame = trained
-    out = tmp / f"out_export_{flip}"
+    out = tmp / f"out_export_{flip}_{folds}"
     results = evaluate(str(tmp / "export"), [str(tmp / "pairs.bin")], flip=flip, out_dir=str(out),
-                       console=lambda *a: None)
+                       console=lambda *a: None, fold_order=folds)
     model = paddle.jit.load(str(tmp / "export" / "backbone"))
     model.eval()
-    accuracy, std = reference(model, pixels, issame, flip)
+    splits = None if folds == "file" else [test for _, test in stratified_splits(issame, image_keys(pixels), 10)]
+    accuracy, std = reference(model, pixels, issame, flip, splits=splits)
     assert accuracy > 0.7  # the set is not degenerate for this backbone
     assert results["pairs"]["accuracy"] == pytest.approx(accuracy, abs=1e-12)
     assert results["pairs"]["std"] == pytest.approx(std, abs=1e-12)

@@ -10,8 +10,9 @@ from tests.lazy import LazyModule
 skm, model_selection = LazyModule("sklearn.metrics"), LazyModule("sklearn.model_selection")  # the references
 
 
-def reference_verification(embeddings, issame, folds, thresholds, far_target):
-    """The LFW protocol written as plain loops over folds (sklearn KFold) and thresholds."""
+def reference_verification(embeddings, issame, folds, thresholds, far_target, splits=None):
+    """The LFW protocol written as plain loops over folds and thresholds; ``splits`` (train, test) index pairs,
+    default sklearn's unshuffled KFold (insightface's folds)."""
     emb = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
     dist = np.array([np.sum((emb[2 * i] - emb[2 * i + 1]) ** 2) for i in range(len(issame))])
     issame = np.asarray(issame, dtype=bool)
@@ -24,7 +25,9 @@ def reference_verification(embeddings, issame, folds, thresholds, far_target):
         return acc, val, far
 
     accs, best_ts, vals, fars = [], [], [], []
-    for train, test in model_selection.KFold(n_splits=folds, shuffle=False).split(np.arange(len(issame))):
+    if splits is None:
+        splits = model_selection.KFold(n_splits=folds, shuffle=False).split(np.arange(len(issame)))
+    for train, test in splits:
         best_acc, best_t = -1.0, None
         for t in thresholds:
             acc = accept_stats(t, dist[train], issame[train])[0]
@@ -64,7 +67,8 @@ def noisy_pairs(rng, pairs, dim, noise):
 def test_verification_matches_loop_reference(pairs, folds, far_target):
     rng = np.random.RandomState(pairs)
     emb, issame = noisy_pairs(rng, pairs, dim=12, noise=0.9)
-    got = metrics.verification(emb, issame, folds=folds, far_target=far_target)
+    got = metrics.verification(emb, issame, folds=folds, far_target=far_target,
+                               fold_of=metrics.contiguous_folds(pairs, folds))
     want = reference_verification(emb, issame, folds, metrics.DEFAULT_THRESHOLDS, far_target)
     assert set(got) == {"accuracy", "std", "threshold", "val_at_far", "far"}
     for key in want:
@@ -77,7 +81,8 @@ def test_verification_custom_thresholds_and_unnormalised_input():
     emb, issame = noisy_pairs(rng, 120, dim=6, noise=1.2)
     thresholds = np.linspace(0.0, 4.0, 37)
     scaled = emb * rng.uniform(0.5, 3.0, size=(emb.shape[0], 1))  # scale must not matter
-    got = metrics.verification(scaled, issame, folds=5, thresholds=thresholds, far_target=0.1)
+    got = metrics.verification(scaled, issame, folds=5, thresholds=thresholds, far_target=0.1,
+                               fold_of=metrics.contiguous_folds(120, 5))
     want = reference_verification(emb, issame, 5, thresholds, 0.1)
     for key in want:
         assert got[key] == pytest.approx(want[key], abs=1e-12), key

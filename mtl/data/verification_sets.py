@@ -23,12 +23,16 @@ class VerificationSet:
     ``preprocess`` (:class:`mtl.data.preprocess.Preprocess`): the model's image preparation; its crop and
     equalisation were applied when the pixels were decoded, its standardisation is applied to every batch."""
 
-    def __init__(self, name: str, pixels: np.ndarray, issame: np.ndarray, source: str = "", preprocess=None):
+    def __init__(self, name: str, pixels: np.ndarray, issame: np.ndarray, source: str = "", preprocess=None,
+                 pair_keys=None):
         self.name = name
         self.pixels = pixels
         self.issame = np.asarray(issame, dtype=bool)
         self.source = source
         self.preprocess = preprocess
+        # what identifies each pair whatever its place in the file (its two images, in either order): the
+        # verification folds are drawn from these, so that a list in another order scores the same
+        self.pair_keys = list(pair_keys) if pair_keys is not None else [str(i) for i in range(len(self.issame))]
 
     @property
     def num_pairs(self) -> int:
@@ -77,6 +81,17 @@ def _decode_all(encoded, image_size: int, describe, decoder: str, preprocess=Non
     return pixels
 
 
+def pair_key(first: str, second: str) -> str:
+    """The key of a pair of images named ``first`` and ``second`` (paths or digests): the same in either order."""
+    return "\t".join(sorted((first, second)))
+
+
+def _digest(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def as_bytes(item):
     if isinstance(item, np.ndarray):
         return item.tobytes()
@@ -103,7 +118,8 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
     pixels = _decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}", decoder,
                          preprocess)
     name = name or os.path.splitext(os.path.basename(path))[0]
-    return VerificationSet(name, pixels, issame.astype(bool), path, preprocess)
+    keys = [pair_key(_digest(encoded[2 * i]), _digest(encoded[2 * i + 1])) for i in range(len(issame))]
+    return VerificationSet(name, pixels, issame.astype(bool), path, preprocess, keys)
 
 
 def _checked_pairs(path, images, issame):
@@ -141,7 +157,7 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
     if not os.path.isfile(pairs_path):
         raise DataError(f"pairs list '{pairs_path}' {absent(pairs_path)}")
     root = root if root is not None else (os.path.dirname(pairs_path) or ".")
-    encoded, issame, where = [], [], []
+    encoded, issame, where, keys = [], [], [], []
     with open_utf8(pairs_path, "pairs list") as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.rstrip("\r\n")
@@ -160,12 +176,13 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
                                     f"{exc.strerror}") from None
                 where.append(lineno)
             issame.append(parts[2].strip() == "1")
+            keys.append(pair_key(*(os.path.normpath(rel.strip()) for rel in parts[:2])))
     if not issame:
         raise DataError(f"pairs list '{pairs_path}' holds no pair")
     pixels = _decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}", decoder,
                          preprocess)
     name = name or os.path.splitext(os.path.basename(pairs_path))[0]
-    return VerificationSet(name, pixels, np.array(issame), pairs_path, preprocess)
+    return VerificationSet(name, pixels, np.array(issame), pairs_path, preprocess, keys)
 
 
 def load_verification_set(path: str, root: str = None, image_size: int = 112, name: str = None,

@@ -1,5 +1,8 @@
 """Evaluation metrics in plain numpy: face verification (k-fold, VAL@FAR), ROC, accuracy, multi-label and regression.
 
+Verification folds are stratified by kind and do not depend on the order of the pairs (:func:`stratified_folds`):
+insightface's contiguous folds in file order put one kind in each fold of a list written positives first.
+
 Nothing here imports Paddle: heads hand over numpy arrays (embeddings, scores, labels) of the whole evaluation split.
 """
 import numpy as np
@@ -20,6 +23,66 @@ def fold_slices(n: int, folds: int):
         size = base + (1 if k < extra else 0)
         yield start, start + size
         start += size
+
+
+def contiguous_folds(n: int, folds: int) -> np.ndarray:
+    """The fold of each of ``n`` items under :func:`fold_slices` (insightface's folds: the file's own order)."""
+    fold_of = np.empty(n, dtype=np.int64)
+    for k, (lo, hi) in enumerate(fold_slices(n, folds)):
+        fold_of[lo:hi] = k
+    return fold_of
+
+
+FOLD_SEED = 0  # the fixed seed of the stratified folds: the same pairs give the same folds on every machine
+
+
+def _key_rank(keys, seed: int) -> np.ndarray:
+    """A seeded pseudo-random order of ``keys`` that depends only on each key's value (blake2b of seed and key)."""
+    import hashlib
+
+    digests = [hashlib.blake2b(f"{seed}\x00".encode() + (k if isinstance(k, bytes) else str(k).encode()),
+                               digest_size=8).digest() for k in keys]
+    return np.argsort(np.array([int.from_bytes(d, "big") for d in digests], dtype=np.uint64), kind="stable")
+
+
+def stratified_folds(issame, folds: int, keys=None, seed: int = FOLD_SEED) -> np.ndarray:
+    """The fold of every pair, stratified by kind and independent of the pairs' order in the file.
+
+    Within each kind (same pairs first, then different pairs) the pairs are put in the order of a seeded hash of
+    their ``keys`` (what identifies a pair: its two image paths, or its two images' bytes; default its position) and
+    dealt to the folds in turn, the different pairs continuing where the same pairs stopped. Every fold then holds
+    ``P_same / folds`` and ``P_diff / folds`` pairs (each within one) and the total differs by at most one between
+    folds; a list given in another order (or with a pair's two images swapped, when the keys are symmetric) gets the
+    same folds, hence the same figures. Contiguous folds in file order (insightface's) give a fold of one kind when a
+    user's list holds every positive pair first.
+    """
+    same = np.asarray(issame).astype(bool).reshape(-1)
+    keys = np.arange(len(same)) if keys is None else list(keys)
+    if len(keys) != len(same):
+        raise ValueError(f"stratified_folds got {len(keys)} keys for {len(same)} pairs")
+    fold_of = np.empty(len(same), dtype=np.int64)
+    dealt = 0
+    for kind in (True, False):
+        members = np.flatnonzero(same == kind)
+        ordered = members[_key_rank([keys[i] for i in members], seed)]
+        fold_of[ordered] = (dealt + np.arange(len(ordered))) % folds
+        dealt += len(ordered)
+    return fold_of
+
+
+MIN_PAIRS_PER_KIND = 20  # below this many pairs of one kind, 10 folds hold one or two of them each
+
+
+def small_folds_warning(issame, folds: int = 10):
+    """A sentence when a verification list holds fewer than :data:`MIN_PAIRS_PER_KIND` pairs of either kind (its
+    fold accuracies then move in steps of 1/2 or more, and its std means little), else None."""
+    same = np.asarray(issame).astype(bool)
+    n_same, n_diff = int(same.sum()), int((~same).sum())
+    if min(n_same, n_diff) >= MIN_PAIRS_PER_KIND:
+        return None
+    return (f"warning: {n_same} same-person and {n_diff} different-person pairs: with fewer than "
+            f"{MIN_PAIRS_PER_KIND} of either kind the {folds} folds are too small for the accuracy and its std to "
+            "mean much; add pairs")
 
 
 def _accept_counts(distances, issame, thresholds):
@@ -49,16 +112,18 @@ def _threshold_at_far(far, thresholds, far_target):
     return float(t0 + (far_target - f0) * (t1 - t0) / (f1 - f0))
 
 
-def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3):
+def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3, fold_of=None):
     """k-fold face-verification accuracy and VAL at a target FAR (the LFW / insightface protocol).
 
     ``embeddings`` is [2P, D]: pair i is rows 2i and 2i+1. The caller passes L2-normalised embeddings (for the
     standard protocol, ``normalize(f(x) + f(flip(x)))``); they are normalised again here defensively, which is a no-op
     on unit vectors. ``issame`` is [P] booleans. Distance = squared L2 ``||e_2i - e_2i+1||^2`` in [0, 4]; a pair is
-    predicted "same" when ``distance < threshold``. Pairs are split into ``folds`` contiguous folds (no shuffling);
-    for each fold the threshold with the highest accuracy on the other folds (first one on ties) is applied to the
-    held-out fold. VAL@FAR: on the training folds, the threshold where the false-accept rate reaches ``far_target``
-    (linear interpolation over the threshold grid), then VAL = true accepts / same pairs on the held-out fold.
+    predicted "same" when ``distance < threshold``. ``fold_of`` [P] gives each pair's fold (0 .. folds - 1); the
+    default is :func:`stratified_folds` by position (seeded; callers with a user's file pass the folds of the
+    pairs' own keys, callers whose pairs alternate by construction may pass :func:`contiguous_folds`). For each fold
+    the threshold with the highest accuracy on the other folds (first one on ties) is applied to the held-out fold.
+    VAL@FAR: on the training folds, the threshold where the false-accept rate reaches ``far_target`` (linear
+    interpolation over the threshold grid), then VAL = true accepts / same pairs on the held-out fold.
 
     Returns ``{"accuracy": mean held-out accuracy, "std": its std over folds, "threshold": mean best threshold,
     "val_at_far": mean VAL, "far": mean held-out FAR at the VAL threshold}``.
@@ -66,11 +131,13 @@ def verification(embeddings, issame, folds=10, thresholds=None, far_target=1e-3)
     emb = np.asarray(embeddings, dtype=np.float64)
     same = np.asarray(issame).astype(bool).reshape(-1)
     _check_pairs(emb, same, folds)
-    pairs = emb.shape[0] // 2
+    fold_of = stratified_folds(same, folds) if fold_of is None else np.asarray(fold_of).reshape(-1)
+    if fold_of.shape != same.shape:
+        raise ValueError(f"verification got {fold_of.shape[0]} fold numbers for {same.shape[0]} pairs")
     thresholds = DEFAULT_THRESHOLDS if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     emb = unit_rows(emb)
     distances = np.sum(np.square(emb[0::2] - emb[1::2]), axis=1)
-    per_fold = [_fold_result(distances, same, lo, hi, thresholds, far_target) for lo, hi in fold_slices(pairs, folds)]
+    per_fold = [_fold_result(distances, same, fold_of == k, thresholds, far_target) for k in range(folds)]
     accuracies, best_thresholds, vals, fars = (np.array(column) for column in zip(*per_fold))
     return {
         "accuracy": float(np.mean(accuracies)),
@@ -91,10 +158,8 @@ def _check_pairs(emb, same, folds):
         raise ValueError(f"verification needs at least as many pairs as folds: got {pairs} pairs and {folds} folds")
 
 
-def _fold_result(distances, same, lo, hi, thresholds, far_target):
-    """(accuracy, best threshold, VAL, FAR) of the held-out fold ``[lo, hi)`` with thresholds from the others."""
-    test = np.zeros(len(same), dtype=bool)
-    test[lo:hi] = True
+def _fold_result(distances, same, test, thresholds, far_target):
+    """(accuracy, best threshold, VAL, FAR) of the held-out pairs ``test`` (a mask) with thresholds from the others."""
     train = ~test
     # accuracy on the training folds for every threshold: (true accepts + true rejects) / pairs
     ta, fa = _accept_counts(distances[train], same[train], thresholds)

@@ -4,9 +4,10 @@ Two builders for two questions. ``verification_pairs``: one positive and one neg
 head's closed-set split. ``open_set_pairs`` (open-set verification: a split of identities no head trained on, the
 way a face model is judged): every positive pair (two images of one identity) up to ``max_positive`` (a seeded
 subset beyond it), and the same number of negative pairs drawn without repetition from ``default_rng(seed)``.
-Positives and negatives alternate so that the protocol's contiguous folds hold both kinds. ``score_pairs`` applies
-:func:`mtl.evaluation.metrics.verification` (squared L2 distance of unit embeddings, k folds, best threshold on
-k - 1, accuracy on the last).
+Positives and negatives alternate (in a seeded order), so that contiguous folds are already stratified:
+``score_pairs`` applies :func:`mtl.evaluation.metrics.verification` with those folds (squared L2 distance of unit
+embeddings, k folds, best threshold on k - 1, accuracy on the last), which keeps every figure recorded before the
+stratified folds of user files came in.
 """
 import numpy as np
 
@@ -80,12 +81,14 @@ def open_set_pairs(labels, max_positive: int = 3000, seed: int = 0):
 
 def score_pairs(embeddings, first, second, issame, folds: int = 10) -> dict:
     """``{"verification_accuracy", "verification_std", ...}`` of the pairs ``(first[i], second[i])`` of
-    ``embeddings`` [N, D] (in their own dtype), with ``min(folds, pairs)`` folds."""
-    from mtl.evaluation.metrics import verification
+    ``embeddings`` [N, D] (in their own dtype), with ``min(folds, pairs)`` contiguous folds: the pairs of the builders
+    above alternate by construction, so each fold holds both kinds."""
+    from mtl.evaluation.metrics import contiguous_folds, verification
 
     pairs = np.empty((2 * len(first), embeddings.shape[1]), dtype=embeddings.dtype)
     pairs[0::2], pairs[1::2] = embeddings[first], embeddings[second]
-    result = verification(pairs, issame, folds=min(folds, len(issame)))
+    folds = min(folds, len(issame))
+    result = verification(pairs, issame, folds=folds, fold_of=contiguous_folds(len(issame), folds))
     return {f"verification_{k}": float(v) for k, v in result.items()}  # accuracy, std, threshold, ...
 
 
