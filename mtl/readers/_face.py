@@ -333,6 +333,12 @@ class FaceImageReader(Reader):
             found.append(f"{self._describe(int(self._candidates[i]))}: could not be decoded")
         return found
 
+    def check_samples(self, count: int):
+        """Decode the first ``count`` images as :meth:`__getitem__` does: the first bad one raises (``on_bad_sample:
+        error``) or is marked skipped and counted (``skip``)."""
+        for i in range(min(int(count), len(self))):
+            self[i]
+
     def set_epoch(self, epoch: int):
         """Epoch used by the flip coin for integer indices (``reader[(index, epoch)]`` passes it explicitly)."""
         self.epoch = int(epoch)

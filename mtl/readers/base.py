@@ -61,6 +61,11 @@ class Reader:
     def set_augmentation(self, enabled: bool):
         """Turn random training augmentation (flips, crops, ...) on or off; readers without any ignore this."""
 
+    def check_samples(self, count: int):
+        """Read the first ``count`` samples once, so that one that cannot be read fails now (a DataError naming its
+        file and record) rather than where it is first used; default: nothing to do (readers whose samples are read
+        into memory when they are built have failed already). A training run checks its evaluation splits so."""
+
     def lengths(self):
         """The length of every sample (token count of a text), for length-bucketed batches
         (:mod:`mtl.data.buckets`); None (the default): samples have no length, batches are not bucketed."""

@@ -1,10 +1,18 @@
-"""Small state objects of the training loop: a step's record, the loop's pending records and throughput."""
+"""Small state objects of the training loop: a step's record, the loop's pending records and throughput; how a
+stopped loop is logged."""
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Dict
 
 import paddle
+
+from mtl.arrays import host_floats
+from mtl.errors import MtlError
+from mtl.train.preemption import Preempted
+
+log = logging.getLogger("mtl")
 
 
 @dataclass
@@ -93,3 +101,24 @@ class Window:
         rate = self.samples / max(time.time() - self.start, 1e-9)
         self.start, self.samples = time.time(), 0
         return rate
+
+
+def log_stop(exc, step):
+    """Write why training stopped after ``step`` to this rank's log: a user error's line (a reader's traceback was
+    logged where it happened), the full traceback of anything else."""
+    if isinstance(exc, Preempted):
+        return
+    if isinstance(exc, MtlError):
+        log.error("stopped after step %d: %s", step, exc)
+    elif isinstance(exc, KeyboardInterrupt):
+        log.warning("stopped after step %d: interrupted (a second Ctrl-C)", step)
+    else:
+        log.exception("stopped after step %d by an unexpected error", step)
+
+
+def read_records(pending):
+    """The metric tensors of every pending step record replaced by their floats, in one host read (the losses are
+    floats already: the step reads them to decide whether it is finite)."""
+    slots = [(metrics, k) for item in pending for metrics in item.metrics.values() for k in metrics]
+    for (table, key), value in zip(slots, host_floats(table[key] for table, key in slots)):
+        table[key] = value

@@ -15,7 +15,6 @@ import time
 import paddle
 
 from mtl import registry
-from mtl.arrays import host_floats
 from mtl.contracts import check_batch
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
 from mtl.errors import ConfigError, MtlError
@@ -24,8 +23,9 @@ from mtl.parallel.strategy import ParallelStrategy
 from mtl.train import layout, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
+from mtl.train.eval_check import evaluation_error
 from mtl.train.guard import NonFiniteGuard
-from mtl.train.loop import AveragedWeights, Loop, StepRecord
+from mtl.train.loop import AveragedWeights, Loop, StepRecord, log_stop, read_records
 from mtl.train.optim import JointOptimizer
 from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
@@ -35,27 +35,6 @@ from mtl.train.state import TrainingState
 from mtl.train.step import OptimizerStep, StepResult, as_tensors
 
 log = logging.getLogger("mtl")
-
-
-def _log_stop(exc, step):
-    """Write why training stopped after ``step`` to this rank's log: a user error's line (a reader's traceback was
-    logged where it happened), the full traceback of anything else."""
-    if isinstance(exc, Preempted):
-        return
-    if isinstance(exc, MtlError):
-        log.error("stopped after step %d: %s", step, exc)
-    elif isinstance(exc, KeyboardInterrupt):
-        log.warning("stopped after step %d: interrupted (a second Ctrl-C)", step)
-    else:
-        log.exception("stopped after step %d by an unexpected error", step)
-
-
-def _read_records(pending):
-    """The metric tensors of every pending step record replaced by their floats, in one host read (the losses are
-    floats already: the step reads them to decide whether it is finite)."""
-    slots = [(metrics, k) for item in pending for metrics in item.metrics.values() for k in metrics]
-    for (table, key), value in zip(slots, host_floats(table[key] for table, key in slots)):
-        table[key] = value
 
 
 class Trainer:
@@ -230,7 +209,7 @@ class Trainer:
                     step = self._step(batch, step, loop)
         except BaseException as exc:
             loop.close()  # before anything prints: the error line must not share the progress bar's line
-            _log_stop(exc, step)
+            log_stop(exc, step)
             raise
         self._flush(loop)
         loop.close()
@@ -319,7 +298,7 @@ class Trainer:
             return
         samples_per_s = loop.window.rate()
         record = None
-        _read_records(loop.pending)
+        read_records(loop.pending)
         for item in loop.pending:
             record = self._record(item, samples_per_s)
             self.metrics.write(record)
@@ -354,8 +333,12 @@ class Trainer:
         return AveragedWeights(self.averager, self.strategy)
 
     def _evaluate(self, step):
-        with self._averaged():
-            results = self.evaluator.evaluate()
+        try:
+            with self._averaged():
+                results = self.evaluator.evaluate()
+        except MtlError as exc:
+            raise evaluation_error(exc, self.job, f"the evaluation after step {step}", self.saved, self.output_dir,
+                                   self.strategy.rank) from exc
         record = {"step": step, "eval": results, "averaged": self.averager is not None}
         self.metrics.write(eval_record(step, results, "eval_averaged" if self.averager is not None else "eval"))
         if self.is_main:
@@ -381,20 +364,35 @@ class Trainer:
             self.console(f"cross-head negatives: {len(pairs)} likely-same people across heads ({path})")
 
     def finish(self, seconds, step=None):
-        """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot."""
+        """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot. When the
+        evaluation fails, ``summary.json`` still holds the training (``evaluation_failed`` says why) and the error
+        names the task, the stage and the checkpoint (:func:`mtl.train.eval_check.evaluation_error`)."""
         step = self.steps if step is None else step
         self._write_same_person()
-        with self.strategy.agreed_statistics():
-            live = self.evaluator.evaluate()
-        averaged = None
-        if self.averager is not None:
-            with self._averaged():
-                averaged = self.evaluator.evaluate()
+        run = {"steps": step, "world_size": self.strategy.world, "seconds": round(seconds, 2),
+               "resumed_from": self.resumed_from, "nonfinite_steps_skipped": self.guard.skipped}
+        try:
+            live, averaged = self._final_evaluation()
+        except MtlError as exc:
+            self._summarise(dict(run, evaluation_failed=exc.bare_message), {}, None)
+            raise evaluation_error(exc, self.job, "the final evaluation, after training,", self.saved,
+                                   self.output_dir, self.strategy.rank) from exc
         final = eval_record(step, live, "eval")
         final["final"] = True  # a run continued later drops this record (mtl.train.rundir.keep_until)
         final.update(eval_record(step, averaged or {}, "eval_averaged"))
         self.metrics.write(final)
-        run = {"steps": step, "world_size": self.strategy.world, "seconds": round(seconds, 2),
-               "resumed_from": self.resumed_from, "nonfinite_steps_skipped": self.guard.skipped}
+        return self._summarise(run, live, averaged)
+
+    def _final_evaluation(self):
+        """(live results, averaged results or None) of the final evaluation."""
+        with self.strategy.agreed_statistics():
+            live = self.evaluator.evaluate()
+        if self.averager is None:
+            return live, None
+        with self._averaged():
+            return live, self.evaluator.evaluate()
+
+    def _summarise(self, run, live, averaged):
+        """``summary.json``, the table and the loss plot (rank 0 writes them); the summary dict."""
         return write_summary(self.job, self.metrics.records, live, averaged, run, self.output_dir,
                              self.console if self.is_main else None, self.cfg["log"]["plot"])

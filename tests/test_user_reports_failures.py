@@ -1,0 +1,123 @@
+"""Issue 53, failures and recovery (12-15) and messages and docs that mislead (16-24), each reproduced first.
+
+12. A bad image among the held-out people fails before training, naming the task; one that goes bad during training
+    fails the final evaluation with the task, the stage, ``summary.json`` written and the checkpoint and command
+    that score it.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from mtl.errors import DataError
+from tests import warm_python
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def environment():
+    """A subprocess environment: this checkout importable, one thread, the quiet console."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    env.pop("MTL_VERBOSE", None)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def run(cmd, expect=0, **kw):
+    """Run ``cmd`` (a ``[sys.executable, ...]`` command) in a fork of the tests' warm Python; the result."""
+    proc = warm_python.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, env=environment(), **kw)
+    assert proc.returncode == expect, proc.stdout + proc.stderr
+    return proc
+
+
+def mtl(*args, expect=0):
+    return run([sys.executable, "-m", "mtl.cli", *args], expect=expect)
+
+
+def error_lines(proc):
+    return [line for line in (proc.stdout + proc.stderr).splitlines() if "error:" in line]
+
+
+# ---- 12. a bad image among the held-out people -------------------------------------------------------------------
+GARBAGE = b"\x89PNG\r\n\x1a\n not an image at all"
+
+
+def write_png(path, seed):
+    from PIL import Image
+
+    pixels = np.random.RandomState(seed).randint(0, 255, (8, 8, 3)).astype(np.uint8)
+    Image.fromarray(pixels).save(path)
+
+
+def face_folder(folder, people="abcd", per=4):
+    """``per`` random 8 px PNG images of each of ``people`` under ``folder/<person>/``, and ``folder/list.txt``."""
+    lines = []
+    for label, person in enumerate(people):
+        os.makedirs(os.path.join(folder, person), exist_ok=True)
+        for i in range(per):
+            write_png(os.path.join(folder, person, f"{i}.png"), 10 * label + i)
+            lines.append(f"{person}/{i}.png\t{label}")
+    with open(os.path.join(folder, "list.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return os.path.join(folder, "list.txt")
+
+
+def face_job(out, list_path, steps=4):
+    """A face task whose people c and d (labels 2, 3) are held out and verified on at the end."""
+    return {"seed": 0, "device": "cpu", "output_dir": str(out),
+            "tasks": [{"name": "faces", "reader": {"type": "image_list", "list": list_path, "decoder": "pillow",
+                                                   "holdout_classes": [2, 3]},
+                       "head": {"type": "arcface", "scale": 8.0}}],
+            "backbone": {"type": "mlp", "input_shape": [3, 8, 8], "hidden": [16], "embedding_size": 8},
+            "schedule": {"batch_size": 4, "steps": steps}, "log": {"progress": False, "plot": False},
+            "averaging": {"type": "none"}, "data": {"num_workers": 0}}
+
+
+@pytest.mark.subprocess
+def test_a_bad_image_of_the_held_out_people_fails_before_training_naming_the_task(tmp_path):
+    list_path = face_folder(str(tmp_path / "faces"))
+    (tmp_path / "faces" / "c" / "1.png").write_bytes(GARBAGE)  # a held-out person's image
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(face_job(tmp_path / "run", list_path)))
+    proc = mtl("train", str(config), expect=2)
+    errors = error_lines(proc)
+    assert len(errors) == 1 and errors[0].startswith("error: "), proc.stdout + proc.stderr
+    assert "task 'faces'" in errors[0] and "evaluation split" in errors[0] and "before training" in errors[0]
+    assert "line 10 ('c/1.png')" in errors[0] and "tasks.0.reader" in errors[0]
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written
+    assert "step" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_an_evaluation_that_fails_after_training_names_task_and_stage_and_keeps_the_run(tmp_path):
+    from mtl.commands.evaluate_run import evaluate_run
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    list_path = face_folder(str(tmp_path / "faces"))
+    run_dir = tmp_path / "run"
+    job = build_job(load_job(data=face_job(run_dir, list_path)), announce_plan=False)
+    trainer = Trainer(job, console=lambda *a: None)
+    bad = tmp_path / "faces" / "d" / "2.png"
+    bad.write_bytes(GARBAGE)  # goes bad after the start-up check, during training
+    with pytest.raises(DataError) as failed:
+        trainer.run()
+    message = str(failed.value)
+    checkpoint = run_dir / "checkpoints" / "step_4"
+    assert message.startswith("task 'faces': the final evaluation, after training, failed: "), message
+    assert "line 15 ('d/2.png')" in message
+    assert f"the checkpoint {checkpoint} holds the training" in message
+    assert message.rstrip(")").endswith(f"score it with: mtl eval {run_dir} (traceback in {run_dir}/logs/rank0.log")
+    assert (checkpoint / "state.json").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 4 and "d/2.png" in summary["evaluation_failed"]
+    assert summary["tasks"]["faces"]["eval"] is None and summary["tasks"]["faces"]["loss_end"] > 0
+    log_text = (run_dir / "logs" / "rank0.log").read_text()
+    assert "Traceback (most recent call last)" in log_text and "d/2.png" in log_text
+    write_png(str(bad), 32)  # fixed: the command the message gives scores the run
+    results = evaluate_run(str(run_dir), console=lambda *a: None)
+    assert set(results) == {"faces"} and 0.0 <= results["faces"]["verification_accuracy"] <= 1.0, results
