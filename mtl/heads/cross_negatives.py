@@ -80,14 +80,19 @@ def normal_quantile(q: float) -> float:
         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
 
 
-def read_pairs(path: str, source=None, key="cross_negatives.pairs") -> List[dict]:
+def read_pairs(path: str, source=None, key="cross_negatives.pairs", tasks=None) -> List[dict]:
     """The pairs of a same-person JSON (:func:`mtl.data.same_person.read_pairs`), a bad file as the config error of
-    ``key``."""
+    ``key``; ``tasks``: ``(the job's tasks, those taking part)``, every pair's tasks checked against them
+    (:func:`mtl.data.same_person.check_tasks`: a task name typed wrong would drop its pairs without a word)."""
+    from mtl.data.same_person import check_tasks
     from mtl.data.same_person import read_pairs as read
     from mtl.errors import DataError
 
     try:
-        return read(path)
+        pairs = read(path)
+        if tasks is not None:
+            check_tasks(pairs, path, *tasks)
+        return pairs
     except DataError as exc:
         raise ConfigError(exc.bare_message, source, key) from None
 
@@ -114,7 +119,9 @@ class CrossNegatives:
         self.floor, self.seed = float(cfg["floor"]), int(seed)
         names = list(heads) if cfg["tasks"] == "all" else list(cfg["tasks"])
         self.heads = {name: heads[name] for name in names}
-        self.pairs = self._pair_table(read_pairs(cfg["pairs"], source)) if self.mask == "pairs" else {}
+        self.source, self.pairs_path, self.inside_one_head = source, cfg["pairs"], 0
+        self.pairs = self._pair_table(read_pairs(cfg["pairs"], source, tasks=(list(heads), names)), cfg["pairs"]) \
+            if self.mask == "pairs" else {}
         self.state = {"mean": None, "var": None, "removed": {}, "seen": {}}
         self.update = cfg["update"]
         self.received: List[ReceivedRows] = []  # update both: this step's rows, until settled
@@ -130,15 +137,41 @@ class CrossNegatives:
         calibrated = self.mask != "online" or self.state["mean"] is not None
         return self.rate > 0 and len(self.heads) > 1 and step >= self.warmup and calibrated
 
-    def _pair_table(self, pairs) -> Dict[tuple, np.ndarray]:
-        """``{(A, B): [E, 2] sorted (class of A, class of B)}`` from the pairs, both directions."""
+    def _pair_table(self, pairs, path: str) -> Dict[tuple, np.ndarray]:
+        """``{(A, B): [E, 2] sorted (class of A, class of B)}`` from the pairs, both directions; a class outside its
+        head is a ConfigError naming the file and the entry."""
         table = {}
-        for pair in pairs:
+        for i, pair in enumerate(pairs):
             a, b = str(pair["task_a"]), str(pair["task_b"])
-            if a in self.heads and b in self.heads and a != b:
+            for task, cls in ((a, pair["class_a"]), (b, pair["class_b"])):
+                if int(cls) >= self.heads[task].num_classes:
+                    raise ConfigError(f"same-person pairs '{path}' entry {i}: class {cls} of task '{task}' is "
+                                      f"outside its head's classes [0, {self.heads[task].num_classes})", self.source,
+                                      "cross_negatives.pairs")
+            if a != b:
                 table.setdefault((a, b), []).append((int(pair["class_a"]), int(pair["class_b"])))
                 table.setdefault((b, a), []).append((int(pair["class_b"]), int(pair["class_a"])))
+            else:
+                self.inside_one_head += 1
         return {k: np.unique(np.array(v, np.int64), axis=0) for k, v in table.items()}
+
+    def pair_counts(self) -> Dict[tuple, int]:
+        """``{(A, B): distinct same-person pairs in use}`` of ``mask: pairs``, one entry per two heads (A before B
+        in job order), every two heads listed (0: none)."""
+        names = self.tasks
+        return {(a, b): len(self.pairs.get((a, b), ())) for i, a in enumerate(names) for b in names[i + 1:]}
+
+    def describe_mask(self) -> str:
+        """One line on what the mask holds (``mask: pairs``: the pairs in use per two heads), for the console and
+        the log; empty for the other masks."""
+        if self.mask != "pairs":
+            return ""
+        counts = self.pair_counts()
+        each = ", ".join(f"{a}-{b} {n}" for (a, b), n in counts.items())
+        inside = f"; {self.inside_one_head} pairs of two classes of one head not used: only other heads' classes " \
+            "are scored here" if self.inside_one_head else ""
+        return (f"cross-head negatives: {sum(counts.values())} same-person pairs of {self.pairs_path} masked "
+                f"({each}{inside})")
 
     def sources(self, task: str, step: int) -> List[RowSource]:
         """The other heads' rows this rank scores as negatives of ``task``'s samples at ``step``."""

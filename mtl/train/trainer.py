@@ -47,12 +47,13 @@ class Trainer:
         self.is_main = self.strategy.is_main
         self.console = console if self.is_main else (lambda *a, **k: None)
         self.output_dir = self.cfg["output_dir"]
-        rundir.make_output_dir(self.output_dir)
+        created = rundir.open_output_dir(self.output_dir, resume, resume_from)  # the folders this start made
         self.lock = self._hold()  # one run per output folder, before anything is written there
         try:
             self._build(job, resume, overwrite)
         except BaseException:
             self.release()
+            rundir.remove_created(created, self.output_dir, self.strategy.rank)  # no empty run folder is left
             raise
 
     def _hold(self):
@@ -95,6 +96,7 @@ class Trainer:
                                    total_steps=self.steps)
         rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"], self.strategy)
         setup_logging(self.output_dir, self.strategy.rank)
+        self._announce_mask()
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
         self.saved = self.resumed_from  # the newest checkpoint of this run (what --resume continues from)
         kept = []
@@ -109,6 +111,12 @@ class Trainer:
             with open(os.path.join(self.output_dir, "job.json"), "w") as f:
                 json.dump(self.cfg, f, indent=1, default=str)
             job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
+
+    def _announce_mask(self):
+        """The same-person pairs the cross-head negatives mask, on the console and in every rank's log."""
+        if line := (self.job.model.cross_negatives.describe_mask() if self.job.model.cross_negatives else ""):
+            self.console(line)
+            log.info(line)
 
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none; a
