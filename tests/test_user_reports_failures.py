@@ -121,3 +121,42 @@ def test_an_evaluation_that_fails_after_training_names_task_and_stage_and_keeps_
     write_png(str(bad), 32)  # fixed: the command the message gives scores the run
     results = evaluate_run(str(run_dir), console=lambda *a: None)
     assert set(results) == {"faces"} and 0.0 <= results["faces"]["verification_accuracy"] <= 1.0, results
+
+
+# ---- 15. a failed --resume ---------------------------------------------------------------------------------------
+def small_job(out, steps=4):
+    """One synthetic softmax task on an MLP (fast), no evaluation, into ``out``."""
+    return {"seed": 0, "device": "cpu", "output_dir": str(out),
+            "tasks": [{"name": "soft", "reader": {"type": "synthetic", "num_samples": 16, "num_classes": 3},
+                       "head": "softmax", "eval": None}],
+            "backbone": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [8], "embedding_size": 8},
+            "schedule": {"batch_size": 4, "steps": steps}, "log": {"progress": False, "plot": False},
+            "averaging": {"type": "none"}, "checkpoint": {"every": 2, "keep": 3}, "data": {"num_workers": 0}}
+
+
+def test_a_failed_resume_leaves_no_run_folder_and_keeps_an_existing_one(tmp_path):
+    from mtl.config.loading import load_job
+    from mtl.errors import ConfigError
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    out = tmp_path / "new" / "run"
+    job = build_job(load_job(data=small_job(out)), announce_plan=False)
+    for wanted in ("3", "step_3", str(tmp_path / "elsewhere")):  # a step, or a folder, of no checkpoint
+        with pytest.raises(ConfigError, match="is not a complete checkpoint"):
+            Trainer(job, resume=True, resume_from=wanted, console=lambda *a: None)
+        assert not (tmp_path / "new").exists(), wanted
+    # a warm start from a checkpoint of another schedule: refused while restoring, nothing left either
+    other = small_job(tmp_path / "other")
+    other["schedule"]["batch_size"] = 8
+    Trainer(build_job(load_job(data=other), announce_plan=False), console=lambda *a: None).run()
+    with pytest.raises(ConfigError, match="another schedule"):
+        Trainer(job, resume=True, resume_from=str(tmp_path / "other" / "checkpoints" / "step_4"),
+                console=lambda *a: None)
+    assert not (tmp_path / "new").exists()
+    # an existing run's folder keeps everything it held
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError):
+        Trainer(job, resume=True, resume_from="3", console=lambda *a: None)
+    assert sorted(os.listdir(tmp_path / "new")) == ["notes.txt"]

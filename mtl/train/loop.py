@@ -29,6 +29,25 @@ class StepRecord:
         if not self.metrics:
             self.metrics = {t: dict(o.metrics) for t, o in self.result.outputs.items()}
 
+    def as_json(self, loss_weights, samples_per_s: float) -> dict:
+        """The ``metrics.jsonl`` record of the step (its metrics read to floats: :func:`read_records`)."""
+        result = self.result
+        record = {"step": self.step, "lr": float(self.lr)}
+        if result.grad_norm is not None:
+            record["grad_norm"] = result.grad_norm  # global norm before clipping
+        record["loss"] = result.total(loss_weights)  # a skipped step: the static weights
+        record.update({f"loss/{t}": v for t, v in result.losses.items()})
+        record.update({f"{kind}/{t}": v for kind, values in result.weights.items() for t, v in values.items()})
+        record.update({f"{k}/{t}": float(v) for t, ms in self.metrics.items() for k, v in ms.items()})
+        record["samples_per_s"] = round(samples_per_s, 2)
+        if result.loss_scale is not None:
+            record["loss_scale"] = result.loss_scale
+        if result.overflow:
+            record["overflow"] = True  # fp16 overflow: not applied, scale lowered
+        if result.nonfinite:
+            record["nonfinite"] = True  # not applied (on_nonfinite); non-finite values are written as null
+        return record
+
 
 class StepMeans:
     """The losses and metrics of an accumulated step: sums over its micro-batches, then their means (the micro-batches

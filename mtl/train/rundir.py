@@ -5,6 +5,7 @@ unless told ``--resume`` (continue from the latest) or ``--overwrite`` (remove t
 keeps the records up to its checkpoint and drops what the stopped run wrote after it.
 """
 import json
+import logging
 import os
 import shutil
 
@@ -32,12 +33,46 @@ def check_output_dir(output_dir):
 
 
 def make_output_dir(output_dir):
-    """Create ``output_dir`` (and its parents) if missing, after :func:`check_output_dir`."""
+    """Create ``output_dir`` (and its parents) if missing, after :func:`check_output_dir`; the folders it created,
+    outermost first (for :func:`remove_created`)."""
     check_output_dir(output_dir)
+    missing, path = [], os.path.abspath(output_dir)
+    while not os.path.exists(path):
+        missing.insert(0, path)
+        path = os.path.dirname(path)
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as exc:  # a read-only disk, or the file system changed since the check
         raise ConfigError(f"cannot create the folder '{output_dir}': {exc.strerror}", key="output_dir") from None
+    return missing
+
+
+def open_output_dir(output_dir, resume, resume_from):
+    """The run's folder before anything is built in it: a ``--resume`` naming no checkpoint
+    (:func:`named_checkpoint`) is refused before anything is created, then the folder is made; the folders created."""
+    if resume:
+        named_checkpoint(output_dir, resume_from)
+    return make_output_dir(output_dir)
+
+
+def remove_created(created, output_dir, rank):
+    """A run that failed before training (a --resume refused while restoring, ...): remove what it made, the folders
+    ``created`` (:func:`make_output_dir`) with this rank's log in them, so that no empty run folder is left; a folder
+    that holds anything else (another rank's log, the user's files) stays."""
+    if not created:
+        return
+    logger = logging.getLogger("mtl")
+    for handler in list(logger.handlers):  # the rank's log file (mtl.train.reporting.setup_logging)
+        logger.removeHandler(handler)
+        handler.close()
+    log_file = os.path.join(output_dir, "logs", f"rank{rank}.log")
+    if os.path.isfile(log_file):
+        os.remove(log_file)
+    for folder in [os.path.join(output_dir, "logs"), *reversed(created)]:
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty, or gone
+            pass
 
 
 def read_jsonl(path):

@@ -308,32 +308,13 @@ class Trainer:
         record = None
         read_records(loop.pending)
         for item in loop.pending:
-            record = self._record(item, samples_per_s)
+            record = item.as_json(self.job.model.loss_weights, samples_per_s)
             self.metrics.write(record)
             log.info(json.dumps(record))
         loop.pending = []
         if loop.progress is not None:
             loop.progress.set_postfix({k.split("/", 1)[1]: f"{v:.3f}" for k, v in record.items()
                                        if k.startswith("loss/")}, refresh=False)
-
-    def _record(self, item: StepRecord, samples_per_s: float) -> dict:
-        """The ``metrics.jsonl`` record of one step."""
-        result = item.result
-        record = {"step": item.step, "lr": float(item.lr)}
-        if result.grad_norm is not None:
-            record["grad_norm"] = result.grad_norm  # global norm before clipping
-        record["loss"] = result.total(self.job.model.loss_weights)  # a skipped step: the static weights
-        record.update({f"loss/{t}": v for t, v in result.losses.items()})
-        record.update({f"{kind}/{t}": v for kind, values in result.weights.items() for t, v in values.items()})
-        record.update({f"{k}/{t}": float(v) for t, ms in item.metrics.items() for k, v in ms.items()})
-        record["samples_per_s"] = round(samples_per_s, 2)
-        if result.loss_scale is not None:
-            record["loss_scale"] = result.loss_scale
-        if result.overflow:
-            record["overflow"] = True  # fp16 overflow: not applied, scale lowered
-        if result.nonfinite:
-            record["nonfinite"] = True  # not applied (on_nonfinite); non-finite values are written as null
-        return record
 
     def _averaged(self):
         """Context: the averaged weights when the run averages, else the live ones; either way with BatchNorm
