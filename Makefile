@@ -53,8 +53,13 @@ demo-faces: $(STAMP)  ## six real face datasets, open set: the recipe (six heads
 
 .PHONY: demo-text
 demo-text: $(STAMP)  ## the English Web Treebank recipe, one seed, shortened: joint and each task alone (under 5 minutes)
+	@echo "The English Web Treebank recipe, shortened to a smoke run: 100 of its 4800 steps, one seed, the joint run" \
+	    "and each task alone (a line per run; 5 to 8 minutes on 2 cores). At 100 steps the figures stay near their" \
+	    "starting values: this checks that every run trains, evaluates and is reported, nothing more."
 	OMP_NUM_THREADS=1 $(PY) examples/text_report.py --seeds 0 --steps 100 --only joint alone --out runs/text_demo \
 		--json runs/text_demo/report.json
+	@echo "The recipe's figures (4800 steps, 3 seeds: UPOS 93.28, LAS 76.42, NER F1 60.31, joint and each task" \
+	    "alone) are in docs/text.md; report: runs/text_demo/report.json"
 
 # The tests' temporary folders (pytest's tmp_path, the launches' logs) on a RAM disk when the machine has one with
 # 4 GB free: the suite's runs write hundreds of checkpoints, each file and folder fsynced, and an fsync of the disk

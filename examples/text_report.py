@@ -13,7 +13,8 @@ line per run says which of how many and the time so far and left, and a running 
   sub-batches: the auxiliary task's effect is joint - noaux.
 
 Each run's score of a task is its head's primary metric on the task's evaluation file (``eval_path`` of its reader:
-change that one key to score another split), in percent (``accuracy``, ``las``, ``f1``). ``--reuse`` keeps a run folder
+change that one key to score another split), in percent (``accuracy``, ``las``, ``f1``; a run's own tables and
+``summary.json`` hold them as fractions, as every head's metrics). ``--reuse`` keeps a run folder
 that already holds a finished run of the same steps (``summary.json``) instead of training it again, and continues
 (``--resume``) a run that was stopped before its end. ``--json`` writes
 ``{"seeds": [...], "tasks": {TASK: {"metric": NAME, "joint": [per seed], "alone": [...], "noaux": [...]}},
@@ -76,11 +77,20 @@ def train(config, out_dir, seed, sets, nproc, resume=False):
 
 
 def scores(run_dir):
-    """``{task: (metric name, value)}`` of a finished run (its live weights' evaluation)."""
-    with open(os.path.join(run_dir, "summary.json")) as f:
+    """``{task: (metric name, value in percent)}`` of a finished run (its averaged weights' evaluation, else its
+    live weights'); a run whose summary holds a value above 1 was trained when text metrics were percentages: it is
+    refused, naming the folder (multiplying it again would report 100 times the figure)."""
+    path = os.path.join(run_dir, "summary.json")
+    with open(path) as f:
         tasks = json.load(f)["tasks"]
-    return {name: (t["primary_metric"], float((t["eval_averaged"] or t["eval"])[t["primary_metric"]]))
-            for name, t in tasks.items()}
+    out = {}
+    for name, t in tasks.items():
+        value = float((t["eval_averaged"] or t["eval"])[t["primary_metric"]])
+        if value > 1.0:
+            raise SystemExit(f"error: '{path}': task '{name}' has {t['primary_metric']} {value}, a percentage: the run "
+                             "was trained before metrics were fractions; train it again (without --reuse)")
+        out[name] = (t["primary_metric"], 100.0 * value)
+    return out
 
 
 def collect(cfg, seeds, done):
@@ -104,20 +114,30 @@ def collect(cfg, seeds, done):
 
 
 def table(report) -> str:
-    """The report as a markdown table: mean ± standard deviation over seeds (one seed: said, no spread)."""
+    """The report as a markdown table of percentages: mean ± standard deviation over seeds (one seed: said, no
+    spread); a column that no run filled (e.g. ``--only joint alone``: no run without the auxiliary task) is left
+    out."""
     def cell(values, unit=""):
         return spread(values, 2, unit) or "-"
 
-    rows = ["| task | metric | joint | alone | joint - alone | without the auxiliary task |",
-            "|---|---|---|---|---|---|"]
+    columns = {"joint": lambda e: e["joint"], "alone": lambda e: e["alone"],
+               "joint - alone": lambda e: [a - b for a, b in zip(e["joint"], e["alone"])],
+               "without the auxiliary task": lambda e: e["noaux"]}
+    shown = [name for name, values in columns.items() if any(values(e) for e in report["tasks"].values())]
+    rows = ["| task | metric (%) | " + " | ".join(shown) + " |", "|---|---|" + "---|" * len(shown)]
     for name, e in report["tasks"].items():
-        diff = [a - b for a, b in zip(e["joint"], e["alone"])]
-        rows.append(f"| {name} | {e['metric']} | {cell(e['joint'])} | {cell(e['alone'])} | {cell(diff)} | "
-                    f"{cell(e['noaux'])} |")
+        rows.append(f"| {name} | {e['metric']} | " + " | ".join(cell(columns[c](e)) for c in shown) + " |")
     if report["delta_m"]:
         rows.append(f"\nΔm (joint vs alone, mean over the main tasks): {cell(report['delta_m'], ' %')}"
                     + (f" over {len(report['seeds'])} seeds" if len(report["seeds"]) > 1 else ""))
     return "\n".join(rows)
+
+
+def smoke_note(steps: int, recipe: int) -> str:
+    """What a shortened report is: a check that the pipeline runs, whose figures say nothing of the recipe."""
+    return (f"These runs trained {steps} of the recipe's {recipe} steps: a smoke run of the pipeline (every run "
+            "trains, evaluates and is reported), not results; at so few steps the metrics sit near their starting "
+            "values. docs/text.md has the recipe's figures (3 seeds, every step).")
 
 
 def main(argv=None):
@@ -163,6 +183,10 @@ def main(argv=None):
     report = collect(cfg, args.seeds, done)
     report["seconds"] = seconds
     print(table(report))
+    if args.steps is not None:  # shortened: say what the figures are
+        recipe = planned_steps(load_job(args.config, list(args.set)))
+        if steps < recipe:
+            print(smoke_note(steps, recipe))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -111,7 +111,7 @@ class BiaffineHead(TextHead):
                 for tree, r, h, g in zip(trees, rels, heads, relations)]
 
     def score(self, predictions, reader):
-        """UAS, LAS (CoNLL 2018) and their no-punctuation variants, in percent (relation names from the reader)."""
+        """UAS, LAS (CoNLL 2018) and their no-punctuation variants, as fractions (relation names from the reader)."""
         names = list(reader.class_names) + ["?"]
         gold_heads = [g for _, _, g, _ in predictions]
         gold_relations = [[names[i] for i in gr] for _, _, _, gr in predictions]

@@ -67,6 +67,6 @@ class MaskedLmHead(TextHead):
         return [right[sample == r].tolist() for r in range(rows)]
 
     def score(self, predictions, reader):
-        """Accuracy (percent) over the masked pieces of the split."""
+        """Accuracy (a fraction) over the masked pieces of the split."""
         pieces = [p for sample in predictions for p in sample]
-        return {"accuracy": 100.0 * float(np.mean(pieces)) if pieces else 0.0}
+        return {"accuracy": float(np.mean(pieces)) if pieces else 0.0}

@@ -62,5 +62,5 @@ class MatchingHead(TextHead):
         return (scores[:, 0] > scores[:, 1]).astype(int).tolist()
 
     def score(self, predictions, reader):
-        """Accuracy in percent."""
-        return {"accuracy": 100.0 * float(np.mean(predictions)) if predictions else 0.0}
+        """Accuracy (a fraction)."""
+        return {"accuracy": float(np.mean(predictions)) if predictions else 0.0}

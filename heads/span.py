@@ -65,7 +65,7 @@ class SpanHead(TextHead):
         return out
 
     def score(self, predictions, reader):
-        """SQuAD v1.1 exact match and F1 (percent) over the reader's questions."""
+        """SQuAD v1.1 exact match and F1 (fractions) over the reader's questions."""
         if not isinstance(reader, SpanExamples):
             raise ConfigError(f"head 'span' scores windows of a reader of questions (e.g. 'squad'), not "
                               f"'{reader.registered_name}'")

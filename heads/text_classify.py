@@ -61,6 +61,6 @@ class TextClassifyHead(TextHead):
         return list(zip(pred.tolist(), to_numpy(labels[self.label_field]).reshape(-1).tolist()))
 
     def score(self, predictions, reader):
-        """Accuracy in percent."""
+        """Accuracy (a fraction)."""
         right = np.array([p == g for p, g in predictions], bool)
-        return {"accuracy": 100.0 * float(right.mean()) if len(right) else 0.0}
+        return {"accuracy": float(right.mean()) if len(right) else 0.0}

@@ -40,14 +40,14 @@ def test_text_export_tokenises_as_training_did(tmp_path):
 
 def test_bert_reading_comprehension_end_to_end(tmp_path):
     """The bert backbone (loaded from the transformers fixture) trains in a joint job with the span head on the
-    hand-made SQuAD file and a first-token classifier; evaluation reports SQuAD's EM/F1 in percent."""
+    hand-made SQuAD file and a first-token classifier; evaluation reports SQuAD's EM/F1 as fractions, as every head does."""
     import json
 
     run = str(tmp_path / "run")
     train_here(os.path.join(ROOT, "tests", "dist_scripts", "text_bert_squad.yaml"), "--set", f"output_dir={run}")
     summary = json.load(open(os.path.join(run, "summary.json")))
     squad = summary["tasks"]["squad"]["eval"]
-    assert set(squad) == {"exact_match", "f1"} and 0 <= squad["exact_match"] <= squad["f1"] <= 100
+    assert set(squad) == {"exact_match", "f1"} and 0 <= squad["exact_match"] <= squad["f1"] <= 1
     assert summary["tasks"]["genre"]["primary_metric"] == "accuracy"
     meta = export(run, str(tmp_path / "export"))
     assert meta["text"] and meta["feature_size"] == 32

@@ -165,8 +165,8 @@ def test_entity_f1_follows_seqeval_on_fixed_input():
     # entities: gold {PER 0-1, LOC 3}, {ORG 0-1}; predicted {PER 0-1, ORG 3}, {ORG 0-1 (I- starts it), PER 2}
     scores = entity_scores(gold, pred)
     p, r = 2 / 4, 2 / 3
-    assert scores["precision"] == pytest.approx(100 * p) and scores["recall"] == pytest.approx(100 * r)
-    assert scores["f1"] == pytest.approx(100 * 2 * p * r / (p + r))
+    assert scores["precision"] == pytest.approx(p) and scores["recall"] == pytest.approx(r)  # fractions
+    assert scores["f1"] == pytest.approx(2 * p * r / (p + r))
 
 
 def test_squad_metrics_on_fixed_input():
@@ -174,7 +174,7 @@ def test_squad_metrics_on_fixed_input():
     assert exact_match("the Mat.", "mat") == 1.0
     assert f1_score("on the red mat", "the mat") == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
     scores = squad_scores(["on the mat", "a tree"], [["on the mat"], ["over the tree", "the tree"]])
-    assert scores == {"exact_match": 100 * (1 + 1) / 2, "f1": 100.0}
+    assert scores == {"exact_match": (1 + 1) / 2, "f1": 1.0}
 
 
 def test_attachment_scores_on_fixed_input():
@@ -182,7 +182,7 @@ def test_attachment_scores_on_fixed_input():
     pred_heads, pred_rels = [np.array([2, 0, 1, 2])], [["nsubj:pass", "root", "obj", "det"]]
     scores = attachment_scores(gold_heads, gold_rels, pred_heads, pred_rels)
     # heads right: words 1, 2, 4; labels (universal part) right: 1 (nsubj), 2 -> LAS 2/4; without punct: 2/3, 2/3
-    assert scores == pytest.approx({"uas": 75.0, "las": 50.0, "uas_nopunct": 200 / 3, "las_nopunct": 200 / 3})
+    assert scores == pytest.approx({"uas": 0.75, "las": 0.5, "uas_nopunct": 2 / 3, "las_nopunct": 2 / 3})
 
 
 def test_span_head_reads_answers_back_from_the_hand_made_file():
@@ -218,4 +218,4 @@ def test_span_head_reads_answers_back_from_the_hand_made_file():
     assert [reader.example_context(q)[best[q][1]:best[q][2]] for q in range(3)] == ["on the mat", "the tree", "dog"]
     scores = span.score(predictions, reader)
     # q1 exact, q2 matches its second gold answer, q3 "dog" vs "a dog": normalised both are "dog"
-    assert scores == {"exact_match": 100.0, "f1": 100.0}
+    assert scores == {"exact_match": 1.0, "f1": 1.0}

@@ -1,31 +1,59 @@
-"""``mtl tokenizer train --conllu FILE... | --text FILE... --vocab-size N -o tokenizer.json``: train a WordPiece
-tokenizer offline (Hugging Face ``tokenizers``) on training text, for a text encoder's ``tokenizer``;
-``mtl tokenizer show TOKENIZER WORDS...``: the pieces of some words.
+"""``mtl tokenizer train --conllu FILE... | --iob2 FILE... | --tsv FILE... | --text FILE... --vocab-size N -o
+tokenizer.json``: train a WordPiece tokenizer offline (Hugging Face ``tokenizers``) on training text, for a text
+encoder's ``tokenizer``; ``mtl tokenizer show TOKENIZER WORDS...``: the pieces of some words.
 
-``--conllu`` reads the words of CoNLL-U files (the syntactic words, joined by spaces), ``--text`` plain text files
-(one sentence or paragraph per line). Training is not bit-reproducible across runs of ``tokenizers`` (ties between
-equally frequent pairs), so a recipe keeps the file it trained once."""
+The files are those of the readers: ``--conllu`` reads the words of CoNLL-U files (the syntactic words, joined by
+spaces), ``--iob2`` the words of IOB2 files (``--iob2-format conll2003`` for CoNLL-2003's ``word POS chunk NER``
+lines, as the ``iob2`` reader's ``format``), ``--tsv`` the text columns (``text_a``, ``text_b``, ``text_c``) of the
+TSV files of the ``text_classification`` and ``matching`` readers, ``--text`` plain text files (one sentence or
+paragraph per line). Training is not bit-reproducible across runs of ``tokenizers`` (ties between equally frequent
+pairs), so a recipe keeps the file it trained once."""
+import csv
 import os
 
 from mtl.errors import ConfigError
 
+TSV_TEXT_COLUMNS = ("text_a", "text_b", "text_c")  # the text columns of the TSV readers (mtl.readers.text_pairs)
+
+
+def tsv_texts(path):
+    """The cells of every text column (``text_a``, ``text_b``, ``text_c``) of a TSV file with a header; a DataError
+    naming the file when its header names none of them."""
+    from mtl.errors import DataError
+    from mtl.utf8 import open_utf8
+
+    with open_utf8(path, "--tsv file", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    header = [c.strip() for c in rows[0]] if rows else []
+    columns = [k for k, name in enumerate(header) if name in TSV_TEXT_COLUMNS]
+    if not columns:
+        raise DataError(f"TSV file '{path}' has none of the text columns {', '.join(TSV_TEXT_COLUMNS)} in its header "
+                        f"(it names: {', '.join(header) or 'nothing'}); the TSV readers read their texts from them")
+    return [row[k].strip() for row in rows[1:] for k in columns if k < len(row) and row[k].strip()]
+
 
 def _texts(args):
     from mtl.text.conllu import read_conllu
+    from mtl.text.iob2 import read_iob2
     from mtl.utf8 import open_utf8
 
     texts = []
-    for option, paths in (("--conllu", args.conllu), ("--text", args.text)):
+    sources = (("--conllu", args.conllu), ("--iob2", args.iob2), ("--tsv", args.tsv), ("--text", args.text))
+    for option, paths in sources:
         for path in paths or []:
             if not os.path.isfile(path):
                 raise ConfigError(f"{option} {path}: no such file")
     for path in args.conllu or []:
         texts += [" ".join(s.words) for s in read_conllu(path)]
+    for path in args.iob2 or []:
+        texts += [" ".join(s.words) for s in read_iob2(path, format=args.iob2_format)]
+    for path in args.tsv or []:
+        texts += tsv_texts(path)
     for path in args.text or []:
         with open_utf8(path, "--text file") as f:
             texts += [line.strip() for line in f if line.strip()]
     if not texts:
-        raise ConfigError("give training text: --conllu FILE... and/or --text FILE...")
+        raise ConfigError("give training text: --conllu, --iob2, --tsv and/or --text FILE...")
     return texts
 
 
@@ -61,8 +89,13 @@ def add_cli(sub):
     """Register ``mtl tokenizer train`` and ``mtl tokenizer show``."""
     p = sub.add_parser("tokenizer", help="train a WordPiece tokenizer for text tasks, or show a word's pieces")
     inner = p.add_subparsers(dest="tokenizer_command", required=True)
-    t = inner.add_parser("train", help="train WordPiece on CoNLL-U or text files")
+    t = inner.add_parser("train", help="train WordPiece on the readers' files: CoNLL-U, IOB2, TSV or plain text")
     t.add_argument("--conllu", nargs="+", help="CoNLL-U files (their words)")
+    t.add_argument("--iob2", nargs="+", help="IOB2 files (their words; see --iob2-format)")
+    t.add_argument("--iob2-format", choices=["iob2", "conll2003"], default="iob2",
+                   help="the columns of the --iob2 files, as the iob2 reader's format: iob2 (the word second-to-last) "
+                        "or conll2003 (word POS chunk NER)")
+    t.add_argument("--tsv", nargs="+", help="TSV files with a header (their text_a, text_b, text_c columns)")
     t.add_argument("--text", nargs="+", help="plain text files (one text per line)")
     t.add_argument("--vocab-size", type=int, default=8000, help="pieces in the vocabulary, special tokens included")
     t.add_argument("--min-frequency", type=int, default=2, help="a pair of pieces must occur this often to be merged")

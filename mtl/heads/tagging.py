@@ -70,11 +70,11 @@ class WordTagger(TextHead):
         return out
 
     def score(self, predictions, reader):
-        """Word accuracy (percent); with ``metric: f1`` also entity precision, recall and F1 (tag names from the
+        """Word accuracy (a fraction); with ``metric: f1`` also entity precision, recall and F1 (tag names from the
         reader's ``class_names``)."""
         pred = np.concatenate([p for p, _ in predictions]) if predictions else np.zeros(0)
         gold = np.concatenate([g for _, g in predictions]) if predictions else np.zeros(0)
-        result = {"accuracy": 100.0 * float((pred == gold).mean()) if len(gold) else 0.0}
+        result = {"accuracy": float((pred == gold).mean()) if len(gold) else 0.0}
         if self.metric == "f1":
             names = list(reader.class_names) + ["?"]  # "?": a gold tag the training file never had
             result.update(entity_scores([[names[t] for t in g] for _, g in predictions],

@@ -1,4 +1,5 @@
-"""The field's metrics for text tasks, on plain Python/numpy values (percentages).
+"""The field's metrics for text tasks, on plain Python/numpy values, as fractions in [0, 1] like every other head's
+(0.9328 = 93.28 %; the field's papers print them in percent, as ``examples/text_report.py`` does).
 
 * accuracy: correct / total over words (or sentences);
 * entity F1 (seqeval's default, conlleval's chunking: :func:`mtl.text.iob2.entities`): micro precision, recall and
@@ -16,7 +17,7 @@ from mtl.text.iob2 import entities
 
 
 def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
-    """Micro ``precision``, ``recall`` and ``f1`` (percent) of the entities of tag sequences."""
+    """Micro ``precision``, ``recall`` and ``f1`` (fractions) of the entities of tag sequences."""
     true = found = right = 0
     for g, p in zip(gold, predicted):
         ge, pe = entities(g), entities(p)
@@ -24,7 +25,7 @@ def entity_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[st
     precision = right / found if found else 0.0
     recall = right / true if true else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": 100.0 * precision, "recall": 100.0 * recall, "f1": 100.0 * f1}
+    return {"precision": precision, "recall": recall, "f1": f1}
 
 
 def universal(relation: str) -> str:
@@ -34,7 +35,8 @@ def universal(relation: str) -> str:
 
 def attachment_scores(gold_heads: List[np.ndarray], gold_relations: List[Sequence[str]],
                       predicted_heads: List[np.ndarray], predicted_relations: List[Sequence[str]]) -> dict:
-    """``uas``, ``las`` (CoNLL 2018: every word, universal relations) and ``uas_nopunct``, ``las_nopunct``."""
+    """``uas``, ``las`` (CoNLL 2018: every word, universal relations) and ``uas_nopunct``, ``las_nopunct``
+    (fractions)."""
     head_ok, label_ok, punct = [], [], []
     for gh, gr, ph, pr in zip(gold_heads, gold_relations, predicted_heads, predicted_relations):
         h = np.asarray(gh) == np.asarray(ph)
@@ -45,9 +47,9 @@ def attachment_scores(gold_heads: List[np.ndarray], gold_relations: List[Sequenc
     h, la, p = (np.concatenate(x) if x else np.zeros(0, bool) for x in (head_ok, label_ok, punct))
     keep = ~p
 
-    def pct(values, where):
-        return 100.0 * float(values[where].mean()) if where.any() else 0.0
+    def rate(values, where):
+        return float(values[where].mean()) if where.any() else 0.0
 
     everything = np.ones(len(h), bool)
-    return {"uas": pct(h, everything), "las": pct(la, everything), "uas_nopunct": pct(h, keep),
-            "las_nopunct": pct(la, keep)}
+    return {"uas": rate(h, everything), "las": rate(la, everything), "uas_nopunct": rate(h, keep),
+            "las_nopunct": rate(la, keep)}

@@ -9,7 +9,8 @@ the answer lies wholly inside it, else ``[CLS]`` (position 0) for both: "not in 
 Scores (SQuAD v1.1's ``evaluate-v1.1.py``): answers are normalised (lowercase, punctuation removed, the articles
 a/an/the removed, whitespace collapsed); exact match = 1 when the normalised prediction equals a normalised gold
 answer; F1 = the harmonic mean of token precision and recall against a gold answer (bag of tokens); both take the
-best gold answer of a question, and are averaged over questions (in percent).
+best gold answer of a question, and are averaged over questions (fractions, as every head's metrics: the script
+prints them in percent).
 """
 import json
 import re
@@ -102,10 +103,10 @@ def exact_match(prediction: str, gold: str) -> float:
 
 
 def squad_scores(predictions: Sequence[str], golds: Sequence[Sequence[str]]) -> dict:
-    """``{"exact_match", "f1"}`` in percent over questions, each against its best gold answer."""
+    """``{"exact_match", "f1"}`` (fractions) over questions, each against its best gold answer."""
     em = [max(exact_match(p, g) for g in gs) for p, gs in zip(predictions, golds)]
     f1 = [max(f1_score(p, g) for g in gs) for p, gs in zip(predictions, golds)]
-    return {"exact_match": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1))}
+    return {"exact_match": float(np.mean(em)), "f1": float(np.mean(f1))}
 
 
 class SpanExamples:

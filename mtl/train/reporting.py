@@ -68,7 +68,8 @@ def metrics_table(summary_tasks):
     """A tabulate table, one row per (task, metric): live weights and, when averaging is on, averaged weights.
 
     The first row of a task also shows its head and its loss at the start and at the end of training (means over
-    the first and last tenth of the logged steps). The task's primary metric comes first, marked with ``*``.
+    the first and last tenth of the logged steps). The task's primary metric comes first, marked with ``*``. Every
+    head reports rates (accuracy, F1, LAS, ...) as fractions, text and image heads alike: the header says so.
     """
     with_avg = any(info.get("eval_averaged") for info in summary_tasks.values())
     rows = []
@@ -88,7 +89,8 @@ def metrics_table(summary_tasks):
             if with_avg:
                 row.append(_fmt(avg[name]) if name in avg else "")
             rows.append(row)
-    headers = ["task", "head", "loss start -> end", "metric", "live"] + (["averaged"] if with_avg else [])
+    headers = ["task", "head", "loss start -> end", "metric (rates as fractions)", "live"] + \
+        (["averaged"] if with_avg else [])
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
@@ -209,7 +211,7 @@ def write_summary(job, records, live, averaged, run, output_dir, console=None, p
         plot_losses(records, [t.name for t in job.tasks], os.path.join(output_dir, "loss_curves.png"))
     console("\n" + metrics_table(tasks))
     console("(loss start / end: mean over the first / last tenth of the logged steps; * primary metric, "
-            "↑ higher is better, ↓ lower is better)")
+            "↑ higher is better, ↓ lower is better; accuracy, F1, LAS and other rates are fractions: 0.9328 = 93.28 %)")
     for line in skipped_lines(tasks):
         console(line)
     console(f"\nresults in {output_dir} (metrics.jsonl, summary.json, loss_curves.png)")
