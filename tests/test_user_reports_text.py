@@ -162,3 +162,52 @@ def test_tokenizer_train_names_a_tsv_file_without_text_columns(tmp_path, capsys)
     code, err = cli(["tokenizer", "train", "--tsv", tsv, "-o", tmp_path / "t.json"], capsys)
     assert code == 2 and f"TSV file '{tsv}' has none of the text columns text_a, text_b, text_c" in err, err
     assert "it names: sentence, label" in err
+
+
+# --- item 22: no PIR 'place' warning when a text encoder is exported --------------------------------------------
+
+BERT_VOCAB = os.path.join(HERE, "fixtures", "bert_tiny", "vocab.txt")
+EWT_TOKENIZER = os.path.join(ROOT, "examples", "data", "text", "ewt_wordpiece_8k.json")
+
+
+@pytest.mark.parametrize("config", [
+    {"type": "text_bilstm", "tokenizer": EWT_TOKENIZER, "embedding_size": 8, "hidden_size": 8, "num_layers": 1,
+     "char_size": 4, "pooling": "max"},
+    {"type": "bert", "tokenizer": BERT_VOCAB, "hidden_size": 8, "num_layers": 1, "num_heads": 2,
+     "intermediate_size": 16, "max_position": 32, "task_type_vocab_size": 3, "task_id": 2}])
+def test_a_text_export_raises_no_pir_place_warning_and_computes_what_the_layer_does(tmp_path, config):
+    """Every text layer that filled a tensor with ``full_like`` (masked max pooling, the character CNN, ERNIE's task
+    embedding) warned under ``paddle.jit.to_static``; the saved program gives the dygraph layer's outputs."""
+    import warnings
+
+    from mtl import registry
+    from mtl.export import fields_adapter
+
+    registry.load_builtin()
+    paddle.seed(0)
+    backbone = registry.build("backbone", config, "<test>", "backbone")
+    backbone.eval()
+    model = fields_adapter(backbone)
+    specs = [paddle.static.InputSpec([None, -1], "int64", name=n) for n in ("token_ids", "segment_ids")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True), str(tmp_path / "m"))
+    assert not [w for w in caught if "place" in str(w.message)], [str(w.message) for w in caught]
+    ids = np.array([[2, 7, 9, 11, 3], [2, 8, 3, 0, 0]], np.int64)  # the second row padded with [PAD] (id 0)
+    segments = np.zeros_like(ids)
+    loaded = paddle.jit.load(str(tmp_path / "m"))
+    with paddle.no_grad():
+        expected = backbone({"token_ids": paddle.to_tensor(ids), "segment_ids": paddle.to_tensor(segments)})
+    got = loaded(paddle.to_tensor(ids), paddle.to_tensor(segments))
+    np.testing.assert_allclose(got.numpy(), expected["pooled"].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_masked_max_pooling_against_numpy():
+    from mtl.backbones.text import masked_max
+
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(3, 5, 4)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], bool)
+    got = masked_max(paddle.to_tensor(values), paddle.to_tensor(mask)).numpy()
+    expected = np.stack([values[b][mask[b]].max(axis=0) for b in range(3)])
+    np.testing.assert_array_equal(got, expected)

@@ -18,7 +18,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from mtl.backbones.text import TextBackbone
+from mtl.backbones.text import TextBackbone, constant_ids
 from mtl.errors import ConfigError
 from mtl.registry import register_backbone
 
@@ -42,7 +42,7 @@ class Embeddings(nn.Layer):
         x = self.word_embeddings(token_ids) + self.position_embeddings(positions) + \
             self.token_type_embeddings(segment_ids)
         if self.task_type_embeddings is not None:
-            x = x + self.task_type_embeddings(paddle.full_like(token_ids, task_id))
+            x = x + self.task_type_embeddings(constant_ids(token_ids, task_id))
         return self.dropout(self.layer_norm(x))
 
 

@@ -76,6 +76,24 @@ def masked_mean(values, mask):
     return (values * weights).sum(axis=1) / paddle.clip(weights.sum(axis=1), min=1.0)
 
 
+def fill_where(keep, values, fill: float):
+    """``values`` where ``keep`` is True, ``fill`` elsewhere (``keep`` broadcast against ``values``), as
+    ``values * keep + fill * (1 - keep)``: exactly ``values`` where kept (``fill * 0`` adds a zero), exactly ``fill``
+    elsewhere (the values are finite), and the same gradient as ``where``.
+
+    Not ``paddle.full_like``, nor ``where`` with a broadcast operand (which calls ``zeros_like`` in a static graph):
+    under ``paddle.jit.to_static`` (``mtl export``) both read the tensor's ``place``, which Paddle 3.3's PIR graph
+    does not have, and warned ("Tensor do not have 'place' interface for pir graph mode") on every text export."""
+    keep = paddle.cast(keep, values.dtype)
+    return values * keep + fill * (1.0 - keep)
+
+
+def constant_ids(ids, value: int):
+    """An int tensor shaped like ``ids`` holding ``value`` everywhere (``ids * 0 + value``: exact for integers, and
+    no ``full_like``, see :func:`fill_where`)."""
+    return ids * 0 + int(value)
+
+
 def masked_max(values, mask):
     """Maximum over the True positions of ``mask`` [B, T] of ``values`` [B, T, D].
 
@@ -83,6 +101,5 @@ def masked_max(values, mask):
     took 1.6 s at [88, 60, 256] and 26 s at [88, 200, 256]; the gather's backward (a scatter) takes milliseconds
     and gives the same gradient (all of it to the maximum; ties go to the first position)."""
     with paddle.no_grad():
-        fill = paddle.full_like(values, -1e4)
-        where = paddle.argmax(paddle.where(mask.unsqueeze(-1), values, fill), axis=1, keepdim=True)
+        where = paddle.argmax(fill_where(mask.unsqueeze(-1), values, -1e4), axis=1, keepdim=True)
     return paddle.take_along_axis(values, where, axis=1).squeeze(1)

@@ -14,7 +14,7 @@ import numpy as np
 import paddle
 from paddle import nn
 
-from mtl.backbones.text import TextBackbone, masked_max, masked_mean
+from mtl.backbones.text import TextBackbone, fill_where, masked_max, masked_mean
 from mtl.registry import register_backbone
 
 POOLING = ("max", "mean", "first")
@@ -46,7 +46,7 @@ class CharPieces(nn.Layer):
         chars = paddle.gather(self.table, unique)  # [U, L]
         x = self.embed(chars).transpose([0, 2, 1])  # [U, C, L]
         y = paddle.tanh(self.conv(x))
-        y = paddle.where((chars > 0).unsqueeze(1), y, paddle.full_like(y, -1e4)).max(axis=2)  # [U, C]
+        y = fill_where((chars > 0).unsqueeze(1), y, -1e4).max(axis=2)  # [U, C]
         return paddle.gather(y, inverse.reshape([-1])).reshape(list(token_ids.shape) + [y.shape[-1]])
 
 
