@@ -200,7 +200,8 @@ class Recipe:
 
     def true_pairs(self, shared_labels=False):
         """The true same-person pairs: the benchmark's ``duplicates.json``; with ``shared_labels``, equal data
-        labels of two identity tasks (the ORL overlap case); else None (unknown)."""
+        labels of two identity tasks (the ORL overlap case; each person by that label, as ``mtl overlap`` and
+        ``same_person.json`` give them); else None (unknown)."""
         from mtl.evaluation.duplicates import read_pairs
 
         if self.benchmark is not None:
@@ -211,5 +212,5 @@ class Recipe:
                               if t["reader"].get("holdout_classes") is not None
                               else np.arange(self.train_readers[t["name"]].num_classes)) for t in self.identity}
         names = list(people)
-        return [{"task_a": a, "class_a": int(i), "task_b": b, "class_b": int(np.flatnonzero(people[b] == p)[0])}
-                for n, a in enumerate(names) for b in names[n + 1:] for i, p in enumerate(people[a]) if p in people[b]]
+        return [{"task_a": a, "label_a": int(p), "class_a": int(p), "task_b": b, "label_b": int(p), "class_b": int(p)}
+                for n, a in enumerate(names) for b in names[n + 1:] for p in people[a] if p in people[b]]

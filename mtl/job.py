@@ -276,7 +276,8 @@ def _cross_negatives(cfg, tasks, architecture):
                           f"cross_negatives.rate: 0)",
                           cfg["source"], "cross_negatives.rate")
     heads = {t.name: t.head for t in tasks if t.head.cross_negatives}
-    cross = CrossNegatives(spec, heads, task_seed(cfg["seed"], "cross_negatives"), cfg["source"])
+    people = {t.name: t.reader.class_people(t.head.label_field) for t in tasks if t.name in heads}
+    cross = CrossNegatives(spec, heads, task_seed(cfg["seed"], "cross_negatives"), cfg["source"], people)
     for name in cross.tasks:
         heads[name].attach_cross_negatives(cross, name)
     return cross

@@ -70,9 +70,10 @@ def test_overlap_cli_on_a_synthetic_run(tmp_path, capsys):
     args = build_parser().parse_args(["overlap", str(run), "--centres", "--json", str(tmp_path / "o.json")])
     args.func(args)
     found = json.load(open(tmp_path / "o.json"))
-    assert {(m["task_a"], m["class_a"], m["task_b"], m["class_b"]) for m in found} == \
+    # people by the dataset's labels (no one held out: the head's classes)
+    assert {(m["task_a"], m["label_a"], m["task_b"], m["label_b"]) for m in found} == \
         {("a", ca, "b", cb) for ca, cb in SHARED.items()}
-    assert all(set(m) == {"task_a", "class_a", "name_a", "task_b", "class_b", "name_b", "similarity"} for m in found)
+    assert all(set(m) == {"task_a", "label_a", "name_a", "task_b", "label_b", "name_b", "similarity"} for m in found)
     assert all(m["name_a"] is None and m["name_b"] is None for m in found)  # synthetic data: no names
     assert "4 likely-same identities" in capsys.readouterr().out
     args = build_parser().parse_args(["overlap", str(run), "--centres", "--threshold", "1.5"])

@@ -2,10 +2,14 @@
 
 3. A same-person pairs file (``cross_negatives: {mask: pairs}``) that names a task the job does not have, or a class
    outside a head, is refused in one sentence; the pairs in use are counted on the console and in the rank's log.
+4. People are named as the data names them (a folder name, or the dataset's own label), never by the head's class
+   ids that ``holdout_classes`` renumbers: pairs files by name or by label mask the head classes the renumbering done
+   by hand gives; a file in the wrong convention is refused; ``mtl overlap`` and ``same_person.json`` name people.
 """
 import json
 import os
 
+import numpy as np
 import pytest
 
 from mtl.errors import ConfigError
@@ -53,7 +57,7 @@ def test_a_class_outside_its_head_is_refused(tmp_path, task, cls, classes):
     with pytest.raises(ConfigError) as info:
         build_job(cfg, announce_plan=False)
     text = str(info.value)
-    assert path in text and "entry 0" in text and f"class {cls} of task '{task}'" in text, text
+    assert path in text and f"entry 0: the person of task '{task}' is class {cls}" in text, text
     assert f"[0, {classes})" in text and info.value.key == "cross_negatives.pairs", text
 
 
@@ -86,3 +90,168 @@ def test_the_pairs_in_use_are_counted_on_the_console_and_in_the_log(tmp_path):
     shown = [line for line in lines if line.startswith("cross-head negatives:")]
     assert len(shown) == 1 and shown[0].startswith(expected) and "1 pairs of two classes of one head" in shown[0]
     assert expected in open(os.path.join(out, "logs", "rank0.log")).read()
+
+
+# ---- 4. the same person, one name --------------------------------------------------------------------------------
+# teamA's list labels its people 0..4 in this order and holds out ann and cid (by name); teamB holds nobody out
+PEOPLE = {"teamA": ["ann", "bob", "cid", "dan", "eve"], "teamB": ["amy", "eve", "dan"]}
+HELD = {"teamA": ["ann", "cid"], "teamB": []}
+SAME = [("bob", "amy"), ("dan", "dan"), ("eve", "eve")]  # (person of teamA, person of teamB)
+
+
+def head_ids_by_hand(task):
+    """{name: head class}: the data's labels of the people kept, in label order, numbered 0.. (holdout_classes)."""
+    kept = [label for label, name in enumerate(PEOPLE[task]) if name not in HELD[task]]
+    return {PEOPLE[task][label]: cls for cls, label in enumerate(kept)}
+
+
+def _named_job(tmp_path, pairs_path=None, out="run"):
+    """A job of two image-list tasks whose people are named by their folders, teamA with people held out; with
+    ``pairs_path``, cross-head negatives masked by it. The loaded config."""
+    from mtl.config.loading import load_job
+    from tests.newcomer_runs import write_images
+
+    tasks = []
+    for task, people in PEOPLE.items():
+        folder = tmp_path / task
+        if not folder.exists():
+            rels = write_images(str(folder), count=2 * len(people), people=people)
+            (folder / "list.txt").write_text("".join(f"{r}\t{people.index(r.split('/')[0])}\n" for r in rels))
+        reader = {"type": "image_list", "list": str(folder / "list.txt"), "image_size": 8}
+        if HELD[task]:
+            reader["holdout_classes"] = HELD[task]
+        tasks.append({"name": task, "reader": reader, "head": {"type": "arcface", "scale": 8.0}, "eval": None})
+    job = {"seed": 0, "device": "cpu", "output_dir": str(tmp_path / out), "tasks": tasks,
+           "backbone": {"type": "mlp", "input_shape": [3, 8, 8], "hidden": [], "embedding_size": 8},
+           "schedule": {"batch_size": 4, "steps": 2}, "log": {"progress": False, "plot": False},
+           "data": {"num_workers": 0}}
+    if pairs_path:
+        job["cross_negatives"] = {"rate": 1.0, "mask": "pairs", "pairs": pairs_path}
+    (tmp_path / "job.yaml").write_text(json.dumps(job))
+    return load_job(str(tmp_path / "job.yaml"))
+
+
+def _masked_table(tmp_path, pairs):
+    """The (teamA class, teamB class) pairs the built job masks, sorted."""
+    from mtl.job import build_job
+
+    path = _write(tmp_path, pairs, f"pairs{len(list(tmp_path.glob('pairs*.json')))}.json")
+    job = build_job(_named_job(tmp_path, path), announce_plan=False)
+    return sorted(map(tuple, job.model.cross_negatives.pairs[("teamA", "teamB")].tolist()))
+
+
+def _by(key_a, key_b):
+    label = {task: {name: i for i, name in enumerate(people)} for task, people in PEOPLE.items()}
+    value = {"name": lambda task, name: name, "label": lambda task, name: label[task][name],
+             "class": lambda task, name: name}  # class_x given a name (a string)
+    return [{"task_a": "teamA", f"{key_a}_a": value[key_a]("teamA", a), "task_b": "teamB",
+             f"{key_b}_b": value[key_b]("teamB", b)} for a, b in SAME]
+
+
+@pytest.mark.parametrize("key_a, key_b", [("name", "name"), ("label", "label"), ("class", "class"),
+                                          ("name", "label"), ("label", "class")])
+def test_a_pairs_file_by_name_or_by_the_datasets_labels_masks_the_right_head_classes(tmp_path, key_a, key_b):
+    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
+    expected = sorted((a[x], b[y]) for x, y in SAME)
+    assert expected == [(0, 0), (1, 2), (2, 1)]  # bob-amy, dan-dan, eve-eve: the renumbering done by hand
+    assert _masked_table(tmp_path, _by(key_a, key_b)) == expected
+
+
+def test_mtl_overlaps_older_form_head_class_with_its_name_is_read_by_the_name(tmp_path):
+    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
+    pairs = [{"task_a": "teamA", "class_a": a[x], "name_a": x, "task_b": "teamB", "class_b": b[y], "name_b": y}
+             for x, y in SAME]
+    assert _masked_table(tmp_path, pairs) == sorted((a[x], b[y]) for x, y in SAME)
+
+
+@pytest.mark.parametrize("end_a, words", [
+    ({"class_a": 4}, "gives only class_a 4, and this head numbers its people otherwise"),  # eve by inspect's label
+    ({"class_a": 2}, "gives only class_a 2, and this head numbers its people otherwise"),  # eve by head id
+    ({"name_a": "eve", "label_a": 3}, "names 'eve', which is label 4 of the data, but label_a says 3"),
+    ({"name_a": "cid"}, "is label 2, a person held out of training (holdout_classes)"),
+    ({"name_a": "Eve"}, "names 'Eve', which is not a name of the data (did you mean 'eve'?)"),
+    ({"label_a": 0}, "is label 0, a person held out"),
+    ({"label_a": 9}, "is label 9, not a person the head trains on"),
+    ({"name_a": "eve", "class_a": 3}, "is label 4 (class 2 of the head), but class_a says 3"),
+])
+def test_a_file_in_the_wrong_convention_is_refused_naming_the_entry(tmp_path, end_a, words):
+    from mtl.job import build_job
+
+    pairs = [{"task_a": "teamA", "name_a": "dan", "task_b": "teamB", "name_b": "dan"},
+             {"task_a": "teamA", **end_a, "task_b": "teamB", "class_b": 1}]  # teamB holds nobody out: 1 is eve
+    path = _write(tmp_path, pairs)
+    with pytest.raises(ConfigError) as info:
+        build_job(_named_job(tmp_path, path), announce_plan=False)
+    text = str(info.value)
+    assert f"'{path}' entry 1: the person of task 'teamA' {words}" in text, text
+    assert info.value.key == "cross_negatives.pairs" and len(text.splitlines()) == 1
+
+
+def _finished_run(tmp_path):
+    """A finished run of :func:`_named_job` written by hand: teamB's class centres copy teamA's of the same person
+    (by the hand renumbering), plus noise; the others point elsewhere."""
+    import paddle
+
+    from mtl.job import build_job
+
+    cfg = _named_job(tmp_path, out="finished")
+    job = build_job(cfg, announce_plan=False)
+    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
+    rng = np.random.default_rng(0)
+    centres = {"teamA": rng.standard_normal((len(a), 8)), "teamB": rng.standard_normal((len(b), 8))}
+    for x, y in SAME:
+        centres["teamB"][b[y]] = centres["teamA"][a[x]] + 0.05 * rng.standard_normal(8)
+    ckpt = tmp_path / "finished" / "checkpoints" / "step_1"
+    os.makedirs(ckpt / "heads")
+    (tmp_path / "finished" / "job.json").write_text(json.dumps(cfg, default=str))
+    (ckpt / "state.json").write_text(json.dumps({"step": 1}))
+    paddle.save(job.backbone.state_dict(), str(ckpt / "backbone.pdparams"))
+    for task, weight in centres.items():
+        paddle.save({"weight": paddle.to_tensor(weight.astype(np.float32))},
+                    str(ckpt / "heads" / f"{task}.shard0of1.pdparams"))
+    return str(tmp_path / "finished")
+
+
+def test_mtl_overlap_gives_names_and_the_datasets_labels_and_its_json_masks_those_people(tmp_path, capsys):
+    from mtl.commands.overlap import report
+
+    run, out = _finished_run(tmp_path), str(tmp_path / "overlap.json")
+    report(run, centres=True, threshold=0.9, json_path=out)
+    printed = capsys.readouterr().out
+    found = json.load(open(out))
+    label = {task: {name: i for i, name in enumerate(people)} for task, people in PEOPLE.items()}
+    assert {(m["name_a"], m["label_a"], m["name_b"], m["label_b"]) for m in found} == \
+        {(x, label["teamA"][x], y, label["teamB"][y]) for x, y in SAME}
+    assert all(set(m) == {"task_a", "name_a", "label_a", "task_b", "name_b", "label_b", "similarity"} for m in found)
+    assert "| teamA    | 4 (eve)" in printed and "| teamA    | 2 (eve)" not in printed, printed
+    from mtl.commands.data import inspect  # mtl data inspect lists the same label for the same name
+
+    listed = {task: inspect(str(tmp_path / task / "list.txt"), None, check="sample")["labels"] for task in PEOPLE}
+    assert all(listed[m["task_a"]][m["label_a"]] == m["name_a"] and listed[m["task_b"]][m["label_b"]] == m["name_b"]
+               for m in found)
+    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
+    assert _masked_table(tmp_path, found) == sorted((a[x], b[y]) for x, y in SAME)
+
+
+def test_the_online_rules_same_person_json_names_the_people(tmp_path):
+    from mtl.heads.cross_negatives import CrossNegatives
+
+    cfg = _named_job(tmp_path)
+    from mtl.job import build_job
+
+    job = build_job(cfg, announce_plan=False)
+    heads = {t.name: t.head for t in job.tasks}
+    people = {t.name: t.reader.class_people() for t in job.tasks}
+    cross = CrossNegatives(CFG_ONLINE, heads, seed=0, people=people)
+    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
+    # teamA's eve (head class 2) removed teamB's eve (class 1) for 9 of 10 samples, and back
+    cross.state["seen"] = {"teamA": {a["eve"]: 10}, "teamB": {b["eve"]: 10}}
+    removed = {"teamA": {f"{a['eve']} teamB {b['eve']}": 9}, "teamB": {f"{b['eve']} teamA {a['eve']}": 8}}
+    path = str(tmp_path / "same_person.json")
+    cross.write_estimate(path, [removed])
+    assert json.load(open(path)) == [{"task_a": "teamA", "name_a": "eve", "label_a": 4, "task_b": "teamB",
+                                      "name_b": "eve", "label_b": 1, "similarity": 0.8}]
+
+
+CFG_ONLINE = {"rate": 1.0, "tasks": "all", "mask": "online", "pairs": None, "update": "own", "warmup": 0,
+              "quantile": 0.05, "momentum": 0.9, "floor": 0.2}

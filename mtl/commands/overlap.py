@@ -21,6 +21,11 @@ of two datasets reach 0.5-0.7). ``--sets`` also flags images of each task's open
 verification sets whose embedding is as close to a training identity (of any task) as that identity's own training
 images: cosine with its template (or centre) above the 5th percentile of the training images' cosine with their own.
 Such images are possible train/test identity leakage.
+
+Every person is shown and written as the data labels them: the dataset's own label and its name (``23 (emp168)``, as
+``mtl data inspect`` lists them), never the head's class id, which ``holdout_classes`` renumbers. ``--json`` writes
+``{task_a, name_a, label_a, task_b, name_b, label_b, similarity}`` per pair: the same-person file that
+``cross_negatives: {mask: pairs}`` and ``mtl data merge`` read (:mod:`mtl.data.same_person`).
 """
 import json
 import os
@@ -28,6 +33,7 @@ import os
 import numpy as np
 
 from mtl.arrays import unit_rows
+from mtl.data.same_person import People, written
 from mtl.errors import ConfigError, require_output_file
 from mtl.inference import add_trust_plugins
 
@@ -193,7 +199,20 @@ def decide(run_dir, threshold=None, centres=False, percentile=PERCENTILE, per_cl
             limit, how = float(threshold), "fixed"
         decision = {"threshold": limit, "how": how + f"; templates of up to {per_class} training images"}
     decision["checkpoint"] = run.checkpoint
-    return job, bank, overlaps(bank, limit), decision
+    return job, bank, as_people(job, overlaps(bank, limit)), decision
+
+
+def as_people(job, found):
+    """The matches with each person by name and dataset label (:func:`mtl.data.same_person.written`), never by the
+    head's class ids, which ``holdout_classes`` renumbers; ``class_a``/``class_b`` repeat the labels (the key the face
+    report compares by), ``mutual`` kept."""
+    people = class_people(job)
+    out = []
+    for m in found:
+        entry = written(m["task_a"], people[m["task_a"]], m["class_a"], m["task_b"], people[m["task_b"]],
+                        m["class_b"], similarity=m["similarity"], mutual=m["mutual"])
+        out.append(dict(entry, class_a=entry["label_a"], class_b=entry["label_b"]))
+    return out
 
 
 def leak_threshold(job, centres, percentile=PERCENTILE, batch_size=256):
@@ -239,18 +258,20 @@ def leaks(job, centres, threshold, batch_size=256):
     return flagged, checked
 
 
-def class_names(job):
-    """``{task: class label -> its name or None}`` of the training readers (:meth:`Reader.label_names`)."""
-    found = {}
-    for task in job.tasks:
-        names = task.reader.label_names().get(task.head.label_field) or []
-        found[task.name] = lambda label, names=names: names[label] if label < len(names) else None
-    return found
+def class_people(job):
+    """``{task: People}``: who the classes of each class-label head are, by the dataset's labels and names
+    (:meth:`mtl.readers.base.Reader.class_people`)."""
+    return {t.name: t.reader.class_people(t.head.label_field) or People.numbered(t.head.num_classes)
+            for t in class_label_tasks(job)}
 
 
 def shown(label, name) -> str:
-    """A class as the tables show it: ``3 (s12)``, or ``3`` without a name."""
+    """A person as the tables show it, as ``mtl data inspect`` lists them: the dataset's label and the name,
+    ``23 (emp168)``, or ``23`` without a name."""
     return f"{label} ({name})" if name is not None else str(label)
+
+
+JSON_KEYS = ("task_a", "name_a", "label_a", "task_b", "name_b", "label_b", "similarity")  # what --json writes
 
 
 def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, percentile=PERCENTILE,
@@ -259,19 +280,16 @@ def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, p
     from tabulate import tabulate
 
     job, bank, found, decision = decide(run_dir, threshold, centres, percentile, per_class, trust_plugins)
-    named = class_names(job)
-    for m in found:  # the identities' names (a pack's folder names), where the data has them
-        m["name_a"], m["name_b"] = named[m["task_a"]](m["class_a"]), named[m["task_b"]](m["class_b"])
     print(f"{len(found)} likely-same identities (mutual nearest neighbours, cosine >= {decision['threshold']:.3f}, "
           f"{decision['how']}) of {os.path.basename(decision['checkpoint'])}" + (":" if found else ""))
     if found:
-        print(tabulate([(m["task_a"], shown(m["class_a"], m["name_a"]), m["task_b"], shown(m["class_b"], m["name_b"]),
+        print(tabulate([(m["task_a"], shown(m["label_a"], m["name_a"]), m["task_b"], shown(m["label_b"], m["name_b"]),
                          f"{m['similarity']:.3f}") for m in found],
-                       headers=["task_a", "class_a", "task_b", "class_b", "cosine"], tablefmt="github"))
+                       headers=["task_a", "person_a", "task_b", "person_b", "cosine"], tablefmt="github"))
+        print("(people as the data labels them: label (name), as mtl data inspect lists them)")
     if json_path:
-        keys = ("task_a", "class_a", "name_a", "task_b", "class_b", "name_b", "similarity")
-        with open(json_path, "w") as f:
-            json.dump([{k: m[k] for k in keys} for m in found], f, indent=1)
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump([{k: m[k] for k in JSON_KEYS} for m in found], f, indent=1, ensure_ascii=False)
         print(f"wrote {json_path}")
     if sets:
         cut = leak_threshold(job, bank)
@@ -279,9 +297,10 @@ def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, p
         print(f"{len(flagged)} of {checked} verification images are as close to a training identity as its own "
               f"training images (cosine > {cut:.3f}, the 5th percentile of theirs)" + (":" if flagged else ""))
         if flagged:
-            print(tabulate([(f["set"], f["image"], f["task"], f["class"], f"{f['similarity']:.3f}")
-                            for f in flagged[:50]], headers=["set", "image", "task", "class", "cosine"],
-                           tablefmt="github"))
+            people = class_people(job)
+            print(tabulate([(f["set"], f["image"], f["task"], shown(*people[f["task"]].describe(f["class"])),
+                             f"{f['similarity']:.3f}") for f in flagged[:50]],
+                           headers=["set", "image", "task", "nearest person", "cosine"], tablefmt="github"))
     return found
 
 
@@ -311,7 +330,9 @@ def add_cli(sub):
                    help=f"training images embedded per identity for its template (default {IMAGES_PER_CLASS})")
     p.add_argument("--centres", action="store_true",
                    help="compare the heads' class centres (weights) instead of image templates (no calibration)")
-    p.add_argument("--json", metavar="FILE", help="write the matches as a JSON list")
+    p.add_argument("--json", metavar="FILE", help="write the matches as a JSON list, people by name and dataset "
+                                                  "label (the pairs file of cross_negatives mask: pairs, mtl data "
+                                                  "merge)")
     p.add_argument("--sets", action="store_true",
                    help="also flag verification images as close to a training identity as its own images (leakage)")
     add_trust_plugins(p)

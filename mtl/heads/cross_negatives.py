@@ -25,8 +25,8 @@ samples is ``update``:
 A class of B believed to be the sample's person leaves that sample's softmax (no term, no gradient), as
 ``mask`` says:
 
-* ``pairs``: the pairs given in a same-person JSON (``mtl overlap --json``'s form: ``task_a, class_a, task_b,
-  class_b``), both directions;
+* ``pairs``: the pairs given in a same-person JSON (``mtl overlap --json``'s form: each person by name or by the
+  dataset's label, :mod:`mtl.data.same_person`), both directions;
 * ``online`` (the default): per sample, a class of another head whose cosine with the sample is at least ``tau``,
   where ``tau`` is the ``quantile`` of the target cosines (a sample's cosine with its own class centre), taken as
   mean - z_q std of an exponential average (``momentum``) of the global batch statistics, floored at ``floor``;
@@ -51,6 +51,7 @@ import numpy as np
 import paddle
 
 from mtl.arrays import host_floats
+from mtl.data.same_person import People
 from mtl.errors import ConfigError
 from mtl.heads.class_rows import RowSource
 from mtl.heads.filtering import Segment, listed_columns
@@ -113,13 +114,15 @@ class CrossNegatives:
     """The cross-head negatives of a job (module docstring): which rows each head scores as negatives, their mask,
     and the online rule's state (saved with the run)."""
 
-    def __init__(self, cfg: dict, heads: Dict[str, object], seed: int, source=None):
+    def __init__(self, cfg: dict, heads: Dict[str, object], seed: int, source=None, people=None):
         self.rate, self.mask = float(cfg["rate"]), cfg["mask"]
         self.warmup, self.quantile, self.momentum = int(cfg["warmup"]), float(cfg["quantile"]), float(cfg["momentum"])
         self.floor, self.seed = float(cfg["floor"]), int(seed)
         names = list(heads) if cfg["tasks"] == "all" else list(cfg["tasks"])
         self.heads = {name: heads[name] for name in names}
         self.source, self.pairs_path, self.inside_one_head = source, cfg["pairs"], 0
+        # who each head's classes are (mtl.data.same_person.People: the data's labels and names), as pairs name them
+        self.people = dict(people or {})
         self.pairs = self._pair_table(read_pairs(cfg["pairs"], source, tasks=(list(heads), names)), cfg["pairs"]) \
             if self.mask == "pairs" else {}
         self.state = {"mean": None, "var": None, "removed": {}, "seen": {}}
@@ -138,22 +141,29 @@ class CrossNegatives:
         return self.rate > 0 and len(self.heads) > 1 and step >= self.warmup and calibrated
 
     def _pair_table(self, pairs, path: str) -> Dict[tuple, np.ndarray]:
-        """``{(A, B): [E, 2] sorted (class of A, class of B)}`` from the pairs, both directions; a class outside its
-        head is a ConfigError naming the file and the entry."""
+        """``{(A, B): [E, 2] sorted (class of A, class of B)}`` from the pairs (people by name or dataset label:
+        :func:`mtl.data.same_person.resolve`), both directions; a person who is not a class of its head is a
+        ConfigError naming the file and the entry."""
+        from mtl.data.same_person import resolve
+        from mtl.errors import DataError
+
+        try:
+            found = resolve(pairs, path, {name: self.people_of(name) for name in self.heads},
+                            {name: head.num_classes for name, head in self.heads.items()})
+        except DataError as exc:
+            raise ConfigError(exc.bare_message, self.source, "cross_negatives.pairs") from None
         table = {}
-        for i, pair in enumerate(pairs):
-            a, b = str(pair["task_a"]), str(pair["task_b"])
-            for task, cls in ((a, pair["class_a"]), (b, pair["class_b"])):
-                if int(cls) >= self.heads[task].num_classes:
-                    raise ConfigError(f"same-person pairs '{path}' entry {i}: class {cls} of task '{task}' is "
-                                      f"outside its head's classes [0, {self.heads[task].num_classes})", self.source,
-                                      "cross_negatives.pairs")
+        for a, class_a, b, class_b in found:
             if a != b:
-                table.setdefault((a, b), []).append((int(pair["class_a"]), int(pair["class_b"])))
-                table.setdefault((b, a), []).append((int(pair["class_b"]), int(pair["class_a"])))
+                table.setdefault((a, b), []).append((class_a, class_b))
+                table.setdefault((b, a), []).append((class_b, class_a))
             else:
                 self.inside_one_head += 1
         return {k: np.unique(np.array(v, np.int64), axis=0) for k, v in table.items()}
+
+    def people_of(self, task: str) -> People:
+        """Who ``task``'s classes are (given by the job, else the head's classes as the dataset's labels)."""
+        return self.people.get(task) or People.numbered(self.heads[task].num_classes)
 
     def pair_counts(self) -> Dict[tuple, int]:
         """``{(A, B): distinct same-person pairs in use}`` of ``mask: pairs``, one entry per two heads (A before B
@@ -308,9 +318,12 @@ class CrossNegatives:
         return pairs
 
     def write_estimate(self, path: str, removed_per_rank: List[dict]) -> List[dict]:
-        """Write the estimated same-person pairs (``mtl overlap --json``'s form) from every rank's removal counts
-        (each rank finds the entries of its own shards: summed here); returns them."""
+        """Write the estimated same-person pairs (``mtl overlap --json``'s form: the people by name and dataset
+        label) from every rank's removal counts (each rank finds the entries of its own shards: summed here);
+        returns them."""
         import json
+
+        from mtl.data.same_person import written
 
         removed: Dict[str, Dict[str, int]] = {}
         for counts in removed_per_rank:
@@ -318,8 +331,10 @@ class CrossNegatives:
                 mine = removed.setdefault(task, {})
                 for key, count in table.items():
                     mine[key] = mine.get(key, 0) + count
-        pairs = self.estimated_pairs(removed, self.state["seen"])
-        with open(path, "w") as f:
+        pairs = [written(p["task_a"], self.people_of(p["task_a"]), p["class_a"], p["task_b"],
+                         self.people_of(p["task_b"]), p["class_b"], similarity=p["similarity"])
+                 for p in self.estimated_pairs(removed, self.state["seen"])]
+        with open(path, "w", encoding="utf-8") as f:
             json.dump(pairs, f, indent=1)
         return pairs
 

@@ -61,9 +61,11 @@ def same_person_pairs(spec, num_classes: int) -> np.ndarray:
                              f"this head, e.g. {{webface: 0, vggface2: 10572}}, got {offsets!r}")
     found = []
     for i, pair in enumerate(pairs if isinstance(pairs, list) else [None]):
-        if not isinstance(pair, dict) or not {"task_a", "class_a", "task_b", "class_b"} <= set(pair):
+        if not isinstance(pair, dict) or not {"task_a", "class_a", "task_b", "class_b"} <= set(pair) or not all(
+                isinstance(pair[k], int) for k in ("class_a", "class_b")):
             raise ParameterError(f"same_person.pairs[{i}] must be a mapping with task_a, class_a, task_b, class_b "
-                                 f"(mtl overlap --json), got {pair!r}")
+                                 f"(each class the number of the person in that task's reader, before the offset; "
+                                 f"a merged head does not read people by name or dataset label), got {pair!r}")
         if pair["task_a"] in offsets and pair["task_b"] in offsets:
             found.append((int(offsets[pair["task_a"]]) + int(pair["class_a"]),
                           int(offsets[pair["task_b"]]) + int(pair["class_b"])))

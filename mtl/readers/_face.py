@@ -300,6 +300,16 @@ class FaceImageReader(Reader):
             names = [names[int(old)] for old in self.class_labels]
         return {self.label_field: names}
 
+    def class_people(self, field: str = "label"):
+        """The dataset's label of every class (``class_labels`` once ``holdout_classes`` renumbered them), the names
+        of all the dataset's labels, and the labels held out."""
+        from mtl.data.same_person import People
+
+        names = complete(self._data_class_names(), self._data_classes)
+        if self.holdout_classes is None:
+            return People.numbered(self.num_classes, names)
+        return People(np.asarray(self.class_labels, np.int64), names, tuple(int(v) for v in self.held_out_labels))
+
     def _data_class_names(self):
         """The names of the data's labels ``0..C-1`` (before any hold-out), or None; subclasses read them."""
         return None

@@ -89,6 +89,17 @@ class Reader:
         reader has no names for are left out; default: none (:mod:`mtl.readers.label_names`)."""
         return {}
 
+    def class_people(self, field: str = "label"):
+        """The people (classes) behind this split's class labels ``field`` as the user knows them: the dataset's own
+        label of every class and the names of the dataset's labels (:class:`mtl.data.same_person.People`; what a
+        same-person pairs file and ``mtl overlap`` name them by). Default: the classes are the dataset's labels,
+        named by :meth:`label_names`; None without a known class count."""
+        from mtl.data.same_person import People
+
+        if self.num_classes is None:
+            return None
+        return People.numbered(self.num_classes, self.label_names().get(field))
+
     def __init_subclass__(cls, **kwargs):
         """Every reader class is checked when it is defined: no class attribute hides a method of ``Reader``."""
         super().__init_subclass__(**kwargs)
