@@ -126,7 +126,8 @@ def run(func, args):
         # another process failed first: say so, and leave the launcher time to report that process's own error
         rank = os.environ.get("PADDLE_TRAINER_ID", "?")
         print(f"error (rank {rank}): lost contact with another process in a collective ({str(exc).splitlines()[0]}); "
-              "that process probably failed first: its error is in its log", file=sys.stderr, flush=True)
+              "that process probably ended first: the launcher says how (its error, or the signal that killed it)",
+              file=sys.stderr, flush=True)
         time.sleep(LOST_PEER_DELAY)
         sys.exit(1)
 

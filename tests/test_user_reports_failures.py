@@ -3,6 +3,9 @@
 12. A bad image among the held-out people fails before training, naming the task; one that goes bad during training
     fails the final evaluation with the task, the stage, ``summary.json`` written and the checkpoint and command
     that score it.
+13. A rank killed by a signal is said to be killed, by which signal and why that usually happens, not to have left
+    an error in its (empty) log; the rank that lost it does not promise one either.
+15. A failed ``--resume`` leaves no empty run folder.
 """
 import json
 import os
@@ -160,3 +163,57 @@ def test_a_failed_resume_leaves_no_run_folder_and_keeps_an_existing_one(tmp_path
     with pytest.raises(ConfigError):
         Trainer(job, resume=True, resume_from="3", console=lambda *a: None)
     assert sorted(os.listdir(tmp_path / "new")) == ["notes.txt"]
+
+
+# ---- 13. a rank killed by a signal -------------------------------------------------------------------------------
+KILLED_SCRIPT = '''
+import os, signal, sys, time
+if os.environ["PADDLE_TRAINER_ID"] == sys.argv[1]:
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)
+'''
+
+
+def launch_killed(tmp_path, rank):
+    """``mtl launch`` of 2 processes of a script whose rank ``rank`` kills itself with SIGKILL; (status, output)."""
+    import subprocess
+
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", "2", "--log_dir",
+                           str(tmp_path / "logs"), str(script), str(rank)], capture_output=True, text=True,
+                          cwd=ROOT, env=environment(), timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.distributed
+@pytest.mark.subprocess
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_rank_killed_by_signal_9_is_said_to_be_killed_not_to_have_an_error_in_its_log(tmp_path, rank):
+    code, output = launch_killed(tmp_path, rank)
+    assert code == 128 + 9, output
+    lines = [line for line in output.splitlines() if f"rank {rank}" in line]
+    assert lines == [f"rank {rank} was killed by signal 9 (SIGKILL: out of memory, or by hand); it could write no "
+                     f"error of its own"], output
+    assert "the end of its log" not in output and "Container failed" not in output, output
+    # the launcher's logs are where --log_dir said, not in a temporary folder named after the failure
+    assert "the launcher's logs are in" not in output and (tmp_path / "logs" / "workerlog.0").is_file(), output
+
+
+def test_a_rank_that_lost_its_peer_does_not_promise_an_error_in_the_peer_s_log(monkeypatch, capsys):
+    from mtl import cli
+
+    monkeypatch.setattr(cli, "LOST_PEER_DELAY", 0.0)
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+
+    def collective(_args):
+        raise RuntimeError("(External) [gloo] Connection closed by peer [127.0.0.1]:5000")
+
+    with pytest.raises(SystemExit):
+        cli.run(collective, None)
+    err = capsys.readouterr().err
+    assert err.startswith("error (rank 0): lost contact with another process in a collective"), err
+    assert "its error is in its log" not in err
+    assert "probably ended first: the launcher says how (its error, or the signal that killed it)" in err, err

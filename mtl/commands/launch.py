@@ -117,8 +117,9 @@ def launcher_environment(status_path, verbose, args=(), signal_path=None):
 def run_launcher(args, verbose=False) -> int:
     """Run the launcher on ``args`` until it ends, forwarding signals; the exit status described above."""
     output_dir = job_output_dir(args)
-    log_dir = (os.path.join(output_dir, "launcher_logs") if output_dir else
-               tempfile.mkdtemp(prefix="mtl_launch_logs_"))
+    given = _option(args, ("--log_dir",))  # the user's own: used as it is, never removed
+    log_dir = given or (os.path.join(output_dir, "launcher_logs") if output_dir else
+                        tempfile.mkdtemp(prefix="mtl_launch_logs_"))
     with tempfile.TemporaryDirectory(prefix="mtl_launch_") as folder:
         status_path, signal_path = os.path.join(folder, "preempted"), os.path.join(folder, "signal")
         proc = subprocess.Popen(launcher_command(args, verbose, log_dir),
@@ -140,7 +141,7 @@ def run_launcher(args, verbose=False) -> int:
         failed = first_failure(status_path)
     from mtl.train.preemption import PREEMPTED_EXIT_STATUS
 
-    if not output_dir:
+    if not output_dir and not given:
         if code == 0:
             shutil.rmtree(log_dir, ignore_errors=True)
         elif not preempted:

@@ -14,8 +14,9 @@ process (``workerlog.0``) with its carriage returns (Paddle reads it in text mod
 progress bar into a new line: one line per refresh), and a failed process is reported once: not the launcher's
 "Container failed !!!" record and the last 3000 characters of the process's log again, but the rest of the first
 process's log, then the error lines of the process that failed when it is another one and they are not on the
-console yet (its exit status and last lines when it printed none), and its exit status, which ``mtl launch`` exits
-with (:data:`FAILED_SUFFIX`). Everything else is the launcher's own.
+console yet (its exit status and last lines when it printed none; that it was killed, and by which signal, when a
+signal ended it: it wrote no error, and its log may be empty), and its exit status, which ``mtl launch`` exits with
+(:data:`FAILED_SUFFIX`). Everything else is the launcher's own.
 
 The launcher looks at its processes every :data:`WATCH_INTERVAL` seconds instead of every second
 (``Pod.watch(interval=1)``): a launch ends, or stops its other processes after a failure, when its processes do
@@ -101,6 +102,9 @@ def _report_failure(self):
         while console.logs():  # what the console's process wrote since the launcher's last copy
             pass
         sys.stdout.flush()
+    if self.exit_code is not None and self.exit_code < 0:  # killed: it wrote no error, whatever its log holds
+        print(killed_sentence(self.rank, -self.exit_code), flush=True)
+        return
     if not self._out or os.path.basename(self._out) == CONSOLE_LOG or not os.path.isfile(self._out):
         return
     lines = _log_lines(self._out)
@@ -110,9 +114,28 @@ def _report_failure(self):
     new = [line for line in errors if _message(line) not in shown]
     if new:
         print("\n".join(new), flush=True)
-    elif not errors:
+    elif not errors and lines:
         print(f"rank {self.rank} failed with exit status {self.exit_code}; the end of its log ({self._out}):",
               *lines[-TAIL_LINES:], sep="\n", flush=True)
+    elif not errors:
+        print(f"rank {self.rank} failed with exit status {self.exit_code} and wrote nothing to its log ({self._out})",
+              flush=True)
+
+
+SIGNAL_CAUSES = {9: "out of memory, or by hand", 15: "stopped by the system or by hand", 11: "a crash in native code",
+                 6: "aborted by native code"}  # what usually sends it to a training process
+
+
+def killed_sentence(rank, signum: int) -> str:
+    """The line for a process ended by signal ``signum``: it could write no error, so none is promised."""
+    import signal
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = "an unknown signal"
+    cause = f": {SIGNAL_CAUSES[signum]}" if signum in SIGNAL_CAUSES else ""
+    return f"rank {rank} was killed by signal {signum} ({name}{cause}); it could write no error of its own"
 
 
 def _log_lines(path):
