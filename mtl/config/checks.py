@@ -108,7 +108,7 @@ def _check_cross_negatives(job, tasks, base_dir, source):
         from mtl.heads.cross_negatives import read_pairs
 
         cross["pairs"] = os.path.abspath(resolve_path(cross["pairs"], base_dir))
-        read_pairs(cross["pairs"], source, tasks=(names, chosen))
+        read_pairs(cross["pairs"], source, tasks=names)
 
 
 def check_milestones(job, source):

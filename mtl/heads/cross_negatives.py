@@ -83,7 +83,7 @@ def normal_quantile(q: float) -> float:
 
 def read_pairs(path: str, source=None, key="cross_negatives.pairs", tasks=None) -> List[dict]:
     """The pairs of a same-person JSON (:func:`mtl.data.same_person.read_pairs`), a bad file as the config error of
-    ``key``; ``tasks``: ``(the job's tasks, those taking part)``, every pair's tasks checked against them
+    ``key``; ``tasks``: the job's tasks, every pair's tasks checked against them
     (:func:`mtl.data.same_person.check_tasks`: a task name typed wrong would drop its pairs without a word)."""
     from mtl.data.same_person import check_tasks
     from mtl.data.same_person import read_pairs as read
@@ -92,7 +92,7 @@ def read_pairs(path: str, source=None, key="cross_negatives.pairs", tasks=None) 
     try:
         pairs = read(path)
         if tasks is not None:
-            check_tasks(pairs, path, *tasks)
+            check_tasks(pairs, path, tasks)
         return pairs
     except DataError as exc:
         raise ConfigError(exc.bare_message, source, key) from None
@@ -123,8 +123,8 @@ class CrossNegatives:
         self.source, self.pairs_path, self.inside_one_head = source, cfg["pairs"], 0
         # who each head's classes are (mtl.data.same_person.People: the data's labels and names), as pairs name them
         self.people = dict(people or {})
-        self.pairs = self._pair_table(read_pairs(cfg["pairs"], source, tasks=(list(heads), names)), cfg["pairs"]) \
-            if self.mask == "pairs" else {}
+        self.not_taking_part: Dict[str, int] = {}  # mask pairs: pairs naming a task outside these heads, per task
+        self.pairs = self._pair_table(read_pairs(cfg["pairs"], source), cfg["pairs"]) if self.mask == "pairs" else {}
         self.state = {"mean": None, "var": None, "removed": {}, "seen": {}}
         self.update = cfg["update"]
         self.received: List[ReceivedRows] = []  # update both: this step's rows, until settled
@@ -152,6 +152,9 @@ class CrossNegatives:
                             {name: head.num_classes for name, head in self.heads.items()})
         except DataError as exc:
             raise ConfigError(exc.bare_message, self.source, "cross_negatives.pairs") from None
+        for pair in pairs:  # the job's other tasks (the load checked every name): counted, said at the start
+            for task in {pair["task_a"], pair["task_b"]} - set(self.heads):
+                self.not_taking_part[task] = self.not_taking_part.get(task, 0) + 1
         table = {}
         for a, class_a, b, class_b in found:
             if a != b:
@@ -178,10 +181,10 @@ class CrossNegatives:
             return ""
         counts = self.pair_counts()
         each = ", ".join(f"{a}-{b} {n}" for (a, b), n in counts.items())
-        inside = f"; {self.inside_one_head} pairs of two classes of one head not used: only other heads' classes " \
-            "are scored here" if self.inside_one_head else ""
+        unused = [f"{self.inside_one_head} of two classes of one head"] if self.inside_one_head else []
+        unused += [f"{n} of task '{task}', which takes no part" for task, n in self.not_taking_part.items()]
         return (f"cross-head negatives: {sum(counts.values())} same-person pairs of {self.pairs_path} masked "
-                f"({each}{inside})")
+                f"({each})" + (f"; pairs not used: {', '.join(unused)}" if unused else ""))
 
     def sources(self, task: str, step: int) -> List[RowSource]:
         """The other heads' rows this rank scores as negatives of ``task``'s samples at ``step``."""
