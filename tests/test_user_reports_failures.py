@@ -17,6 +17,7 @@ import yaml
 
 from mtl.errors import DataError
 from tests import warm_python
+from tests.shared_runs import two_process_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -217,3 +218,49 @@ def test_a_rank_that_lost_its_peer_does_not_promise_an_error_in_the_peer_s_log(m
     assert err.startswith("error (rank 0): lost contact with another process in a collective"), err
     assert "its error is in its log" not in err
     assert "probably ended first: the launcher says how (its error, or the signal that killed it)" in err, err
+
+
+# ---- 14. what a resume resumed -----------------------------------------------------------------------------------
+def resume_lines(text):
+    return [line for line in text.splitlines() if line.startswith("--resume: from checkpoint")]
+
+
+def test_a_resume_says_which_checkpoint_and_on_how_many_processes(tmp_path):
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    def job():
+        return build_job(load_job(data=small_job(tmp_path / "run", steps=6)), announce_plan=False)
+
+    Trainer(job(), console=lambda *a: None).run(until=3)
+    said = []
+    Trainer(job(), resume=True, console=said.append).run()
+    lines = resume_lines("\n".join(map(str, said)))
+    assert lines == [f"--resume: from checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_3'} (step 3 of 6), "
+                     f"written by 1 process and continued on 1"], said
+    said = []
+    Trainer(job(), resume=True, resume_from="4", console=said.append).run()  # a named one
+    assert resume_lines("\n".join(map(str, said)))[0].startswith(
+        f"--resume: from checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_4'} (step 4 of 6)"), said
+
+
+@two_process_run("failures_cut")
+def _two_process_cut(folder):
+    config = os.path.join(folder, "job.yaml")
+    with open(config, "w") as f:
+        yaml.safe_dump(small_job(os.path.join(folder, "run"), steps=6), f)
+    return {"train": [config, "--until", "4"]}, str(folder)
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("failures_cut")
+def test_a_resume_on_another_process_count_says_from_how_many_to_how_many(two_process, tmp_path):
+    import shutil
+
+    shutil.copytree(os.path.join(two_process["failures_cut"], "run"), tmp_path / "run")  # the shared run stays as is
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(small_job(tmp_path / "run", steps=6)))
+    proc = run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), str(config), "--resume"])
+    assert resume_lines(proc.stdout) == [f"--resume: from checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_4'} "
+                                         f"(step 4 of 6), written by 2 processes and continued on 1"], proc.stdout

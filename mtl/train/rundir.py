@@ -175,6 +175,13 @@ def named_checkpoint(output_dir, wanted):
     return path
 
 
+def resumed_line(path, step, steps, written_by, world) -> str:
+    """The line a resumed run starts with: the checkpoint, its step of the job's ``steps``, and the processes that
+    wrote it and that continue it (class-sharded heads are re-split when they differ)."""
+    processes = f"{written_by} process" + ("es" if written_by != 1 else "")
+    return f"--resume: from checkpoint {path} (step {step} of {steps}), written by {processes} and continued on {world}"
+
+
 def drop_after(output_dir, step, console=print):
     """A run resumed from an older checkpoint than its newest: remove the checkpoints after ``step`` (they belong to
     the run it replaces, and a later --resume would take them), saying which."""

@@ -16,11 +16,12 @@ log = logging.getLogger("mtl")
 
 
 class Restored(NamedTuple):
-    """What :meth:`TrainingState.restore` read: the checkpoint's step, and the steps its run was to train (None in a
-    checkpoint written before they were recorded)."""
+    """What :meth:`TrainingState.restore` read: the checkpoint's step, the steps its run was to train (None in a
+    checkpoint written before they were recorded) and the processes that wrote it."""
 
     step: int
     total_steps: Optional[int]
+    world_size: int
 
 
 class TrainingState:
@@ -64,4 +65,4 @@ class TrainingState:
         if state["step"] > total_steps:
             raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
                               f"schedule.steps {total_steps}", source, "schedule.steps")
-        return Restored(int(state["step"]), state.get("total_steps"))
+        return Restored(int(state["step"]), state.get("total_steps"), int(state.get("world_size", 1)))

@@ -130,7 +130,8 @@ class Trainer:
             self.console(f"--resume: no checkpoint under {layout.checkpoint_root(self.output_dir)}; "
                          "starting from step 0")
             return 0, None
-        step, before = self.state.restore(path, self.steps, self.cfg["source"])
+        step, before, written_by = self.state.restore(path, self.steps, self.cfg["source"])
+        self.console(rundir.resumed_line(path, step, self.steps, written_by, self.strategy.world))
         if before is not None and before != self.steps and self.is_main:
             self.console(self._horizon_moved(before))
         if named and self.is_main:
