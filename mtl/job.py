@@ -161,7 +161,11 @@ def check_class_count(task, classes, data_classes, source, key, warn=True):
     ConfigError (labels would fall outside the head). More is allowed, since a dataset's label space can be larger than
     the rows present (held-out identities, a published identity count over a partial download): their centres simply
     get no pull from training samples; but it is also what a typo looks like, so it prints one warning line (when
-    ``warn``) naming the task, the key and both counts."""
+    ``warn``) naming the task, the key and both counts. A head of one class for data of one class warns too."""
+    if warn and classes is not None and data_classes is not None and int(classes) == int(data_classes) == 1:
+        print(f"warning: {source}: {key}: task '{task}': its training split holds one class, so its head has nothing "
+              f"to tell apart and its loss is 0 from the start (are the other classes held out, or outside "
+              f"reader.num_classes?)", file=sys.stderr, flush=True)
     if classes is None or data_classes is None or int(classes) == int(data_classes):
         return
     data_classes = int(data_classes)

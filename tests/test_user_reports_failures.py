@@ -264,3 +264,100 @@ def test_a_resume_on_another_process_count_says_from_how_many_to_how_many(two_pr
     proc = run([sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), str(config), "--resume"])
     assert resume_lines(proc.stdout) == [f"--resume: from checkpoint {tmp_path / 'run' / 'checkpoints' / 'step_4'} "
                                          f"(step 4 of 6), written by 2 processes and continued on 1"], proc.stdout
+
+
+# ---- 18. a reader.num_classes that is too small ------------------------------------------------------------------
+def build_face_job(tmp_path, list_path=None, **reader):
+    """Build :func:`face_job` on ``list_path`` (default: four new people, labels 0..3) with the reader keys
+    ``reader``."""
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+
+    data = face_job(tmp_path / "run", list_path or face_folder(str(tmp_path / "faces")))
+    data["tasks"][0]["reader"].pop("holdout_classes")
+    data["tasks"][0]["reader"].update(reader)
+    data["tasks"][0]["eval"] = {"split": bool(reader.get("holdout_classes"))}
+    return build_job(load_job(data=data), announce_plan=False)
+
+
+@pytest.mark.parametrize("reader", [{}, {"on_bad_sample": "skip"}, {"on_bad_sample": "skip", "holdout_classes": [3]},
+                                    {"holdout_classes": [1]}])
+def test_a_too_small_num_classes_is_named_as_such_whatever_on_bad_sample_says(tmp_path, reader):
+    from mtl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        build_face_job(tmp_path, num_classes=3, **reader)
+    message = str(refused.value)
+    assert "tasks.0.reader.num_classes: " in message and "holdout_classes" not in message.split(": ", 1)[0], message
+    assert "num_classes is 3 but the labels of label list" in message, message
+    assert "go up to 3 (4 classes; label 3 first at line 13 ('d/0.png'))" in message, message
+    assert "set num_classes to 4 or leave it out" in message and "on_bad_sample" not in message, message
+
+
+def test_a_stray_label_past_num_classes_is_still_a_bad_sample(tmp_path):
+    """A label far past the rest (a corrupt line) is not a class count: ``on_bad_sample: skip`` skips it."""
+    list_path = tmp_path / "faces" / "list.txt"
+    face_folder(str(tmp_path / "faces"))
+    list_path.write_text(list_path.read_text().replace("d/3.png\t3", "d/3.png\t977"))
+    job = build_face_job(tmp_path, str(list_path), num_classes=4, on_bad_sample="skip")
+    assert job.tasks[0].reader.bad_samples == 1 and len(job.tasks[0].reader) == 15
+
+
+def test_a_training_split_of_one_class_warns_that_its_loss_is_0_from_the_start(tmp_path, capsys):
+    """(Not refused: a 1-class head is how the distributed tests give a rank an empty shard.)"""
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+
+    data = face_job(tmp_path / "run", face_folder(str(tmp_path / "faces")))
+    data["tasks"][0]["reader"]["holdout_classes"] = [1, 2, 3]
+    build_job(load_job(data=data), announce_plan=True)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "task 'faces': its training split holds one class" in warnings[0], warnings
+    assert "loss is 0 from the start" in warnings[0] and "tasks.0.head.num_classes" in warnings[0]
+    data["tasks"][0]["reader"]["holdout_classes"] = [2, 3]
+    build_job(load_job(data=data), announce_plan=True)
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_the_loss_plot_of_losses_that_are_all_zero_has_no_warning_and_shows_them(tmp_path):
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    from mtl.train.reporting import plot_losses
+
+    records = [{"step": s, "loss": 0.0, "loss/t": 0.0} for s in range(1, 11)]
+    made = []
+    original = pyplot.subplots
+    pyplot_subplots = lambda *a, **k: made.append(original(*a, **k)) or made[-1]  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import unittest.mock
+
+        with unittest.mock.patch.object(pyplot, "subplots", pyplot_subplots):
+            plot_losses(records, ["t"], str(tmp_path / "loss.png"))
+    ax = made[0][1][0, 0]
+    assert ax.get_yscale() == "linear" and (tmp_path / "loss.png").is_file()
+    assert [list(line.get_ydata()) for line in ax.get_lines()][0] == [0.0] * 10
+
+
+def test_a_too_small_num_classes_of_a_recordio_pack_names_its_record(tmp_path):
+    from mtl.commands.pack import pack
+    from mtl.config.loading import load_job
+    from mtl.errors import ConfigError
+    from mtl.job import build_job
+
+    face_folder(str(tmp_path / "faces"))
+    pack(str(tmp_path / "faces"), str(tmp_path / "packed" / "train"))
+    data = face_job(tmp_path / "run", "unused")
+    data["tasks"][0]["reader"] = {"type": "recordio", "path": str(tmp_path / "packed" / "train.rec"),
+                                  "num_classes": 2, "on_bad_sample": "skip", "decoder": "pillow"}
+    data["tasks"][0]["eval"] = None
+    with pytest.raises(ConfigError) as refused:
+        build_job(load_job(data=data), announce_plan=False)
+    message = str(refused.value)
+    assert f"num_classes is 2 but the labels of '{tmp_path / 'packed' / 'train.rec'}' go up to 3 (4 classes; label 2 " \
+           f"first at record " in message and "set num_classes to 4" in message, message

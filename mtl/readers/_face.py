@@ -20,6 +20,7 @@ file) and the problems found at start-up (bad magic, label outside ``[0, num_cla
    sample skipped so far by any worker.
 """
 import multiprocessing
+import re
 from multiprocessing import context as mp_context
 from typing import Dict
 
@@ -217,6 +218,8 @@ class FaceImageReader(Reader):
         else:
             self.num_classes = int(labels[finite].max()) + 1 if finite.any() else 0
         self._data_classes = self.num_classes  # the data's class count, before a hold-out relabels
+        if num_classes is not None:
+            self._check_num_classes(candidates, labels)
         problems = self._label_problems(candidates, labels, dict(problems))
         if problems and self.on_bad_sample == "error":
             raise DataError(problems[min(problems)] + " (set on_bad_sample: skip to skip such samples)")
@@ -230,6 +233,24 @@ class FaceImageReader(Reader):
         self._candidates = candidates
         self._labels = labels
         self._skips = SkipLog(len(candidates))
+
+    def _check_num_classes(self, candidates, labels):
+        """A configured ``num_classes`` that the data's labels run past is the configuration's mistake, whatever
+        ``on_bad_sample`` says (it would skip whole classes as bad samples): refused naming the count that fits.
+        The data holds the label ``num_classes`` itself, the next class; a stray label far past the others (a
+        corrupt line) is a bad sample as before."""
+        past = np.flatnonzero(labels == self.num_classes)
+        if not len(past):
+            return
+        whole = labels[np.isfinite(labels) & (labels == np.floor(labels))]
+        top = self.num_classes
+        while (whole == top + 1).any():  # the run of classes after num_classes (a stray label is not in it)
+            top += 1
+        where = re.split(r" (?=(?:line|record) \d)", self._describe(int(candidates[past[0]])), maxsplit=1)
+        first = where[-1]  # "line 13 ('d/0.png')", "record 7"
+        raise ConfigError(f"num_classes is {self.num_classes} but the labels of {where[0]} go up to {top} "
+                          f"({top + 1} classes; label {self.num_classes} first at {first}): set num_classes to "
+                          f"{top + 1} or leave it out (the data's own count is then used)", None, "num_classes")
 
     def _label_problems(self, candidates, labels, problems):
         """``problems`` plus a message for every label that is missing, not an integer or outside [0, C)."""

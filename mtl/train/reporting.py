@@ -112,7 +112,8 @@ def plot_losses(records, tasks, path, smooth=0.8):
     total = [(r["step"], r["loss"]) for r in records if r.get("loss") is not None]
     if total:
         ax.plot(*zip(*total), label="total (raw)", color="black", linewidth=0.8, alpha=0.3)
-    _finish_axes(ax, "loss", "training loss per task", log=True)
+    positive = any(value > 0 for line in ax.get_lines() for value in line.get_ydata())
+    _finish_axes(ax, "loss", "training loss per task", log=positive)  # no positive loss: a log axis shows nothing
     if weighted:
         for task in tasks:
             _plot_series(axes[1, 0], [(r["step"], r[f"weight/{task}"]) for r in records
