@@ -361,3 +361,24 @@ def test_a_too_small_num_classes_of_a_recordio_pack_names_its_record(tmp_path):
     message = str(refused.value)
     assert f"num_classes is 2 but the labels of '{tmp_path / 'packed' / 'train.rec'}' go up to 3 (4 classes; label 2 " \
            f"first at record " in message and "set num_classes to 4" in message, message
+
+
+# ---- 19. an empty person folder ----------------------------------------------------------------------------------
+def test_an_empty_person_folder_is_left_out_of_a_pack_with_a_warning(tmp_path, capsys):
+    from mtl.commands.pack import pack
+    from mtl.data.recordio import RecordIOReader
+    from mtl.readers.recordio_reader import image_rows
+
+    face_folder(str(tmp_path / "faces"), people="abd")
+    (tmp_path / "faces" / "c").mkdir()  # sorted between b and d
+    (tmp_path / "faces" / "c" / "notes.txt").write_text("no image here")
+    summary = pack(str(tmp_path / "faces"), str(tmp_path / "packed" / "train"))
+    assert summary["classes"] == 3 and summary["records"] == 12, summary
+    names = json.loads((tmp_path / "packed" / "labels.json").read_text())["label"]
+    assert names == ["a", "b", "d"]
+    rows, classes = image_rows(RecordIOReader(str(tmp_path / "packed" / "train.rec"),
+                                              str(tmp_path / "packed" / "train.idx")))
+    assert classes == 3 and len(rows) == 12
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"'{tmp_path / 'faces' / 'c'}'" in warnings[0], warnings
+    assert "no image" in warnings[0] and "left out" in warnings[0]

@@ -8,6 +8,7 @@ image), grouped by class; records N+1..N+C are identity records whose labels giv
 """
 import io
 import os
+import sys
 
 import numpy as np
 
@@ -26,16 +27,21 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".pgm", ".ppm", ".
 
 def _folder_items(folder: str):
     """(path, label) for every image of ``folder/<identity>/``, the class count and the class names: labels follow
-    the sorted identity folder names."""
+    the sorted identity folder names. A sub-folder without an image is left out with a warning (it would be a class
+    without a sample)."""
     identities = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
     if not identities:
         raise DataError(f"image folder '{folder}' has no identity sub-folder")
-    items = []
-    for label, identity in enumerate(identities):
-        sub = os.path.join(folder, identity)
-        for fname in sorted(os.listdir(sub)):
-            if fname.lower().endswith(IMAGE_EXTENSIONS):
-                items.append((os.path.join(sub, fname), label))
+    images = {identity: [os.path.join(folder, identity, f) for f in sorted(os.listdir(os.path.join(folder, identity)))
+                         if f.lower().endswith(IMAGE_EXTENSIONS)] for identity in identities}
+    empty = [identity for identity in identities if not images[identity]]
+    if empty and len(empty) < len(identities):
+        shown = ", ".join(f"'{os.path.join(folder, identity)}'" for identity in empty[:5])
+        print(f"warning: image folder '{folder}': {len(empty)} person folder(s) hold no image and are left out (each "
+              f"would be a class without a sample): {shown}{', ...' if len(empty) > 5 else ''} (images are "
+              f"{', '.join(IMAGE_EXTENSIONS)} files)", file=sys.stderr, flush=True)
+        identities = [identity for identity in identities if images[identity]]
+    items = [(path, label) for label, identity in enumerate(identities) for path in images[identity]]
     return items, len(identities), identities
 
 
