@@ -4,6 +4,7 @@ own logits (a brute-force Viterbi over every tag path, argmax), hand-counted met
 import importlib.util
 import json
 import os
+import re
 
 import numpy as np
 import paddle
@@ -211,3 +212,142 @@ def test_masked_max_pooling_against_numpy():
     got = masked_max(paddle.to_tensor(values), paddle.to_tensor(mask)).numpy()
     expected = np.stack([values[b][mask[b]].max(axis=0) for b in range(3)])
     np.testing.assert_array_equal(got, expected)
+
+
+# --- item 7: the bert backbone reads the checkpoint's own config --------------------------------------------------
+
+BERT_FIXTURE = os.path.join(HERE, "fixtures", "bert_tiny")
+# the sizes tests/references/make_bert_fixture.py gave transformers' BertConfig and ErnieConfig, as they save them
+HF_CONFIG = {"architectures": ["BertModel"], "model_type": "bert", "vocab_size": 100, "hidden_size": 32,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64,
+             "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "pad_token_id": 0,
+             "position_embedding_type": "absolute"}
+
+
+def _checkpoint(folder, weights, config_name, config):
+    """A checkpoint folder: the fixture's weights and vocabulary, and ``config`` written as ``config_name``."""
+    folder.mkdir()
+    for name in (weights, "vocab.txt"):
+        os.symlink(os.path.join(BERT_FIXTURE, name), folder / name)
+    (folder / config_name).write_text(json.dumps(config))
+    return str(folder / weights)
+
+
+def _outputs(model):
+    data = np.load(os.path.join(BERT_FIXTURE, "outputs.npz"))
+    model.eval()
+    with paddle.no_grad():
+        out = model({"token_ids": paddle.to_tensor(data["token_ids"]),
+                     "segment_ids": paddle.to_tensor(data["segment_ids"])})
+    return data, data["attention_mask"].astype(bool), out["sequence"].numpy(), out["pooled"].numpy()
+
+
+def test_bert_sizes_come_from_the_hugging_face_config_beside_the_weights(tmp_path):
+    """No size in the job: the encoder built from config.json gives transformers' BertModel outputs (the fixture's
+    reference); before, it was BERT-base's 768 x 12 and the weights did not fit."""
+    from mtl.backbones.bert import Bert
+
+    weights = _checkpoint(tmp_path / "ckpt", "model.safetensors", "config.json", HF_CONFIG)
+    model = Bert(tokenizer=str(tmp_path / "ckpt" / "vocab.txt"), weights=weights)
+    data, real, sequence, pooled = _outputs(model)
+    np.testing.assert_allclose(sequence[real], data["bert_sequence"][real], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(pooled, data["bert_pooled"], atol=1e-5, rtol=0)
+    assert model.origins["num_layers"] == "config.json's num_hidden_layers"
+    assert model.origins["num_heads"] == "config.json's num_attention_heads"
+
+
+def test_ernie_sizes_and_task_embedding_come_from_paddlenlp_model_config(tmp_path):
+    """PaddleNLP's older model_config.json nests the sizes in init_args; ERNIE 3.0's task embedding comes from
+    use_task_id, task_type_vocab_size and task_id; the outputs are transformers' ErnieModel's."""
+    from mtl.backbones.bert import Bert
+
+    data = np.load(os.path.join(BERT_FIXTURE, "outputs.npz"))
+    sizes = {k: v for k, v in HF_CONFIG.items() if k not in ("architectures", "model_type")}
+    config = {"init_args": [dict(sizes, use_task_id=True, task_type_vocab_size=3, task_id=int(data["task_id"]))],
+              "init_class": "ErnieModel"}
+    weights = _checkpoint(tmp_path / "ernie", "ernie.pdparams", "model_config.json", config)
+    model = Bert(tokenizer=str(tmp_path / "ernie" / "vocab.txt"), weights=weights)
+    data, real, sequence, pooled = _outputs(model)
+    np.testing.assert_allclose(sequence[real], data["ernie_sequence"][real], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(pooled, data["ernie_pooled"], atol=1e-5, rtol=0)
+
+
+def test_a_size_that_disagrees_with_the_checkpoint_config_names_both(tmp_path):
+    from mtl.backbones.bert import Bert
+
+    weights = _checkpoint(tmp_path / "ckpt", "model.safetensors", "config.json", HF_CONFIG)
+    with pytest.raises(ConfigError, match="num_layers 3 disagrees with the checkpoint's config.json's "
+                                          r"num_hidden_layers \(2\)") as caught:
+        Bert(tokenizer=str(tmp_path / "ckpt" / "vocab.txt"), weights=weights, num_layers=3)
+    assert caught.value.key == "num_layers"
+
+
+def test_a_shape_mismatch_names_the_option_and_where_its_value_came_from(tmp_path):
+    """A config.json that says intermediate_size 48 beside weights of 64: the error names the option, the value the
+    weights need and the config key that gave the wrong one."""
+    from mtl.backbones.bert import Bert
+
+    weights = _checkpoint(tmp_path / "ckpt", "model.safetensors", "config.json", dict(HF_CONFIG, intermediate_size=48))
+    with pytest.raises(ConfigError) as caught:
+        Bert(tokenizer=str(tmp_path / "ckpt" / "vocab.txt"), weights=weights)
+    message = str(caught.value)
+    assert re.search(r"'layers\.0\.intermediate\.(bias|weight)' has shape \[(32, )?64\], this encoder expects "
+                     r"\[(32, )?48\]", message), message
+    assert "set backbone.intermediate_size: 64 (48 here, from config.json's intermediate_size" in message
+    # without any config BERT-base's defaults (12 layers) are named as the source
+    with pytest.raises(ConfigError, match=r"hold 2 encoder layer\(s\), this encoder has 12: set "
+                                          r"backbone.num_layers: 2 \(12 here, from the default\)"):
+        Bert(tokenizer=os.path.join(BERT_FIXTURE, "vocab.txt"), weights=os.path.join(BERT_FIXTURE, "model.safetensors"))
+
+
+@pytest.mark.parametrize("name, expected", [("random.safetensors", "is not a safetensors file"),
+                                            ("random.dat", "neither a safetensors file, a torch zip file nor"),
+                                            ("random.bin", "is not a zip-format torch file")])
+def test_a_random_file_is_said_not_to_be_weights(tmp_path, name, expected):
+    from mtl.convert.bert import read_checkpoint
+
+    path = tmp_path / name
+    path.write_bytes(np.random.default_rng(0).bytes(3000))
+    with pytest.raises(DataError, match=expected):
+        read_checkpoint(str(path))
+
+
+def test_a_safetensors_file_under_another_name_is_read_as_one(tmp_path):
+    from mtl.convert.bert import read_checkpoint
+    from mtl.convert.safetensors_file import read_safetensors
+
+    os.symlink(os.path.join(BERT_FIXTURE, "model.safetensors"), tmp_path / "weights.bin")
+    got, expected = read_checkpoint(str(tmp_path / "weights.bin")), read_safetensors(os.path.join(
+        BERT_FIXTURE, "model.safetensors"))
+    assert sorted(got) == sorted(expected)
+
+
+def test_the_example_config_takes_its_sizes_from_the_bundled_checkpoint_folder():
+    from mtl.backbones.base import build_backbone
+    from mtl.config.loading import load_job
+
+    job = load_job(os.path.join(ROOT, "examples", "configs", "bert_classify.yaml"))
+    assert not {"hidden_size", "num_layers", "num_heads"} & set(job["backbone"])
+    backbone = build_backbone(job["backbone"], job["source"])
+    with open(os.path.join(ROOT, "examples", "data", "text", "bert_tiny", "config.json")) as f:
+        config = json.load(f)
+    assert backbone.feature_size == config["hidden_size"] and len(backbone.layers) == config["num_hidden_layers"]
+    assert backbone.layers[0].heads == config["num_attention_heads"]
+
+
+def test_a_bert_run_reads_back_without_the_checkpoint_files(tmp_path):
+    """The run keeps the sizes it trained with (encoder.json): read back, the encoder needs neither the weights nor
+    their config (both may be gone), and has the same shapes."""
+    from mtl.backbones.bert import Bert
+
+    weights = _checkpoint(tmp_path / "ckpt", "model.safetensors", "config.json", HF_CONFIG)
+    model = Bert(tokenizer=str(tmp_path / "ckpt" / "vocab.txt"), weights=weights)
+    run = tmp_path / "run"
+    run.mkdir()
+    model.save_assets(str(run))
+    config = Bert.run_config({"tokenizer": str(tmp_path / "ckpt" / "vocab.txt"), "weights": weights}, str(run))
+    assert "weights" not in config and config["hidden_size"] == 32 and config["num_layers"] == 2
+    again = Bert(**config)
+    assert {k: tuple(v.shape) for k, v in again.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in model.state_dict().items()}

@@ -18,7 +18,7 @@ def resolve_path(path, base_dir, suffixes=("",)):
 
 
 PATH_KEYS = ("path", "root", "list", "eval_path", "target_list", "mnist_dir")
-BACKBONE_PATH_KEYS = ("tokenizer", "weights")
+BACKBONE_PATH_KEYS = ("tokenizer", "weights", "model_config")
 
 
 def resolve_reader_paths(cfg, task_source, base_dir=None):

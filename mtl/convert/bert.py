@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from mtl.convert.safetensors_file import read_safetensors
+from mtl.convert.safetensors_file import looks_like_safetensors, read_safetensors
 from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
 from mtl.safe_pickle import load_paddle_file
@@ -54,16 +54,23 @@ PADDLENLP = [
     (r"pooler\.dense\.(weight|bias)", r"pooler.\1", False),
 ]
 PREFIXES = ("bert.", "ernie.", "model.")
+TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 
 
 def read_checkpoint(path: str) -> dict:
-    """``{name: array}`` of a ``.safetensors``, torch ``.bin``/``.pt``/``.pth`` or Paddle ``.pdparams`` file."""
+    """``{name: array}`` of a safetensors file (whatever its name), a torch ``.bin``/``.pt``/``.pth`` or a Paddle
+    ``.pdparams`` file; a DataError saying which kind of file it is not."""
     if not os.path.isfile(path):
         raise DataError(f"weights '{path}' do not exist")
-    if path.endswith(".safetensors"):
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if path.endswith(".safetensors") or looks_like_safetensors(head):
         return read_safetensors(path)
     if path.endswith(".pdparams"):
         return {k: np.asarray(v) for k, v in load_paddle_file(path).items()}
+    if not head.startswith(b"PK") and not path.endswith(TORCH_SUFFIXES):
+        raise DataError(f"weights '{path}' are neither a safetensors file, a torch zip file nor a Paddle .pdparams "
+                        "file; give the checkpoint's model.safetensors, pytorch_model.bin or model_state.pdparams")
     return {k: v for k, v in read_torch_file(path).items() if isinstance(v, np.ndarray)}
 
 
@@ -98,6 +105,38 @@ def map_bert_tensors(state, path="<weights>") -> dict:
     if not out:
         raise DataError(f"'{path}' holds no BERT/ERNIE encoder tensor")
     return out
+
+
+# our tensor names -> the bert backbone's option that sets each axis of their shape
+AXES = [
+    (r"embeddings\.word_embeddings\.weight", ("vocab_size", "hidden_size")),
+    (r"embeddings\.position_embeddings\.weight", ("max_position", "hidden_size")),
+    (r"embeddings\.token_type_embeddings\.weight", ("type_vocab_size", "hidden_size")),
+    (r"embeddings\.task_type_embeddings\.weight", ("task_type_vocab_size", "hidden_size")),
+    (r"layers\.\d+\.intermediate\.weight", ("hidden_size", "intermediate_size")),
+    (r"layers\.\d+\.intermediate\.bias", ("intermediate_size",)),
+    (r"layers\.\d+\.output\.weight", ("intermediate_size", "hidden_size")),
+    (r".*\.weight", ("hidden_size", "hidden_size")),  # attention, pooler, LayerNorm weights
+    (r".*\.bias", ("hidden_size",)),
+]
+
+
+def differing_size(name: str, got, expected):
+    """``(option, value in the weights)``: the bert option whose size makes tensor ``name`` of shape ``got`` differ
+    from the ``expected`` shape (the first differing axis), or None when no option names that axis."""
+    for pattern, axes in AXES:
+        if re.fullmatch(pattern, name):
+            for option, a, b in zip(axes, got, expected):
+                if a != b:
+                    return option, int(a)
+            return None
+    return None
+
+
+def layer_count(names) -> int:
+    """Encoder layers of a state_dict in our names (``layers.N.*``): 1 + the largest N, 0 for none."""
+    numbers = [int(k.split(".")[1]) for k in names if k.startswith("layers.")]
+    return 1 + max(numbers) if numbers else 0
 
 
 def bert_options(state) -> dict:

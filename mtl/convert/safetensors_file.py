@@ -31,18 +31,31 @@ def _tensor(raw, spec, name, path):
     return array.reshape(spec["shape"]).astype(array.dtype.newbyteorder("="))
 
 
+def looks_like_safetensors(head: bytes) -> bool:
+    """Whether the first bytes of a file (at least 9) are a safetensors header's start: a length, then ``{``."""
+    return len(head) >= 9 and head[8:9] == b"{"
+
+
 def read_safetensors(path: str) -> dict:
-    """``{name: numpy array}`` of a safetensors file; a DataError for a truncated or malformed file."""
+    """``{name: numpy array}`` of a safetensors file; a DataError saying that the file is not one (a file of
+    something else: no JSON header after the 8-byte length), or naming what is wrong in a truncated or malformed
+    one."""
     with open(path, "rb") as f:
         blob = f.read()
-    if len(blob) < 8:
-        raise DataError(f"'{path}' is too short to be a safetensors file")
+    if not looks_like_safetensors(blob):
+        raise DataError(f"'{path}' is not a safetensors file (it does not start with an 8-byte length and a JSON "
+                        "header); give the checkpoint's model.safetensors, pytorch_model.bin or .pdparams")
     (size,) = struct.unpack("<Q", blob[:8])
     if 8 + size > len(blob):
-        raise DataError(f"'{path}': its header says {size} bytes, the file has {len(blob) - 8} after the length")
+        raise DataError(f"safetensors file '{path}' is truncated: its header says {size} bytes, the file has "
+                        f"{len(blob) - 8} after the length")
     try:
         header = json.loads(blob[8:8 + size].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"'{path}' does not start with a safetensors JSON header: {exc}") from None
+        raise DataError(f"'{path}' is not a safetensors file: its header is not JSON ({exc})") from None
+    if not isinstance(header, dict) or not all(isinstance(v, dict) and "data_offsets" in v and "shape" in v
+                                               for k, v in header.items() if k != "__metadata__"):
+        raise DataError(f"'{path}' is not a safetensors file: its header does not describe tensors (dtype, shape, "
+                        "data_offsets)")
     raw = blob[8 + size:]
     return {name: _tensor(raw, spec, name, path) for name, spec in header.items() if name != "__metadata__"}
