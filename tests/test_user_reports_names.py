@@ -249,3 +249,213 @@ def test_the_online_rules_same_person_json_names_the_people(tmp_path):
 
 CFG_ONLINE = {"rate": 1.0, "tasks": "all", "mask": "online", "pairs": None, "update": "own", "warmup": 0,
               "quantile": 0.05, "momentum": 0.9, "floor": 0.2}
+
+
+# ---- 5. the two-stage workflow and mtl data merge ----------------------------------------------------------------
+def test_mtl_overlap_ends_with_the_next_command_and_that_command_masks_the_pairs(tmp_path, capsys):
+    import shlex
+
+    from mtl.commands.overlap import report
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+
+    run, out = _finished_run(tmp_path), str(tmp_path / "overlap.json")
+    report(run, centres=True, threshold=0.9)
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("next: write them with --json PAIRS.json; "
+                                                                        "then train the heads masked")
+    report(run, centres=True, threshold=0.9, json_path=out)
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    prefix = "next: train the heads masked with these pairs: "
+    assert last.startswith(prefix + "mtl train "), last
+    words = shlex.split(last[len(prefix):])
+    assert words[:2] == ["mtl", "train"] and words[3] == "--set", words
+    assert os.path.abspath(words[2]) == str(tmp_path / "job.yaml")  # the config the run was trained from
+    cfg = load_job(words[2], words[4:])
+    assert cfg["output_dir"] == run + "_masked" and cfg["cross_negatives"]["pairs"] == out
+    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
+    masked = build_job(cfg, announce_plan=False).model.cross_negatives.pairs[("teamA", "teamB")]
+    assert sorted(map(tuple, masked.tolist())) == sorted((a[x], b[y]) for x, y in SAME)
+
+
+def _image(path, seed, size=8):
+    from PIL import Image
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rng = np.random.RandomState(seed)
+    Image.fromarray(rng.randint(0, 255, (size, size, 3)).astype(np.uint8)).save(path)
+
+
+LFW = {"Ann_Lee": 2, "Bob_Ray": 1, "Cid_Moe": 3, "Dee_Fox": 1, "Eva_Orr": 2}
+LIST = {"p1": 0, "p3": 1, "p2": 2, "p0": 3}  # folder -> the list's own label
+GLINT = 4  # a pack of numbered people without names
+
+
+def _three_sources(tmp_path):
+    """An LFW-layout folder (``Name/Name_0001.jpg``), a label list named by its folders and a pack without
+    labels.json; ``{(source, label): [absolute image paths]}`` as written (labels counted here, by hand)."""
+    from mtl.commands.pack import pack
+
+    written, seed = {}, 0
+    for label, person in enumerate(sorted(LFW)):  # folder names in sorted order number LFW's people
+        os.makedirs(tmp_path / "lfw" / person, exist_ok=True)
+        for k in range(LFW[person]):
+            path = str(tmp_path / "lfw" / person / f"{person}_{k + 1:04d}.jpg")
+            _image(path, seed := seed + 1)
+            written.setdefault(("lfw", label), []).append(path)
+    lines = []
+    for person, label in LIST.items():
+        for k in range(2):
+            path = str(tmp_path / "lst" / person / f"{k}.png")
+            _image(path, seed := seed + 1)
+            written.setdefault(("lst", label), []).append(path)
+            lines.append(f"{person}/{k}.png\t{label}\n")
+    (tmp_path / "lst" / "list.txt").write_text("".join(lines))
+    for label in range(GLINT):
+        for k in range(2):
+            path = str(tmp_path / "glint_images" / f"{label:03d}" / f"{k}.png")
+            _image(path, seed := seed + 1)
+            written.setdefault(("glint", label), []).append(path)
+    pack(str(tmp_path / "glint_images"), str(tmp_path / "glint" / "train"))
+    os.remove(tmp_path / "glint" / "labels.json")  # Glint360K's people have numbers, not names
+    return written
+
+
+def brute_force_classes(nodes, edges):
+    """{node: merged class}: components by repeated relaxation to the smallest node (not union-find), numbered in the
+    order of their smallest node."""
+    comp = {n: n for n in nodes}
+    changed = True
+    while changed:
+        changed = False
+        for u, v in edges:
+            low = min(comp[u], comp[v])
+            for n in nodes:
+                if comp[n] in (comp[u], comp[v]) and comp[n] != low:
+                    comp[n], changed = low, True
+    roots = sorted(set(comp.values()))
+    return {n: roots.index(comp[n]) for n in nodes}
+
+
+def expected_merge(written, sources, edges):
+    """(class of each (source, label), names of the classes) by :func:`brute_force_classes`; sources in order."""
+    nodes = sorted(((sources.index(s), label) for s, label in written if s in sources))
+    cls = brute_force_classes(nodes, [((sources.index(a[0]), a[1]), (sources.index(b[0]), b[1])) for a, b in edges])
+    person = {"lfw": sorted(LFW), "lst": {v: k for k, v in LIST.items()}, "glint": {i: str(i) for i in range(GLINT)}}
+    names = ["+".join(f"{sources[s]}/{person[sources[s]][label]}" for s, label in nodes if cls[(s, label)] == c)
+             for c in range(len(set(cls.values())))]
+    return {(sources[s], label): c for (s, label), c in cls.items()}, names
+
+
+def test_merge_of_an_lfw_folder_and_a_label_list_writes_a_list_against_brute_force_components(tmp_path):
+    from mtl.commands.merge import merge
+    from mtl.readers.image_list import parse_label_list
+
+    written = _three_sources(tmp_path)
+    pairs = [{"task_a": "lfw", "name_a": "Ann_Lee", "task_b": "lst", "name_b": "p1"},
+             {"task_a": "lfw", "name_a": "Bob_Ray", "task_b": "lfw", "class_b": "Cid_Moe"},  # one source's two
+             {"task_a": "lst", "label_a": 2, "task_b": "lfw", "label_b": 4},  # p2 = Eva_Orr, by labels
+             {"task_a": "lfw", "name_a": "Eva_Orr", "task_b": "lfw", "name_b": "Cid_Moe"}]  # a chain
+    edges = [(("lfw", 0), ("lst", 0)), (("lfw", 1), ("lfw", 2)), (("lst", 2), ("lfw", 4)), (("lfw", 4), ("lfw", 2))]
+    specs = [f"lfw={tmp_path / 'lfw'}", f"lst={tmp_path / 'lst' / 'list.txt'}"]
+    summary = merge(str(tmp_path / "out" / "train"), specs, _write(tmp_path, pairs))
+    expected, names = expected_merge(written, ["lfw", "lst"], edges)
+    assert summary["classes"] == len(names) == 5 and summary["people"] == 9
+    entries, problems = parse_label_list(str(tmp_path / "out" / "train.txt"))
+    assert not problems and len(entries) == sum(len(v) for k, v in written.items() if k[0] != "glint")
+    source_of = {path: key for key, paths in written.items() for path in paths}
+    for _, rel, label in entries:
+        assert int(label) == expected[source_of[os.path.normpath(str(tmp_path / "out" / rel))]], rel
+    assert json.load(open(tmp_path / "out" / "labels.json")) == {"label": names}
+    assert names[1] == "lfw/Bob_Ray+lfw/Cid_Moe+lfw/Eva_Orr+lst/p2", names
+
+
+def test_merge_with_a_pack_writes_a_pack_against_brute_force_components(tmp_path):
+    from mtl import registry
+    from mtl.commands.merge import merge
+    from mtl.data.recordio import RecordIOReader, unpack
+    from mtl.readers.recordio_reader import image_rows
+
+    written = _three_sources(tmp_path)
+    pairs = [{"task_a": "lfw", "name_a": "Ann_Lee", "task_b": "lst", "name_b": "p1"},
+             {"task_a": "lst", "label_a": 0, "task_b": "glint", "label_b": 2},  # p1 = glint 2: Ann's chain
+             {"task_a": "glint", "class_a": 2, "task_b": "lfw", "name_b": "Dee_Fox"},
+             {"task_a": "lst", "class_a": "p3", "task_b": "glint", "class_b": 0},
+             {"task_a": "lst", "name_a": "p1", "task_b": "lfw", "name_b": "Ann_Lee"}]  # the first, again
+    edges = [(("lfw", 0), ("lst", 0)), (("lst", 0), ("glint", 2)), (("glint", 2), ("lfw", 3)),
+             (("lst", 1), ("glint", 0))]
+    sources = ["lfw", "lst", "glint"]
+    specs = [f"lfw={tmp_path / 'lfw'}", f"lst={tmp_path / 'lst' / 'list.txt'}", f"glint={tmp_path / 'glint'}"]
+    with pytest.raises(ConfigError, match=r"source 'glint' is a RecordIO pack: .*\(add --pack\)"):
+        merge(str(tmp_path / "out" / "train"), specs, _write(tmp_path, pairs))
+    merge(str(tmp_path / "out" / "train"), specs, _write(tmp_path, pairs), as_pack=True)
+    expected, names = expected_merge(written, sources, edges)
+    by_bytes = {open(p, "rb").read(): key for key, paths in written.items() for p in paths}
+    records = RecordIOReader(str(tmp_path / "out" / "train.rec"), str(tmp_path / "out" / "train.idx"))
+    rows, stated = image_rows(records)
+    labels = [unpack(records.read_row(int(r))) for r in rows]
+    assert stated == len(names) and len(labels) == len(by_bytes)
+    assert [int(h.label) for h, data in labels] == [expected[by_bytes[data]] for h, data in labels]
+    assert [int(h.label) for h, _ in labels] == sorted(int(h.label) for h, _ in labels)  # grouped by class
+    registry.load_builtin()
+    reader = registry.build("reader", {"type": "recordio", "path": str(tmp_path / "out"), "image_size": 8})
+    assert reader.num_classes == len(names) and reader.label_names() == {"label": names}
+    assert names[0] == "lfw/Ann_Lee+lfw/Dee_Fox+lst/p1+glint/2" and "lst/p3+glint/0" in names
+
+
+@pytest.mark.parametrize("pairs, words", [
+    ([{"task_a": "lfw", "name_a": "Ann_Lee", "task_b": "list", "name_b": "p1"}],
+     "entry 0: task_b 'list' is not a task of this merge (NAME=SOURCE) (its tasks: lfw, lst) (did you mean 'lst'?)"),
+    ([{"task_a": "lfw", "name_a": "Ann_lee", "task_b": "lst", "name_b": "p1"}],
+     "entry 0: the person of task 'lfw' names 'Ann_lee', which is not a name of the data (did you mean 'Ann_Lee'?)"),
+    ([{"task_a": "lfw", "name_a": "Ann_Lee", "task_b": "lst", "name_b": "p4"}],  # named by labels.json, no image
+     "entry 0: the person of 'lst' (lst/p4, label 4) has no image in"),
+    ([{"task_a": "lfw", "label_a": 5, "task_b": "lst", "name_b": "p1"}],
+     "entry 0: the person of task 'lfw' is label 5, outside the head's classes [0, 5)"),
+])
+def test_merge_refuses_a_pair_that_names_nobody_and_writes_nothing(tmp_path, pairs, words):
+    from mtl.commands.merge import merge
+    from mtl.errors import DataError
+
+    _three_sources(tmp_path)
+    _image(str(tmp_path / "lst" / "p5" / "0.png"), 98)  # label 5 has an image, label 4 (p4) none
+    with open(tmp_path / "lst" / "list.txt", "a") as f:
+        f.write("p5/0.png\t5\n")
+    (tmp_path / "lst" / "labels.json").write_text(json.dumps({"label": ["p1", "p3", "p2", "p0", "p4", "p5"]}))
+    path = _write(tmp_path, pairs)
+    with pytest.raises(DataError) as info:
+        merge(str(tmp_path / "out" / "train"), [f"lfw={tmp_path / 'lfw'}", f"lst={tmp_path / 'lst' / 'list.txt'}"],
+              path)
+    assert path in str(info.value) and words in str(info.value), str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_merge_overwrites_nothing_and_a_failed_pack_leaves_nothing(tmp_path):
+    from mtl.commands.merge import merge
+    from mtl.errors import DataError
+
+    _three_sources(tmp_path)
+    specs = [f"lfw={tmp_path / 'lfw'}", f"lst={tmp_path / 'lst' / 'list.txt'}"]
+    os.makedirs(tmp_path / "out")
+    (tmp_path / "out" / "labels.json").write_text('{"label": ["mine"]}')
+    with pytest.raises(DataError, match="labels.json' exists: merge writes a new dataset and overwrites nothing"):
+        merge(str(tmp_path / "out" / "train"), specs)
+    assert (tmp_path / "out" / "labels.json").read_text() == '{"label": ["mine"]}' and os.listdir(tmp_path / "out") \
+        == ["labels.json"]
+    _image(str(tmp_path / "lst" / "p0" / "1.png"), 99, size=9)  # one image of another size
+    with open(tmp_path / "lst" / "list.txt", "a") as f:
+        f.write("p0/1.png\t3\n")
+    with pytest.raises(DataError, match=r"is 9x9 but .* is 8x8: a pack holds images of one size"):
+        merge(str(tmp_path / "new" / "train"), specs, as_pack=True)
+    assert not (tmp_path / "new").exists()
+
+
+def test_mtl_data_merge_on_the_command_line(tmp_path, capsys):
+    from mtl.cli import build_parser
+
+    _three_sources(tmp_path)
+    args = build_parser().parse_args(["data", "merge", str(tmp_path / "m" / "train"), f"lfw={tmp_path / 'lfw'}",
+                                      str(tmp_path / "lst" / "list.txt")])  # the second named by its file: list
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "wrote 17 images of 9 classes" in out and "the 9 people of 2 sources, 0 of them joined" in out, out
+    assert json.load(open(tmp_path / "m" / "labels.json"))["label"][-1] == "list/p0"

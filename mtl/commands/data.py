@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from mtl.charts import check_chart_path
+from mtl.commands.merge import add_merge_cli
 from mtl.commands.pack import pack
 from mtl.data.recordio import RecordIOReader, unpack
 from mtl.data.transforms import DecodeError, decode_rgb
@@ -257,9 +258,10 @@ def label_table(stats) -> str:
 
 
 def add_cli(subparsers):
-    """Register ``data pack`` and ``data inspect`` on an argparse sub-parsers object (each sets ``func(args)``)."""
+    """Register ``data pack``, ``data inspect`` and ``data merge`` on an argparse sub-parsers object (each sets
+    ``func(args)``)."""
     data = subparsers.add_parser("data", help="pack face images into RecordIO, inspect datasets")
-    sub = data.add_subparsers(dest="data_command", metavar="{pack,inspect}")
+    sub = data.add_subparsers(dest="data_command", metavar="{pack,inspect,merge}")
     sub.required = True
     p = sub.add_parser("pack", help="write train.rec/train.idx/property from an image folder or a label list")
     p.add_argument("source", help="folder with one sub-folder per identity, or a 'path<TAB>label' list file")
@@ -278,4 +280,5 @@ def add_cli(subparsers):
     q.add_argument("--check", choices=["all", "sample"], default="all",
                    help="decode every image to find the bad ones, or only the contact sheet's sample (quick)")
     q.set_defaults(func=_run_inspect)
+    add_merge_cli(sub)
     return data

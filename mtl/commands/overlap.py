@@ -291,6 +291,7 @@ def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, p
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump([{k: m[k] for k in JSON_KEYS} for m in found], f, indent=1, ensure_ascii=False)
         print(f"wrote {json_path}")
+    print(next_step(job, run_dir, json_path, found))
     if sets:
         cut = leak_threshold(job, bank)
         flagged, checked = leaks(job, bank, cut)
@@ -302,6 +303,29 @@ def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, p
                              f"{f['similarity']:.3f}") for f in flagged[:50]],
                            headers=["set", "image", "task", "nearest person", "cosine"], tablefmt="github"))
     return found
+
+
+def next_step(job, run_dir: str, json_path, found) -> str:
+    """The closing lines: the next command of the two-stage workflow (separate heads, ``mtl overlap --json``, then a
+    run whose cross-head negatives are masked with these pairs), after the other way (one de-duplicated dataset,
+    ``mtl data merge``); or why there is none."""
+    import shlex
+
+    if not found:
+        return "no likely-same people: the heads can train as they are, with no same-person mask"
+    config = job.cfg.get("config_path")
+    config = shlex.quote(os.path.relpath(config)) if config and os.path.isfile(config) else "JOB.yaml"
+    again = " (and the --set options of the first run)" if str(job.cfg.get("source", "")).endswith("--set)") else ""
+    pairs = shlex.quote(json_path) if json_path else "PAIRS.json"
+    readers = {t.name: t.cfg["reader"] for t in job.tasks}
+    sources = sorted({m[f"task_{end}"] for m in found for end in "ab"}, key=list(readers).index)
+    where = {t: readers[t].get("list") or readers[t].get("path") for t in sources}
+    data = " ".join(f"{t}={shlex.quote(os.path.relpath(str(where[t])) if where[t] else 'DATA')}" for t in sources)
+    first = "" if json_path else "write them with --json PAIRS.json; then "
+    return (f"or one de-duplicated dataset of them: mtl data merge runs/merged/train {data} --pairs {pairs}\n"
+            f"next: {first}train the heads masked with these pairs: mtl train {config} --set output_dir="
+            f"{shlex.quote(os.path.normpath(run_dir) + '_masked')} cross_negatives.rate=1.0 cross_negatives.mask=pairs "
+            f"cross_negatives.pairs={pairs}{again}")
 
 
 def _cmd_overlap(args):
