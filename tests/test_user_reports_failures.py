@@ -382,3 +382,51 @@ def test_an_empty_person_folder_is_left_out_of_a_pack_with_a_warning(tmp_path, c
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and f"'{tmp_path / 'faces' / 'c'}'" in warnings[0], warnings
     assert "no image" in warnings[0] and "left out" in warnings[0]
+
+
+# ---- 20. backbone.pretrained of a file that holds no weights -----------------------------------------------------
+NOT_WEIGHTS = {
+    "numbers.csv": (b"0.5,0.25\n0.125,1\n", "a text file"),  # '0' is pickle's POP: "IndexError: pop from empty list"
+    "notes.md": (b"# my model\n", "a text file"),
+    "model.pth": (b"PK\x03\x04" + bytes(60), "a zip archive"),
+    "model.safetensors": (len(b'{"a": {}}').to_bytes(8, "little") + b'{"a": {}}', "a safetensors file"),
+    "empty.pdparams": (b"", "an empty file"),
+    "backbone.pdiparams": (bytes(32), "the parameters of an exported inference model"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_WEIGHTS))
+def test_backbone_pretrained_of_a_file_without_weights_says_what_the_file_is(tmp_path, name):
+    from mtl.backbones.base import build_backbone
+    from mtl.errors import MtlError
+
+    content, kind = NOT_WEIGHTS[name]
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(MtlError) as refused:
+        build_backbone({"type": "mlp", "input_shape": [1, 8, 8], "hidden": [8], "embedding_size": 8,
+                        "pretrained": str(path)}, "job.yaml")
+    message = str(refused.value)
+    assert message.startswith(f"job.yaml: backbone.pretrained: '{path}' is {kind}, not pretrained weights"), message
+    assert "Error" not in message and "\n" not in message, message
+
+
+def test_the_reference_makers_name_no_absolute_folder_of_a_machine():
+    import glob
+    import re
+
+    for path in glob.glob(os.path.join(ROOT, "tests", "references", "*.py")):
+        with open(path) as f:
+            text = f.read()
+        found = re.findall(r"(?<![\w.$)])/(?:work|home|root|tmp|opt|Users)/[\w.-]+", text)
+        assert not found, (path, found)
+
+
+def test_a_refused_pickle_that_is_text_is_still_said_to_be_refused(tmp_path):
+    from mtl.backbones.base import build_backbone
+
+    path = tmp_path / "evil.pdparams"
+    path.write_bytes(b"cposix\nsystem\n(S'true'\ntR.")  # protocol 0: ASCII text
+    with pytest.raises(DataError, match=r"evil.pdparams' was not loaded: it holds 'posix.system'"):
+        build_backbone({"type": "mlp", "input_shape": [1, 8, 8], "hidden": [8], "embedding_size": 8,
+                        "pretrained": str(path)}, "job.yaml")

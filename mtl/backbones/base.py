@@ -122,9 +122,13 @@ def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
 
     if not os.path.isfile(path):
         raise ConfigError(f"pretrained weights '{path}' do not exist", source, key)
+    from mtl.errors import DataError
     from mtl.safe_pickle import load_state_dict
 
-    state = load_state_dict(path, "pretrained weights")
+    try:
+        state = load_state_dict(path, "pretrained weights")
+    except DataError as exc:  # named with the config's file and key
+        raise DataError(exc.bare_message, source, key) from None
     own = backbone.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

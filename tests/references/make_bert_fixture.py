@@ -1,9 +1,10 @@
 """Make the fixture that checks the ``bert`` backbone against Hugging Face ``transformers`` (BertModel, ErnieModel).
 
-Run in a separate environment with torch and transformers (never a project dependency)::
+Run from the repository root in a separate environment with torch and transformers (never a project dependency;
+here beside the checkout)::
 
-    python3 -m venv /work/.torch-text && /work/.torch-text/bin/pip install torch==2.13.0 numpy transformers
-    /work/.torch-text/bin/python tests/references/make_bert_fixture.py
+    python3 -m venv ../.torch-text && ../.torch-text/bin/pip install torch==2.13.0 numpy transformers
+    ../.torch-text/bin/python tests/references/make_bert_fixture.py
 
 It builds a tiny BertModel (2 layers, hidden 32, 4 heads, vocabulary 100) and a tiny ErnieModel with ERNIE 3.0's task
 embedding (use_task_id, 3 task types) with random weights (seed 0), runs both in eval mode on a padded batch, and

@@ -4,15 +4,15 @@ The tests never need torch: they compare against what this script wrote (see :mo
 what each file holds). Run it again when a fixture should change (another peer commit, another torch, a new
 network); it takes about two minutes on two cores. From the repository root:
 
-    python3 -m venv /work/.torch-peers      # outside the repository; torch is never a project dependency
-    /work/.torch-peers/bin/pip install torch==2.13.0 numpy==2.4.6 scikit-learn==1.9.1 \\
+    python3 -m venv ../.torch-peers      # beside the checkout, outside it: torch is never a project dependency
+    ../.torch-peers/bin/pip install torch==2.13.0 numpy==2.4.6 scikit-learn==1.9.1 \\
         opencv-python-headless==5.0.0.93 scikit-image==0.26.0
-    /work/.torch-peers/bin/python tests/references/make_peer_fixtures.py [--peer DIR] [--out tests/fixtures] \\
+    ../.torch-peers/bin/python tests/references/make_peer_fixtures.py [--peer DIR] [--out tests/fixtures] \\
         [--only backbones vit ijb]
 
 ``--peer`` is insightface's ``recognition/arcface_torch`` folder (default ``../shared/peers/arcface_torch``
 beside the checkout: its files listed in that folder's SOURCE, unmodified). The same command with another
-``--out`` is the live check of the tests (``MTL_TORCH_PYTHON=/work/.torch-peers/bin/python make test``).
+``--out`` is the live check of the tests (``MTL_TORCH_PYTHON=$(realpath ../.torch-peers/bin/python) make test``).
 
 What runs of the peer, and what is changed around it:
 
