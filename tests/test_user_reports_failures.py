@@ -430,3 +430,51 @@ def test_a_refused_pickle_that_is_text_is_still_said_to_be_refused(tmp_path):
     with pytest.raises(DataError, match=r"evil.pdparams' was not loaded: it holds 'posix.system'"):
         build_backbone({"type": "mlp", "input_shape": [1, 8, 8], "hidden": [8], "embedding_size": 8,
                         "pretrained": str(path)}, "job.yaml")
+
+
+# ---- 21. mtl convert's messages ----------------------------------------------------------------------------------
+VIT_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "insightface_vit_small.pth")  # a torch.save archive of a ViT
+
+
+def convert_error(*args):
+    """The one error line of ``mtl convert ARGS`` (in this process)."""
+    from mtl.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["convert", *args])
+    assert ended.value.code == 2
+    return str(ended.value.code)
+
+
+def test_convert_insightface_of_a_paddle_file_points_to_convert_plsc(tmp_path, capsys):
+    import pickle
+
+    src = tmp_path / "plsc_r50.pdparams"
+    with open(src, "wb") as f:
+        pickle.dump({"conv1.weight": np.zeros((2, 3, 3, 3), np.float32)}, f, protocol=4)  # as paddle.save writes
+    convert_error("insightface", str(src), str(tmp_path / "out.pdparams"), "--arch", "iresnet50")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: '{src}' is a Paddle file (paddle.save), not a torch.save archive"), err
+    assert f"mtl convert plsc {src} {tmp_path / 'out.pdparams'} --arch iresnet50" in err
+    assert "torch.save(model" not in err and "PyTorch" not in err, err
+    convert_error("plsc", VIT_FIXTURE, str(tmp_path / "out.pdparams"), "--arch", "vit_t")
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: '{VIT_FIXTURE}' is a torch.save archive, not a Paddle file"), err
+    assert f"mtl convert insightface {VIT_FIXTURE} {tmp_path / 'out.pdparams'} --arch vit_t" in err, err
+
+
+@pytest.mark.parametrize("arch", ["iresnet50", "mobilefacenet"])
+def test_convert_of_a_vit_with_another_arch_points_to_the_vit_archs(tmp_path, capsys, arch):
+    convert_error("insightface", VIT_FIXTURE, str(tmp_path / "out.pdparams"), "--arch", arch)
+    err = capsys.readouterr().err.strip()
+    assert "the file holds a ViT (width 16, depth 2): give --arch vit_t, vit_s or vit_b" in err, err
+    assert not (tmp_path / "out.pdparams").exists()
+
+
+def test_the_readme_does_not_say_convert_insightface_reads_plsc_files():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = " ".join(f.read().split())
+    sentence = text[text.index("`mtl convert insightface"):]
+    sentence = sentence[:sentence.index(". ")]
+    assert "PLSC" not in sentence.split("`mtl convert plsc")[0], sentence
+    assert "`mtl convert plsc " in text

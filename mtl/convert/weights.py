@@ -17,12 +17,13 @@ backbone must be given, else the conversion stops with one line naming the first
 import collections
 import json
 import os
+import zipfile
 
 import numpy as np
 
 from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
-from mtl.safe_pickle import load_paddle_file
+from mtl.safe_pickle import load_paddle_file, not_a_pickle
 
 ARCHS = ("iresnet18", "iresnet34", "iresnet50", "iresnet100", "mobilefacenet", "vit_t", "vit_s", "vit_b")
 SOURCES = ("insightface", "plsc")
@@ -55,10 +56,30 @@ def read_source(source: str, path: str):
     """{name: numpy array} of a ``source`` (insightface | plsc) weight file, without the classifier head."""
     if not os.path.isfile(path):
         raise DataError(f"weights '{path}' do not exist")
+    if source == "insightface" and not zipfile.is_zipfile(path):
+        kind = not_a_pickle(path, what="a torch.save archive")  # text, safetensors, ...: what it is
+        if kind is not None:
+            raise kind
     if source == "insightface":
         return _as_state_dict(read_torch_file(path), path)
     state = _as_state_dict(load_paddle_file(path, "a Paddle state_dict"), path)
     return collections.OrderedDict((n, v) for n, v in state.items() if not n.startswith("head."))
+
+
+def other_source(source: str, src: str, dst: str, arch: str):
+    """The DataError for a file of the other framework than ``source`` says (a PLSC ``.pdparams`` given to
+    insightface, a ``torch.save`` archive given to plsc), with the command that converts it; None otherwise."""
+    if source == "plsc" and zipfile.is_zipfile(src):
+        return DataError(f"'{src}' is a torch.save archive, not a Paddle file: convert it with mtl convert insightface "
+                         f"{src} {dst} --arch {arch}")
+    if source == "insightface" and not zipfile.is_zipfile(src):
+        try:
+            _as_state_dict(load_paddle_file(src, "a Paddle state_dict"), src)
+        except DataError:
+            return None  # not Paddle's either (an old torch file, ...): the torch reader says what it is
+        return DataError(f"'{src}' is a Paddle file (paddle.save), not a torch.save archive: convert it with "
+                         f"mtl convert plsc {src} {dst} --arch {arch}")
+    return None
 
 
 def _translations(backbone):
@@ -119,6 +140,11 @@ def describe_layout(state) -> str:
         return f"the file's blocks per stage are {tuple(stages)}" + (f", an {arch}" if arch else "")
     if any(n.startswith("conv_sep.") for n in state):
         return "the file holds a MobileFaceNet"
+    if "patch_embed.proj.weight" in state:  # arcface_torch's VisionTransformer
+        width, depth = int(np.shape(state["patch_embed.proj.weight"])[0]), _units(state, "blocks.")
+        preset = {(256, 12): "vit_t", (512, 12): "vit_s", (512, 24): "vit_b"}.get((width, depth))
+        give = f"--arch {preset}" if preset else "--arch vit_t, vit_s or vit_b (its sizes are read from the file)"
+        return f"the file holds a ViT (width {width}, depth {depth}): give {give}"
     return f"the file's first tensors are {list(state)[:3]}"
 
 
@@ -219,6 +245,9 @@ def convert(source: str, src: str, dst: str, arch: str, overwrite: bool = False)
     if arch not in ARCHS:
         raise DataError(f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")
     check_destination(dst, overwrite)
+    mismatch = other_source(source, src, dst, arch) if os.path.isfile(src) else None
+    if mismatch is not None:
+        raise mismatch
     framework = "torch" if source == "insightface" else "paddle"
     state = read_source(source, src)
     options = infer_options(arch, state, src, framework)
