@@ -478,3 +478,46 @@ def test_the_readme_does_not_say_convert_insightface_reads_plsc_files():
     sentence = sentence[:sentence.index(". ")]
     assert "PLSC" not in sentence.split("`mtl convert plsc")[0], sentence
     assert "`mtl convert plsc " in text
+
+
+# ---- 17. an output_dir that holds checkpoints, and the commands of the docs after make demo ----------------------
+def test_an_output_dir_with_checkpoints_is_blamed_on_where_output_dir_came_from(tmp_path):
+    from mtl.config.loading import load_job
+    from mtl.errors import ConfigError
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(small_job(tmp_path / "run", steps=2)))
+    Trainer(build_job(load_job(str(config)), announce_plan=False), console=lambda *a: None).run()
+    with pytest.raises(ConfigError) as refused:  # output_dir from the file, another key from --set
+        Trainer(build_job(load_job(str(config), ["schedule.steps=3"]), announce_plan=False), console=lambda *a: None)
+    assert str(refused.value).startswith(f"{config}: output_dir: output_dir '{tmp_path / 'run'}' already holds "
+                                         "checkpoints"), str(refused.value)
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump(small_job(tmp_path / "elsewhere", steps=2)))
+    with pytest.raises(ConfigError) as refused:  # output_dir from --set
+        Trainer(build_job(load_job(str(other), [f"output_dir={tmp_path / 'run'}"]), announce_plan=False),
+                console=lambda *a: None)
+    assert str(refused.value).startswith(f"--set: output_dir: output_dir '{tmp_path / 'run'}' already holds "), \
+        str(refused.value)
+
+
+def documented_demo_runs(doc):
+    """Every ``mtl train`` command of ``docs/<doc>`` that trains the demo config (what ``make demo`` trained)."""
+    import shlex
+
+    with open(os.path.join(ROOT, "docs", doc)) as f:
+        lines = [line.split("  #")[0].strip() for line in f]
+    return [shlex.split(line) for line in lines if line.startswith("mtl train") and "configs/demo.yaml" in line]
+
+
+@pytest.mark.parametrize("doc", ["configuration.md", "tasks.md"])
+def test_the_docs_demo_commands_do_not_train_into_the_folder_make_demo_filled(doc):
+    commands = documented_demo_runs(doc)
+    assert commands, doc
+    with open(os.path.join(ROOT, "examples", "configs", "demo.yaml")) as f:
+        demo_folder = yaml.safe_load(f)["output_dir"]
+    for words in commands:
+        folders = [w.split("=", 1)[1] for w in words if w.startswith("output_dir=")]
+        assert "--overwrite" in words or (folders and folders[-1] != demo_folder), " ".join(words)

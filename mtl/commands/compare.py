@@ -93,7 +93,7 @@ def sub_batches(cfg: dict) -> Dict[str, int]:
 
 # where a config was read from, not what it trains: a run of the same job moved or read through another path is the
 # same run
-_PROVENANCE = ("config_path", "config_dir", "source", "plugin_folders")
+_PROVENANCE = ("config_path", "config_dir", "source", "plugin_folders", "set_keys")
 _TASK_PROVENANCE = ("source", "key", "set_prefix", "set_keys")  # a task's file and what --set changed in it
 
 

@@ -11,7 +11,7 @@ import yaml
 from mtl import registry
 from mtl.config.checks import check_job
 from mtl.config.keys import ALTERNATIVES, JOB, TASK
-from mtl.config.overrides import apply_overrides, blame_set, set_keys, split_task_overrides
+from mtl.config.overrides import SET_MARK, apply_overrides, blame_set, set_keys, split_task_overrides
 from mtl.config.paths import BACKBONE_PATH_KEYS, REPO_ROOT, resolve_path, resolve_reader_paths
 from mtl.config.schema import validate
 from mtl.errors import ConfigError, MtlError, absent
@@ -353,7 +353,8 @@ def load_job(path=None, overrides=(), data=None):
     """Load, override and validate a job config; load plug-ins and tasks; return the validated dict.
 
     ``data`` may be given instead of ``path`` (a raw mapping, e.g. from tests). The result has ``tasks`` replaced by
-    validated task dicts (each with ``source``), plus ``config_path`` and ``config_dir``.
+    validated task dicts (each with ``source``), plus ``config_path``, ``config_dir`` and ``set_keys`` (the key paths
+    ``--set`` gave).
     """
     source, origins = path or "<config>", {}
     raw = read_job_yaml(path, origins=origins) if path is not None else copy.deepcopy(data or {})
@@ -366,14 +367,16 @@ def load_job(path=None, overrides=(), data=None):
         for key, _ in task_sets:
             record_set(("tasks", index, *key), origins)
     if overrides:
-        source = f"{source} (with --set)" if path else source
+        source = f"{source}{SET_MARK}" if path else source
     try:
-        return _validated_job(raw, path, source, task_overrides)
+        job = _validated_job(raw, path, source, task_overrides)
     except ConfigError as exc:
         told = name_the_base(exc, origins, path) if exc.source == source else exc  # a task file's names its file
         if told is exc:
             raise
         raise told from None
+    job["set_keys"] = set_keys(job_overrides)  # what --set gave, for errors found later (overrides.key_source)
+    return job
 
 
 def _validated_job(raw, path, source, task_overrides):

@@ -76,6 +76,18 @@ def set_keys(overrides):
     return [".".join(map(str, path)) for path, _ in overrides or ()]
 
 
+SET_MARK = " (with --set)"  # what a job's source says when --set changed it
+
+
+def key_source(cfg: dict, key: str) -> str:
+    """Who gave the loaded job ``cfg``'s key ``key`` (dotted) its value, for an error about it: ``--set`` when a
+    ``--set`` gave it (or a mapping above it), else the job's own file (not "with --set": it did not give the key)."""
+    if any(key == given or key.startswith(given + ".") for given in cfg.get("set_keys") or ()):
+        return "--set"
+    source = cfg.get("source") or "<config>"
+    return source[:-len(SET_MARK)] if source.endswith(SET_MARK) else source
+
+
 def blame_set(task: dict, exc: ConfigError) -> ConfigError:
     """``exc`` (raised for a key of the loaded ``task``) as the error of the ``--set tasks.N.<path>`` that gave the
     failing key, when one did and the task comes from a task file: that file never held the key, so the sentence

@@ -15,6 +15,7 @@ import time
 import paddle
 
 from mtl import registry
+from mtl.config.overrides import key_source
 from mtl.contracts import check_batch
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
 from mtl.errors import ConfigError, MtlError
@@ -66,7 +67,7 @@ class Trainer:
                 refusal, lock = exc.bare_message, None
         refusal = self.strategy.from_main(refusal)
         if refusal:
-            raise ConfigError(refusal, self.cfg["source"], "output_dir")
+            raise ConfigError(refusal, key_source(self.cfg, "output_dir"), "output_dir")
         return lock if self.is_main else None
 
     def release(self):
@@ -94,7 +95,8 @@ class Trainer:
         self.state = TrainingState(job.model, self.optimizer, job.schedule, self.strategy, self.balancer, self.guard,
                                    self.averager, self.scaler, keep=self.cfg["checkpoint"]["keep"],
                                    total_steps=self.steps)
-        rundir.refuse_or_clear(self.output_dir, resume, overwrite, self.cfg["source"], self.strategy)
+        rundir.refuse_or_clear(self.output_dir, resume, overwrite, key_source(self.cfg, "output_dir"),
+                               self.strategy)
         setup_logging(self.output_dir, self.strategy.rank)
         self._announce_mask()
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
@@ -126,7 +128,7 @@ class Trainer:
         if path is None:
             refusal = self.strategy.from_main(rundir.all_damaged(self.output_dir) if self.is_main else None)
             if refusal:  # every checkpoint damaged: start nothing and touch nothing (they may be repaired)
-                raise ConfigError(refusal, self.cfg["source"], "output_dir")
+                raise ConfigError(refusal, key_source(self.cfg, "output_dir"), "output_dir")
             self.console(f"--resume: no checkpoint under {layout.checkpoint_root(self.output_dir)}; "
                          "starting from step 0")
             return 0, None
