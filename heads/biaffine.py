@@ -15,7 +15,7 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.contracts import Field
-from mtl.heads.text import TextHead, gather_words, global_mean, mlp, to_numpy
+from mtl.heads.text import TextHead, gather_words, global_mean, mlp, to_numpy, word_counts
 from mtl.registry import register_head
 from mtl.text.metrics import attachment_scores
 from mtl.text.trees import decode_tree
@@ -41,6 +41,7 @@ class BiaffineHead(TextHead):
     reads = "sequence"
     primary_metric = "las"
     higher_is_better = True
+    predicts_text = True
 
     def __init__(self, feature_size, num_classes=None, arc_size=256, relation_size=64, dropout=0.33,
                  label_field="heads", relation_field="relations"):
@@ -96,19 +97,32 @@ class BiaffineHead(TextHead):
         right = paddle.logical_and(arcs.argmax(axis=-1) == heads, valid)
         return global_mean(arc_loss + rel_loss, valid.sum(), {"uas": right.sum()})
 
-    def predict(self, features, labels):
-        """Per sentence: (predicted heads, predicted relations, gold heads, gold relations)."""
-        heads, relations = to_numpy(labels[self.label_field]), to_numpy(labels[self.relation_field])
-        valid = labels[self.label_field] >= 0
-        nodes = self.nodes(features, labels)
+    def decode(self, features, inputs, valid):
+        """(trees, relations): per sentence the heads of its words (a well-formed tree, one root child) and the best
+        relation of each word at its predicted head; ``valid`` [B, W] bool marks the words."""
+        nodes = self.nodes(features, inputs)
         arcs = to_numpy(F.log_softmax(self.arc_scores(nodes, valid), axis=-1))
-        trees = [decode_tree(a[:n + 1, :n + 1]) for a, n in zip(arcs, (heads >= 0).sum(axis=1))]
-        padded = np.zeros(heads.shape, np.int64)
+        counts = to_numpy(valid).sum(axis=1)
+        trees = [decode_tree(a[:n + 1, :n + 1]) for a, n in zip(arcs, counts)]
+        padded = np.zeros(tuple(valid.shape), np.int64)
         for row, tree in zip(padded, trees):
             row[:len(tree)] = tree
         rels = to_numpy(self.relation_scores(nodes, paddle.to_tensor(padded))).argmax(axis=-1)
-        return [(tree, r[:len(tree)], h[:len(tree)], g[:len(tree)])
-                for tree, r, h, g in zip(trees, rels, heads, relations)]
+        return trees, [r[:len(tree)] for r, tree in zip(rels, trees)]
+
+    def predict(self, features, labels):
+        """Per sentence: (predicted heads, predicted relations, gold heads, gold relations)."""
+        heads, relations = to_numpy(labels[self.label_field]), to_numpy(labels[self.relation_field])
+        trees, rels = self.decode(features, labels, labels[self.label_field] >= 0)
+        return [(tree, r, h[:len(tree)], g[:len(tree)]) for tree, r, h, g in zip(trees, rels, heads, relations)]
+
+    def predict_text(self, features, inputs):
+        """Per sentence: ``{heads: each word's head (0 = root), relations: each word's relation id}``."""
+        counts = word_counts(inputs)
+        valid = paddle.to_tensor(np.arange(inputs["word_index"].shape[1])[None, :] < counts[:, None])
+        trees, rels = self.decode(features, inputs, valid)
+        return [{self.label_field: [int(h) for h in tree], self.relation_field: [int(r) for r in rel]}
+                for tree, rel in zip(trees, rels)]
 
     def score(self, predictions, reader):
         """UAS, LAS (CoNLL 2018) and their no-punctuation variants, as fractions (relation names from the reader)."""

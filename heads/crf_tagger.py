@@ -13,6 +13,8 @@ class CrfTaggerHead(WordTagger):
     ``sum over sentences of (log Z - score(gold path))`` divided by the labelled words of the global sub-batch;
     prediction = the Viterbi path. Default metric: entity ``f1``."""
 
+    word_probabilities = False  # a word's softmax of the emissions is not the path's probability
+
     def __init__(self, feature_size, num_classes=None, hidden=(), dropout=0.33, metric="f1", label_field="tags"):
         super().__init__(feature_size, num_classes, hidden, dropout, metric, label_field)
         zeros = paddle.nn.initializer.Constant(0.0)

@@ -5,7 +5,7 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.contracts import Field
-from mtl.heads.text import TextHead, global_mean, mlp, to_numpy
+from mtl.heads.text import TextHead, class_records, global_mean, mlp, to_numpy
 from mtl.registry import register_head
 
 
@@ -26,6 +26,7 @@ class MatchingHead(TextHead):
     primary_metric = "accuracy"
     higher_is_better = True
     reads = "pooled"
+    predicts_text = True
 
     def __init__(self, feature_size, mode="pointwise", margin=0.5, hidden=(), dropout=0.1, label_field="label"):
         super().__init__(feature_size, label_field)
@@ -60,6 +61,13 @@ class MatchingHead(TextHead):
             return (pred == to_numpy(labels[self.label_field]).reshape(-1)).astype(int).tolist()
         scores = to_numpy(self.scorer(features).squeeze(-1))
         return (scores[:, 0] > scores[:, 1]).astype(int).tolist()
+
+    def predict_text(self, features, inputs):
+        """Per pair of texts (one row each, ``[CLS] a [SEP] b [SEP]``): pointwise, whether they match (class 1) with
+        the softmax probability; pairwise, the pair's score ``s`` (higher: the better match)."""
+        if self.mode == "pointwise":
+            return class_records(self.scorer(features), self.label_field)
+        return [{"score": float(s)} for s in to_numpy(self.scorer(features)).reshape(-1)]
 
     def score(self, predictions, reader):
         """Accuracy (a fraction)."""

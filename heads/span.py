@@ -26,6 +26,7 @@ class SpanHead(TextHead):
     reads = "sequence"
     primary_metric = "f1"
     higher_is_better = True
+    predicts_text = True
 
     def __init__(self, feature_size, max_answer_length=30, label_field="start"):
         super().__init__(feature_size, label_field)
@@ -63,6 +64,12 @@ class SpanHead(TextHead):
             out.append((int(q), None, 0, 0) if best is None else (int(q), best[0], int(c[best[1], 0]),
                                                                   int(c[best[2], 1])))
         return out
+
+    def predict_text(self, features, inputs):
+        """Per window: ``{question, score, start, end}``, the best span's score and characters in its question's
+        context (score None when the window holds no context); a question's answer is its best window's span."""
+        return [{"question": q, "score": value, "start": a, "end": b}
+                for q, value, a, b in self.predict(features, inputs)]
 
     def score(self, predictions, reader):
         """SQuAD v1.1 exact match and F1 (fractions) over the reader's questions."""

@@ -4,7 +4,7 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.contracts import Field
-from mtl.heads.text import TextHead, global_mean, mlp, to_numpy
+from mtl.heads.text import TextHead, class_records, global_mean, mlp, to_numpy
 from mtl.registry import register_head
 
 
@@ -23,6 +23,7 @@ class TextClassifyHead(TextHead):
 
     primary_metric = "accuracy"
     higher_is_better = True
+    predicts_text = True
 
     def __init__(self, feature_size, num_classes=None, pooling="pooled", hidden=(), dropout=0.1, label_field="label"):
         super().__init__(feature_size, label_field)
@@ -59,6 +60,10 @@ class TextClassifyHead(TextHead):
         """Per sample: (predicted class, gold class)."""
         pred = to_numpy(self.logits(features).argmax(axis=-1))
         return list(zip(pred.tolist(), to_numpy(labels[self.label_field]).reshape(-1).tolist()))
+
+    def predict_text(self, features, inputs):
+        """Per text: the best class and its softmax probability (and every class's)."""
+        return class_records(self.logits(features), self.label_field)
 
     def score(self, predictions, reader):
         """Accuracy (a fraction)."""

@@ -234,12 +234,13 @@ def chosen_tasks(model, inputs, task=None) -> List[str]:
     return found
 
 
-def predict(path: str, inputs, task=None, weights="auto", trust_plugins=False) -> List[Prediction]:
-    """Every chosen task's :class:`Prediction` for the input files ``inputs`` of the run or export ``path``."""
+def predict(path: str, inputs, task=None, weights="auto", trust_plugins=False, model=None) -> List[Prediction]:
+    """Every chosen task's :class:`Prediction` for the input files ``inputs`` of the run or export ``path`` (or of
+    ``model``, the same opened already)."""
     from mtl.inference import open_for_prediction
     from mtl.readers.label_names import field_names
 
-    model = open_for_prediction(path, weights, trust_plugins)
+    model = model or open_for_prediction(path, weights, trust_plugins)
     results = []
     for name in chosen_tasks(model, list(inputs), task):
         cfg = model.head_configs[name]

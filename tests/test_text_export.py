@@ -40,7 +40,8 @@ def test_text_export_tokenises_as_training_did(tmp_path):
 
 def test_bert_reading_comprehension_end_to_end(tmp_path):
     """The bert backbone (loaded from the transformers fixture) trains in a joint job with the span head on the
-    hand-made SQuAD file and a first-token classifier; evaluation reports SQuAD's EM/F1 as fractions, as every head does."""
+    hand-made SQuAD file and a first-token classifier; evaluation reports SQuAD's EM/F1 as fractions, as every head
+    does."""
     import json
 
     run = str(tmp_path / "run")

@@ -351,3 +351,295 @@ def test_a_bert_run_reads_back_without_the_checkpoint_files(tmp_path):
     again = Bert(**config)
     assert {k: tuple(v.shape) for k, v in again.state_dict().items()} == \
         {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+# --- item 6: every text head predicts with mtl predict --------------------------------------------------------------
+
+TEXT = os.path.join(HERE, "fixtures", "text")
+WORD_TASKS = {  # task -> (reader, head config)
+    "upos": (lambda tok: __import__("mtl.readers.conllu_reader", fromlist=["x"]).ConlluReader(
+        os.path.join(TEXT, "tiny.conllu"), "upos", tokenizer=tok), {"type": "tagger", "dropout": 0.0}),
+    "deps": (lambda tok: __import__("mtl.readers.conllu_reader", fromlist=["x"]).ConlluReader(
+        os.path.join(TEXT, "tiny.conllu"), "tree", tokenizer=tok),
+        {"type": "biaffine", "arc_size": 6, "relation_size": 5, "dropout": 0.0}),
+    "ner": (lambda tok: Iob2Reader(os.path.join(TEXT, "tiny.ner.iob2"), tokenizer=tok),
+            {"type": "crf_tagger", "dropout": 0.0}),
+    "genre": (lambda tok: __import__("mtl.readers.conllu_reader", fromlist=["x"]).ConlluReader(
+        os.path.join(TEXT, "tiny.conllu"), {"comment": "sent_id", "pattern": "^([a-z]+)-"}, tokenizer=tok),
+        {"type": "text_classify", "dropout": 0.0}),
+    "pairs": (lambda tok: __import__("mtl.readers.text_pairs", fromlist=["x"]).MatchingReader(
+        os.path.join(TEXT, "ewt_pairs.tsv"), mode="pairwise", tokenizer=tok), {"type": "matching", "mode": "pairwise"}),
+    "squad": (lambda tok: __import__("mtl.readers.squad_reader", fromlist=["x"]).SquadReader(
+        os.path.join(TEXT, "tiny_squad.json"), tokenizer=tok, max_length=24, doc_stride=6, max_query_length=8),
+        {"type": "span", "max_answer_length": 6}),
+}
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    """What a run gives mtl predict, with random weights: a small BiLSTM, one head per text head type (the CRF's
+    transitions drawn too), the readers' input specs and label names as a run records them in data.json."""
+    from mtl import registry
+    from mtl.inference import LoadedModel, PredictionModel
+
+    registry.load_builtin()
+    paddle.seed(3)
+    backbone = registry.build("backbone", {"type": "text_bilstm", "tokenizer": EWT_TOKENIZER, "embedding_size": 16,
+                                           "hidden_size": 8, "num_layers": 1, "dropout": 0.0,
+                                           "embedding_dropout": 0.0}, "<test>", "backbone")
+    backbone.eval()
+    tok = backbone.tokenizer
+    readers = {name: make(tok) for name, (make, _) in WORD_TASKS.items()}
+    configs = {name: cfg for name, (_, cfg) in WORD_TASKS.items()}
+    states = {}
+    for name, cfg in configs.items():
+        sizes = {k: v for k, v in readers[name].sizes().items() if v is not None and k == "num_classes"}
+        head = registry.build("head", cfg, "<test>", name, feature_size=backbone.feature_size, **sizes)
+        state = {k: v.numpy() for k, v in head.state_dict().items()}
+        rng = np.random.default_rng(7)
+        for key in ("transitions", "start", "end", "arc_weight", "rel_weight"):
+            if key in state:  # zeros at construction: drawn, so that the CRF's path and the tree are not trivial
+                state[key] = rng.normal(0, 1.0, state[key].shape).astype("float32")
+        states[name] = state
+    data = {"inputs": {n: r.input_spec() for n, r in readers.items()},
+            "label_names": {n: r.label_names() for n, r in readers.items() if r.label_names()}}
+    loaded = LoadedModel(backbone, "token_ids", [None], 0, "random weights")
+    return PredictionModel(loaded, configs, data, lambda task: states[task]), states, readers
+
+
+def _sequence(backbone, words):
+    """The encoder's sequence [T, D] and pooled [D] of one sentence, and each word's first piece (numpy)."""
+    tok = backbone.tokenizer
+    pieces, starts = tok.encode_words(words)
+    ids = np.concatenate([[tok.cls_id], pieces, [tok.sep_id]]).astype(np.int64)
+    with paddle.no_grad():
+        out = backbone({"token_ids": paddle.to_tensor(ids[None]), "segment_ids": paddle.zeros([1, len(ids)], "int64")})
+    return out["sequence"].numpy()[0].astype(np.float64), out["pooled"].numpy()[0].astype(np.float64), starts + 1
+
+
+def _leaky_mlp(x, state, prefix):
+    """``Linear -> LeakyReLU(0.01) -> Linear`` of a head's MLP (dropout off), in numpy."""
+    h = x @ state[f"{prefix}.0.weight"] + state[f"{prefix}.0.bias"]
+    h = np.where(h > 0, h, 0.01 * h)
+    return h @ state[f"{prefix}.3.weight"] + state[f"{prefix}.3.bias"]
+
+
+def _log_softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def _best_tree(logp):
+    """Brute force: every head assignment of n words (heads 0..n, not itself) that is a tree with one root child;
+    the one of the highest summed log-probability."""
+    import itertools
+
+    n = logp.shape[0] - 1
+    best, best_score = None, -np.inf
+    for heads in itertools.product(range(n + 1), repeat=n):
+        if any(h == d for d, h in enumerate(heads, start=1)) or sum(h == 0 for h in heads) != 1:
+            continue
+        reaches_root = True
+        for d in range(1, n + 1):
+            seen, node = set(), d
+            while node != 0 and node not in seen:
+                seen.add(node)
+                node = heads[node - 1]
+            reaches_root &= node == 0
+        score = sum(logp[d, h] for d, h in enumerate(heads, start=1))
+        if reaches_root and score > best_score:
+            best, best_score = heads, score
+    return list(best)
+
+
+def _best_path(emissions, transitions, start, end):
+    """Brute force: the tag path of the highest CRF score over every path."""
+    import itertools
+
+    best, best_score = None, -np.inf
+    for path in itertools.product(range(emissions.shape[1]), repeat=len(emissions)):
+        score = start[path[0]] + end[path[-1]] + sum(emissions[t, y] for t, y in enumerate(path)) + \
+            sum(transitions[a, b] for a, b in zip(path, path[1:]))
+        if score > best_score:
+            best, best_score = list(path), score
+    return best
+
+
+def _conllu_sentences(text):
+    """[(comments {key: value}, word rows [10 cells])] of a CoNLL-U text."""
+    out = []
+    for block in text.strip().split("\n\n"):
+        comments = dict(line[1:].strip().split(" = ", 1) for line in block.splitlines() if line.startswith("#"))
+        rows = [line.split("\t") for line in block.splitlines() if line and line.split("\t")[0].isdigit()]
+        out.append((comments, rows))
+    return out
+
+
+def test_raw_text_predictions_of_every_word_head_against_their_own_logits(random_model, tmp_path):
+    """Raw text in, CoNLL-U out: UPOS = the argmax of the tagger's logits (numpy), NER = the best CRF path over every
+    path, HEAD/DEPREL = the best single-root tree over every head assignment and the best relation at its head, the
+    genre comment = the argmax of the classifier's softmax, with its probability. Before: mtl predict refused
+    text_classify and crf_tagger."""
+    from mtl.prediction_text import predict_text
+
+    model, states, readers = random_model
+    lines = ["Sue likes green tea .", "Mary ran home"]
+    (tmp_path / "new.txt").write_text("\n".join(lines) + "\n\n")
+    out, report = tmp_path / "new.conllu", tmp_path / "new.json"
+    records = predict_text(model, "<random>", [str(tmp_path / "new.txt")], output=str(out), json_path=str(report))
+    sentences = _conllu_sentences(out.read_text())
+    backbone = model.loaded.model
+    names = model.data["label_names"]
+    for (comments, rows), line in zip(sentences, lines):
+        words = line.split()
+        assert [r[1] for r in rows] == words and comments["text"] == line
+        sequence, pooled, starts = _sequence(backbone, words)
+        x = sequence[starts]
+        upos = x @ states["upos"]["scorer.0.weight"] + states["upos"]["scorer.0.bias"]
+        assert [r[3] for r in rows] == [names["upos"]["tags"][k] for k in upos.argmax(axis=1)]
+        ner = states["ner"]
+        path = _best_path(x @ ner["scorer.0.weight"] + ner["scorer.0.bias"], ner["transitions"], ner["start"],
+                          ner["end"])
+        assert [r[9] for r in rows] == [f"ner={names['ner']['tags'][k]}" for k in path]
+        deps = states["deps"]
+        nodes = np.concatenate([sequence[:1], x])
+        dep = np.concatenate([_leaky_mlp(nodes, deps, "arc_dep"), np.ones((len(nodes), 1))], axis=1)
+        scores = dep @ deps["arc_weight"] @ _leaky_mlp(nodes, deps, "arc_head").T
+        np.fill_diagonal(scores, -1e9)
+        heads = _best_tree(_log_softmax(scores))
+        assert [int(r[6]) for r in rows] == heads
+        rel_dep = np.concatenate([_leaky_mlp(nodes[1:], deps, "rel_dep"), np.ones((len(words), 1))], axis=1)
+        rel_head = np.concatenate([_leaky_mlp(nodes, deps, "rel_head")[heads], np.ones((len(words), 1))], axis=1)
+        product = (rel_dep @ deps["rel_weight"]).reshape(len(words), -1, rel_dep.shape[1])
+        relations = (product * rel_head[:, None, :]).sum(axis=-1).argmax(axis=1)
+        assert [r[7] for r in rows] == [names["deps"]["relations"][k] for k in relations]
+        genre = pooled @ states["genre"]["scorer.0.weight"] + states["genre"]["scorer.0.bias"]
+        p = np.exp(genre - genre.max()) / np.exp(genre - genre.max()).sum()
+        assert comments["genre"] == names["genre"]["label"][p.argmax()]
+        assert comments["genre_probability"] == f"{p.max():.4f}"
+    genre = json.loads(report.read_text())[0]["tasks"]["genre"][0]
+    assert genre["probability"] == pytest.approx(max(genre["probabilities"]), abs=1e-12)
+    assert records[0]["written_as"] == "conllu" and set(records[0]["tasks"]) == {"upos", "deps", "ner", "genre"}
+
+
+def test_iob2_and_conllu_inputs_come_back_with_their_own_lines(random_model, tmp_path):
+    """An IOB2 input keeps its lines and -DOCSTART-; the IOB2 task's tags replace the tag column; a CoNLL-U input
+    keeps multiword tokens, empty nodes and every column no task fills."""
+    from mtl.prediction_text import predict_text
+
+    model, _, _ = random_model
+    iob2 = tmp_path / "new.iob2"
+    iob2.write_text("-DOCSTART-\tO\n\n# sent_id = s1\n1\tJohn\tO\n2\tran\tO\n\n1\tMary\tO\n")
+    records = predict_text(model, "<random>", [str(iob2)], task="ner", output=str(tmp_path / "out.iob2"))
+    written = (tmp_path / "out.iob2").read_text().splitlines()
+    tags = [entry["tags"] for entry in records[0]["tasks"]["ner"]]
+    assert written == ["-DOCSTART-\tO", "", "# sent_id = s1", f"1\tJohn\t{tags[0][0]}", f"2\tran\t{tags[0][1]}", "",
+                       f"1\tMary\t{tags[1][0]}"]
+    source = os.path.join(TEXT, "tiny.conllu")
+    predict_text(model, "<random>", [source], task="upos", output=str(tmp_path / "out.conllu"))
+    before = [line.split("\t") for line in open(source).read().splitlines()]
+    after = [line.split("\t") for line in (tmp_path / "out.conllu").read_text().splitlines()]
+    assert len(before) == len(after)
+    for old, new in zip(before, after):
+        if len(old) == 10 and old[0].isdigit():  # a syntactic word: only UPOS changed
+            assert old[:3] + old[4:] == new[:3] + new[4:] and new[3] in model.data["label_names"]["upos"]["tags"]
+        else:  # comments, multiword tokens, empty nodes, blank lines
+            assert old == new
+
+
+def test_pairs_and_spans_against_their_own_logits(random_model, tmp_path):
+    """A TSV of pairs gets each pair's score (the matching head's MLP on the pooled vector, numpy); a SQuAD file gets
+    each question's best span over all its windows (start + end logits, numpy, every span of at most
+    max_answer_length pieces), written as SQuAD's prediction file."""
+    from mtl.prediction_text import predict_text
+    from mtl.text.pairs import encode_pair
+
+    model, states, readers = random_model
+    backbone = model.loaded.model
+    tsv = tmp_path / "pairs.tsv"
+    rows = [("the cat sat", "on the mat"), ("a dog ran", "to the park")]
+    tsv.write_text("text_a\ttext_b\n" + "".join(f"{a}\t{b}\n" for a, b in rows))
+    predict_text(model, "<random>", [str(tsv)], task="pairs", output=str(tmp_path / "scored.tsv"))
+    scored = [line.split("\t") for line in (tmp_path / "scored.tsv").read_text().splitlines()]
+    assert scored[0] == ["text_a", "text_b", "pairs"]
+    for (a, b), row in zip(rows, scored[1:]):
+        ids, segments = encode_pair(backbone.tokenizer, a, b, 256, "error", "")
+        with paddle.no_grad():
+            pooled = backbone({"token_ids": paddle.to_tensor(ids[None]),
+                               "segment_ids": paddle.to_tensor(segments[None])})["pooled"].numpy()[0]
+        score = pooled @ states["pairs"]["scorer.0.weight"] + states["pairs"]["scorer.0.bias"]
+        assert row[:2] == [a, b] and row[2] == f"{float(score[0]):.4f}"
+    squad = os.path.join(TEXT, "tiny_squad.json")
+    predict_text(model, "<random>", [squad], output=str(tmp_path / "answers.json"))
+    answers = json.loads((tmp_path / "answers.json").read_text())
+    reader = readers["squad"]
+    best = {}
+    for sample in reader:
+        with paddle.no_grad():
+            seq = backbone({"token_ids": paddle.to_tensor(sample["token_ids"][None]),
+                            "segment_ids": paddle.to_tensor(sample["segment_ids"][None])})["sequence"].numpy()[0]
+        logits = seq @ states["squad"]["linear.weight"] + states["squad"]["linear.bias"]
+        allowed = np.flatnonzero(sample["context_mask"])
+        for i in allowed:
+            for j in allowed[(allowed >= i) & (allowed < i + 6)]:
+                q, score = int(sample["example_index"]), logits[i, 0] + logits[j, 1]
+                if q not in best or score > best[q][0]:
+                    best[q] = (score, sample["piece_chars"][i, 0], sample["piece_chars"][j, 1])
+    expected = {question.qid: question.context[best[k][1]:best[k][2]] for k, question in enumerate(reader.questions)}
+    assert answers == expected
+
+
+def test_text_prediction_errors_are_one_sentence(random_model, tmp_path):
+    from mtl.prediction_text import predict_text
+
+    model, _, _ = random_model
+    with pytest.raises(ConfigError, match="task 'pairs' reads pairs of texts .text_a, text_b., which a conllu input "
+                                          "does not hold; give tsv"):
+        predict_text(model, "<random>", [os.path.join(TEXT, "tiny.conllu")], task="pairs")
+    long = tmp_path / "long.txt"
+    long.write_text(" ".join(["word"] * 300) + "\n")
+    with pytest.raises(DataError, match="sentence 1 has 302 pieces with .CLS. and .SEP., more than the 256 task "
+                                        "'deps' reads .* a tree cannot be cut"):
+        predict_text(model, "<random>", [str(long)], task="deps")
+    with pytest.raises(ConfigError, match="several text inputs need -o FOLDER"):
+        predict_text(model, "<random>", [str(long), str(long)], task="upos")
+    # a sentence of tags is cut between words and every word gets a tag
+    records = predict_text(model, "<random>", [str(long)], task="upos", output=str(tmp_path / "long.conllu"))
+    assert len(records[0]["tasks"]["upos"][0]["tags"]) == 300
+
+
+@pytest.mark.slow
+def test_mtl_predict_of_a_trained_text_run_scores_as_its_evaluation_did(tmp_path, capsys):
+    """The issue's command on a run of every text head: ``mtl predict RUN dev.conllu`` (and the IOB2 dev file) fills
+    UPOS, HEAD/DEPREL, the genre comment and the NER tags; scored against the gold files with the metrics' own
+    functions, the filled files give the figures the run's final evaluation gave (another path: the reader's
+    samples, length-sorted batches)."""
+    from mtl.text.iob2 import read_iob2
+    from mtl.text.metrics import attachment_scores, entity_scores
+    from tests.cli_run import cli
+    from tests.shared_runs import train_here
+
+    run = tmp_path / "run"
+    summary = train_here(os.path.join(ROOT, "tests", "dist_scripts", "text_job.yaml"), "--set", f"output_dir={run}",
+                         "schedule.steps=24", "averaging.type=none")
+    scores = {task: info["eval"] for task, info in summary["tasks"].items()}
+    gold_conllu, gold_ner = os.path.join(TEXT, "ewt_sample.conllu"), os.path.join(TEXT, "ewt_sample.ner.iob2")
+    code, err = cli(["predict", run, gold_conllu, "-o", tmp_path / "dev.conllu", "--json", tmp_path / "dev.json"],
+                    capsys)
+    assert code == 0, err
+    gold = _conllu_sentences(open(gold_conllu).read())
+    predicted = _conllu_sentences((tmp_path / "dev.conllu").read_text())
+    gold_rows = [r for _, rows in gold for r in rows if "." not in r[0]]
+    rows = [r for _, rs in predicted for r in rs if "." not in r[0]]
+    assert np.mean([g[3] == p[3] for g, p in zip(gold_rows, rows)]) == pytest.approx(scores["upos"]["accuracy"])
+    las = attachment_scores([np.array([int(r[6]) for r in rs if "." not in r[0]]) for _, rs in gold],
+                            [[r[7] for r in rs if "." not in r[0]] for _, rs in gold],
+                            [np.array([int(r[6]) for r in rs if "." not in r[0]]) for _, rs in predicted],
+                            [[r[7] for r in rs if "." not in r[0]] for _, rs in predicted])
+    assert las["las"] == pytest.approx(scores["deps"]["las"]) and las["uas"] == pytest.approx(scores["deps"]["uas"])
+    genres = [re.match("([a-z]+)-", c["sent_id"]).group(1) == p["genre"] for (c, _), (p, _) in zip(gold, predicted)]
+    assert np.mean(genres) == pytest.approx(scores["genre"]["accuracy"])
+    code, err = cli(["predict", run, gold_ner, "--task", "ner", "-o", tmp_path / "dev.iob2"], capsys)
+    assert code == 0, err
+    f1 = entity_scores([s.tags for s in read_iob2(gold_ner)], [s.tags for s in read_iob2(str(tmp_path / "dev.iob2"))])
+    assert f1["f1"] == pytest.approx(scores["ner"]["f1"])

@@ -38,6 +38,10 @@ Capabilities every head declares (generic code reads them, never probes):
   embedding matrix (masked LM), handed over when the job is built.
 * ``evaluates_batches``: evaluation runs batch by batch (variable-length text): ``predict(features, labels)`` per
   batch returns one prediction per sample and ``score(predictions, reader)`` the metrics of the split.
+* ``predicts_text`` / ``predict_text(features, inputs)``: what the head predicts for a batch of new texts, which
+  have no labels (``mtl predict``, :mod:`mtl.prediction_text`): one record per sample, ``{field: ids}`` (a class id,
+  or a list of ids or word numbers per word) with ``probability`` / ``probabilities``, ``score`` as the head has
+  them; ``inputs`` holds the text fields and the head's non-label fields (``word_index`` padded with 0).
 * ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate=1)`` (class method): the memory
   the head will hold in one process, by part, computed from its options before it is built
   (``mtl.train.memory_plan``); ``global_rows`` are those of one micro-batch when a step is read as ``accumulate``.
@@ -84,6 +88,7 @@ class Head(paddle.nn.Layer):
     reads = None
     ties_input_embeddings = False
     evaluates_batches = False
+    predicts_text = False
 
     def __init__(self, feature_size: int, label_field: str = "label"):
         super().__init__()
@@ -115,6 +120,10 @@ class Head(paddle.nn.Layer):
     def score(self, predictions: list, reader) -> Dict[str, float]:
         """Metrics of a whole evaluation split from :meth:`predict`'s predictions, in sample order."""
         raise NotImplementedError
+
+    def predict_text(self, features, inputs) -> list:
+        """One prediction record per sample of a batch of new texts (heads with ``predicts_text``)."""
+        raise NotImplementedError(f"head '{type(self).__name__}' does not declare predicts_text")
 
     def set_step(self, step: int):
         """Called by the joint model before a training forward with the global step (0-based).

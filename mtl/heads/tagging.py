@@ -5,7 +5,7 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.contracts import Field
-from mtl.heads.text import TextHead, gather_words, global_mean, mlp, to_numpy
+from mtl.heads.text import TextHead, gather_words, global_mean, mlp, softmax_rows, to_numpy, word_counts
 from mtl.text.metrics import entity_scores
 
 METRICS = ("accuracy", "f1")
@@ -25,6 +25,8 @@ class WordTagger(TextHead):
     reads = "sequence"
     primary_metric = "accuracy"
     higher_is_better = True
+    predicts_text = True
+    word_probabilities = True  # the softmax probability of each predicted tag (not for a CRF's path)
 
     def __init__(self, feature_size, num_classes=None, hidden=(), dropout=0.33, metric="accuracy",
                  label_field="tags"):
@@ -67,6 +69,19 @@ class WordTagger(TextHead):
         for row, tags in zip(logits, gold):
             count = int((tags >= 0).sum())
             out.append((self.decode(row, count), tags[:count]))
+        return out
+
+    def predict_text(self, features, inputs):
+        """Per sentence: ``{tags: the decoded tag of every word}`` (argmax, or the CRF's Viterbi path), with each
+        tag's softmax probability when the head has one per word."""
+        logits = to_numpy(self.emissions(features, inputs))
+        out = []
+        for row, count in zip(logits, word_counts(inputs)):
+            tags = self.decode(row, int(count))
+            record = {self.label_field: [int(t) for t in tags]}
+            if self.word_probabilities:
+                record["probability"] = softmax_rows(row[:count])[np.arange(count), tags].tolist()
+            out.append(record)
         return out
 
     def score(self, predictions, reader):

@@ -45,6 +45,27 @@ def to_numpy(value):
     return value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
 
 
+def softmax_rows(logits) -> np.ndarray:
+    """``exp(z - max z) / sum exp(z - max z)`` over the last axis, in float64."""
+    z = np.asarray(logits, np.float64)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def class_records(logits, field: str) -> list:
+    """``{field: best class, "probability": its probability, "probabilities": all}`` per row of ``logits`` [B, C]."""
+    probabilities = softmax_rows(to_numpy(logits))
+    best = probabilities.argmax(axis=-1)
+    return [{field: int(k), "probability": float(p[k]), "probabilities": p.tolist()}
+            for k, p in zip(best, probabilities)]
+
+
+def word_counts(inputs) -> np.ndarray:
+    """Words per sentence of a prediction batch: positions of ``word_index`` above 0 (a word's first piece comes after
+    ``[CLS]``; padding is 0)."""
+    return (to_numpy(inputs["word_index"]) > 0).sum(axis=1)
+
+
 class TextHead(Head):
     """Base of the text heads: they read named fields of the sub-batch and evaluate batch by batch."""
 

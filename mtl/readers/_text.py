@@ -111,6 +111,15 @@ class TextReader(Reader):
         """Sentences left out of the training split because they were too long (``too_long: skip``)."""
         return self.skipped
 
+    def text_spec(self, units: str, **extra) -> dict:
+        """The ``input_spec`` of a text reader (what ``mtl predict`` makes of new text, :mod:`mtl.prediction_text`):
+        ``units`` is what one sample is made of (``words``: a sentence of words; ``text``: one text; ``pair``: two
+        texts; ``pairwise``: a text and two candidates; ``question``: a question and its context), with the reader's
+        ``max_length``, its sizes (the head's class count) and ``extra``: ``labels`` (for words: one per ``words``,
+        a ``tree``, or one per ``sentence``) and where the labels sit in a file (``conllu_column``, ``iob2``)."""
+        return {"kind": "text", "units": units, "max_length": self.max_length,
+                "sizes": {k: v for k, v in self.sizes().items() if v is not None}, **extra}
+
 
 class WordReader(TextReader):
     """Base of readers of sentences of words with word-level (or sentence-level) labels.

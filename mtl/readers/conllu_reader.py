@@ -108,6 +108,17 @@ class ConlluReader(WordReader):
         names = ("tags",) if self.kind == "tags" else ("heads", "relations")
         return self.text_fields() + self.word_fields(*names)
 
+    def input_spec(self):
+        """New sentences are words; the predictions of a column target fill that CoNLL-U column (``tree``: HEAD and
+        DEPREL)."""
+        return self.text_spec("words", labels={"tags": "words"}.get(self.kind, self.kind),
+                              conllu_column=None if self.kind == "sentence" else self.target)
+
+    def label_names(self):
+        """The names of the tags, the relations (target ``tree``) or the sentence labels, in id order."""
+        field = {"tags": "tags", "tree": "relations", "sentence": "label"}[self.kind]
+        return {field: list(self.class_names)}
+
     def labels(self):
         """Sentence labels of the split (target ``{comment, pattern}``)."""
         if self.kind != "sentence":

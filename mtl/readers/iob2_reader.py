@@ -31,6 +31,7 @@ class Iob2Reader(WordReader):
         check_too_long(too_long, split, can_split=True)
         self.path = str(path)
         word_column, tag_column = columns_of(format, word_column, tag_column)
+        self.columns = {"format": format, "word_column": word_column, "tag_column": tag_column}
         chosen = split_file(path, eval_path, split)
         train = read_iob2(self.path, word_column, tag_column, format)
         sentences = train if chosen == self.path else read_iob2(chosen, word_column, tag_column, format)
@@ -45,3 +46,11 @@ class Iob2Reader(WordReader):
     def fields(self):
         """Text fields, ``word_index`` and ``tags``."""
         return self.text_fields() + self.word_fields("tags")
+
+    def input_spec(self):
+        """New sentences are words; in an IOB2 file the predicted tags fill the tag column (``iob2``: the columns)."""
+        return self.text_spec("words", labels="words", iob2=dict(self.columns))
+
+    def label_names(self):
+        """The tag names (``O`` first, then sorted)."""
+        return {"tags": list(self.class_names)}

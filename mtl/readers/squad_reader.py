@@ -78,6 +78,10 @@ class SquadReader(TextReader, SpanExamples):
                                      Field("piece_chars", (None, 2), "int64", pad=-1),
                                      Field("example_index", (), "int64")]
 
+    def input_spec(self):
+        """New questions come as a SQuAD file (answers not needed), windowed as training windows them."""
+        return self.text_spec("question", doc_stride=self.doc_stride, max_query_length=self.max_query_length)
+
     def example_context(self, example):
         """The context of question ``example``."""
         return self.questions[example].context

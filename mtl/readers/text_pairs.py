@@ -79,6 +79,7 @@ class TextClassificationReader(TsvTextReader):
     def __init__(self, path, eval_path=None, split="train", tokenizer=None, pair=False, max_length=128,
                  too_long="error"):
         columns = ["text_a", "text_b", "label"] if pair else ["text_a", "label"]
+        self.pair = bool(pair)
         train, records, chosen = self._records(path, eval_path, split, tokenizer, max_length, too_long, columns)
         self.vocabulary = Vocabulary(r["label"] for _, r in train)
         self.class_names, self.num_classes = self.vocabulary.names, len(self.vocabulary)
@@ -91,6 +92,14 @@ class TextClassificationReader(TsvTextReader):
     def fields(self):
         """Text fields and the class ``label``."""
         return self.text_fields() + [Field("label", (), "int64")]
+
+    def input_spec(self):
+        """New records are one text (``text_a``) or a pair (``text_a``, ``text_b``)."""
+        return self.text_spec("pair" if self.pair else "text")
+
+    def label_names(self):
+        """The class names, in id order (sorted)."""
+        return {"label": list(self.class_names)}
 
     def labels(self):
         """Classes of the split, in record order."""
@@ -133,6 +142,14 @@ class MatchingReader(TsvTextReader):
         """Text fields (pairwise: of two rows ``[2, T]``) and ``label``: 1 = the texts match (pointwise), or the row
         of the group that matches (pairwise: always 0, the positive comes first)."""
         return self.text_fields(grouped=0 if self.mode == "pointwise" else 2) + [Field("label", (), "int64")]
+
+    def input_spec(self):
+        """New records are pairs of texts (``text_a``, ``text_b``; pairwise also ``text_c``)."""
+        return self.text_spec("pair" if self.mode == "pointwise" else "pairwise")
+
+    def label_names(self):
+        """Pointwise: ``0`` (no match) and ``1`` (match)."""
+        return {"label": ["0", "1"]} if self.mode == "pointwise" else {}
 
     def labels(self):
         """The labels of the split (pointwise: 1 = match; pairwise: 0, the matching row)."""

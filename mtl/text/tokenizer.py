@@ -143,6 +143,14 @@ class TextTokenizer:
                 pieces.append(self.unk_id)
         return np.asarray(pieces, np.int64), np.asarray(starts, np.int64)
 
+    def split_words(self, text: str) -> List[str]:
+        """The words of raw text as the tokenizer's pre-tokeniser splits it (BERT's: at whitespace and around
+        punctuation), in their own spelling: how ``mtl predict`` makes a sentence of words of a line of text."""
+        pre = self._tokenizer.pre_tokenizer
+        if pre is None:
+            return text.split()
+        return [word for word, _ in pre.pre_tokenize_str(text)]
+
     def encode_text(self, text: str) -> Tuple[np.ndarray, List[Tuple[int, int]]]:
         """(piece ids [P], character span ``(start, end)`` of each piece in ``text``) of raw text."""
         enc = self._tokenizer.encode(text, add_special_tokens=False)
