@@ -53,9 +53,21 @@ def origin_of(cls) -> str:
     return cls.__module__
 
 
-def first_line(doc: Optional[str]) -> str:
-    """The first line of a docstring (empty without one)."""
-    return (doc or "").strip().splitlines()[0].strip() if (doc or "").strip() else ""
+ABBREVIATIONS = ("e.g.", "i.e.", "al.", "cf.", "vs.", "etc.")  # a period that ends no sentence
+
+
+def first_sentence(doc: Optional[str]) -> str:
+    """The first sentence of a docstring's first paragraph, on one line (empty without one): what ``mtl plugins``
+    shows (the first line cut sentences in the middle). A paragraph that introduces a list ends with ``:``, shown
+    as ``.``."""
+    import inspect
+    import re
+
+    paragraph = " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+    for end in re.finditer(r"[.!?]\)?(?=\s+[A-Z`(])", paragraph):
+        if not paragraph[:end.end()].endswith(ABBREVIATIONS):
+            return paragraph[:end.end()]
+    return paragraph[:-1] + "." if paragraph.endswith(":") else paragraph
 
 
 def register(kind: str, name: str):
@@ -69,7 +81,7 @@ def register(kind: str, name: str):
             raise ConfigError(f"{kind} '{name}' is registered twice: by {old.origin} ({old.cls.__qualname__}) and by "
                               f"{origin_of(cls)} ({cls.__qualname__}); rename one of them")
         cls.registered_name = name
-        _REGISTRY[kind][name] = Entry(kind, name, cls, origin_of(cls), first_line(cls.__doc__))
+        _REGISTRY[kind][name] = Entry(kind, name, cls, origin_of(cls), first_sentence(cls.__doc__))
         return cls
 
     return wrap
@@ -93,7 +105,8 @@ def register_head(name):
 def register_weighting(name):
     """Register a task-weighting strategy (see :class:`mtl.weighting.base.Weighting`).
 
-    The ``mtl plugins`` description is the class's ``description`` attribute (its docstring's first line if empty).
+    The ``mtl plugins`` description is the class's ``description`` attribute (its docstring's first sentence if
+    empty).
     """
 
     def wrap(cls):

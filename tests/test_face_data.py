@@ -439,8 +439,9 @@ def test_cli_pack_and_inspect(tmp_path, capsys, monkeypatch):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "wrote 5 images of 2 classes" in out and "images_per_class_median" in out and "2.5" in out
-    assert os.path.isfile(tmp_path / "ds" / "samples.png")  # next to the data, not in the current directory
-    assert os.listdir(tmp_path / "cwd") == []
+    # under runs/inspect/ of the current folder, not in the data's folder (issue 53, item 23)
+    assert os.path.isfile(tmp_path / "cwd" / "runs" / "inspect" / "ds_samples.png")
+    assert sorted(os.listdir(tmp_path / "ds")) == ["labels.json", "property", "train.idx", "train.rec"]
     args = parser.parse_args(["data", "inspect", str(tmp_path / "ds"), "--sheet", str(tmp_path / "sheet.png")])
     assert args.func(args) == 0 and os.path.isfile(tmp_path / "sheet.png")
     write_bin(str(tmp_path / "v.bin"), [encode(face_array(i), "PNG") for i in range(4)], [True, False])

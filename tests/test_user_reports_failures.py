@@ -9,6 +9,7 @@
 """
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -521,3 +522,117 @@ def test_the_docs_demo_commands_do_not_train_into_the_folder_make_demo_filled(do
     for words in commands:
         folders = [w.split("=", 1)[1] for w in words if w.startswith("output_dir=")]
         assert "--overwrite" in words or (folders and folders[-1] != demo_folder), " ".join(words)
+
+
+# ---- 23. mtl compare's bars, counts, data inspect, mtl plugins, the loss plot's legend ---------------------------
+def compare_run(folder, value, pairs=630.0):
+    """A run folder whose summary.json gives task 't' accuracy ``value`` (and its pair count)."""
+    os.makedirs(folder)
+    summary = {"steps": 10, "tasks": {"t": {"head": "arcface", "primary_metric": "accuracy", "higher_is_better": True,
+                                            "eval": {"accuracy": value, "verification_pairs": pairs},
+                                            "eval_averaged": None}}}
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    return str(folder)
+
+
+def test_compare_bars_show_their_values_and_a_range_where_close_values_differ(tmp_path):
+    from mtl.commands.compare import compare_runs, comparison_figure
+
+    runs = compare_runs([compare_run(tmp_path / "a", 0.862), compare_run(tmp_path / "b", 0.865)])
+    fig = comparison_figure(runs)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    texts = sorted(t.get_text() for t in ax.texts)
+    assert texts == ["0.8620", "0.8650"], texts
+    low, high = ax.get_ylim()
+    # the two bars' visible parts: their tops differ by a tenth of the axis or more (at a zero baseline: 0.3 %)
+    assert (0.865 - 0.862) / (high - low) >= 0.1 and low < 0.862 and high > 0.865, (low, high)
+    assert [p.get_height() for p in ax.patches] == [0.862, 0.865]
+
+
+def test_counts_print_as_whole_numbers_and_rates_keep_four_digits():
+    from mtl.train.reporting import format_value, metrics_table
+
+    assert format_value(630.0) == "630" and format_value(0.8625) == "0.8625" and format_value(1.0) == "1.0000"
+    table = metrics_table({"t": {"head": "arcface", "loss_start": 2.0, "loss_end": 1.0, "primary_metric": "accuracy",
+                                 "higher_is_better": True, "eval": {"accuracy": 0.75, "verification_pairs": 630.0}}})
+    row = next(line for line in table.splitlines() if "verification_pairs" in line)
+    assert "| 630 " in row and "630.0000" not in table, table
+
+
+def test_data_inspect_says_width_by_height_and_keeps_the_sheet_out_of_the_data_folder(tmp_path, monkeypatch, capsys):
+    from PIL import Image
+
+    from mtl.commands import data as datatools
+
+    folder = tmp_path / "faces"
+    for person in "ab":
+        (folder / person).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (12, 8), (i * 90, 50, 50)).save(folder / person / f"{i}.png")  # 12 wide, 8 high
+    assert datatools.pack(str(folder), str(tmp_path / "packed" / "train"))["image_size"] == "12x8"
+    capsys.readouterr()
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    stats = datatools.inspect(str(tmp_path / "packed"), None)
+    assert stats["image_size"] == "12x8", stats["image_size"]
+    args = argparse_data(["data", "inspect", str(tmp_path / "packed")])
+    assert args.func(args) == 0
+    assert sorted(os.listdir(tmp_path / "packed")) == ["labels.json", "property", "train.idx", "train.rec"]
+    sheet = tmp_path / "cwd" / "runs" / "inspect" / "packed_samples.png"
+    out = capsys.readouterr().out
+    assert sheet.is_file() and str(sheet.relative_to(tmp_path / "cwd")) in out
+    assert re.search(r"^image_size \(width x height\)\s+12x8$", out, re.M), out
+
+
+def argparse_data(argv):
+    import argparse
+
+    from mtl.commands import data as datatools
+
+    parser = argparse.ArgumentParser(prog="mtl")
+    datatools.add_cli(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def test_mtl_plugins_shows_whole_first_sentences():
+    from mtl import registry
+
+    registry.load_builtin()
+    entries = {(e.kind, e.name): e.description for e in registry.entries()
+               if os.path.relpath(os.path.abspath(e.origin), ROOT).startswith(("mtl", "heads"))}  # not the tests'
+    assert len(entries) > 60
+    assert entries[("reader", "concat")] == ("The samples of several readers, one after another, with class labels "
+                                             "offset per source (none with ``shared_labels``).")
+    assert entries[("backbone", "iresnet50")] == "IResNet-50 (blocks per stage 3, 4, 14, 3); 43.6M parameters at " \
+                                                 "112x112 and 512-d."
+    for (kind, name), text in entries.items():
+        assert text.endswith((".", ")", "?", "!")) or kind == "weighting", (kind, name, text)
+        assert not text.endswith(("e.g.", "i.e.", "al.")), (kind, name, text)
+
+
+def test_the_loss_plot_legend_does_not_cover_the_curves(tmp_path):
+    import unittest.mock
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    from mtl.train.reporting import plot_losses
+
+    tasks = ["iris", "wine", "breast_cancer", "diabetes"]  # examples/configs/tabular_mtl.yaml's
+    records = [{"step": s, "loss": 4.0 / s, **{f"loss/{t}": (k + 1.0) / s for k, t in enumerate(tasks)}}
+               for s in range(1, 50)]
+    made = []
+    original = pyplot.subplots
+    with unittest.mock.patch.object(pyplot, "subplots", lambda *a, **k: made.append(original(*a, **k)) or made[-1]):
+        with unittest.mock.patch.object(pyplot, "close"):
+            plot_losses(records, tasks, str(tmp_path / "loss.png"))
+    fig, axes = made[0]
+    ax = axes[0, 0]
+    fig.canvas.draw()
+    legend = ax.get_legend()
+    assert legend is not None and len(legend.get_texts()) == 5
+    assert not legend.get_window_extent().overlaps(ax.get_window_extent()), "the legend lies over the curves"

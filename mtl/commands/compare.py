@@ -167,8 +167,14 @@ def baseline_table(result: dict) -> str:
     return f"{table}\n\nΔm = {_fmt(result['delta_m'], '+.2f')} % (positive: joint training helped)"
 
 
-def _fmt(value, spec=".4f"):
-    return "n/a" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+def _fmt(value, spec=None):
+    """``value`` as a table shows it: ``n/a`` when missing, ``spec`` when given, else a metric's form
+    (:func:`mtl.train.reporting.format_value`: counts whole, rates with four digits)."""
+    from mtl.train.reporting import format_value
+
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return format(value, spec) if spec else format_value(value)
 
 
 def report(joint_summary: dict, single_summaries: Dict[str, dict]) -> dict:
@@ -315,9 +321,9 @@ def _tick_label(name: str) -> str:
 
 
 def comparison_figure(runs: dict):
-    """A matplotlib Figure: one panel per row of :func:`comparison_rows` (its own y axis: metrics differ in scale
-    and direction), titled with the task, the y axis named by the metric and its direction, one bar per run that
-    has the metric (Δm in the run's tick label where known)."""
+    """A matplotlib Figure: one panel per row of :func:`comparison_rows` (its own y axis around its values: metrics
+    differ in scale and direction), titled with the task, the y axis named by the metric and its direction, one bar
+    per run that has the metric, its value written on it (Δm in the run's tick label where known)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -330,7 +336,10 @@ def comparison_figure(runs: dict):
     for i, (task, metric, higher, values) in enumerate(rows):
         ax = fig.add_subplot(lines, cols, i + 1)
         present = [n for n in names if values.get(n) is not None]
-        ax.bar(range(len(present)), [values[n] for n in present], color=[f"C{names.index(n)}" for n in present])
+        bars = ax.bar(range(len(present)), [values[n] for n in present],
+                      color=[f"C{names.index(n)}" for n in present])
+        ax.bar_label(bars, labels=[_fmt(values[n]) for n in present], fontsize=8, padding=2)
+        _zoom(ax, [values[n] for n in present])
         ax.set_xticks(range(len(present)))
         ax.set_xticklabels([_tick_label(labels[n]) + ("" if runs[n]["delta_m"] is None else
                                               f"\n(Δm {runs[n]['delta_m']:+.2f} %)") for n in present], fontsize=8)
@@ -339,6 +348,17 @@ def comparison_figure(runs: dict):
         ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def _zoom(ax, values):
+    """The y range of a panel around its values (not from 0): runs at 0.862 and 0.865 would be bars of one height.
+    The values are written on the bars, so the cut axis misleads nobody."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return
+    low, high = min(finite), max(finite)
+    pad = (high - low) or abs(high) * 0.05 or 1.0
+    ax.set_ylim(low - pad, high + pad / 2)
 
 
 def plot_comparison(runs: dict, path: str):

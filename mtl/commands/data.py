@@ -106,7 +106,7 @@ def _decode_all(load, describe, positions, sample, bad):
             continue
         finally:
             bar.update(1)
-        sizes.add(f"{image.size[1]}x{image.size[0]}")
+        sizes.add(f"{image.size[0]}x{image.size[1]}")  # width x height, as image tools say it
         if i in wanted:
             kept[i] = np.asarray(image)
     bar.close()
@@ -117,8 +117,8 @@ def inspect(path: str, out_png: str = None, samples: int = 36, seed: int = 0, ro
             check: str = "all") -> dict:
     """Statistics of a RecordIO dataset, label list or ``.bin`` set, and a PNG contact sheet of sampled images.
 
-    Returns records, classes, images per class (min / median / max), image sizes, the label names (``labels``:
-    ``{label: name}``, from ``labels.json`` beside the data or a list's folders), and ``bad_records`` with
+    Returns records, classes, images per class (min / median / max), image sizes (width x height), the label names
+    (``labels``: ``{label: name}``, from ``labels.json`` beside the data or a list's folders), and ``bad_records`` with
     ``bad``, a sentence per unreadable record or image. ``check``: ``all`` decodes every image, ``sample`` only the
     contact sheet's (then ``decoded`` says so); labels come from the headers / the list, without decoding.
     """
@@ -178,7 +178,8 @@ def _inspect_bin(path, out_png, samples):
     vset = read_bin(path, image_size=_first_bin_size(path))
     pick = np.unique(np.linspace(0, len(vset) - 1, min(samples, len(vset))).astype(int))
     stats = {"path": path, "format": "verification .bin", "records": len(vset), "pairs": vset.num_pairs,
-             "same_pairs": int(vset.issame.sum()), "image_size": f"{vset.pixels.shape[1]}x{vset.pixels.shape[2]}"}
+             "same_pairs": int(vset.issame.sum()),
+             "image_size": f"{vset.pixels.shape[2]}x{vset.pixels.shape[1]}"}
     if out_png:
         titles = [f"pair {i // 2} {'same' if vset.issame[i // 2] else 'diff'}" for i in pick]
         _contact_sheet([vset.pixels[i] for i in pick], titles, out_png, os.path.basename(path))
@@ -203,23 +204,28 @@ def _first_bin_size(path: str) -> int:
 # ----------------------------------------------------------------------------------------------- CLI
 def _run_pack(args) -> int:
     summary = pack(args.source, args.out, root=args.root, resize=args.resize, quality=args.quality)
-    print(f"wrote {summary['records']} images of {summary['classes']} classes ({summary['image_size']}) to "
+    print(f"wrote {summary['records']} images of {summary['classes']} classes ({summary['image_size']}, width x "
+          f"height) to "
           f"{summary['rec']} + {os.path.basename(summary['idx'])}, property {summary['property']}"
           + (f", label names {summary['labels']}" if summary["labels"] else
              " (no label names: the list's folders do not tell one label from another)"))
     return 0
 
 
-def default_sheet_path(path: str) -> str:
-    """Where ``inspect`` writes its contact sheet by default: next to the data, never in the current directory.
+SHEET_FOLDER = os.path.join("runs", "inspect")  # the default contact sheets, under the current folder
 
-    A RecordIO folder gets ``FOLDER/samples.png``; a file (``.rec`` prefix, label list, ``.bin``) gets
-    ``<file without extension>_samples.png`` beside it.
-    """
-    path = os.path.normpath(str(path))
+
+def default_sheet_path(path: str) -> str:
+    """Where ``inspect`` writes its contact sheet by default: ``runs/inspect/`` under the current folder, never in
+    the data's folder (a dataset stays as it was packed or downloaded; it may be read-only or shared), named after
+    the data: ``FOLDER_samples.png`` for a RecordIO folder, ``PARENT_FILE_samples.png`` for a file (``.rec`` prefix,
+    label list, ``.bin``), whose own name is often ``train``."""
+    path = os.path.abspath(os.path.normpath(str(path)))
     if os.path.isdir(path):
-        return os.path.join(path, "samples.png")
-    return os.path.splitext(path)[0] + "_samples.png"
+        name = os.path.basename(path)
+    else:
+        name = f"{os.path.basename(os.path.dirname(path))}_{os.path.splitext(os.path.basename(path))[0]}"
+    return os.path.join(SHEET_FOLDER, f"{name or 'data'}_samples.png")
 
 
 SHOWN_LABELS = 30  # labels listed on the console (every one in the returned stats)
@@ -230,10 +236,14 @@ def _run_inspect(args) -> int:
 
     out_png = args.out_png
     if out_png is None:
+        _check_options(args.samples, None, args.check)  # a wrong option makes no folder
         out_png = default_sheet_path(args.path)
+        os.makedirs(os.path.dirname(out_png), exist_ok=True)
     stats = inspect(args.path, out_png or None, samples=args.samples, seed=args.seed, root=args.root,
                     check=args.check)
-    print(tabulate([(k, v) for k, v in stats.items() if k not in ("path", "bad", "labels")], headers=["", args.path]))
+    shown = {"image_size": "image_size (width x height)"}
+    print(tabulate([(shown.get(k, k), v) for k, v in stats.items() if k not in ("path", "bad", "labels")],
+                   headers=["", args.path]))
     for line in stats.get("bad", [])[:SHOWN_BAD]:
         print(f"bad: {line}")
     if len(stats.get("bad", [])) > SHOWN_BAD:
@@ -273,7 +283,8 @@ def add_cli(subparsers):
     q = sub.add_parser("inspect", help="records, classes, images per class, image size, PNG contact sheet")
     q.add_argument("path", help="RecordIO folder/prefix, label list or .bin verification set")
     q.add_argument("--sheet", "--out-png", dest="out_png", default=None,
-                   help="contact sheet file (default: next to the data, e.g. FOLDER/samples.png; '' = none)")
+                   help="contact sheet file (default: runs/inspect/NAME_samples.png under the current folder, "
+                        "never in the data's folder; '' = none)")
     q.add_argument("--samples", type=int, default=36, help="images on the contact sheet")
     q.add_argument("--seed", type=int, default=0, help="which images are sampled")
     q.add_argument("--root", default=None, help="image root of a label list")

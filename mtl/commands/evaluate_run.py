@@ -41,11 +41,13 @@ def results_table(job, results) -> str:
     """One row per (task, metric), the task's primary metric first (marked ``*`` with its direction)."""
     from tabulate import tabulate
 
+    from mtl.train.reporting import format_value
+
     rows = []
     for task in job.tasks:
         metrics, head = results.get(task.name) or {}, task.head
         arrow = " ↑" if head.higher_is_better else " ↓"
         for i, name in enumerate(sorted(metrics, key=lambda k: (k != head.primary_metric, k))):
             rows.append([task.name if i == 0 else "", head.registered_name if i == 0 else "",
-                         f"{name} *{arrow}" if name == head.primary_metric else name, f"{metrics[name]:.4f}"])
+                         f"{name} *{arrow}" if name == head.primary_metric else name, format_value(metrics[name])])
     return tabulate(rows, headers=["task", "head", "metric", "value"], tablefmt="github", disable_numparse=True)

@@ -123,7 +123,7 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
         _remove(temps, created)
         raise
     return {"rec": finals[0], "idx": finals[1], "property": finals[2], "records": len(items),
-            "classes": num_classes, "image_size": f"{size[1]}x{size[0]}",
+            "classes": num_classes, "image_size": f"{size[0]}x{size[1]}",  # width x height
             "labels": finals[3] if names is not None else None}
 
 

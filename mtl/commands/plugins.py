@@ -126,7 +126,7 @@ def plugins(args):
         print(describe(args.describe, args.kind))
         return
     rows = [(e.kind, e.name, e.origin, e.description) for e in registry.entries()]
-    rows += [("averager", name, registry.origin_of(cls), registry.first_line(cls.__doc__))
+    rows += [("averager", name, registry.origin_of(cls), registry.first_sentence(cls.__doc__))
              for name, cls, _ in averagers()]
     print(tabulate(rows, headers=["kind", "name", "from", "description"], tablefmt="github"))
     print("\n(`mtl plugins --describe NAME` lists a plug-in's parameters; docs/plugins.md all of them)")

@@ -64,6 +64,14 @@ def _fmt(v):
     return v
 
 
+def format_value(v):
+    """A metric as the tables show it: a count (a whole number of 2 or more, e.g. ``verification_pairs``) whole, any
+    other number with four digits (rates are fractions, at most 1, and keep their digits: ``1.0000``)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v == int(v) and abs(v) >= 2:
+        return str(int(v))
+    return _fmt(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+
 def metrics_table(summary_tasks):
     """A tabulate table, one row per (task, metric): live weights and, when averaging is on, averaged weights.
 
@@ -85,9 +93,9 @@ def metrics_table(summary_tasks):
         for i, name in enumerate(names):
             row = [task if i == 0 else "", info.get("head") if i == 0 else "", loss if i == 0 else "",
                    "" if name is None else (f"{name} *{arrow}" if name == primary else name),
-                   "" if name is None else _fmt(live[name])]
+                   "" if name is None else format_value(live[name])]
             if with_avg:
-                row.append(_fmt(avg[name]) if name in avg else "")
+                row.append(format_value(avg[name]) if name in avg else "")
             rows.append(row)
     headers = ["task", "head", "loss start -> end", "metric (rates as fractions)", "live"] + \
         (["averaged"] if with_avg else [])
@@ -104,7 +112,7 @@ def plot_losses(records, tasks, path, smooth=0.8):
 
     weighted = any(k.startswith("weight/") for r in records for k in r) and any(
         r.get(f"weight/{t}") not in (None, records[0].get(f"weight/{t}")) for r in records for t in tasks)
-    fig, axes = plt.subplots(2 if weighted else 1, 1, figsize=(7, 6.5 if weighted else 4), squeeze=False)
+    fig, axes = plt.subplots(2 if weighted else 1, 1, figsize=(8.5, 6.5 if weighted else 4), squeeze=False)
     ax = axes[0, 0]
     for task in tasks:
         _plot_series(ax, [(r["step"], r[f"loss/{task}"]) for r in records if r.get(f"loss/{task}") is not None],
@@ -147,7 +155,7 @@ def _finish_axes(ax, ylabel, title, log):
         ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0)  # beside the curves
 
 
 def eval_record(step, results, prefix):
