@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from mtl.commands.evaluate_lfw import add_lfw_arguments, check_lfw_args, run_lfw
 from mtl.errors import ConfigError
 from mtl.export import export_preprocess
 from mtl.inference import add_trust_plugins, load_model
@@ -174,6 +175,10 @@ def _cmd_eval(args):
                           key="--out")
     if args.sets and args.ijb:
         raise ConfigError("mtl eval takes either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C), not both")
+    check_lfw_args(args)
+    if args.lfw:
+        run_lfw(args)
+        return
     if not args.sets and not args.ijb:  # the run's own evaluation split(s) and sets
         from mtl.commands.evaluate_run import evaluate_run
 
@@ -190,7 +195,8 @@ def _cmd_eval(args):
 def add_cli(sub):
     """Register ``mtl eval``."""
     p = sub.add_parser("eval", help="a finished run on its own evaluation data, or a run or an export on .bin / "
-                                    "pairs verification sets (--sets), or TAR at FAR on IJB-B/C (--ijb)")
+                                    "pairs verification sets (--sets), TAR at FAR on IJB-B/C (--ijb) or LFW's own "
+                                    "protocol (--lfw DIR --view 1|2 [--set K])")
     p.add_argument("path", metavar="RUN_DIR|EXPORT_DIR", help="a finished run (its output_dir), an export folder or "
                                                           "converted weights (.pdparams)")
     p.add_argument("--sets", nargs="+", metavar="FILE",
@@ -212,5 +218,6 @@ def add_cli(sub):
     p.add_argument("--out", help="where eval_<set>.json and roc_<set>.png go (default: the evaluated folder)")
     p.add_argument("--preprocess", metavar="TASK",
                    help="prepare images as this task's were (crop, equalisation; default: the way all tasks share)")
+    add_lfw_arguments(p)
     add_trust_plugins(p)
     p.set_defaults(func=_cmd_eval)

@@ -17,30 +17,18 @@ from mtl.errors import DataError, absent
 from mtl.utf8 import open_utf8
 
 
-class VerificationSet:
-    """P image pairs: ``pixels`` uint8 [2P, S, S, 3] (pair i = rows 2i, 2i+1) and ``issame`` bool [P].
+class ImageBatches:
+    """Decoded images ``pixels`` uint8 [N, S, S, 3] handed out as normalised float32 batches (optionally mirrored).
 
     ``preprocess`` (:class:`mtl.data.preprocess.Preprocess`): the model's image preparation; its crop and
     equalisation were applied when the pixels were decoded, its standardisation is applied to every batch."""
 
-    def __init__(self, name: str, pixels: np.ndarray, issame: np.ndarray, source: str = "", preprocess=None,
-                 pair_keys=None):
-        self.name = name
+    def __init__(self, pixels: np.ndarray, preprocess=None):
         self.pixels = pixels
-        self.issame = np.asarray(issame, dtype=bool)
-        self.source = source
         self.preprocess = preprocess
-        # what identifies each pair whatever its place in the file (its two images, in either order): the
-        # verification folds are drawn from these, so that a list in another order scores the same
-        self.pair_keys = list(pair_keys) if pair_keys is not None else [str(i) for i in range(len(self.issame))]
-
-    @property
-    def num_pairs(self) -> int:
-        """Number of pairs P."""
-        return len(self.issame)
 
     def __len__(self) -> int:
-        """Number of images (2P)."""
+        """Number of images."""
         return len(self.pixels)
 
     def images(self, start: int = 0, stop: int = None, flip: bool = False) -> np.ndarray:
@@ -59,6 +47,25 @@ class VerificationSet:
             yield self.images(start, start + int(batch_size), flip)
 
 
+class VerificationSet(ImageBatches):
+    """P image pairs: ``pixels`` uint8 [2P, S, S, 3] (pair i = rows 2i, 2i+1) and ``issame`` bool [P]."""
+
+    def __init__(self, name: str, pixels: np.ndarray, issame: np.ndarray, source: str = "", preprocess=None,
+                 pair_keys=None):
+        super().__init__(pixels, preprocess)
+        self.name = name
+        self.issame = np.asarray(issame, dtype=bool)
+        self.source = source
+        # what identifies each pair whatever its place in the file (its two images, in either order): the
+        # verification folds are drawn from these, so that a list in another order scores the same
+        self.pair_keys = list(pair_keys) if pair_keys is not None else [str(i) for i in range(len(self.issame))]
+
+    @property
+    def num_pairs(self) -> int:
+        """Number of pairs P."""
+        return len(self.issame)
+
+
 # what an InsightFace ``.bin`` set holds: bytes, lists, numpy arrays and booleans (mtl.safe_pickle)
 BIN_ALLOWED = {**safe_pickle.BUILTINS, **safe_pickle.NUMPY,
                ("__builtin__", "bytes"): bytes, ("__builtin__", "bytearray"): bytearray, ("__builtin__", "bool"): bool}
@@ -69,7 +76,7 @@ def load_bin_content(path: str):
     return safe_pickle.load_pickle(path, BIN_ALLOWED, "a verification .bin set", encoding="bytes")
 
 
-def _decode_all(encoded, image_size: int, describe, decoder: str, preprocess=None) -> np.ndarray:
+def decode_all(encoded, image_size: int, describe, decoder: str = "auto", preprocess=None) -> np.ndarray:
     """uint8 [n, S, S, 3] of every encoded image: decoded, prepared (``preprocess``: crop, equalisation), resized."""
     pixels = np.empty((len(encoded), image_size, image_size, 3), dtype=np.uint8)
     transform = FaceTransform(image_size, decoder=decoder, preprocess=preprocess)
@@ -115,7 +122,7 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
         if data is None:
             raise DataError(f"verification set '{path}' image {i}: expected encoded bytes, got {type(item).__name__}")
         encoded.append(data)
-    pixels = _decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}", decoder,
+    pixels = decode_all(encoded, int(image_size), lambda i: f"verification set '{path}' image {i}", decoder,
                          preprocess)
     name = name or os.path.splitext(os.path.basename(path))[0]
     keys = [pair_key(_digest(encoded[2 * i]), _digest(encoded[2 * i + 1])) for i in range(len(issame))]
@@ -179,7 +186,7 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
             keys.append(pair_key(*(os.path.normpath(rel.strip()) for rel in parts[:2])))
     if not issame:
         raise DataError(f"pairs list '{pairs_path}' holds no pair")
-    pixels = _decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}", decoder,
+    pixels = decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}", decoder,
                          preprocess)
     name = name or os.path.splitext(os.path.basename(pairs_path))[0]
     return VerificationSet(name, pixels, np.array(issame), pairs_path, preprocess, keys)
