@@ -15,7 +15,7 @@ from mtl.errors import DataError
 from mtl.evaluation import metrics
 from mtl.evaluation.verify import evaluate_sets, set_folds
 from tests.references.folds import stratified_splits
-from tests.test_metrics import noisy_pairs, reference_verification
+from tests.references.verification import noisy_pairs, reference_verification
 
 
 @pytest.mark.parametrize("pairs,folds", [(300, 10), (203, 10), (47, 7)])

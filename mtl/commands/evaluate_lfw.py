@@ -52,13 +52,8 @@ def score_view(distances, issame, view: int, test_set=None) -> dict:
     return result
 
 
-def evaluate_lfw(path, lfw_dir, view=1, test_set=None, weights="auto", flip=False, batch_size=128, out_dir=None,
-                 console=print, preprocess_task=None, trust_plugins=False) -> dict:
-    """Score ``path`` (a run, an export or converted weights) on LFW's protocol; write the JSON and ROC files;
-    return the JSON record."""
-    from mtl.data.lfw import check_images, view_pairs
-    from mtl.evaluation.lfw import images_root, pair_distances_by_path, roc_points, write_roc
-
+def check_view(lfw_dir, view, test_set):
+    """A ConfigError naming the option unless the view, the set and the folder make sense."""
     if view not in (1, 2):
         raise ConfigError(f"--view must be 1 or 2, got {view}")
     if test_set is not None and (view != 2 or not 1 <= test_set <= 10):
@@ -66,35 +61,57 @@ def evaluate_lfw(path, lfw_dir, view=1, test_set=None, weights="auto", flip=Fals
                           "--set applies to --view 2 (View 1 has one test file, pairsDevTest.txt)")
     if not os.path.isdir(lfw_dir):
         raise ConfigError(f"--lfw '{lfw_dir}' is not a folder: give the folder of LFW's pairs files and images")
+
+
+def view_distances(loaded, lfw_dir, view, flip, batch_size, preprocess_task, path, console):
+    """``(pair sets, distances per set)`` of the view's pairs under the model ``loaded``."""
+    from mtl.data.lfw import check_images, view_pairs
+    from mtl.evaluation.lfw import images_root, pair_distances_by_path
+
     pairs = view_pairs(lfw_dir, view)
     root = images_root(lfw_dir)
     check_images(root, pairs, f"LFW's pairs of view {view} ('{lfw_dir}')")
-    loaded = load_model(path, weights, trust_plugins)
     shape = loaded.input_shape
     if len(shape) != 3 or shape[0] != 3:
         raise ConfigError(f"'{path}': LFW holds RGB images, but the backbone's input '{loaded.input_field}' has "
                           f"shape {list(shape)} (expected [3, S, S])")
     prepare = export_preprocess({"preprocess": loaded.preprocessing}, path, preprocess_task)
     paths = sorted({p for s in pairs for p in s.first + s.second})
-    console(f"evaluating {loaded.description}, step {loaded.step}, on LFW view {view}"
-            + ("" if view == 1 else f", set {test_set}" if test_set else ", every set with this one model"))
     embeddings = embed_lfw_images(loaded.model, loaded.input_field, shape[-1], root, paths, prepare, flip,
                                   batch_size, console)
-    distances = [pair_distances_by_path(embeddings, s) for s in pairs]
-    issame = [s.issame for s in pairs]
-    record = score_view(distances, issame, view, test_set)
-    scored = [1] if view == 1 else ([test_set - 1] if test_set else list(range(len(pairs))))
-    record.update({"view": view, "set": test_set, "flip": flip, "model": loaded.description, "step": loaded.step,
-                   "lfw": os.path.abspath(lfw_dir),
-                   "distances": {name: distances[k].tolist() for name, k in zip(record["sets"], scored)},
-                   "issame": {name: issame[k].astype(int).tolist() for name, k in zip(record["sets"], scored)}})
-    out_dir = out_dir or (os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else path)
+    return pairs, [pair_distances_by_path(embeddings, s) for s in pairs]
+
+
+def write_record(record, distances, issame, scored, out_dir, name):
+    """``eval_lfw_<name>.json`` (with the scored sets' distances) and ``roc_lfw_<name>.txt``."""
+    from mtl.evaluation.lfw import roc_points, write_roc
+
+    record["distances"] = {set_name: distances[k].tolist() for set_name, k in zip(record["sets"], scored)}
+    record["issame"] = {set_name: issame[k].astype(int).tolist() for set_name, k in zip(record["sets"], scored)}
     os.makedirs(out_dir, exist_ok=True)
-    name = view_name(view, test_set)
     with open(os.path.join(out_dir, f"eval_lfw_{name}.json"), "w") as f:
         json.dump(record, f, indent=1)
-    write_roc(os.path.join(out_dir, f"roc_lfw_{name}.txt"), *roc_points([distances[k] for k in scored],
-                                                                        [issame[k] for k in scored]))
+    write_roc(os.path.join(out_dir, f"roc_lfw_{name}.txt"),
+              *roc_points([distances[k] for k in scored], [issame[k] for k in scored]))
+
+
+def evaluate_lfw(path, lfw_dir, view=1, test_set=None, weights="auto", flip=False, batch_size=128, out_dir=None,
+                 console=print, preprocess_task=None, trust_plugins=False) -> dict:
+    """Score ``path`` (a run, an export or converted weights) on LFW's protocol; write the JSON and ROC files;
+    return the JSON record."""
+    check_view(lfw_dir, view, test_set)
+    loaded = load_model(path, weights, trust_plugins)
+    console(f"evaluating {loaded.description}, step {loaded.step}, on LFW view {view}"
+            + ("" if view == 1 else f", set {test_set}" if test_set else ", every set with this one model"))
+    pairs, distances = view_distances(loaded, lfw_dir, view, flip, batch_size, preprocess_task, path, console)
+    issame = [s.issame for s in pairs]
+    record = score_view(distances, issame, view, test_set)
+    record.update({"view": view, "set": test_set, "flip": flip, "model": loaded.description, "step": loaded.step,
+                   "lfw": os.path.abspath(lfw_dir)})
+    scored = [1] if view == 1 else ([test_set - 1] if test_set else list(range(len(pairs))))
+    out_dir = out_dir or (os.path.dirname(os.path.abspath(path)) if os.path.isfile(path) else path)
+    name = view_name(view, test_set)
+    write_record(record, distances, issame, scored, out_dir, name)
     for set_name, figures in record["sets"].items():
         console(f"[lfw-{name}][{loaded.step}]{'Accuracy-Flip' if flip else 'Accuracy'} on {set_name}: "
                 f"{figures['accuracy']:1.5f} (threshold {figures['threshold']:.2f} from the "

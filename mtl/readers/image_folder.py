@@ -4,8 +4,8 @@ import os
 import numpy as np
 
 from mtl.errors import ConfigError, DataError
+from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
-from mtl.readers.image_list import ImageListReader
 from mtl.registry import register_reader
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".pgm", ".ppm", ".tif", ".tiff", ".webp")
@@ -46,7 +46,7 @@ def chosen_people(people_path, sets=None, exclude_sets=None):
 
 
 @register_reader("image_folder")
-class ImageFolderReader(ImageListReader):
+class ImageFolderReader(FaceImageReader):
     """One sub-folder of ``root`` per person (``root/Name/*.jpg``): the people are labelled 0..K-1 in the order of
     their sorted folder names, and named by them.
 
@@ -54,8 +54,8 @@ class ImageFolderReader(ImageListReader):
     ``peopleDevTrain.txt`` or ten as in ``people.txt``), of its ``sets`` (numbers from 1; default all) minus
     ``exclude_sets`` (View 2's training people of set k: ``exclude_sets: [k]``); then those with at least
     ``min_images`` images. A person of the people file without a folder, or with fewer images than the file
-    says, is an error naming the file's line. Other parameters as for ``image_list`` (``holdout_classes``,
-    ``augment``, ``preprocess``, ...).
+    says, is an error naming the file's line. The other parameters are those of every face reader
+    (``holdout_classes``, ``augment``, ``preprocess``, ...).
 
     Parameters:
         root (str): the folder of person folders
@@ -83,15 +83,12 @@ class ImageFolderReader(ImageListReader):
         if people is not None and not os.path.isfile(str(people)):
             raise MissingFile(str(people), "people file", key="people")
         names, files = self._people(people, sets, exclude_sets, min_images)
-        self.list_path = self.root  # where labels.json would be
         self.people_path = None if people is None else str(people)
         self._names = names
         paths = [f"{name}/{f}" for name, images in zip(names, files) for f in images]
         labels = np.repeat(np.arange(len(names), dtype=np.float64), [len(f) for f in files])
-        self._lines = np.arange(1, len(paths) + 1, dtype=np.int64)
+        # one numpy bytes array, not a list of str: forked workers then share it without copy-on-write churn
         self._paths = np.array([p.encode("utf-8") for p in paths], dtype=np.bytes_)
-        self._list_labels = labels
-        self._targets = None
         self._finish(np.arange(len(paths)), labels, {}, num_classes=num_classes)
 
     def _people(self, people_path, sets, exclude_sets, min_images):
@@ -129,5 +126,17 @@ class ImageFolderReader(ImageListReader):
     def _names_hint(self) -> str:
         return "its folder names"
 
+    def _relative(self, candidate: int) -> str:
+        """The image's path under ``root`` (``Name/Name_0001.jpg``)."""
+        return self._paths[candidate].decode("utf-8")
+
     def _describe(self, candidate: int) -> str:
         return f"image folder '{self.root}' image '{self._relative(candidate)}'"
+
+    def _load_bytes(self, candidate: int) -> bytes:
+        path = os.path.join(self.root, self._relative(candidate))
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise DataError(f"{self._describe(candidate)}: cannot read '{path}': {exc.strerror}") from None
