@@ -25,7 +25,8 @@ $(STAMP): requirements.txt setup.py tools/select_paddle.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) $(SELECT_PADDLE) --python $(PY)
-	$(PY) -m pip install --quiet --no-deps -e .
+	# setuptools boxes an "Editable installation" note (folders named like the package) that is not ours to act on
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -44,7 +45,7 @@ demo: $(STAMP)
 FACES_DEMO := runs/faces_demo
 demo-faces: $(STAMP)  ## six real face datasets, open set: the recipe (six heads, cross-head negatives) for one seed, the classic baselines, the estimated same-person pairs
 	@echo "Six face datasets, one backbone: one seed of the recipe and the classic baselines, scored on the" \
-	    "validation people of examples/configs/faces_six.yaml (a progress line per step; about 5 minutes on 2 cores)"
+	    "validation people of examples/configs/faces_six.yaml (a line as each run ends, and every 30 s while one trains; about 5 minutes on 2 cores)"
 	$(PY) examples/faces_report.py --seeds 0 --arms cross --overlap --out $(FACES_DEMO) --json $(FACES_DEMO)/report.json
 	@echo "These are the validation people, on which every setting of the recipe was chosen, and one seed; the" \
 	    "README's table is on other people, the test people (examples/configs/faces_six_test.yaml, looked at once)," \

@@ -646,3 +646,80 @@ def test_the_equal_losses_claim_says_where_it_holds():
         bullets = " ".join(f.read().split()).split("* **")
     claim = next(b for b in bullets if "same per-step losses" in b)
     assert "without BatchNorm" in claim and "sync_bn" in claim and "8.6e-2 at step 14" in claim, claim
+
+
+# ---- 24. small claims ----------------------------------------------------------------------------------------------
+def makefile_install_line():
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        return next(line.strip() for line in f if "pip install" in line and "-e ." in line)
+
+
+@pytest.mark.subprocess
+def test_make_s_editable_install_hides_setuptools_editable_installation_box():
+    """The Makefile's ``pip install -e .`` sets a warning filter; setuptools' own note, emitted as setuptools emits it
+    (``InformationOnly.emit``, the box pip showed on ``make demo``), is silenced by it and only by it."""
+    import shlex
+    import subprocess
+
+    words = shlex.split(makefile_install_line())
+    filters = [w.split("=", 1)[1] for w in words if w.startswith("PYTHONWARNINGS=")]
+    assert filters, makefile_install_line()
+    code = ("from setuptools.warnings import InformationOnly\n"
+            "InformationOnly.emit('Editable installation.', 'Please be careful with folders named like the package')")
+    for env, shown in (({}, True), ({"PYTHONWARNINGS": filters[0]}, False)):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**environment(), **env})
+        assert ("Editable installation" in done.stderr) == shown, (env, done.stderr)
+
+
+def test_make_demo_faces_and_the_readme_say_how_often_the_report_prints():
+    from mtl.progress import WATCH_EVERY
+
+    for name in ("Makefile", "README.md"):
+        with open(os.path.join(ROOT, name)) as f:
+            text = " ".join(f.read().split())
+        assert "a progress line per step" not in text, name
+        assert f"every {WATCH_EVERY:g} s while one trains" in text, name
+
+
+def docs_table(text, after):
+    """``{(task, metric): (value, loss start, loss end)}`` of the first run-end table in ``text`` after ``after``."""
+    block = text[text.index(after):].split("```")[1]
+    found, task, losses = {}, None, None
+    for line in block.splitlines()[3:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 5:
+            continue
+        if cells[0]:
+            task, losses = cells[0], tuple(cells[2].split(" -> "))
+        found[(task, cells[3].split(" ")[0])] = (cells[4], *losses)
+    return found
+
+
+def assert_docs_table_is_the_run(doc_after, config, tmp_path, extra=()):
+    """Train ``config`` as the docs say and compare every figure of the docs' table with the run's summary.json."""
+    from mtl.train.reporting import format_value
+
+    out = tmp_path / "run"
+    run([sys.executable, "-m", "mtl.cli", "train", os.path.join(ROOT, "examples", "configs", config), "--set",
+         f"output_dir={out}", "log.plot=false", *extra])
+    summary = json.loads((out / "summary.json").read_text())["tasks"]
+    with open(os.path.join(ROOT, "docs", "tasks.md")) as f:
+        table = docs_table(f.read(), doc_after)
+    assert table
+    for (task, metric), (value, start, end) in table.items():
+        info = summary[task]
+        assert (value, start, end) == (format_value(info["eval"][metric]), f"{info['loss_start']:.4f}",
+                                       f"{info['loss_end']:.4f}"), (task, metric)
+
+
+@pytest.mark.subprocess
+def test_docs_tasks_tabular_table_is_what_the_run_prints(tmp_path):
+    assert_docs_table_is_the_run("`tabular_mtl` (300 steps", "tabular_mtl.yaml", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_docs_tasks_four_heads_table_is_what_the_run_prints(tmp_path):
+    """(22 CPU-seconds: the figures the docs show are of the whole 400-step run.)"""
+    assert_docs_table_is_the_run("`digits_four_heads` (400 steps", "digits_four_heads.yaml", tmp_path)
