@@ -103,19 +103,17 @@ class Recipe:
         from mtl import registry
         from mtl.backbones.base import constructor_config
         from mtl.commands.compare import sub_batches
+        from mtl.commands.evaluate_people import held_out_readers
         from mtl.errors import ConfigError
         from mtl.job import build_reader, reader_context, steps_override
 
         self.cfg, self.benchmark = cfg, benchmark
         context = reader_context(registry.build("backbone", constructor_config(registry.as_component(cfg["backbone"])),
                                                 cfg["source"], "backbone"))
-        self.eval_readers, self.train_readers, self.sides = {}, {}, {}
-        for task in cfg["tasks"]:
-            if task["eval"]["enabled"] and task["eval"]["split"]:
-                reader = build_reader(task, dict(task["eval"]["reader"]), context)
-                if reader.open_set:
-                    self.eval_readers[task["name"]] = reader
-                    self.sides[task["name"]] = held_out_sides(task, reader)
+        self.train_readers = {}
+        self.eval_readers = held_out_readers(cfg)  # as mtl eval --all-people finds them
+        tasks = {task["name"]: task for task in cfg["tasks"]}
+        self.sides = {name: held_out_sides(tasks[name], reader) for name, reader in self.eval_readers.items()}
         if not self.eval_readers:
             raise ConfigError(f"{cfg['source']}: no task has held-out people (reader holdout_classes and an "
                              "evaluation split): nothing to verify")

@@ -180,27 +180,13 @@ def train_runs(args, runs):
 
 
 def embeddings(run_dir, readers, batch_size=256):
-    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights); when
-    the run's architecture gives each task its own embedding, each reader's through its task's (a merged run's one
-    task for every reader)."""
-    from mtl.architectures.base import TaskEmbedder
-    from mtl.evaluation.evaluator import embed
+    """``{task: (features [N, D], labels)}`` of every reader, embedded by the run's backbone (averaged weights; each
+    reader through its task's embedding when the run's architecture gives each task its own:
+    :func:`mtl.evaluation.held_out.embed_tasks`)."""
+    from mtl.evaluation.held_out import embed_tasks
     from mtl.inference import open_run
 
-    run = open_run(run_dir)
-    tasks = [t["name"] for t in run.cfg["tasks"]]
-    built = {}
-    out = {}
-    for name, reader in readers.items():
-        task = name if name in tasks else tasks[0] if len(tasks) == 1 else None
-        if task not in built:
-            built[task] = run.backbone(task)
-        backbone = built[task]
-        if not isinstance(backbone, TaskEmbedder):  # one embedding for every task: built once
-            built = {key: backbone for key in [*tasks, None]}
-        features, rest = embed(backbone, reader, batch_size)
-        out[name] = (features.numpy().astype(np.float64), np.asarray(rest["label"]).reshape(-1))
-    return out
+    return embed_tasks(open_run(run_dir), readers, batch_size)
 
 
 def verify(features, labels, cap):
@@ -211,18 +197,13 @@ def verify(features, labels, cap):
 
 
 def all_people_of(recipe, embedded):
-    """:func:`mtl.evaluation.all_pairs.all_people` of the held-out people of every task together (labels kept apart
-    per task, condition sides where known)."""
-    from mtl.evaluation.all_pairs import all_people
+    """The held-out people of every task together, as ``mtl eval RUN --all-people`` scores them
+    (:mod:`mtl.evaluation.held_out`: people kept apart per task, an image file two tasks hold counted once), with
+    the condition sides where known."""
+    from mtl.evaluation.held_out import pool_people, score_all_people
 
-    features, labels, sides, offset = [], [], [], 0
-    for task, (feats, lab) in embedded.items():
-        features.append(feats)
-        labels.append(lab + offset)
-        offset += int(lab.max()) + 1
-        known = recipe.sides[task]
-        sides.append(np.full(len(lab), -1) if known is None else known)
-    return all_people(np.concatenate(features), np.concatenate(labels), np.concatenate(sides), plot_fars=PLOT_FARS)
+    pooled = pool_people(embedded, {task: recipe.eval_readers[task].sample_files() for task in embedded})
+    return score_all_people(pooled.features, pooled.labels, pooled.take(recipe.sides, -1), plot_fars=PLOT_FARS)
 
 
 def score(recipe, run_dir, name):

@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from mtl.charts import check_chart_path
+from mtl.commands.data_pairs import add_pairs_cli
 from mtl.commands.merge import add_merge_cli
 from mtl.commands.pack import pack
 from mtl.data.recordio import RecordIOReader, unpack
@@ -268,10 +269,10 @@ def label_table(stats) -> str:
 
 
 def add_cli(subparsers):
-    """Register ``data pack``, ``data inspect`` and ``data merge`` on an argparse sub-parsers object (each sets
-    ``func(args)``)."""
+    """Register ``data pack``, ``data inspect``, ``data merge`` and ``data pairs`` on an argparse sub-parsers
+    object (each sets ``func(args)``)."""
     data = subparsers.add_parser("data", help="pack face images into RecordIO, inspect datasets")
-    sub = data.add_subparsers(dest="data_command", metavar="{pack,inspect,merge}")
+    sub = data.add_subparsers(dest="data_command", metavar="{pack,inspect,merge,pairs}")
     sub.required = True
     p = sub.add_parser("pack", help="write train.rec/train.idx/property from an image folder or a label list")
     p.add_argument("source", help="folder with one sub-folder per identity, or a 'path<TAB>label' list file")
@@ -292,4 +293,5 @@ def add_cli(subparsers):
                    help="decode every image to find the bad ones, or only the contact sheet's sample (quick)")
     q.set_defaults(func=_run_inspect)
     add_merge_cli(sub)
+    add_pairs_cli(sub)
     return data

@@ -175,6 +175,14 @@ def _cmd_eval(args):
                           key="--out")
     if args.sets and args.ijb:
         raise ConfigError("mtl eval takes either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C), not both")
+    if args.all_people:  # every held-out person of every task of the run together
+        from mtl.commands.evaluate_people import evaluate_all_people
+
+        if args.sets or args.ijb or args.lfw:
+            raise ConfigError("--all-people scores the run's own held-out people; it takes no --sets, --ijb or --lfw",
+                              key="--all-people")
+        evaluate_all_people(args.path, args.weights, args.batch_size, args.out, trust_plugins=args.trust_plugins)
+        return
     check_lfw_args(args)
     if args.lfw:
         run_lfw(args)
@@ -218,6 +226,9 @@ def add_cli(sub):
     p.add_argument("--out", help="where eval_<set>.json and roc_<set>.png go (default: the evaluated folder)")
     p.add_argument("--preprocess", metavar="TASK",
                    help="prepare images as this task's were (crop, equalisation; default: the way all tasks share)")
+    p.add_argument("--all-people", action="store_true",
+                   help="a run: every held-out person of every task together (1:1 on every pair of their images, "
+                        "1:N identification: rank-1, rank-5, CMC; gallery: each person's first image)")
     add_lfw_arguments(p)
     add_trust_plugins(p)
     p.set_defaults(func=_cmd_eval)

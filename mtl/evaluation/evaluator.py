@@ -39,7 +39,9 @@ def embed(backbone, reader, batch_size: int, max_samples=None):
 class Evaluator:
     """Evaluates the tasks of a job; eval readers and verification sets are loaded once and reused.
 
-    Per task: the head's metrics on the reader's eval split (``eval.split``), and 1:1 verification on every set of
+    Per task: the head's metrics on the reader's eval split (``eval.split``; a split of held-out people: 1:1
+    verification on pairs of them and 1:N identification, :mod:`mtl.evaluation.identification`), and 1:1
+    verification on every set of
     ``eval.sets`` (rank 0 only: it needs the backbone alone), reported as ``<set>/accuracy``, ``<set>/std``,
     ``<set>/val_at_far``; ROC curves go to ``output_dir/roc_<task>.png``.
     """
@@ -97,11 +99,14 @@ class Evaluator:
                                     task.cfg["eval"]["max_samples"])
         feats, rest = embed(self.job.model.embedder(task.name), reader, batch_size, task.cfg["eval"]["max_samples"])
         head = task.head
-        if reader.open_set:  # identities no head trained on: verification of the embeddings on pairs of them
+        if reader.open_set:  # identities no head trained on: verification on pairs of them, and 1:N identification
+            from mtl.evaluation.identification import identification_metrics
             from mtl.evaluation.pairs import open_set_verification
 
-            return open_set_verification(to_numpy(feats), rest[head.label_field],
-                                         reader.max_positive_pairs, seed=0)
+            features = to_numpy(feats)
+            metrics = open_set_verification(features, rest[head.label_field], reader.max_positive_pairs, seed=0)
+            metrics.update(identification_metrics(features, rest[head.label_field]))
+            return metrics
         if head.class_count() is not None and rest[head.label_field].dtype.kind in "iu":
             check_labels(task.name, rest, head.label_field, head.class_count(), split="evaluation")
         labels = paddle.to_tensor(rest[head.label_field])

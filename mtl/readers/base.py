@@ -82,6 +82,12 @@ class Reader:
         are prepared as ``preprocess`` says)."""
         return {}
 
+    def sample_files(self):
+        """The image file of every sample of the split, in sample order (absolute paths), or None (the default)
+        when samples are not files of their own (RecordIO records, generated data): what tells that two tasks hold
+        the same image (``mtl eval --all-people``) and what a pairs list names (``mtl data pairs``)."""
+        return None
+
     def label_names(self) -> Dict[str, List[str]]:
         """What the values of this split's label fields stand for: ``{field: [name of value 0, ...]}``, e.g.
         ``{"label": ["s1", "s10", ...]}`` (the people of a face split, in label order), ``{"labels": ["even",

@@ -103,6 +103,11 @@ class ConcatReader(Reader):
         sample[self.label_field] = np.asarray(sample[self.label_field] + self.offsets[k], dtype=np.int64)
         return sample
 
+    def sample_files(self):
+        """Every source's image files in sample order, or None when a source's samples are not files."""
+        files = [s.sample_files() for s in self.sources]
+        return None if any(f is None for f in files) else [path for f in files for path in f]
+
     def labels(self):
         """Every source's labels (read without decoding), offset, in sample order."""
         return np.concatenate([np.asarray(s.labels(), dtype=np.int64) + off

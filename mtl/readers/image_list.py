@@ -191,6 +191,10 @@ class ImageListReader(FaceImageReader):
     def _path(self, candidate: int) -> str:
         return os.path.join(self.root, self._relative(candidate))
 
+    def sample_files(self):
+        """The absolute path of every sample's image, in sample order."""
+        return [os.path.abspath(self._path(int(c))) for c in self._candidates]
+
     def _describe(self, candidate: int) -> str:
         return f"label list '{self.list_path}' line {int(self._lines[candidate])} ('{self._relative(candidate)}')"
 
