@@ -35,29 +35,17 @@ import numpy as np
 from mtl.arrays import unit_rows
 from mtl.data.same_person import People, written
 from mtl.errors import ConfigError, require_output_file
+from mtl.evaluation.identities import (  # noqa: F401 (re-exported)
+    CENTRES_THRESHOLD,
+    IMAGES_PER_CLASS,
+    PERCENTILE,
+    calibrated_threshold,
+    chosen_images,
+    embed_samples,
+    match_classes,
+    templates,
+)
 from mtl.inference import add_trust_plugins
-
-CENTRES_THRESHOLD = 0.5  # --centres without --threshold
-PERCENTILE = 5.0
-IMAGES_PER_CLASS = 20
-
-
-def match_classes(centres_a, centres_b, threshold: float = CENTRES_THRESHOLD, all_mutual: bool = False):
-    """Likely-same classes of two ``[C, D]`` centre (or template) sets: list of ``{class_a, class_b, similarity,
-    mutual}``.
-
-    Every mutual-nearest-neighbour pair is listed when ``all_mutual``; otherwise only those with similarity at
-    least ``threshold`` (the decision). Sorted by decreasing similarity.
-    """
-    sim = unit_rows(centres_a) @ unit_rows(centres_b).T
-    best_b = np.argmax(sim, axis=1)
-    best_a = np.argmax(sim, axis=0)
-    found = []
-    for a, b in enumerate(best_b):
-        mutual = bool(best_a[b] == a)
-        if mutual and (all_mutual or sim[a, b] >= threshold):
-            found.append({"class_a": int(a), "class_b": int(b), "similarity": float(sim[a, b]), "mutual": mutual})
-    return sorted(found, key=lambda m: -m["similarity"])
 
 
 def load_run(run_dir: str, trust_plugins: bool = False):
@@ -94,44 +82,6 @@ def class_centres(job, run):
     return {t.name: run.head_state(t.name)["weight"] for t in class_label_tasks(job)}
 
 
-def chosen_images(labels, per_class: int) -> np.ndarray:
-    """Indices of the first ``per_class`` samples of every class, in sample order (deterministic)."""
-    labels = np.asarray(labels).reshape(-1)
-    order = np.argsort(labels, kind="stable")
-    first = np.searchsorted(labels[order], labels[order], side="left")
-    rank = np.arange(len(order)) - first
-    return np.sort(order[rank < per_class])
-
-
-def templates(features, labels, num_classes: int):
-    """``(templates [C, D], halves [C])`` from the embeddings of one head's chosen training images.
-
-    ``template_c = unit(mean of unit(f_i) over class c)``; ``halves_c`` is the cosine of the templates of class c's
-    even- and odd-numbered images (NaN with fewer than two images): the same-person similarity the decision is
-    calibrated on. A class without images keeps a zero template (it matches nothing)."""
-    unit = unit_rows(features)
-    labels = np.asarray(labels).reshape(-1)
-    out = np.zeros((num_classes, unit.shape[1]))
-    halves = np.full(num_classes, np.nan)
-    for c in np.unique(labels):
-        rows = unit[labels == c]
-        out[c] = unit_rows(rows.mean(axis=0, keepdims=True))[0]
-        if len(rows) >= 2:
-            even = unit_rows(rows[0::2].mean(axis=0, keepdims=True))[0]
-            odd = unit_rows(rows[1::2].mean(axis=0, keepdims=True))[0]
-            halves[c] = float(even @ odd)
-    return out, halves
-
-
-def calibrated_threshold(halves, percentile: float = PERCENTILE) -> float:
-    """The ``percentile`` of the same-person half-template cosines of every identity that has them."""
-    values = np.concatenate([np.asarray(h)[np.isfinite(h)] for h in halves])
-    if len(values) == 0:
-        raise ConfigError("no training identity has two images: the overlap threshold cannot be calibrated; pass "
-                          "--threshold")
-    return float(np.percentile(values, percentile))
-
-
 def class_templates(job, per_class: int = IMAGES_PER_CLASS, batch_size: int = 256):
     """``({task: templates [C, D]}, {task: half-template cosines [C]})`` of every class-label head's training
     identities (up to ``per_class`` images each, augmentation off)."""
@@ -147,21 +97,8 @@ def _embed_reader(job, task, reader, batch_size, indices=None):
     """Embeddings [N, D] (numpy) and ``task``'s labels of the samples ``indices`` of ``reader`` (all by default),
     augmentation off, embedded as ``task``'s samples are (through its BatchNorms or adapters, if the architecture
     has them: :meth:`mtl.train.model.Model.embedder`)."""
-    import paddle
-
-    from mtl.data.steps import collate
-
-    reader.set_augmentation(False)
-    indices = np.arange(len(reader)) if indices is None else np.asarray(indices)
-    embedder, label_field = job.model.embedder(task.name), task.head.label_field
     names = [f.name for f in job.backbone.input_fields()]
-    features, labels = [], []
-    with paddle.no_grad():
-        for start in range(0, len(indices), batch_size):
-            batch = collate([reader[int(i)] for i in indices[start:start + batch_size]])
-            features.append(embedder({n: paddle.to_tensor(batch[n]) for n in names}).numpy())
-            labels.append(np.asarray(batch[label_field]).reshape(-1))
-    return np.concatenate(features), np.concatenate(labels).astype(np.int64)
+    return embed_samples(job.model.embedder(task.name), names, reader, task.head.label_field, batch_size, indices)
 
 
 def overlaps(centres, threshold=CENTRES_THRESHOLD, all_mutual=False):

@@ -13,7 +13,7 @@ Every malformed line is a :class:`mtl.errors.DataError` naming the file, the lin
 """
 import os
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -167,3 +167,37 @@ def check_images(root: str, pairs: List[PairSet], source: str):
             for rel in (a, b):
                 if not os.path.isfile(os.path.join(root, rel)):
                     raise DataError(f"{source} line {line}: image '{os.path.join(root, rel)}' does not exist")
+
+
+@dataclass(frozen=True)
+class Split:
+    """One training/test split of LFW's protocol: View 1's (train on ``peopleDevTrain``, test on ``pairsDevTest``,
+    whose people are ``peopleDevTest``'s) or View 2's set ``test_set`` (train on the people of the other nine sets,
+    test on the set's 600 pairs)."""
+
+    view: int
+    test_set: Optional[int] = None
+
+    def __post_init__(self):
+        if (self.view, self.test_set is None) not in ((1, True), (2, False)) or (
+                self.view == 2 and not 1 <= self.test_set <= 10):
+            raise DataError(f"an LFW split is View 1, or View 2 with a set from 1 to 10; got view {self.view}, set "
+                            f"{self.test_set}")
+
+    @property
+    def name(self) -> str:
+        """``view1`` or ``set3``."""
+        return "view1" if self.view == 1 else f"set{self.test_set}"
+
+    def train_people(self, lfw_dir: str) -> dict:
+        """The ``image_folder`` reader options that keep this split's training people."""
+        if self.view == 1:
+            return {"people": os.path.join(lfw_dir, "peopleDevTrain.txt")}
+        return {"people": os.path.join(lfw_dir, "people.txt"), "exclude_sets": [self.test_set]}
+
+    def test_people(self, lfw_dir: str) -> dict:
+        """The ``image_folder`` reader options that keep this split's test people (every one, whether or not a
+        pair names them: no test person may be trained on)."""
+        if self.view == 1:
+            return {"people": os.path.join(lfw_dir, "peopleDevTest.txt")}
+        return {"people": os.path.join(lfw_dir, "people.txt"), "sets": [self.test_set]}

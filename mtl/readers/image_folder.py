@@ -126,6 +126,10 @@ class ImageFolderReader(FaceImageReader):
     def _names_hint(self) -> str:
         return "its folder names"
 
+    def sample_files(self):
+        """The absolute path of every sample's image, in sample order (``root/Name/file``)."""
+        return [os.path.abspath(os.path.join(self.root, self._relative(int(c)))) for c in self._candidates]
+
     def _relative(self, candidate: int) -> str:
         """The image's path under ``root`` (``Name/Name_0001.jpg``)."""
         return self._paths[candidate].decode("utf-8")

@@ -1,0 +1,98 @@
+"""The LFW report's filter stage: with a split's ``lfw_alone`` model, find the outside classes that are test people of
+the split, remove them, and estimate the same-person pairs (:mod:`mtl.evaluation.contamination`).
+
+Writes into the unit's filter folder: ``removed.json`` (each removed class, the test person it matched, the score),
+``pairs.json`` (the same-person pairs in ``mtl overlap --json``'s form, outside against LFW's training people and
+inside the outside data: what ``cross`` masks and ``dedup`` merges), ``decision.json`` (all of it, with the
+threshold), ``kept.txt`` (the outside classes kept, a people file of LFW's format) and ``merged/`` (the label lists
+of ``naive``, every person distinct, and of ``dedup``, merged by the pairs).
+"""
+import json
+import os
+import shutil
+
+from lfw_arms import LFW, OUTSIDE
+
+from mtl.errors import DataError
+
+
+def build_reader(root, people, image_size, task, **more):
+    """An ``image_folder`` reader of ``root``'s people (a people-file option mapping), prepared as ``task``'s images
+    (its crop and lighting), augmentation off."""
+    from mtl.readers.image_folder import ImageFolderReader
+
+    options = {k: v for k, v in task["reader"].items() if k in ("preprocess", "decoder")}
+    return ImageFolderReader(root, image_size=image_size, split="train", flip=False, **people, **options, **more)
+
+
+def identities(name, model, field, reader, per_class):
+    from mtl.evaluation.contamination import Identities
+
+    return Identities.of_reader(name, model, [field], reader, per_class)
+
+
+def write_people_file(path, reader, keep):
+    """A people file (LFW's one-set format) of the classes of ``reader`` whose names are in ``keep``."""
+    import numpy as np
+
+    names = reader.label_names()[reader.label_field]
+    counts = np.bincount(reader.labels(), minlength=len(names))
+    kept = [(n, int(c)) for n, c in zip(names, counts) if n in keep]
+    with open(path, "w") as f:
+        f.write(f"{len(kept)}\n")
+        f.writelines(f"{n}\t{c}\n" for n, c in kept)
+
+
+def write_list(path, reader):
+    """A label list of ``reader``'s images with absolute paths (its folder names name the people)."""
+    with open(path, "w") as f:
+        f.writelines(f"{image}\t{int(label)}\n" for image, label in zip(reader.sample_files(), reader.labels()))
+
+
+def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, percentile=5.0, per_class=20,
+               threshold=None):
+    """The filter of one split (module docstring); returns the decision."""
+    from mtl.commands.merge import merge
+    from mtl.evaluation.contamination import decide
+    from mtl.inference import load_model
+
+    os.makedirs(out, exist_ok=True)
+    loaded = load_model(os.path.join(run_dir, "export"))
+    loaded.model.eval()
+    size, field = int(loaded.input_shape[-1]), loaded.input_field
+    lfw_task, outside_task = tasks[LFW], tasks[OUTSIDE]
+    minimum = {"min_images": lfw_task["reader"].get("min_images", 1)}
+    training = build_reader(lfw_images, split.train_people(lfw_dir), size, lfw_task, **minimum)
+    test = build_reader(lfw_images, split.test_people(lfw_dir), size, lfw_task)
+    outside = build_reader(outside_images, {}, size, outside_task)
+    decision = decide(identities(OUTSIDE, loaded.model, field, outside, per_class),
+                      identities("test", loaded.model, field, test, per_class),
+                      identities(LFW, loaded.model, field, training, per_class), percentile, threshold)
+    removed = set(decision.removed_names())
+    names = outside.label_names()[outside.label_field]
+    if len(removed) == len(names):
+        raise DataError(f"the filter of {split.name} found every one of the {len(names)} outside classes to be a test "
+                        f"person (threshold {decision.threshold:.3f}, {decision.how}): nothing of the outside data is "
+                        f"left to train on. A model trained this briefly cannot tell people apart: train longer, "
+                        "or give a fixed --filter-threshold")
+    write_people_file(os.path.join(out, "kept.txt"), outside, [n for n in names if n not in removed])
+    pairs = decision.pairs + decision.within[OUTSIDE]
+    for name, content in (("removed.json", decision.removed), ("pairs.json", pairs),
+                          ("decision.json", {"threshold": decision.threshold, "how": decision.how,
+                                             "removed": decision.removed, "pairs": decision.pairs,
+                                             "within": decision.within})):
+        with open(os.path.join(out, name), "w") as f:
+            json.dump(content, f, indent=1)
+    kept = build_reader(outside_images, {"people": os.path.join(out, "kept.txt")}, size, outside_task)
+    merged = os.path.join(out, "merged")
+    os.makedirs(merged, exist_ok=True)
+    write_list(os.path.join(merged, "lfw.txt"), training)
+    write_list(os.path.join(merged, "glint.txt"), kept)
+    sources = [f"{LFW}={os.path.join(merged, 'lfw.txt')}", f"{OUTSIDE}={os.path.join(merged, 'glint.txt')}"]
+    for name, pairs_path in (("naive", None), ("dedup", os.path.join(out, "pairs.json"))):
+        shutil.rmtree(os.path.join(merged, name), ignore_errors=True)  # a filter run again writes them anew
+        merge(os.path.join(merged, name, "train"), sources, pairs_path)
+    print(f"filter {split.name}: {len(decision.removed)} outside classes removed as test people, "
+          f"{len(decision.pairs)} outside-LFW and {len(decision.within[OUTSIDE])} within-outside same-person pairs "
+          f"(threshold {decision.threshold:.3f})", flush=True)
+    return decision
