@@ -41,8 +41,8 @@ def test_the_recipes_load_with_their_architectures():
         best = load_job(os.path.join(EXAMPLES, "configs", file))
         report = load_job(os.path.join(EXAMPLES, "configs", "multimnist.yaml"), configurations()[name])
         assert best["architecture"]["type"] == kind
-        assert {k: v for k, v in best.items() if k not in ("output_dir", "source", "config_path")} == \
-            {k: v for k, v in report.items() if k not in ("output_dir", "source", "config_path")}
+        assert {k: v for k, v in best.items() if k not in ("output_dir", "source", "config_path", "set_keys")} == \
+            {k: v for k, v in report.items() if k not in ("output_dir", "source", "config_path", "set_keys")}
     synthetic = load_job(os.path.join(EXAMPLES, "configs", "mmoe_synthetic.yaml"))
     assert synthetic["architecture"]["type"] == "mmoe" and synthetic["backbone"]["type"] == "identity"
 

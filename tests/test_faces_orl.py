@@ -137,7 +137,7 @@ def test_pack_folder_of_any_format_round_trips_pixel_exactly(tmp_path, ext):
             image.save(path)
             sources[(person - 1, k)] = np.asarray(Image.open(path).convert("RGB"))
     summary = datatools.pack(str(tmp_path / "faces"), str(tmp_path / "out" / "train"))
-    assert (summary["records"], summary["classes"], summary["image_size"]) == (6, 2, "112x92")
+    assert (summary["records"], summary["classes"], summary["image_size"]) == (6, 2, "92x112")
     records = RecordIOReader(str(tmp_path / "out" / "train.rec"), str(tmp_path / "out" / "train.idx"))
     rows, classes = image_rows(records)
     assert classes == 2
