@@ -1,0 +1,156 @@
+"""The LFW report (issue 52) on a shortened run over the vendored subset, and the recipe's step at 1 and 2 processes.
+
+The outside dataset is made here: numbered person folders holding copies of two people of View 2's set 3 (planted
+test people), a copy of one training person, and people of the Yale faces (strangers). The report's filter must
+remove the planted test people before any arm trains; no arm's training data may then hold an image of a set-3
+person, whichever dataset brings it (checked by name for LFW, by the bytes of every image for the outside data)."""
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from mtl.data.lfw import read_people
+from tests import warm_python
+from tests.dist_util import ROOT
+from tests.shared_runs import one_process_run, two_process_run
+
+SUBSET = os.path.join(ROOT, "examples", "data", "lfw_subset")
+YALE = os.path.join(ROOT, "examples", "data", "faces", "yale")
+RECIPE = os.path.join(ROOT, "examples", "configs", "lfw_glint.yaml")
+STEPS = 6
+
+
+def set_people(number):
+    return [p.name for p in read_people(os.path.join(SUBSET, "people.txt"))[number - 1]]
+
+
+def make_outside(folder):
+    """Planted copies: 9001 and 9002 are set-3 people (test people of split set3), 9003 a training person;
+    Yale's s1..s4 are strangers. Returns {outside class: the LFW person it copies}."""
+    test = [p for p in read_people(os.path.join(SUBSET, "people.txt"))[2] if p.images >= 2][:2]
+    training = [p for p in read_people(os.path.join(SUBSET, "people.txt"))[0] if p.images >= 2][:1]
+    copies = {"9001": test[0].name, "9002": test[1].name, "9003": training[0].name}
+    for number, name in copies.items():
+        shutil.copytree(os.path.join(SUBSET, "images", name), os.path.join(folder, number))
+    for person in ("s1", "s2", "s3", "s4"):
+        shutil.copytree(os.path.join(YALE, person), os.path.join(folder, f"yale_{person}"))
+    return copies
+
+
+def digests(paths):
+    return {hashlib.sha256(open(p, "rb").read()).hexdigest() for p in paths}
+
+
+def training_files(job_file):
+    """Every image file the job's tasks train on, built as the job builds its readers."""
+    from mtl import registry
+    from mtl.config.loading import load_job
+
+    job = load_job(job_file)
+    files = []
+    for task in job["tasks"]:
+        files += registry.build("reader", task["reader"], image_size=32).sample_files()
+    return files
+
+
+def same_framing_recipe(folder):
+    """The recipe with its tasks inline and the outside task framed as the LFW task (its crop), so that a planted
+    copy of an LFW image embeds exactly as the original does, even with a model of a few steps."""
+    recipe = yaml.safe_load(open(RECIPE))
+    tasks = [yaml.safe_load(open(os.path.join(os.path.dirname(RECIPE), t))) for t in recipe["tasks"]]
+    tasks[1]["reader"]["preprocess"] = tasks[0]["reader"]["preprocess"]
+    recipe["tasks"] = tasks
+    path = os.path.join(folder, "recipe.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(recipe, f)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_report_on_a_shortened_view2_split_keeps_every_test_person_out(tmp_path):
+    outside = tmp_path / "outside"
+    copies = make_outside(str(outside))
+    out = tmp_path / "out"
+    recipe = same_framing_recipe(str(tmp_path))
+    proc = warm_python.run([sys.executable, os.path.join(ROOT, "examples", "lfw_report.py"), "--lfw", SUBSET,
+                            "--config", recipe,
+                            "--glint", str(outside), "--view", "2", "--sets", "3", "--steps", str(STEPS),
+                            "--filter-threshold", "0.9999", "--threads", "1", "--out", str(out),
+                            "--json", str(tmp_path / "r.json"), "--variants-tried", "7"],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[5/5] " in proc.stdout and "min left" in proc.stdout
+    report = json.load(open(tmp_path / "r.json"))
+    assert set(report["arms"]) == {"lfw_alone", "separate", "naive", "dedup", "cross"}
+    for arm in report["arms"].values():
+        assert len(arm["accuracy"]) == 1 and 0.0 <= arm["accuracy"][0] <= 1.0 and len(arm["auc"]) == 1
+    removed = {(r["class"], r["person"]) for r in report["removed"]["set3"]}
+    assert removed == {("9001", copies["9001"]), ("9002", copies["9002"])}
+    assert [d[:2] for d in report["duplicates"]] == [["9003", copies["9003"]]]
+    assert report["variants_tried"] == 7 and (out / "report.md").is_file() and (out / "roc.png").stat().st_size
+    test_names = set(set_people(3))
+    test_images = digests(os.path.join(SUBSET, "images", n, f) for n in test_names
+                          for f in os.listdir(os.path.join(SUBSET, "images", n)))
+    for arm in report["arms"]:
+        files = training_files(str(out / arm / "set3" / "job_asked.yaml"))
+        assert files and not {os.path.basename(os.path.dirname(f)) for f in files} & test_names, arm
+        assert not digests(files) & test_images, arm  # no copy of a test person's image, under any name
+        assert os.path.isdir(out / arm / "set3" / "export")
+    kept = open(out / "filter" / "set3" / "kept.txt").read()
+    assert "9001" not in kept and "9003" in kept
+    again = warm_python.run([sys.executable, os.path.join(ROOT, "examples", "lfw_report.py"), "--lfw", SUBSET,
+                             "--config", recipe, "--glint", str(outside), "--view", "2", "--sets", "3", "--steps", str(STEPS),
+                             "--filter-threshold", "0.9999", "--threads", "1", "--out", str(out), "--reuse",
+                             "--arms", "lfw_alone", "cross"], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("kept (--reuse)") == 2
+
+
+def recipe_argv(folder):
+    """The recipe on the subset (View 1's training people) and Yale as the outside data, a same-person pair given
+    by name, synchronised BatchNorm so that 1 and 2 processes compute the same statistics."""
+    pairs = os.path.join(folder, "pairs.json")
+    lfw_person = [p.name for p in read_people(os.path.join(SUBSET, "peopleDevTrain.txt"))[0] if p.images >= 2][0]
+    with open(pairs, "w") as f:
+        json.dump([{"task_a": "glint", "name_a": "s1", "task_b": "lfw", "name_b": lfw_person}], f)
+    return [RECIPE, "--set", f"output_dir={folder}", f"tasks.0.reader.root={SUBSET}/images",
+            f"tasks.0.reader.people={SUBSET}/peopleDevTrain.txt", f"tasks.1.reader.root={YALE}",
+            "cross_negatives.mask=pairs", f"cross_negatives.pairs={pairs}", f"schedule.steps={STEPS}",
+            "schedule.batch_size=16", "distributed.sync_bn=true", "log.every=1", "log.progress=false",
+            "log.plot=false", "data.num_workers=0", "optimizer.warmup_steps=2"]
+
+
+@one_process_run("lfw_recipe")
+def _one_recipe(folder):
+    return recipe_argv(str(folder)), str(folder)
+
+
+@two_process_run("lfw_recipe")
+def _two_recipe(folder):
+    return {"train": recipe_argv(str(folder))}, str(folder)
+
+
+def step_records(folder):
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if "loss" in r]
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("lfw_recipe")
+def test_the_recipes_step_agrees_at_one_and_two_processes(one_process, two_process):
+    a, b = step_records(one_process["lfw_recipe"]), step_records(two_process["lfw_recipe"])
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
+    worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a, b) for k in ra
+                if k.startswith("loss") or k == "grad_norm")
+    assert worst <= 1e-4, worst
+    assert {"loss/lfw", "loss/glint"} <= set(a[0])
+    job = yaml.safe_load(open(os.path.join(one_process["lfw_recipe"], "job.json")))
+    assert job["cross_negatives"]["mask"] == "pairs"
+    assert np.isfinite([r["loss"] for r in a]).all()
