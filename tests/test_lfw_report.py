@@ -105,7 +105,8 @@ def test_report_on_a_shortened_view2_split_keeps_every_test_person_out(tmp_path)
     kept = open(out / "filter" / "set3" / "kept.txt").read()
     assert "9001" not in kept and "9003" in kept
     again = warm_python.run([sys.executable, os.path.join(ROOT, "examples", "lfw_report.py"), "--lfw", SUBSET,
-                             "--config", recipe, "--glint", str(outside), "--view", "2", "--sets", "3", "--steps", str(STEPS),
+                             "--config", recipe, "--glint", str(outside), "--view", "2", "--sets", "3",
+                             "--steps", str(STEPS),
                              "--filter-threshold", "0.9999", "--threads", "1", "--out", str(out), "--reuse",
                              "--arms", "lfw_alone", "cross"], capture_output=True, text=True,
                             env=dict(os.environ, PYTHONPATH=ROOT))
