@@ -21,13 +21,14 @@ from mtl.commands import (
     overlap,
     plugins,
     predict,
+    pretrained,
     tokenizer,
 )
 from mtl.commands import train as train_command
 
 # every sub-command, in the order ``mtl --help`` lists them; each module's add_cli(subparsers) registers its parser
 COMMANDS = (train_command, launch, plugins, data, evaluate, predict, export, convert, overlap, compare, checkpoint,
-            tokenizer)
+            tokenizer, pretrained)
 
 
 def build_parser():

@@ -20,6 +20,15 @@ class Backbone(paddle.nn.Layer):
     default_output: Optional[str] = None
     # the subword tokenizer of a text backbone (mtl.text.tokenizer.TextTokenizer): readers get it from the job
     tokenizer = None
+    # the kind of pretrained checkpoint the backbone reads by ``backbone.pretrained: NAME|FOLDER`` (mtl.pretrained):
+    # "bert" (weights, config, tokenizer) or "word_vectors" (vectors.npy, words.txt); None: a .pdparams file only
+    pretrained_kind: Optional[str] = None
+
+    @classmethod
+    def pretrained_options(cls, folder: str) -> dict:
+        """The constructor keys that read the pretrained checkpoint ``folder`` (of :attr:`pretrained_kind`), e.g.
+        ``{"weights": ..., "tokenizer": ..., "model_config": ...}``."""
+        raise NotImplementedError(f"backbone '{cls.__name__}' reads no pretrained checkpoint folder")
 
     def output_fields(self) -> Optional[dict]:
         """``{name: Field}`` of the outputs when ``forward`` returns a dict (per-row shapes; a ``None`` axis has the
@@ -104,12 +113,15 @@ def constructor_config(cfg: dict) -> dict:
 
 def build_backbone(cfg: dict, source=None, key="backbone") -> Backbone:
     """A backbone from a job's backbone mapping (``{type, ..., pretrained}``): built from its constructor keys, then
-    its ``pretrained`` weights loaded (:func:`load_pretrained`): the one way a backbone gets pretrained weights."""
+    its ``pretrained`` weights loaded (:func:`load_pretrained`): the one way a backbone gets pretrained weights. A
+    pretrained model or checkpoint folder (``pretrained: minilm``) gives constructor keys instead
+    (:func:`mtl.pretrained.cache.expand_backbone`), which load it."""
     from mtl import registry
+    from mtl.pretrained.cache import expand_backbone
 
-    cfg = registry.as_component(cfg)
+    cfg, loaded = expand_backbone(registry.as_component(cfg), source, key)
     backbone = registry.build("backbone", constructor_config(cfg), source, key)
-    if cfg.get("pretrained"):
+    if cfg.get("pretrained") and not loaded:
         load_pretrained(backbone, cfg["pretrained"], source, f"{key}.pretrained")
     return backbone
 

@@ -137,6 +137,31 @@ class Bert(TextBackbone):
             the job config's folder when it is there)
     """
 
+    pretrained_kind = "bert"
+
+    @classmethod
+    def pretrained_options(cls, folder):
+        """The keys that read a BERT checkpoint folder (``backbone.pretrained: minilm``): ``weights`` (its
+        model.safetensors, pytorch_model.bin or model_state.pdparams), ``model_config`` (config.json or
+        model_config.json) and ``tokenizer``: the checkpoint's own, its tokenizer.json (which keeps its normaliser:
+        lowercasing for an uncased model) or else its vocab.txt, with ``lowercase`` from tokenizer_config.json's
+        do_lower_case."""
+        from mtl.convert.model_config import find_model_config
+
+        def there(*names):
+            return next((os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))), None)
+
+        weights = there("model.safetensors", "pytorch_model.bin", "model_state.pdparams")
+        options = {"weights": weights, "model_config": find_model_config(weights)}
+        if there("tokenizer.json"):
+            return {**options, "tokenizer": there("tokenizer.json")}
+        options["tokenizer"] = there("vocab.txt")
+        settings = there("tokenizer_config.json")
+        if settings:
+            with open(settings) as f:
+                options["lowercase"] = bool(json.load(f).get("do_lower_case", False))
+        return options
+
     def __init__(self, tokenizer=None, vocab_size=None, hidden_size=None, num_layers=None, num_heads=None,
                  intermediate_size=None, max_position=None, type_vocab_size=None, task_type_vocab_size=None,
                  task_id=None, activation=None, layer_norm_eps=None, dropout=None, attention_dropout=None,

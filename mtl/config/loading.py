@@ -391,9 +391,23 @@ def _validated_job(raw, path, source, task_overrides):
     for key in BACKBONE_PATH_KEYS:  # a text encoder's files, taken relative to the job config when they are there
         if isinstance(job["backbone"].get(key), str):
             job["backbone"][key] = resolve_path(job["backbone"][key], base_dir)
+    job["backbone"] = _pretrained(job["backbone"], base_dir, source)
     job["weighting"] = registry.as_component(job["weighting"])
     job["architecture"] = registry.as_component(job["architecture"])
     check_job(job, tasks, base_dir, source)
     job.update(tasks=tasks, config_path=os.path.abspath(path) if path else None, config_dir=base_dir,
                source=source, plugin_folders=plugin_folders)
     return job
+
+
+def _pretrained(backbone, base_dir, source):
+    """``backbone.pretrained`` taken relative to the job config when it is a path there, and a pretrained model or
+    checkpoint folder turned into the backbone's own keys (:func:`mtl.pretrained.cache.expand_backbone`: a model
+    missing from the cache is said here, before anything is built)."""
+    from mtl.pretrained.cache import expand_backbone
+    from mtl.pretrained.catalogue import CATALOGUE
+
+    value = backbone.get("pretrained")
+    if isinstance(value, str) and value not in CATALOGUE:
+        backbone["pretrained"] = resolve_path(value, base_dir)
+    return expand_backbone(backbone, source)[0]

@@ -49,6 +49,10 @@ class TextTokenizer:
     """
 
     def __init__(self, tokenizer, source: str = "<tokenizer>"):
+        # a checkpoint's tokenizer.json may fix a truncation and a padding (sentence-transformers' MiniLM: 128 of
+        # each): pieces past it would be cut silently and their words' labels lost; the readers cut and pad instead
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
         self._tokenizer = tokenizer
         self.source = source
         vocab = tokenizer.get_vocab()
