@@ -21,7 +21,7 @@ from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError, DataError
 from mtl.parallel import distributed, sync_bn
 from mtl.runtime import on_host_generator
-from mtl.train.finetune import apply_lr_multipliers, freeze_batchnorm, freeze_parameters
+from mtl.train.finetune import apply_layer_decay, apply_lr_multipliers, freeze_batchnorm, freeze_parameters
 from mtl.train.memory_plan import check_job_memory
 from mtl.train.model import JointModel
 from mtl.train.sparse import check_sparse_optimizer
@@ -198,6 +198,7 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
                        _cross_negatives(cfg, tasks, architecture), architecture, cfg["schedule"]["same_rows"])
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
+    apply_layer_decay(model, cfg["optimizer"].get("layer_decay", 1.0), cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
                               cfg["source"])
     resolve_epochs(cfg, schedule, {t.name: len(t.reader) for t in tasks}, warn)

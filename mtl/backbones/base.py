@@ -68,6 +68,12 @@ class Backbone(paddle.nn.Layer):
         None (the default): the backbone cannot be split, and such architectures refuse it."""
         return None
 
+    def layer_depths(self) -> Optional[dict]:
+        """``{parameter name: depth}`` of a layered backbone, 0 at the input (embeddings) up to the top (the last
+        layer, a pooler): what ``optimizer.layer_decay`` scales the learning rates by; None (the default): the
+        backbone is not a stack of layers, and layer_decay is refused."""
+        return None
+
     def input_fields(self) -> List[Field]:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -204,6 +204,12 @@ class Bert(TextBackbone):
         path = model_config or (find_model_config(weights) if weights else None)
         return resolve(given, DEFAULTS, read_model_config(path) if path else None)
 
+    def layer_depths(self):
+        """Embeddings 0, encoder layer i (from 0) i + 1, the final LayerNorm and the pooler the top (layers + 1)."""
+        top = len(self.layers) + 1
+        return {name: 0 if name.startswith("embeddings.") else int(name.split(".")[1]) + 1
+                if name.startswith("layers.") else top for name, _ in self.named_parameters()}
+
     def input_embeddings(self):
         """The word embedding matrix [V, hidden]."""
         return self.embeddings.word_embeddings.weight

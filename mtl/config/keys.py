@@ -136,8 +136,9 @@ OPTIMIZER = {
         isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v)
         else f"expected two numbers in [0, 1), got {v!r}", doc="adamw betas"),
     "warmup_steps": Opt(int, 0, min=0, doc="linear warm-up steps"),
-    "decay": Opt(str, "cosine", choices=["none", "cosine", "step", "poly", "multistep"],
-                 doc="learning-rate decay after warm-up (docs/large-scale.md has the formulas)"),
+    "decay": Opt(str, "cosine", choices=["none", "cosine", "linear", "step", "poly", "multistep"],
+                 doc="learning-rate decay after warm-up (docs/large-scale.md has the formulas; linear: to min_lr at "
+                     "the last step, as BERT's fine-tuning)"),
     "min_lr": Opt(float, 0.0, min=0.0, doc="cosine, poly: final learning rate"),
     "step_size": Opt(int, 1000, min=1, doc="step decay: steps between decays"),
     "gamma": Opt(float, 0.1, min=0.0, max=0.999999, doc="step, multistep decay: factor (< 1)"),
@@ -150,6 +151,10 @@ OPTIMIZER = {
     "lr_mult": Opt(dict, {}, check=_check_lr_mult,
                    doc="learning-rate multipliers by parameter-name prefix of the joint model, the longest prefix "
                        "applying: {backbone.layer1: 0.1, backbone: 0.5, heads: 1.0}; weight decay scales alike"),
+    "layer_decay": Opt(float, 1.0, min=0.0, max=1.0, min_exclusive=True,
+                       doc="layer-wise learning-rate decay of a layered backbone (bert): a parameter k levels below "
+                           "the top (embeddings lowest, the pooler top) gets layer_decay^k times its rate, on top of "
+                           "lr_mult; heads keep theirs; 1: off"),
 }
 
 def _check_averaging(section, source, key):

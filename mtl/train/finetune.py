@@ -49,6 +49,26 @@ def freeze_batchnorm(backbone):
         layer._use_global_stats = True
 
 
+def apply_layer_decay(model, decay: float, source=None) -> dict:
+    """Multiply each backbone parameter's learning rate by ``decay^(top - depth)`` (layer-wise decay: Clark et al.,
+    2020; Bao et al., 2022), the depths from the backbone (:meth:`mtl.backbones.base.Backbone.layer_depths`: BERT's
+    embeddings 0, layer i i + 1, the pooler the top); call after :func:`apply_lr_multipliers`, which resets the
+    rates. Heads and architecture layers keep theirs. Returns ``{backbone parameter name: factor}``; a backbone
+    without layers and ``decay`` < 1 is a ConfigError naming ``optimizer.layer_decay``."""
+    if decay == 1.0:
+        return {}
+    depths = model.backbone.layer_depths()
+    if depths is None:
+        raise ConfigError(f"backbone '{model.backbone.registered_name}' has no layers to decay (bert has); leave "
+                          "layer_decay at 1", source, "optimizer.layer_decay")
+    top = max(depths.values())
+    factors = {}
+    for name, param in model.backbone.named_parameters():
+        factors[name] = float(decay) ** (top - depths[name])
+        param.optimize_attr["learning_rate"] *= factors[name]
+    return factors
+
+
 def apply_lr_multipliers(model, table: dict, source=None) -> dict:
     """Scale each parameter's learning rate by the multiplier of the longest prefix of ``table`` (flattened, see
     :func:`mtl.config.keys.flat_multipliers`) that matches its name in ``model`` (or, for a parameter of an

@@ -12,7 +12,8 @@ def _decay(cfg: dict, total_steps: int):
     """The schedule after warm-up (``t`` counts from the end of the warm-up, ``T = steps - warmup``), or the
     constant ``lr``:
 
-    cosine: lr_t = min_lr + (lr - min_lr) (1 + cos(pi t / T)) / 2;  step: lr gamma^floor(t / step_size);
+    cosine: lr_t = min_lr + (lr - min_lr) (1 + cos(pi t / T)) / 2;  linear: lr_t = (lr - min_lr) (1 - t / T) + min_lr
+    (BERT's and transformers' get_linear_schedule_with_warmup);  step: lr gamma^floor(t / step_size);
     poly: lr_t = (lr - min_lr) (1 - min(t, T) / T)^power + min_lr (arcface_torch's PolynomialLRWarmup, PLSC's Poly
     with power 2); multistep: lr gamma^(number of milestones m <= warmup + t), milestones counted from step 0.
     """
@@ -22,9 +23,9 @@ def _decay(cfg: dict, total_steps: int):
         return paddle.optimizer.lr.CosineAnnealingDecay(lr, T_max=decay_steps, eta_min=cfg["min_lr"])
     if cfg["decay"] == "step":
         return paddle.optimizer.lr.StepDecay(lr, step_size=cfg["step_size"], gamma=cfg["gamma"])
-    if cfg["decay"] == "poly":
+    if cfg["decay"] in ("poly", "linear"):
         return paddle.optimizer.lr.PolynomialDecay(lr, decay_steps=decay_steps, end_lr=cfg["min_lr"],
-                                                   power=cfg["power"])
+                                                   power=cfg["power"] if cfg["decay"] == "poly" else 1.0)
     if cfg["decay"] == "multistep":  # the inner scheduler counts from the end of the warm-up
         milestones = [m - warmup for m in resolve_milestones(cfg["milestones"], total_steps)]
         return paddle.optimizer.lr.MultiStepDecay(lr, milestones=milestones, gamma=cfg["gamma"])
