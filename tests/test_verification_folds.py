@@ -117,3 +117,24 @@ def test_too_few_pairs_of_a_kind_is_said():
     assert metrics.small_folds_warning([True, False, True, False]).startswith("warning: 2 same-person and 2 ")
     assert metrics.small_folds_warning([True] * 20 + [False] * 19) is not None
     assert metrics.small_folds_warning([True] * 20 + [False] * 20) is None
+
+def test_mtl_eval_says_when_a_list_is_too_small_for_its_folds(tmp_path):
+    """``mtl eval`` on a 4-pair list (the issue's ``0.75000+-0.43301`` with no word) says that its folds are too
+    small; a list of 20 pairs of each kind gets no such line."""
+    from mtl.commands.evaluate import evaluate
+    from tests.small_runs import train_run
+
+    train_run(tmp_path, channels=3)
+    rng = np.random.RandomState(3)
+    lines = write_images_and_list(tmp_path, rng, people=2, per_person=2)  # 2 same-person pairs, then 2 others
+    (tmp_path / "small.txt").write_text("".join(f"{a}\t{b}\t{s}\n" for a, b, s in lines))
+    said = []
+    evaluate(str(tmp_path / "run"), [str(tmp_path / "small.txt")], console=said.append)
+    assert [line for line in said if "too small" in line] == [
+        "small: warning: 2 same-person and 2 different-person pairs: with fewer than 20 of either kind the 4 folds "
+        "are too small for the accuracy and its std to mean much; add pairs"], said
+    lines = write_images_and_list(tmp_path, rng, people=10, per_person=3)  # 30 same-person pairs, 30 others
+    (tmp_path / "enough.txt").write_text("".join(f"{a}\t{b}\t{s}\n" for a, b, s in lines))
+    said = []
+    evaluate(str(tmp_path / "run"), [str(tmp_path / "enough.txt")], console=said.append)
+    assert not [line for line in said if "too small" in line], said

@@ -67,7 +67,7 @@ def evaluate(path, set_paths, weights="auto", flip=False, batch_size=128, out_di
         result.update({"pairs": vset.num_pairs, "same_pairs": int(vset.issame.sum()),
                        "different_pairs": int((~vset.issame).sum()), "folds": fold_order, "step": step,
                        "flip": flip, "model": described, "set": os.path.abspath(set_path)})
-        warning = small_folds_warning(vset.issame)
+        warning = small_folds_warning(vset.issame, folds=min(10, vset.num_pairs))  # the folds evaluate_sets cut
         if warning:
             console(f"{vset.name}: {warning}")
         with open(os.path.join(out_dir, f"eval_{vset.name}.json"), "w") as f:
