@@ -163,6 +163,7 @@ def test_a_bucketed_joint_batch_has_the_loss_of_every_sentence_alone(checkpoint,
             np.testing.assert_allclose(float(outputs[task].loss), sum(losses) / sum(counts), rtol=2e-5, err_msg=task)
 
 
+@pytest.mark.slow
 def test_the_run_keeps_the_checkpoints_tokenizer(checkpoint, tmp_path):
     from mtl.text.tokenizer import TextTokenizer
     from tests.shared_runs import train_here
