@@ -22,9 +22,10 @@ class TextBackbone(Backbone):
     """A text encoder with its tokenizer; subclasses build ``embed`` layers and ``encode``.
 
     Parameters:
-        tokenizer (str): required: the encoder's tokenizer, a tokenizer.json (made by mtl tokenizer train) or a
-            BERT/ERNIE vocab.txt (a relative path is taken from the job config's folder when it is there); the
-            readers of every text task get it from the job
+        tokenizer (str): the encoder's tokenizer (required, but for text_bilstm with word_vectors, whose words
+            are then its vocabulary), a tokenizer.json (made by mtl tokenizer train) or a BERT/ERNIE vocab.txt (a
+            relative path is taken from the job config's folder when it is there); the readers of every text task
+            get it from the job
         lowercase (bool): for a vocab.txt only: lowercase the text (and strip its accents) before WordPiece, as the
             model was trained (true for an uncased model; default false); a tokenizer.json keeps its own
             normaliser, and setting lowercase with one is an error

@@ -9,13 +9,24 @@ each text's own length (``sequence_length``). ``word_dropout``: in training a pi
 probability (Kiperwasser & Goldberg's word dropout, so the model learns a use for ``[UNK]``).
 The character-aware part (``char_size`` > 0) embeds the characters of each vocabulary piece (``##`` dropped), a width-3
 convolution and a maximum over characters: pieces that share spelling share evidence.
+``word_vectors`` (``backbone.pretrained: glove``) starts the piece embeddings from pretrained word vectors
+(:mod:`mtl.text.word_vectors`), frozen or tuned (``freeze_vectors``); without a ``tokenizer`` the vocabulary is the
+vectors' words, one piece a word (:meth:`mtl.text.tokenizer.TextTokenizer.from_words`).
 """
+import json
+import os
+
 import numpy as np
 import paddle
 from paddle import nn
 
 from mtl.backbones.text import TextBackbone, fill_where, masked_max, masked_mean
+from mtl.errors import ConfigError
 from mtl.registry import register_backbone
+from mtl.text.tokenizer import TextTokenizer
+from mtl.text.word_vectors import initial_embeddings, read_word_vectors
+
+ENCODER_FILE = "encoder.json"  # the embedding width a run keeps (word vectors may have set it)
 
 POOLING = ("max", "mean", "first")
 
@@ -57,7 +68,7 @@ class TextBiLSTM(TextBackbone):
 
     Parameters:
         embedding_size (int): width of the piece (and segment) embeddings, the LSTM's input with the character
-            features; not the output width, which is 2 x hidden_size
+            features; not the output width, which is 2 x hidden_size (default: 128, or the width of word_vectors)
         hidden_size (int): LSTM state width of each direction: the sequence and pooled outputs are 2 x hidden_size
             wide
         num_layers (int): stacked BiLSTM layers
@@ -72,12 +83,30 @@ class TextBiLSTM(TextBackbone):
         segments (bool): add a segment embedding (segment id 0 or 1 of a text pair) to the piece embeddings
         pooling (str): the pooled output: max (masked maximum over the pieces), mean (masked mean) or first
             (position 0, [CLS])
+        word_vectors (str): a folder of pretrained word vectors (vectors.npy and words.txt; backbone.pretrained:
+            glove gives the cache's) that start the piece embeddings: a piece that is one of its words gets its
+            vector; without a tokenizer, the vocabulary is its words (lowercased, split at whitespace), and
+            embedding_size is the vectors' width (default: none, random embeddings)
+        max_words (int): keep the first max_words words of word_vectors (GloVe's are sorted by frequency; default:
+            all)
+        freeze_vectors (bool): the piece embeddings from word_vectors do not train (no gradient, no update)
     """
 
-    def __init__(self, tokenizer=None, embedding_size=128, hidden_size=128, num_layers=2, dropout=0.33,
+    pretrained_kind = "word_vectors"
+
+    @classmethod
+    def pretrained_options(cls, folder):
+        """``{"word_vectors": folder}``: the vectors start the piece embeddings (``backbone.pretrained: glove``)."""
+        return {"word_vectors": folder}
+
+    def __init__(self, tokenizer=None, embedding_size=None, hidden_size=128, num_layers=2, dropout=0.33,
                  embedding_dropout=0.33, word_dropout=0.0, char_size=0, segments=True, pooling="max",
-                 lowercase=None):
+                 lowercase=None, word_vectors=None, max_words=None, freeze_vectors=False):
         super().__init__()
+        vectors = self._read_vectors(word_vectors, max_words, embedding_size)
+        if tokenizer is None and vectors is not None:
+            tokenizer = TextTokenizer.from_words(vectors[0], source=os.path.join(word_vectors, "words.txt"))
+        embedding_size = vectors[1].shape[1] if vectors is not None else int(embedding_size or 128)
         tok = self.set_tokenizer(tokenizer, lowercase)
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
@@ -95,6 +124,40 @@ class TextBiLSTM(TextBackbone):
         self.lstm = nn.LSTM(width, int(hidden_size), num_layers=int(num_layers), direction="bidirect",
                             dropout=float(dropout) if int(num_layers) > 1 else 0.0)
         self.output_dropout = nn.Dropout(float(dropout))
+        self.embedding_size = int(embedding_size)
+        if vectors is not None:
+            table, self.vectors_found = initial_embeddings(tok.vocabulary(), *vectors, tok.pad_id)
+            self.word_embeddings.weight.set_value(table)
+            self.word_embeddings.weight.stop_gradient = bool(freeze_vectors)
+
+    @staticmethod
+    def _read_vectors(folder, max_words, embedding_size):
+        """(words, vectors) of ``word_vectors``, or None; an embedding_size other than the vectors' is refused."""
+        if not folder:
+            return None
+        words, vectors = read_word_vectors(folder, max_words)
+        if embedding_size is not None and int(embedding_size) != vectors.shape[1]:
+            raise ConfigError(f"embedding_size {embedding_size} differs from the width {vectors.shape[1]} of the "
+                              f"word vectors '{folder}': leave embedding_size out", key="embedding_size")
+        return words, vectors
+
+    def save_assets(self, folder):
+        """``tokenizer.json`` and ``encoder.json`` (the embedding width, which word vectors may have set)."""
+        super().save_assets(folder)
+        with open(os.path.join(folder, ENCODER_FILE), "w") as f:
+            json.dump({"embedding_size": self.embedding_size}, f)
+
+    @classmethod
+    def run_config(cls, config, folder):
+        """The encoder of a run read back: its tokenizer copy, its embedding width, no word vectors (its weights
+        come from the run)."""
+        config = {k: v for k, v in super().run_config(config, folder).items()
+                  if k not in ("word_vectors", "max_words", "freeze_vectors")}
+        path = os.path.join(folder, ENCODER_FILE)
+        if os.path.isfile(path):
+            with open(path) as f:
+                config.update(json.load(f))
+        return config
 
     def input_embeddings(self):
         """The piece embedding matrix [V, embedding_size]."""

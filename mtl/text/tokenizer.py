@@ -98,6 +98,21 @@ class TextTokenizer:
         return cls(_bert_pipeline(model, lowercase), source=source)
 
     @classmethod
+    def from_words(cls, words: Sequence[str], source="<words>") -> "TextTokenizer":
+        """A word-level tokenizer over ``words`` (word vectors' vocabulary, e.g. GloVe's lowercased words): the
+        special tokens first, then each word one id; text is lowercased (accents kept) and split at whitespace
+        only, so that a treebank's words (``n't``, ``u.s.``) are looked up whole; any other word is ``[UNK]``."""
+        tk = _tokenizers()
+        table = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+        for word in words:
+            table.setdefault(word, len(table))
+        tokenizer = tk.Tokenizer(tk.models.WordLevel(table, unk_token="[UNK]"))
+        tokenizer.normalizer = tk.normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False,
+                                                             strip_accents=False, lowercase=True)
+        tokenizer.pre_tokenizer = tk.pre_tokenizers.WhitespaceSplit()
+        return cls(tokenizer, source=source)
+
+    @classmethod
     def from_json(cls, text: str, source="<json>") -> "TextTokenizer":
         """A tokenizer from the text :meth:`to_json` wrote."""
         return cls(_tokenizers().Tokenizer.from_str(text), source=source)
