@@ -2,11 +2,18 @@
 from mtl.cli import main as mtl_main
 
 
-def cli(argv, capsys):
-    """``mtl ARGV`` in this process: (exit status, stderr)."""
+def cli_output(argv, capsys):
+    """``mtl ARGV`` in this process: (exit status, stdout, stderr)."""
     try:
         mtl_main([str(a) for a in argv])
         code = 0
     except SystemExit as exc:
         code = exc.code
-    return code, capsys.readouterr().err
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def cli(argv, capsys):
+    """``mtl ARGV`` in this process: (exit status, stderr)."""
+    code, _, err = cli_output(argv, capsys)
+    return code, err

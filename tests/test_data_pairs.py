@@ -13,20 +13,7 @@ import pytest
 from PIL import Image
 
 from mtl.data.verification_sets import read_pairs
-from tests.cli_run import cli
-
-
-def run_mtl(argv, capsys):
-    """``mtl ARGV`` in this process: (exit status, stdout, stderr)."""
-    from mtl.cli import main
-
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from tests.cli_run import cli, cli_output
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORL = os.path.join(ROOT, "examples", "data", "orl")
@@ -62,7 +49,7 @@ def person(path):
 
 def test_every_same_person_pair_and_as_many_others_from_a_folder(people, tmp_path, capsys):
     out = tmp_path / "lists" / "pairs.txt"  # a folder that does not exist yet
-    code, said, err = run_mtl(["data", "pairs", people, out], capsys)
+    code, said, err = cli_output(["data", "pairs", people, out], capsys)
     assert code == 0, err
     lines = read_lines(out)
     same = [line for line in lines if line[2] == "1"]
