@@ -65,8 +65,10 @@ class ArcFaceHead(ShardedClassHead):
             for the sample's own person (Partial FC v2's filtering); 0: off
         interclass_filtering_mode (str): what becomes of such a negative: zero (its logit is 0, arcface_torch's) or
             remove (it leaves the softmax)
-        same_person (mapping): class pairs of this head known to be one person, {pairs: FILE or list (mtl overlap
-            --json), offsets: {task: its first class id}}: negatives treated as interclass_filtering_mode says
+        same_person (mapping): class pairs of this head known to be one person, {pairs: FILE or list of {task_a,
+            class_a, task_b, class_b}, each class the person's number in that task's reader (not mtl overlap --json's
+            names and labels), offsets: {task: its first class id}}: negatives treated as interclass_filtering_mode
+            says
     """
 
     primary_metric = "verification_accuracy"

@@ -3,9 +3,10 @@
 * **Inter-class filtering** (Partial FC v2, arcface_torch's ``CombinedMarginLoss(interclass_filtering_threshold)``):
   a negative class j of sample n whose cosine exceeds ``threshold`` (``cos_jn > t``, the target never) is treated
   as a likely mislabelled duplicate of the sample's identity.
-* **Known same-person pairs** (``same_person``): pairs of classes of this head known to be one person (from
-  ``mtl overlap --json``, mapped into the head's class ids by per-task offsets: a merged head over a ``concat``
-  reader). For a sample of class a, every class paired with a is such a negative, whatever its cosine.
+* **Known same-person pairs** (``same_person``): pairs of classes of this head known to be one person, each class
+  the person's number in its source's reader (not the names and dataset labels ``mtl overlap --json`` writes: a head
+  cannot know which people a source held out), mapped into the head's class ids by per-task offsets: a merged head
+  over a ``concat`` reader. For a sample of class a, every class paired with a is such a negative, whatever its cosine.
 
 What happens to such a negative is ``mode``:
 
@@ -40,8 +41,8 @@ MODES = ("zero", "remove")
 
 def same_person_pairs(spec, num_classes: int) -> np.ndarray:
     """``[E, 2]`` int64 class ids of this head, both directions, sorted, from ``{pairs: FILE or list, offsets:
-    {task: first class id of that task in this head}}`` (pairs are ``mtl overlap --json`` entries
-    ``{task_a, class_a, task_b, class_b, ...}``); pairs naming a task without an offset are dropped."""
+    {task: first class id of that task in this head}}`` (pairs are entries ``{task_a, class_a, task_b, class_b, ...}``
+    with whole-number classes); pairs naming a task without an offset are dropped."""
     if not isinstance(spec, dict) or set(spec) - {"pairs", "offsets"} or "pairs" not in spec:
         raise ParameterError(f"same_person must be {{pairs: FILE or list, offsets: {{task: offset}}}}, got {spec!r}")
     pairs, offsets = spec["pairs"], spec.get("offsets") or {}
@@ -55,7 +56,7 @@ def same_person_pairs(spec, num_classes: int) -> np.ndarray:
             raise ParameterError(f"same_person.pairs: file '{pairs}' is not UTF-8 text: {exc.where}") from None
         except json.JSONDecodeError as exc:
             raise ParameterError(f"same_person.pairs: file '{pairs}' is not JSON ({exc}); expected the list "
-                                 "`mtl overlap --json` writes") from None
+                                 "of {task_a, class_a, task_b, class_b} entries") from None
     if not isinstance(offsets, dict) or not offsets:
         raise ParameterError("same_person.offsets must map task names (as in the pairs) to their first class id in "
                              f"this head, e.g. {{webface: 0, vggface2: 10572}}, got {offsets!r}")
