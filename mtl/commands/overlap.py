@@ -243,26 +243,35 @@ def report(run_dir, threshold=None, centres=False, sets=False, json_path=None, p
 
 
 def next_step(job, run_dir: str, json_path, found) -> str:
-    """The closing lines: the next command of the two-stage workflow (separate heads, ``mtl overlap --json``, then a
-    run whose cross-head negatives are masked with these pairs), after the other way (one de-duplicated dataset,
-    ``mtl data merge``); or why there is none."""
+    """The closing lines: the other way (one de-duplicated dataset, ``mtl data merge``, when every task it names
+    reads its data from files), then the next command of the two-stage workflow (separate heads, ``mtl overlap
+    --json``, then a run whose cross-head negatives are masked with these pairs); or why there is none."""
     import shlex
 
     if not found:
         return "no likely-same people: the heads can train as they are, with no same-person mask"
     config = job.cfg.get("config_path")
     config = shlex.quote(os.path.relpath(config)) if config and os.path.isfile(config) else "JOB.yaml"
-    again = " (and the --set options of the first run)" if str(job.cfg.get("source", "")).endswith("--set)") else ""
     pairs = shlex.quote(json_path) if json_path else "PAIRS.json"
     readers = {t.name: t.cfg["reader"] for t in job.tasks}
     sources = sorted({m[f"task_{end}"] for m in found for end in "ab"}, key=list(readers).index)
     where = {t: readers[t].get("list") or readers[t].get("path") for t in sources}
-    data = " ".join(f"{t}={shlex.quote(os.path.relpath(str(where[t])) if where[t] else 'DATA')}" for t in sources)
+    data = " ".join(f"{t}={shlex.quote(os.path.relpath(str(where[t])))}" for t in sources)
+    merge = f"or one de-duplicated dataset of them: mtl data merge runs/merged/train {data} --pairs {pairs}\n" \
+        if all(where.values()) else ""  # data built in memory (the demo's digits) has no files to merge
     first = "" if json_path else "write them with --json PAIRS.json; then "
-    return (f"or one de-duplicated dataset of them: mtl data merge runs/merged/train {data} --pairs {pairs}\n"
-            f"next: {first}train the heads masked with these pairs: mtl train {config} --set output_dir="
+    return (f"{merge}next: {first}train the heads masked with these pairs: mtl train {config} --set output_dir="
             f"{shlex.quote(os.path.normpath(run_dir) + '_masked')} cross_negatives.rate=1.0 cross_negatives.mask=pairs "
-            f"cross_negatives.pairs={pairs}{again}")
+            f"cross_negatives.pairs={pairs}{first_run_sets(job.cfg)}")
+
+
+def first_run_sets(cfg) -> str:
+    """`` (and the first run's --set of KEY, ...)``: the keys the first run's ``--set`` gave besides ``output_dir``
+    (which the next run replaces), to give again; empty when it gave none."""
+    keys = [k for k in cfg.get("set_keys") or () if k != "output_dir"]
+    if not keys and "set_keys" not in cfg and str(cfg.get("source", "")).endswith("--set)"):  # a run before set_keys
+        return " (and the first run's --set options but output_dir)"
+    return f" (and the first run's --set of {', '.join(keys)})" if keys else ""
 
 
 def _cmd_overlap(args):
