@@ -25,7 +25,7 @@ $(STAMP): requirements.txt setup.py tools/select_paddle.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) $(SELECT_PADDLE) --python $(PY)
-	# setuptools boxes an "Editable installation" note (folders named like the package) that is not ours to act on
+	@# setuptools boxes an "Editable installation" note (folders named like the package) that is not ours to act on
 	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
