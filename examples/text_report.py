@@ -2,6 +2,12 @@
 
     python examples/text_report.py [--config CFG] [--seeds 0 1 2] [--json FILE] [--out runs/text_report]
         [--steps N] [--nproc 2] [--set KEY=VALUE ...] [--only joint alone noaux] [--reuse]
+    python examples/text_report.py --arms scratch glove minilm_alone minilm [--arm-config ARM=CFG ...] [...]
+
+``--arms``: the pretrained-encoder comparison instead (``examples/text_arms.py``): today's BiLSTM from scratch, the
+BiLSTM on GloVe, MiniLM per task alone and MiniLM joint, each from its recipe; the JSON then holds ``"arms"`` (every
+arm's score of every main task per seed), ``"tasks"`` and ``"delta_m"`` (MiniLM joint against alone) and
+``"seconds"`` (each run's wall time).
 
 For every seed it trains, one run at a time (each in its own process, under ``mtl launch`` when ``--nproc`` > 1; a
 line per run says which of how many and the time so far and left, and a running run's step every 30 s):
@@ -34,6 +40,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "text_ewt.yaml")
 sys.path.insert(0, ROOT)
 from mtl.progress import Progress, spread  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from text_arms import ARMS, arm_configs, arm_runs, arms_table, collect_arms  # noqa: E402
 
 AUXILIARY_HEADS = ("masked_lm",)
 
@@ -152,34 +161,25 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", default=["joint", "alone", "noaux"], choices=["joint", "alone", "noaux"])
     parser.add_argument("--reuse", action="store_true", help="keep finished runs of the same steps, continue stopped "
                         "ones")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), help="the pretrained-encoder comparison: these arms "
+                        "(examples/text_arms.py) instead of --config's joint/alone/noaux")
+    parser.add_argument("--arm-config", nargs="*", default=[], help="ARM=CFG: train an arm from another config")
     args = parser.parse_args(argv)
     from mtl.console import configure_console
 
     configure_console()  # Paddle's start-up warnings stay off the console
-    from mtl.commands.compare import finished
     from mtl.config.loading import load_job
     from mtl.job import planned_steps
 
     sets = list(args.set) + ([f"schedule.steps={args.steps}"] if args.steps is not None else [])
+    if args.arms:
+        return report_arms(args, sets)
     cfg = load_job(args.config, sets)
     steps = planned_steps(cfg)  # a config in epochs: every run takes the steps of its joint job
     pinned = [f"schedule.steps={steps}"] if cfg["schedule"]["epochs"] is not None else []
-    done = {seed: {} for seed in args.seeds}
-    seconds = {}
-    todo = [(seed, name, overrides) for seed in args.seeds for name, overrides in runs(cfg, args.only, pinned)]
-    progress = Progress("train", len(todo))
-    for seed, name, overrides in todo:
-        out_dir, began = os.path.join(args.out, f"seed{seed}", name), time.time()
-        done[seed][name] = out_dir
-        if args.reuse and finished(out_dir, steps):
-            progress.finished(f"seed {seed}: {name} (finished before, kept)", began, read=True)
-            continue
-        with progress.watch(f"seed {seed}: {name}", out_dir):
-            took, failure = train(args.config, out_dir, seed, [*sets, *overrides], args.nproc, args.reuse)
-        if failure:
-            raise SystemExit(f"error: a run failed:\n{failure}")
-        progress.finished(f"seed {seed}: {name}", began)
-        seconds.setdefault(name, []).append(round(took, 1))
+    todo = [(seed, name, args.config, overrides) for seed in args.seeds
+            for name, overrides in runs(cfg, args.only, pinned)]
+    done, seconds = train_all(args, sets, todo)
     report = collect(cfg, args.seeds, done)
     report["seconds"] = seconds
     print(table(report))
@@ -187,6 +187,52 @@ def main(argv=None):
         recipe = planned_steps(load_job(args.config, list(args.set)))
         if steps < recipe:
             print(smoke_note(steps, recipe))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return report
+
+
+def train_all(args, sets, todo):
+    """Train ``todo`` [(seed, run name, config, overrides)] one run at a time (``--reuse``: keep finished runs);
+    (``done[seed][name] = run folder``, ``{name: [seconds per seed]}``)."""
+    from mtl.commands.compare import finished
+    from mtl.config.loading import load_job
+    from mtl.job import planned_steps
+
+    done = {seed: {} for seed in args.seeds}
+    seconds = {}
+    progress = Progress("train", len(todo))
+    for seed, name, config, overrides in todo:
+        out_dir, began = os.path.join(args.out, f"seed{seed}", name), time.time()
+        done[seed][name] = out_dir
+        if args.reuse and finished(out_dir, planned_steps(load_job(config, [*sets, *overrides]))):
+            progress.finished(f"seed {seed}: {name} (finished before, kept)", began, read=True)
+            continue
+        with progress.watch(f"seed {seed}: {name}", out_dir):
+            took, failure = train(config, out_dir, seed, [*sets, *overrides], args.nproc, args.reuse)
+        if failure:
+            raise SystemExit(f"error: a run failed:\n{failure}")
+        progress.finished(f"seed {seed}: {name}", began)
+        seconds.setdefault(name, []).append(round(took, 1))
+    return done, seconds
+
+
+def report_arms(args, sets):
+    """``--arms``: train every arm's runs for every seed, print the table, write the JSON (examples/text_arms.py)."""
+    from mtl.config.loading import load_job
+
+    configs = arm_configs(args.arm_config)
+    todo, main_tasks = [], []
+    for arm in args.arms:
+        main_tasks += [t["name"] for t in plan(load_job(configs[arm], sets))[0] if t["name"] not in main_tasks]
+        todo += [(seed, *run) for seed in args.seeds for run in arm_runs(arm, configs[arm], runs, load_job, sets)]
+    done, seconds = train_all(args, sets, todo)
+    report = collect_arms(args.arms, args.seeds, done, scores, main_tasks)
+    report["seconds"] = seconds
+    print(arms_table(report, spread))
+    if args.steps is not None:
+        print(f"These runs trained {args.steps} steps each: a smoke run of the pipeline, not results.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
