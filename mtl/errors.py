@@ -76,7 +76,7 @@ RECORD_MARKERS = ("job.json", "export.json")  # a folder holding one is a run or
 # what a run or an export keeps at its top (the checkpoints, heads and logs are in its sub-folders)
 RECORD_FILES = ("job.json", "summary.json", "data.json", "export.json", "metrics.jsonl", "eval.jsonl",
                 "baseline.json", "same_person.json", "tokenizer.json", "encoder.json", "backbone.json",
-                "backbone.pdiparams")
+                "backbone.pdiparams", "text_encoder.json", "text_encoder.pdiparams")
 
 
 def _records_owner(folder: str, levels: int = 3):

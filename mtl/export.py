@@ -84,6 +84,9 @@ def _write_export(run, run_dir, out_dir, task):
     paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True),
                     os.path.join(out_dir, "backbone"))
     backbone.save_assets(out_dir)  # a text encoder's tokenizer.json: `mtl embed` tokenises as training did
+    if backbone.tokenizer is not None and "sequence" in (backbone.output_fields() or {}):
+        paddle.jit.save(paddle.jit.to_static(text_outputs_adapter(backbone), input_spec=specs, full_graph=True),
+                        os.path.join(out_dir, TEXT_PROGRAM))  # word, tree and span heads read the sequence
     heads = {}
     for tcfg in run.cfg["tasks"]:
         name = tcfg["name"]
@@ -164,6 +167,28 @@ def fields_adapter(backbone):
             return select(outputs, None, backbone.default_output)
 
     return TextAdapter()
+
+
+TEXT_PROGRAM = "text_encoder"  # a text export's second program: (token_ids, segment_ids) -> (sequence, pooled)
+
+
+def text_outputs_adapter(backbone):
+    """A Layer ``forward(token_ids, segment_ids) -> (sequence, pooled)`` over a text encoder: what the word, tree
+    and span heads of ``mtl predict`` read from an export (its ``backbone`` program gives the pooled vector only)."""
+    import paddle
+
+    class TextOutputs(paddle.nn.Layer):
+        """Two tensors in, the encoder's two outputs out."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = backbone
+
+        def forward(self, token_ids, segment_ids):
+            outputs = self.inner({"token_ids": token_ids, "segment_ids": segment_ids})
+            return outputs["sequence"], outputs["pooled"]
+
+    return TextOutputs()
 
 
 def _tail(text: str) -> str:

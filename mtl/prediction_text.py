@@ -11,7 +11,8 @@ from the run (:meth:`Reader.label_names`). The input formats and where each pred
 Too long for the task's ``max_length``: a sentence of tags is cut between words and its parts predicted one after the
 other (every word keeps a tag); a sentence or text with one label keeps its first pieces (counted and said); a tree
 cannot be cut and is refused, naming the sentence. An export keeps the pooled vector only: heads that read the
-sequence (tags, trees, spans) predict from the run folder.
+sequence (tags, trees, spans) predict from the run folder, unless the export holds its text program too
+(``text_encoder``, written by ``mtl export`` for a text encoder: the sequence and the pooled vector).
 """
 import json
 import os
@@ -72,14 +73,41 @@ class Encoder:
             self.program = model.loaded.model.inner  # the inference program: (token_ids, segment_ids) -> pooled
             self.tokenizer = TextTokenizer.from_file(os.path.join(path, "tokenizer.json"))
             self.feature_size = int(model.loaded.meta["feature_size"])
+            self.text_program = _text_program(path)
         else:
             self.backbone = model.loaded.model
             self.tokenizer, self.feature_size = self.backbone.tokenizer, int(self.backbone.feature_size)
 
+    @property
+    def has_sequence(self) -> bool:
+        """Whether the encoder gives the sequence (a run's backbone, or an export with its text program)."""
+        return not self.export or self.text_program is not None
+
     def __call__(self, tokens, segments) -> dict:
+        if self.export and self.text_program is not None:
+            sequence, pooled = self.text_program(tokens, segments)
+            return {"sequence": sequence, "pooled": pooled}
         if self.export:
             return {"pooled": self.program(tokens, segments)}
         return self.backbone({"token_ids": tokens, "segment_ids": segments})
+
+
+def _text_program(folder: str):
+    """The export's text program (:data:`mtl.export.TEXT_PROGRAM`), loaded, or None when it has none (an export
+    written before it existed, or of an encoder without a sequence)."""
+    import paddle
+
+    from mtl.export import TEXT_PROGRAM
+
+    if not os.path.isfile(os.path.join(folder, f"{TEXT_PROGRAM}.json")):
+        return None
+    try:
+        program = paddle.jit.load(os.path.join(folder, TEXT_PROGRAM))
+    except Exception as exc:  # noqa: BLE001 - Paddle reports a damaged program as RuntimeError, KeyError, ...
+        raise DataError(f"export '{folder}': its text program ({TEXT_PROGRAM}.json) cannot be loaded "
+                        f"({type(exc).__name__}); export the run again") from None
+    program.eval()
+    return program
 
 
 def build_task(model, name: str, encoder: Encoder) -> TextTask:
@@ -139,8 +167,9 @@ def chosen(model, encoder, fmt: str, task=None) -> List[TextTask]:
 
 
 def readable(task: TextTask, encoder: Encoder) -> bool:
-    """Whether the encoder gives what the task's head reads (an export keeps the pooled vector only)."""
-    return not (encoder.export and task.head.reads == "sequence")
+    """Whether the encoder gives what the task's head reads (an export without its text program keeps the pooled
+    vector only)."""
+    return encoder.has_sequence or task.head.reads != "sequence"
 
 
 def samples(task: TextTask, doc, tokenizer, counts: dict) -> tuple:
