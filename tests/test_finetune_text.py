@@ -177,3 +177,20 @@ def test_the_run_keeps_the_checkpoints_tokenizer(checkpoint, tmp_path):
     assert kept.vocabulary() == original.vocabulary()
     sizes = json.load(open(out / "encoder.json"))
     assert (sizes["hidden_size"], sizes["num_layers"], sizes["num_heads"]) == (32, 2, 4)
+
+
+@pytest.mark.subprocess
+def test_the_finetuning_benchmark_runs_and_both_sides_agree(checkpoint, tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_text_finetune.py"), "--steps", "2",
+                           "--batch", "8", "--checkpoint", checkpoint, "--path",
+                           os.path.join(ROOT, "tests", "fixtures", "text", "ewt_sample.conllu")],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = re.search(r"first-step loss: toolkit ([0-9.]+), hand-written ([0-9.]+)", done.stdout)
+    assert m, done.stdout
+    assert abs(float(m.group(1)) - float(m.group(2))) <= 1e-5 * abs(float(m.group(2)))
+    assert re.search(r"overhead ratio [0-9.]+ \(target <= 1.05\)", done.stdout)
