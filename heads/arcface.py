@@ -65,23 +65,24 @@ class ArcFaceHead(ShardedClassHead):
             for the sample's own person (Partial FC v2's filtering); 0: off
         interclass_filtering_mode (str): what becomes of such a negative: zero (its logit is 0, arcface_torch's) or
             remove (it leaves the softmax)
-        same_person (mapping): class pairs of this head known to be one person, {pairs: FILE or list of {task_a,
-            class_a, task_b, class_b}, each class the person's number in that task's reader (not mtl overlap --json's
-            names and labels), offsets: {task: its first class id}}: negatives treated as interclass_filtering_mode
-            says
+        same_person (mapping): people of this head known to be one person (a merged head over a concat reader),
+            {pairs: FILE or list (mtl overlap --json's file: each person by name_x or label_x, the dataset's label),
+            offsets: {task of the pairs: the first class id of its source in this head}}: negatives treated as
+            interclass_filtering_mode says
     """
 
     primary_metric = "verification_accuracy"
     higher_is_better = True
     cross_negatives = True
+    reads_people = True  # same_person's pairs name people as the reader's sources know them
     default_margin = (1.0, 0.5, 0.0)
 
     def __init__(self, num_classes=None, feature_size=None, margin=None, scale=64.0, sample_ratio=1.0,
                  label_field="label", fused="auto", seed=0, interclass_filtering_threshold=0.0,
-                 interclass_filtering_mode="zero", same_person=None):
+                 interclass_filtering_mode="zero", same_person=None, people=None):
         super().__init__(num_classes, feature_size, label_field, seed)
         self.filtering = check_filtering(interclass_filtering_threshold, interclass_filtering_mode, same_person,
-                                         self.num_classes)
+                                         self.num_classes, people)
         self.margin = check_margin(self.default_margin if margin is None else margin)
         self.scale = float(scale)
         if not self.scale > 0:

@@ -132,6 +132,8 @@ def _build_task(cfg, tcfg, backbone, ctx, reader, warn=True, feature_size=None) 
     sizes = reader.sizes()
     head_cls = registry.get("head", tcfg["head"]["type"], source, head_key).cls
     head_ctx.update({param: sizes[size] for param, size in head_cls.reader_sizes.items() if sizes[size] is not None})
+    if head_cls.reads_people:  # who the classes of each source are: pairs by name or dataset label
+        head_ctx["people"] = reader.source_people(tcfg["head"].get("label_field") or "label")
     # replicated heads are drawn on the CPU's generator (as the backbone); class-sharded ones draw with numpy
     try:
         head = registry.build("head", tcfg["head"], source, head_key, **head_ctx) if head_cls.sharded else \

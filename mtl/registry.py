@@ -20,7 +20,7 @@ from mtl.errors import ConfigError, DataError, MtlError, PluginError
 KINDS = ("reader", "backbone", "head", "weighting", "architecture")
 # Constructor arguments the runner supplies at build time (not required in configs).
 CONTEXT_KEYS = frozenset({"feature_size", "num_classes", "num_outputs", "seed", "split", "image_size", "channels",
-                          "shape", "tasks", "loss_weights", "tokenizer"})
+                          "shape", "tasks", "loss_weights", "tokenizer", "people"})
 ENTRY_POINT_GROUP = "mtl.plugins"
 
 
@@ -376,6 +376,8 @@ CONTEXT_MEANINGS = {
     "tasks": "set by the job: the names of its tasks",
     "loss_weights": "set by the job: each task's loss_weight",
     "tokenizer": "set by the job: the text backbone's tokenizer (its vocab), shared by every text task",
+    "people": "set by the job: who the classes of each source of the task's reader are (names, dataset labels, "
+              "people held out), for pairs that name people",
 }
 SECTION = "Parameters:"
 

@@ -184,12 +184,13 @@ def test_a_file_in_the_wrong_convention_is_refused_naming_the_entry(tmp_path, en
 @pytest.mark.parametrize("pair", [{"task_a": "a", "name_a": "eve", "task_b": "b", "label_b": 1},
                                   {"task_a": "a", "class_a": "eve", "task_b": "b", "class_b": 1}])
 def test_a_merged_heads_same_person_refuses_people_by_name_or_label(pair):
-    """A head's own same_person (a merged head over a concat reader) cannot know which people a source held out:
-    a pair by name or label is refused, not read as a class id."""
+    """A head built outside a job (no reader's people given) cannot know which people a source held out: a pair by
+    name or label is refused, not read as a class id (built by a job it is resolved:
+    tests/test_issue53_followups.py)."""
     from mtl.errors import ParameterError
     from mtl.heads.filtering import same_person_pairs
 
-    with pytest.raises(ParameterError, match="a merged head does not read people by name or dataset label"):
+    with pytest.raises(ParameterError, match="built without its reader's people"):
         same_person_pairs({"pairs": [pair], "offsets": {"a": 0, "b": 5}}, 10)
 
 

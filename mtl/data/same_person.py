@@ -33,7 +33,7 @@ def _is_count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _end_problem(pair: dict, end: str) -> Optional[str]:
+def end_problem(pair: dict, end: str) -> Optional[str]:
     """What is wrong with end ``end`` of ``pair`` (None: nothing)."""
     if not isinstance(pair.get(f"task_{end}"), str) or not pair[f"task_{end}"]:
         return f"task_{end} must name a task"
@@ -64,7 +64,7 @@ def read_pairs(path: str) -> list:
                         f"{type(pairs).__name__}")
     for i, pair in enumerate(pairs):
         problem = "it is not a mapping" if not isinstance(pair, dict) else \
-            _end_problem(pair, "a") or _end_problem(pair, "b")
+            end_problem(pair, "a") or end_problem(pair, "b")
         if problem:
             raise DataError(f"same-person pairs '{path}' entry {i}: expected {{task_a, name_a or label_a, task_b, "
                             f"name_b or label_b}} ({problem}), got {pair!r}")
@@ -193,6 +193,28 @@ def resolve(pairs: list, path: str, people: Dict[str, People], head_classes: Dic
                 raise DataError(f"same-person pairs '{path}' entry {i}: the person of task '{task}' {exc}") from None
         out.append(tuple(ends))
     return out
+
+
+def class_in_sources(pair: dict, end: str, sources: Sequence[Tuple[int, People]]) -> int:
+    """The class of the person of end ``end`` of ``pair`` in its source's own numbering, among ``sources``
+    (``[(source number, People)]``: the one source of a merged head's reader its task maps to, or several that
+    share one label space), read as :meth:`People.head_class` reads it; ValueError with the rest of a sentence when
+    it names nobody of them, or when two of them give it different classes (truly ambiguous)."""
+    found, problems = {}, []
+    for number, people in sources:
+        try:
+            found.setdefault(people.head_class(pair, end, len(people.labels)), []).append(number)
+        except ValueError as exc:
+            problems.append(exc)
+    if len(found) == 1:
+        return next(iter(found))
+    if not found:
+        raise problems[0]
+    said = "; ".join(f"class {cls} of source{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
+                     for cls, numbers in sorted(found.items()))
+    raise ValueError(f"is ambiguous: the reader's sources that start at the task's offset give it different classes "
+                     f"({said}), though they share one label space (shared_labels): number their people alike (the "
+                     f"same holdout_classes)")
 
 
 def written(task_a: str, people_a: People, class_a: int, task_b: str, people_b: People, class_b: int,

@@ -22,6 +22,9 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``row_gradients()``: row-sparse gradients (Partial FC) the optimizer applies to those rows only.
 * ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
   config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
+* ``reads_people``: the constructor takes ``people``, who the classes of each source of the task's reader are
+  (:meth:`mtl.readers.base.Reader.source_people`, given by the job): what a merged head resolves same-person
+  pairs that name people by name or dataset label with;
 * ``set_step(step)``: the global step of the next training forward, given by the joint model.
 * ``prepare_step(step, labels, accumulate)``: called once per training step before its first micro-batch when the
   step is read as ``accumulate`` > 1 micro-batches (``schedule.accumulate``), with this rank's labels of the whole
@@ -82,6 +85,7 @@ class Head(paddle.nn.Layer):
     sharded = False
     row_sparse = False
     cross_negatives = False  # can score other heads' classes as negatives (mtl.heads.cross_negatives)
+    reads_people = False  # takes ``people``: Reader.source_people of its task's reader
     reader_sizes = {"num_classes": "num_classes"}
     primary_metric = "loss"
     higher_is_better = False

@@ -3,10 +3,13 @@
 * **Inter-class filtering** (Partial FC v2, arcface_torch's ``CombinedMarginLoss(interclass_filtering_threshold)``):
   a negative class j of sample n whose cosine exceeds ``threshold`` (``cos_jn > t``, the target never) is treated
   as a likely mislabelled duplicate of the sample's identity.
-* **Known same-person pairs** (``same_person``): pairs of classes of this head known to be one person, each class
-  the person's number in its source's reader (not the names and dataset labels ``mtl overlap --json`` writes: a head
-  cannot know which people a source held out), mapped into the head's class ids by per-task offsets: a merged head
-  over a ``concat`` reader. For a sample of class a, every class paired with a is such a negative, whatever its cosine.
+* **Known same-person pairs** (``same_person``): pairs of people of this head known to be one person, a merged
+  head over a ``concat`` reader, each task of the pairs mapped to the source whose classes start at its offset.
+  People are named as a same-person file names them (``mtl overlap --json``'s names and dataset labels), resolved
+  with the people of that source (who it holds out, how it numbers the rest), as cross-head negatives resolve them;
+  a bare class number only where it cannot be misread (a head built outside a job, which has no people, reads it
+  as the person's number in its source's reader). For a sample of class a, every class paired
+  with a is such a negative, whatever its cosine.
 
 What happens to such a negative is ``mode``:
 
@@ -33,16 +36,15 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from mtl.data.same_person import ENDS, People, class_in_sources, end_problem
 from mtl.errors import ParameterError
 from mtl.utf8 import NotUtf8, open_utf8
 
 MODES = ("zero", "remove")
 
 
-def same_person_pairs(spec, num_classes: int) -> np.ndarray:
-    """``[E, 2]`` int64 class ids of this head, both directions, sorted, from ``{pairs: FILE or list, offsets:
-    {task: first class id of that task in this head}}`` (pairs are entries ``{task_a, class_a, task_b, class_b, ...}``
-    with whole-number classes); pairs naming a task without an offset are dropped."""
+def _read_spec(spec):
+    """``(pairs, offsets)`` of a ``same_person`` option, the pairs file read (ParameterError naming what is wrong)."""
     if not isinstance(spec, dict) or set(spec) - {"pairs", "offsets"} or "pairs" not in spec:
         raise ParameterError(f"same_person must be {{pairs: FILE or list, offsets: {{task: offset}}}}, got {spec!r}")
     pairs, offsets = spec["pairs"], spec.get("offsets") or {}
@@ -56,20 +58,53 @@ def same_person_pairs(spec, num_classes: int) -> np.ndarray:
             raise ParameterError(f"same_person.pairs: file '{pairs}' is not UTF-8 text: {exc.where}") from None
         except json.JSONDecodeError as exc:
             raise ParameterError(f"same_person.pairs: file '{pairs}' is not JSON ({exc}); expected the list "
-                                 "of {task_a, class_a, task_b, class_b} entries") from None
-    if not isinstance(offsets, dict) or not offsets:
+                                 "of {task_a, name_a or label_a, task_b, name_b or label_b} entries") from None
+    if not isinstance(offsets, dict) or not offsets or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in offsets.values()):
         raise ParameterError("same_person.offsets must map task names (as in the pairs) to their first class id in "
                              f"this head, e.g. {{webface: 0, vggface2: 10572}}, got {offsets!r}")
+    return pairs if isinstance(pairs, list) else [None], offsets
+
+
+def _source_class(pair: dict, end: str, offset: int, people, index: int) -> int:
+    """The class of the person of end ``end`` of pair ``index`` in its source's reader: resolved among ``people``
+    (:meth:`mtl.readers.base.Reader.source_people`: the sources that start at ``offset``) as cross-head negatives
+    resolve people (:func:`mtl.data.same_person.class_in_sources`); without such a source only a bare class
+    number is read (as it is)."""
+    task, cls = pair[f"task_{end}"], pair.get(f"class_{end}")
+    sources = [(number, who) for number, (start, who) in enumerate(people or []) if start == offset]
+    if not sources:
+        if pair.get(f"name_{end}") is None and pair.get(f"label_{end}") is None and isinstance(cls, int):
+            return int(cls)
+        why = ("this head was built without its reader's people (outside a job)" if people is None else
+               f"no source of this head's reader starts at its offset {offset} (they start at "
+               f"{', '.join(str(start) for start, _ in people) or 'none'})")
+        raise ParameterError(f"same_person.pairs[{index}]: the person of task '{task}' is given by name or dataset "
+                             f"label, but {why}: give offsets where the concat reader's sources start, or class_{end}, "
+                             "the person's number in its source's reader")
+    try:
+        return class_in_sources(pair, end, sources)
+    except ValueError as exc:
+        raise ParameterError(f"same_person.pairs[{index}]: the person of task '{task}' {exc}") from None
+
+
+def same_person_pairs(spec, num_classes: int, people=None) -> np.ndarray:
+    """``[E, 2]`` int64 class ids of this head, both directions, sorted, from ``{pairs: FILE or list, offsets:
+    {task: first class id of that task in this head}}``: entries ``{task_a, ..., task_b, ...}`` naming each person
+    as a same-person file does (:mod:`mtl.data.same_person`: ``name_x``, ``label_x`` or ``class_x``, as ``mtl
+    overlap --json`` writes them), resolved with ``people`` (the reader's sources: :func:`_source_class`); pairs
+    naming a task without an offset are dropped."""
+    pairs, offsets = _read_spec(spec)
     found = []
-    for i, pair in enumerate(pairs if isinstance(pairs, list) else [None]):
-        if not isinstance(pair, dict) or not {"task_a", "class_a", "task_b", "class_b"} <= set(pair) or not all(
-                isinstance(pair[k], int) for k in ("class_a", "class_b")):
-            raise ParameterError(f"same_person.pairs[{i}] must be a mapping with task_a, class_a, task_b, class_b "
-                                 f"(each class the number of the person in that task's reader, before the offset; "
-                                 f"a merged head does not read people by name or dataset label), got {pair!r}")
+    for i, pair in enumerate(pairs):
+        problem = "it is not a mapping" if not isinstance(pair, dict) else \
+            end_problem(pair, "a") or end_problem(pair, "b")
+        if problem:
+            raise ParameterError(f"same_person.pairs[{i}] must be a mapping {{task_a, name_a, label_a or class_a, "
+                                 f"task_b, name_b, label_b or class_b}} ({problem}), got {pair!r}")
         if pair["task_a"] in offsets and pair["task_b"] in offsets:
-            found.append((int(offsets[pair["task_a"]]) + int(pair["class_a"]),
-                          int(offsets[pair["task_b"]]) + int(pair["class_b"])))
+            found.append(tuple(offsets[pair[f"task_{end}"]] +
+                               _source_class(pair, end, offsets[pair[f"task_{end}"]], people, i) for end in ENDS))
     ids = np.array(found, dtype=np.int64).reshape(-1, 2)
     bad = ids[(ids < 0) | (ids >= num_classes)]
     if bad.size:
@@ -194,12 +229,16 @@ def chunk_mask(filtering: Filtering, labels: np.ndarray, scale: float, first_id:
     return ChunkMask([segment], columns, rows)
 
 
-def check_filtering(threshold, mode, same_person, num_classes: int) -> Filtering:
+def check_filtering(threshold, mode, same_person, num_classes: int, people=None) -> Filtering:
     """The head options as a :class:`Filtering` (ValueError naming the option otherwise); threshold 0 is off, as
-    in the peer."""
+    in the peer; ``people``: the reader's sources (:func:`same_person_pairs`)."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold < 1.0:
         raise ParameterError(f"interclass_filtering_threshold must be a cosine in [0, 1) (0: off), got {threshold!r}")
     if mode not in MODES:
         raise ParameterError(f"interclass_filtering_mode must be one of {', '.join(MODES)}, got {mode!r}")
-    pairs = None if same_person is None else same_person_pairs(same_person, num_classes)
+    if people is not None and not (isinstance(people, list) and all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], People) for p in people)):
+        raise ParameterError("people is set by the job (who the classes of each source of the reader are), not by a "
+                             f"config; got {people!r}")
+    pairs = None if same_person is None else same_person_pairs(same_person, num_classes, people)
     return Filtering(float(threshold) if threshold > 0 else None, mode, pairs)

@@ -106,6 +106,14 @@ class Reader:
             return None
         return People.numbered(self.num_classes, self.label_names().get(field))
 
+    def source_people(self, field: str = "label"):
+        """Who the classes are, per source of this reader's class labels ``field``: ``[(first class id, People)]``
+        (:meth:`class_people` of each source, numbered in the source's own reader): what a merged head over a
+        ``concat`` reader resolves its same-person pairs by. Default: the one source, at class 0 (none without a
+        known class count)."""
+        people = self.class_people(field)
+        return [] if people is None else [(0, people)]
+
     def __init_subclass__(cls, **kwargs):
         """Every reader class is checked when it is defined: no class attribute hides a method of ``Reader``."""
         super().__init_subclass__(**kwargs)

@@ -123,6 +123,11 @@ class ConcatReader(Reader):
             return {self.label_field: names[0]} if all(n == names[0] for n in names) else {}
         return {self.label_field: [f"{i}:{name}" for i, source in enumerate(names) for name in source]}
 
+    def source_people(self, field: str = "label"):
+        """Every source's people (names, dataset labels, the labels it holds out) at the first class id its labels
+        are offset to."""
+        return [(int(offset), source.class_people(field)) for offset, source in zip(self.offsets, self.sources)]
+
     def set_augmentation(self, enabled: bool):
         """Forwarded to every source."""
         for source in self.sources:

@@ -1,0 +1,122 @@
+"""Issue 53, the reviewer's open problems after the first round, each reproduced first.
+
+1. A merged head's ``same_person`` reads a same-person file as cross-head negatives do: people by name (``name_x``)
+   and by the dataset's label (``label_x``, as ``mtl overlap --json`` writes them), each task of the pairs mapped to
+   the ``concat`` reader's source its offset names, with that source's held-out people; only what is truly
+   ambiguous is refused.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from mtl.errors import ConfigError
+from tests.test_user_reports_names import SAME, _by, _finished_run, _named_job, head_ids_by_hand
+
+# ---- 1. a merged head's same_person reads people by name and by the dataset's label -------------------------------
+OFFSETS = {"teamA": 0, "teamB": 3}  # teamA trains on 3 people (ann and cid held out), teamB's come after them
+
+
+def _merged_job(tmp_path, pairs, offsets=OFFSETS, sources=None, shared=False):
+    """One task whose arcface head is merged over a concat reader of teamA's and teamB's lists (each source with its
+    own holdout_classes), ``same_person`` the pairs (a file path or the list); the loaded config."""
+    from mtl.config.loading import load_job
+
+    _named_job(tmp_path)  # writes teamA/ and teamB/ with their lists
+    lists = {task: str(tmp_path / task / "list.txt") for task in ("teamA", "teamB")}
+    default = [{"type": "image_list", "list": lists["teamA"], "image_size": 8, "holdout_classes": ["ann", "cid"]},
+               {"type": "image_list", "list": lists["teamB"], "image_size": 8}]
+    reader = {"type": "concat", "readers": sources or default, "shared_labels": shared}
+    head = {"type": "arcface", "scale": 8.0, "same_person": {"pairs": pairs, "offsets": offsets}}
+    job = {"seed": 0, "device": "cpu", "output_dir": str(tmp_path / "merged"),
+           "tasks": [{"name": "merged", "reader": reader, "head": head, "eval": None}],
+           "backbone": {"type": "mlp", "input_shape": [3, 8, 8], "hidden": [], "embedding_size": 8},
+           "schedule": {"batch_size": 4, "steps": 1}, "log": {"progress": False, "plot": False},
+           "data": {"num_workers": 0}}
+    (tmp_path / "merged.yaml").write_text(json.dumps(job))
+    return load_job(str(tmp_path / "merged.yaml"))
+
+
+def _masked(tmp_path, pairs, **kw):
+    """The merged head's same-person class pairs (both directions), sorted."""
+    from mtl.job import build_job
+
+    head = build_job(_merged_job(tmp_path, pairs, **kw), announce_plan=False).tasks[0].head
+    return sorted(map(tuple, head.filtering.pairs.tolist()))
+
+
+def _by_hand():
+    """The merged head's pairs computed by hand: teamA's people renumbered without ann and cid, teamB's after them."""
+    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
+    one_way = [(OFFSETS["teamA"] + a[x], OFFSETS["teamB"] + b[y]) for x, y in SAME]
+    return sorted(one_way + [(j, i) for i, j in one_way])
+
+
+def test_a_merged_head_masks_the_people_mtl_overlap_json_names(tmp_path):
+    from mtl.commands.overlap import report
+
+    run, out = _finished_run(tmp_path), str(tmp_path / "overlap.json")
+    report(run, centres=True, threshold=0.9, json_path=out)
+    written = json.load(open(out))
+    assert written and all("name_a" in m and "label_a" in m and "class_a" not in m for m in written)
+    assert _by_hand() == [(0, 3), (1, 5), (2, 4), (3, 0), (4, 2), (5, 1)]  # bob-amy, dan-dan, eve-eve
+    assert _masked(tmp_path, out) == _by_hand()
+
+
+@pytest.mark.parametrize("key_a, key_b", [("name", "name"), ("label", "label"), ("name", "label"),
+                                          ("class", "label")])
+def test_a_merged_head_reads_pairs_by_name_and_by_the_datasets_label_as_cross_negatives_do(tmp_path, key_a, key_b):
+    pairs = _by(key_a, key_b)
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(pairs))
+    assert _masked(tmp_path, str(path)) == _by_hand()
+    assert _masked(tmp_path, pairs) == _by_hand()  # a list in the config reads alike
+
+
+@pytest.mark.parametrize("pair, offsets, words", [
+    ({"task_a": "teamA", "name_a": "cid", "task_b": "teamB", "name_b": "dan"}, OFFSETS,
+     "pairs[0]: the person of task 'teamA' is label 2, a person held out of training"),
+    ({"task_a": "teamA", "class_a": 2, "task_b": "teamB", "name_b": "dan"}, OFFSETS,
+     "gives only class_a 2, and this head numbers its people otherwise"),
+    ({"task_a": "teamA", "name_a": "eve", "task_b": "teamB", "name_b": "eve"}, {"teamA": 0, "teamB": 2},
+     "the person of task 'teamB' is given by name or dataset label, but no source of this head's reader starts at "
+     "its offset 2 (they start at 0, 3)"),
+])
+def test_what_names_nobody_of_its_source_is_refused_naming_the_entry(tmp_path, pair, offsets, words):
+    from mtl.job import build_job
+
+    with pytest.raises(ConfigError) as info:
+        build_job(_merged_job(tmp_path, [pair], offsets=offsets), announce_plan=False)
+    assert words in str(info.value) and len(str(info.value).splitlines()) == 1, str(info.value)
+
+
+def test_sources_sharing_one_label_space_are_refused_only_where_they_disagree(tmp_path):
+    """shared_labels: both sources start at class 0. teamA's list read twice with ann and cid held out numbers its
+    people alike (eve is class 2 in both); held out in one source only, eve is class 2 in one and 4 in the other."""
+    from mtl.job import build_job
+
+    _named_job(tmp_path)
+    a_list = str(tmp_path / "teamA" / "list.txt")
+    held = {"type": "image_list", "list": a_list, "image_size": 8, "holdout_classes": ["ann", "cid"]}
+    pair = [{"task_a": "one", "name_a": "eve", "task_b": "two", "name_b": "bob"}]
+    alike = _masked(tmp_path, pair, offsets={"one": 0, "two": 0}, sources=[held, held], shared=True)
+    assert alike == [(0, 2), (2, 0)]  # bob is class 0, eve class 2 (ann and cid held out)
+    every = {"type": "image_list", "list": a_list, "image_size": 8}
+    with pytest.raises(ConfigError) as info:
+        build_job(_merged_job(tmp_path, pair, offsets={"one": 0, "two": 0}, sources=[held, every], shared=True),
+                  announce_plan=False)
+    assert "the person of task 'one' is ambiguous" in str(info.value), str(info.value)
+    assert "class 2 of source 0; class 4 of source 1" in str(info.value), str(info.value)
+
+
+def test_a_head_built_alone_still_reads_class_numbers_and_refuses_names():
+    from mtl.errors import ParameterError
+    from mtl.heads.filtering import same_person_pairs
+
+    found = same_person_pairs({"pairs": [{"task_a": "a", "class_a": 1, "task_b": "b", "class_b": 2}],
+                               "offsets": {"a": 0, "b": 5}}, 10)
+    assert found.tolist() == [[1, 7], [7, 1]]
+    with pytest.raises(ParameterError, match="built without its reader's people"):
+        same_person_pairs({"pairs": [{"task_a": "a", "name_a": "eve", "task_b": "b", "class_b": 2}],
+                           "offsets": {"a": 0, "b": 5}}, 10)
+    assert np.array_equal(found, np.array([[1, 7], [7, 1]]))
