@@ -13,6 +13,10 @@ Every arm trains with the recipe's backbone, steps, batch (images per step), opt
 * ``cross``: the recipe: separate heads, each also scoring the other heads' classes as negatives, minus the
   estimated same-person pairs (``cross_negatives: {mask: pairs}``).
 
+Before them, the filter needs a model (``--filter-model``): ``lfw_alone``'s, or ``screen``: ``separate`` on every
+outside class, the test people's included. ``screen`` is never scored on LFW and never reaches an arm: it only
+decides which outside classes are test people (they are removed) and which are LFW's training people.
+
 The extra datasets of ``--extra CONFIG`` (the six small face datasets) join every arm but ``lfw_alone`` as further
 heads of their own.
 """
@@ -22,6 +26,7 @@ import os
 import yaml
 
 ARMS = ("lfw_alone", "separate", "naive", "dedup", "cross")
+SCREEN = "screen"  # the filter's model when --filter-model screen: separate on unfiltered outside data
 LFW, OUTSIDE, MERGED = "lfw", "glint", "merged"
 
 
@@ -69,9 +74,12 @@ def lfw_task(tasks, split, lfw_images, lfw_dir):
 
 
 def outside_task(tasks, outside_images, kept_people):
-    """The recipe's outside task reading the classes the filter kept (a people file of LFW's format)."""
+    """The recipe's outside task reading the classes the filter kept (a people file of LFW's format; None: every
+    class, for the screening model)."""
     task = copy.deepcopy(tasks[OUTSIDE])
-    task["reader"].update({"root": outside_images, "people": kept_people})
+    task["reader"]["root"] = outside_images
+    if kept_people is not None:
+        task["reader"]["people"] = kept_people
     return task
 
 
@@ -85,7 +93,7 @@ def arm_tasks(arm, tasks, lfw, outside, merged_list, extras):
     """The task list of ``arm`` (see the module docstring)."""
     if arm == "lfw_alone":
         return [dict(lfw, ratio=1.0, loss_weight=1.0)]
-    if arm in ("separate", "cross"):
+    if arm in ("separate", "cross", SCREEN):
         return [lfw, outside] + extras
     if arm == "naive":
         readers = [lfw["reader"], outside["reader"]]
@@ -103,7 +111,7 @@ def arm_job(arm, recipe, tasks, files, seed, output_dir, steps=None, extras=()):
     ``outside_images``, ``kept`` (people file), ``pairs`` (same-person JSON) and ``merged`` (label list)."""
     job = copy.deepcopy(recipe)
     lfw = lfw_task(tasks, files["split"], files["lfw_images"], files["lfw_dir"])
-    outside = outside_task(tasks, files["outside_images"], files["kept"])
+    outside = outside_task(tasks, files["outside_images"], None if arm == SCREEN else files["kept"])
     job["tasks"] = arm_tasks(arm, tasks, lfw, outside, files.get("merged"), list(copy.deepcopy(extras)))
     job["seed"] = int(seed)
     job["output_dir"] = output_dir

@@ -57,7 +57,8 @@ def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, 
     from mtl.inference import load_model
 
     os.makedirs(out, exist_ok=True)
-    loaded = load_model(os.path.join(run_dir, "export"))
+    export = os.path.join(run_dir, "export")
+    loaded = load_model(export if os.path.isdir(export) else run_dir)
     loaded.model.eval()
     size, field = int(loaded.input_shape[-1]), loaded.input_field
     lfw_task, outside_task = tasks[LFW], tasks[OUTSIDE]

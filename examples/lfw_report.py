@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import yaml  # noqa: E402
-from lfw_arms import ARMS, LFW, MERGED, arm_job, extra_tasks, recipe_tasks  # noqa: E402
+from lfw_arms import ARMS, LFW, MERGED, SCREEN, arm_job, extra_tasks, recipe_tasks  # noqa: E402
 from lfw_outcome import collect, write_outputs  # noqa: E402
 
 RECIPE = os.path.join(ROOT, "examples", "configs", "lfw_glint.yaml")
@@ -58,7 +58,9 @@ class Report:
         numbers = args.seeds if args.view == 1 else args.sets
         self.units = [Unit(args.view, n) for n in numbers]
         self.arms = [a for a in ARMS if a in args.arms]
-        self.done, self.total, self.started = 0, len(self.units) * len(self.arms), time.time()
+        self.first = args.filter_model  # the run each unit starts with: its model finds the test people
+        self.stages = [self.first] + [a for a in self.arms if a != self.first]
+        self.done, self.total, self.started = 0, len(self.units) * len(self.stages), time.time()
 
     def folder(self, arm, unit):
         return os.path.join(self.args.out, arm, unit.name)
@@ -86,9 +88,10 @@ class Report:
 
     # ------------------------------------------------------------------------------------------------ one run
     def finished(self, arm, unit) -> bool:
-        """A run kept by ``--reuse``: its LFW scores exist and its job is the one asked for now."""
+        """A run kept by ``--reuse``: its LFW scores (the screening run: its summary) exist and its job is the one
+        asked for now."""
         folder = self.folder(arm, unit)
-        score = os.path.join(folder, f"eval_lfw_{self.view_name(unit)}.json")
+        score = os.path.join(folder, "summary.json" if arm == SCREEN else f"eval_lfw_{self.view_name(unit)}.json")
         asked = os.path.join(folder, "job_asked.yaml")
         if not (self.args.reuse and os.path.isfile(score) and os.path.isfile(asked)):
             return False
@@ -113,7 +116,7 @@ class Report:
                     ["eval", os.path.join(folder, "export"), "--lfw", self.lfw_dir, *view, "--flip", "--out", folder,
                      "--preprocess", task]]
         with open(os.path.join(folder, "report_run.log"), "w") as log:
-            for command in commands:
+            for command in commands[:1] if arm == SCREEN else commands:
                 code = subprocess.call([sys.executable, "-m", "mtl.cli", *command], stdout=log,
                                        stderr=subprocess.STDOUT, env=env)
                 if code != 0:
@@ -126,25 +129,27 @@ class Report:
         self.done += 1
         elapsed = time.time() - self.started
         left = elapsed / self.done * (self.total - self.done)
-        what = "kept (--reuse)" if kept else f"trained and scored in {seconds / 60:.1f} min"
+        done = "trained" if arm == SCREEN else "trained and scored"
+        what = "kept (--reuse)" if kept else f"{done} in {seconds / 60:.1f} min"
         print(f"[{self.done}/{self.total}] {arm} {unit.name}: {what}; elapsed {elapsed / 60:.1f} min, about "
               f"{left / 60:.0f} min left", flush=True)
 
     # ------------------------------------------------------------------------------------------------ the filter
     def filter(self, unit):
         """Find the outside classes that are test people of ``unit`` and the same-person pairs, with ``unit``'s
-        ``lfw_alone`` model; write ``removed.json``, ``pairs.json``, ``kept.txt`` and the merged lists."""
+        first model (``--filter-model``); write ``removed.json``, ``pairs.json``, ``kept.txt`` and the merged
+        lists."""
         from lfw_filter import run_filter
 
-        run_filter(self.folder("lfw_alone", unit), unit.split, self.lfw_dir, self.lfw_images, self.outside_images,
+        run_filter(self.folder(self.first, unit), unit.split, self.lfw_dir, self.lfw_images, self.outside_images,
                    self.tasks, self.filter_folder(unit), self.args.percentile, threshold=self.args.filter_threshold)
 
     # ------------------------------------------------------------------------------------------------ schedule
     def run(self):
-        """Every run, ``--jobs`` at a time: a unit's ``lfw_alone`` first, its filter (in this process), then its
-        other arms."""
-        ready = [("lfw_alone", u) for u in self.units]
-        after = {u.name: [a for a in self.arms if a != "lfw_alone"] for u in self.units}
+        """Every run, ``--jobs`` at a time: a unit's first model (``--filter-model``), its filter (in this
+        process), then its other arms."""
+        ready = [(self.first, u) for u in self.units]
+        after = {u.name: self.stages[1:] for u in self.units}
         with ThreadPoolExecutor(max_workers=self.args.jobs) as pool:
             running = {}
             while ready or running:
@@ -164,8 +169,8 @@ class Report:
                     ready += self.next_runs(arm, unit, after)
 
     def next_runs(self, arm, unit, after):
-        """The runs ``arm`` of ``unit`` unlocks: after ``lfw_alone``, the filter, then the unit's other arms."""
-        if arm != "lfw_alone":
+        """The runs ``arm`` of ``unit`` unlocks: after the unit's first model, the filter, then its other arms."""
+        if arm != self.first:
             return []
         self.filter(unit)
         return [(a, unit) for a in after[unit.name]]
@@ -184,6 +189,9 @@ def parse(argv=None):
     p.add_argument("--config", default=RECIPE, help="the recipe (default examples/configs/lfw_glint.yaml)")
     p.add_argument("--extra", help="a job config whose tasks join every arm but lfw_alone as further heads")
     p.add_argument("--steps", type=int, help="train this many steps instead of the recipe's (a shortened run)")
+    p.add_argument("--filter-model", choices=["lfw_alone", SCREEN], default="lfw_alone",
+                   help="the model that finds the test people: lfw_alone's, or screen (separate on every outside "
+                        "class; used for nothing else)")
     p.add_argument("--percentile", type=float, default=5.0, help="the filter's calibration percentile")
     p.add_argument("--filter-threshold", type=float, help="a fixed cosine for the filter instead of the calibrated "
                                                           "one (shortened runs, whose models cannot calibrate)")
