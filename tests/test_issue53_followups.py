@@ -120,3 +120,58 @@ def test_a_head_built_alone_still_reads_class_numbers_and_refuses_names():
         same_person_pairs({"pairs": [{"task_a": "a", "name_a": "eve", "task_b": "b", "class_b": 2}],
                            "offsets": {"a": 0, "b": 5}}, 10)
     assert np.array_equal(found, np.array([[1, 7], [7, 1]]))
+
+
+# ---- 3. every training checks the evaluation images before it starts, once ---------------------------------------
+def _bad_held_out_image(tmp_path, out="run"):
+    """A face job whose held-out person c has an image that cannot be decoded; the loaded config."""
+    from mtl.config.loading import load_job
+    from tests.test_user_reports_failures import GARBAGE, face_folder, face_job
+
+    list_path = face_folder(str(tmp_path / "faces"))
+    (tmp_path / "faces" / "c" / "1.png").write_bytes(GARBAGE)
+    return load_job(data=face_job(tmp_path / out, list_path))
+
+
+CHECKED = "task 'faces': its evaluation split (checked before training"
+
+
+def test_a_trainer_made_directly_checks_the_evaluation_images_before_anything_is_written(tmp_path):
+    from mtl.errors import DataError
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+
+    job = build_job(_bad_held_out_image(tmp_path), announce_plan=False)
+    with pytest.raises(DataError) as info:
+        Trainer(job, console=lambda *a: None)
+    assert info.value.bare_message.startswith(CHECKED) and "line 10 ('c/1.png')" in str(info.value), str(info.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_mtl_compares_baseline_runs_check_the_evaluation_images_before_training(tmp_path):
+    from mtl.commands.compare import run_baselines
+    from mtl.errors import DataError
+
+    lines = []
+    with pytest.raises(DataError) as info:
+        run_baselines(_bad_held_out_image(tmp_path, out="base"), console=lines.append)
+    assert info.value.bare_message.startswith(CHECKED), str(info.value)
+    assert lines == [f"joint job: training in {tmp_path / 'base'}"] and not list(tmp_path.glob("**/checkpoints"))
+
+
+def test_mtl_train_decodes_the_evaluation_images_once_before_training(tmp_path, capsys, monkeypatch):
+    import yaml
+
+    from mtl.readers._face import FaceImageReader
+    from tests.cli_run import cli
+    from tests.test_user_reports_failures import face_folder, face_job
+
+    checks = []
+    original = FaceImageReader.check_samples
+    monkeypatch.setattr(FaceImageReader, "check_samples", lambda self, count: checks.append(count) or
+                        original(self, count))
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(face_job(tmp_path / "run", face_folder(str(tmp_path / "faces")), steps=1)))
+    code, err = cli(["train", config], capsys)
+    assert code == 0, err
+    assert checks == [8]  # the 8 images of the held-out people c and d, read once

@@ -105,7 +105,6 @@ def train(args):
     from mtl.errors import ConfigError, PluginError
     from mtl.inference import write_run_data
     from mtl.job import build_job
-    from mtl.train.eval_check import check_eval_samples
     from mtl.train.trainer import Trainer
 
     if args.until is not None and args.until < 1:
@@ -119,7 +118,7 @@ def train(args):
         job = build_job(cfg)
     except PluginError as exc:  # a bug in a plug-in: one line on the console, its traceback in the run's log
         raise logged_plugin_error(exc, cfg["output_dir"]) from None
-    check_eval_samples(job)  # a bad image of the held-out people fails now, not after the training
+    # the Trainer reads the evaluation splits first: a bad image of the held-out people fails before training
     trainer = Trainer(job, resume=bool(args.resume), overwrite=args.overwrite, resume_from=args.resume)
     if trainer.is_main:  # the output folder is this run's now: its label names and input preparation go there
         write_run_data(job, cfg["output_dir"])

@@ -3,7 +3,9 @@
 A face task's held-out people are decoded only when they are evaluated: at the end of training, or every
 ``eval.every`` steps. A bad image among them failed the run after all its training, with a bare decode error.
 :func:`check_eval_samples` reads every sample an evaluation will read before the first step (the reader's own
-:meth:`mtl.readers.base.Reader.check_samples`: nothing for in-memory readers); :func:`evaluation_error` is the
+:meth:`mtl.readers.base.Reader.check_samples`: nothing for in-memory readers), once, when a
+:class:`mtl.train.trainer.Trainer` is made: ``mtl train``, ``mtl compare``'s runs and the Python API alike, before
+the run's folder is touched; :func:`evaluation_error` is the
 sentence when an evaluation fails anyway (a file changed during training, a verification set): the task and stage,
 that the checkpoint is saved and the command that scores it.
 """

@@ -24,7 +24,7 @@ from mtl.parallel.strategy import ParallelStrategy
 from mtl.train import layout, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
-from mtl.train.eval_check import evaluation_error
+from mtl.train.eval_check import check_eval_samples, evaluation_error
 from mtl.train.guard import NonFiniteGuard
 from mtl.train.loop import AveragedWeights, Loop, StepRecord, log_stop, read_records
 from mtl.train.optim import JointOptimizer
@@ -43,6 +43,7 @@ class Trainer:
 
     def __init__(self, job, resume=False, console=print, overwrite=False, resume_from=None):
         self.job, self.cfg = job, job.cfg
+        check_eval_samples(job)  # a bad image of the held-out people fails now, before anything is written
         self.resume_from = resume_from  # a named checkpoint to resume from (--resume STEP_OR_PATH), else the latest
         self.strategy = ParallelStrategy(job.model)
         self.is_main = self.strategy.is_main
