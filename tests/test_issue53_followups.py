@@ -175,3 +175,37 @@ def test_mtl_train_decodes_the_evaluation_images_once_before_training(tmp_path, 
     code, err = cli(["train", config], capsys)
     assert code == 0, err
     assert checks == [8]  # the 8 images of the held-out people c and d, read once
+
+
+# ---- 2. a training-time verification set too small for its folds is said so at start-up, once ---------------------
+def _pairs_list(path, same, different):
+    """A pairs list of ``same`` same-person and ``different`` different-person pairs of face_folder's images."""
+    people = "abcd"
+    lines = [f"{people[k % 4]}/0.png\t{people[k % 4]}/{1 + k % 3}.png\t1" for k in range(same)]
+    lines += [f"{people[k % 4]}/0.png\t{people[(k + 1) % 4]}/{k % 4}.png\t0" for k in range(different)]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_small_verification_set_of_a_training_run_is_warned_about_once_on_the_console_and_in_the_log(tmp_path):
+    from mtl.config.loading import load_job
+    from mtl.job import build_job
+    from mtl.train.trainer import Trainer
+    from tests.test_user_reports_failures import face_folder, face_job
+
+    face_folder(str(tmp_path / "faces"))
+    small = _pairs_list(tmp_path / "faces" / "small.txt", 2, 3)
+    large = _pairs_list(tmp_path / "faces" / "large.txt", 20, 20)
+    cfg = face_job(tmp_path / "run", str(tmp_path / "faces" / "list.txt"), steps=2)
+    cfg["tasks"][0]["eval"] = {"sets": [small, large]}
+    cfg["eval"] = {"every": 1}  # an evaluation after step 1 and the final one: the warning is still said once
+    lines = []
+    Trainer(build_job(load_job(data=cfg), announce_plan=False), console=lines.append).run()
+    expected = (f"task 'faces': verification set '{small}': warning: 2 same-person and 3 different-person pairs: with "
+                "fewer than 20 of either kind the 5 folds are too small for the accuracy and its std to mean much; "
+                "add pairs")
+    assert [line for line in lines if "too small" in line] == [expected], lines
+    log_text = (tmp_path / "run" / "logs" / "rank0.log").read_text()
+    assert log_text.count("too small") == 1 and expected in log_text, log_text
+    evaluated = json.loads((tmp_path / "run" / "summary.json").read_text())["tasks"]["faces"]["eval"]
+    assert {"small/accuracy", "large/accuracy"} <= set(evaluated), evaluated  # both sets were scored

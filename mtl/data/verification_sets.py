@@ -110,12 +110,7 @@ def as_bytes(item):
 def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = "auto",
              preprocess=None) -> VerificationSet:
     """Load an InsightFace ``.bin`` verification set, decoding (and resizing if needed) every image."""
-    if not os.path.isfile(path):
-        raise DataError(f"verification set '{path}' {absent(path)}")
-    content = load_bin_content(path)
-    if not isinstance(content, (tuple, list)) or len(content) != 2:
-        raise DataError(f"verification set '{path}': expected a pickle of (images, issame)")
-    images, issame = _checked_pairs(path, *content)
+    images, issame = _bin_pairs(path)
     encoded = []
     for i, item in enumerate(images):
         data = as_bytes(item)
@@ -127,6 +122,16 @@ def read_bin(path: str, image_size: int = 112, name: str = None, decoder: str = 
     name = name or os.path.splitext(os.path.basename(path))[0]
     keys = [pair_key(_digest(encoded[2 * i]), _digest(encoded[2 * i + 1])) for i in range(len(issame))]
     return VerificationSet(name, pixels, issame.astype(bool), path, preprocess, keys)
+
+
+def _bin_pairs(path: str):
+    """``(images, issame)`` of a ``.bin`` set, checked (:func:`_checked_pairs`), its images not decoded."""
+    if not os.path.isfile(path):
+        raise DataError(f"verification set '{path}' {absent(path)}")
+    content = load_bin_content(path)
+    if not isinstance(content, (tuple, list)) or len(content) != 2:
+        raise DataError(f"verification set '{path}': expected a pickle of (images, issame)")
+    return _checked_pairs(path, *content)
 
 
 def _checked_pairs(path, images, issame):
@@ -158,13 +163,11 @@ def write_bin(path: str, encoded_images, issame):
         pickle.dump((encoded_images, issame), f, protocol=4)
 
 
-def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: str = None,
-               decoder: str = "auto", preprocess=None) -> VerificationSet:
-    """Load a pairs list (``img1<TAB>img2<TAB>0|1`` per line, paths relative to ``root``, default its folder)."""
+def _pair_lines(pairs_path: str):
+    """``(line number, first image, second image, same person)`` of every pair of a pairs list, its lines checked (a
+    DataError naming the file and the line otherwise)."""
     if not os.path.isfile(pairs_path):
         raise DataError(f"pairs list '{pairs_path}' {absent(pairs_path)}")
-    root = root if root is not None else (os.path.dirname(pairs_path) or ".")
-    encoded, issame, where, keys = [], [], [], []
     with open_utf8(pairs_path, "pairs list") as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.rstrip("\r\n")
@@ -173,23 +176,43 @@ def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: s
             parts = line.split("\t") if "\t" in line else line.split()
             if len(parts) != 3 or parts[2].strip() not in ("0", "1"):
                 raise DataError(f"pairs list '{pairs_path}' line {lineno}: expected 'img1<TAB>img2<TAB>0|1'")
-            for rel in parts[:2]:
-                full = os.path.join(root, rel.strip())
-                try:
-                    with open(full, "rb") as img:
-                        encoded.append(img.read())
-                except OSError as exc:
-                    raise DataError(f"pairs list '{pairs_path}' line {lineno}: cannot read '{full}': "
-                                    f"{exc.strerror}") from None
-                where.append(lineno)
-            issame.append(parts[2].strip() == "1")
-            keys.append(pair_key(*(os.path.normpath(rel.strip()) for rel in parts[:2])))
+            yield lineno, parts[0].strip(), parts[1].strip(), parts[2].strip() == "1"
+
+
+def read_pairs(pairs_path: str, root: str = None, image_size: int = 112, name: str = None,
+               decoder: str = "auto", preprocess=None) -> VerificationSet:
+    """Load a pairs list (``img1<TAB>img2<TAB>0|1`` per line, paths relative to ``root``, default its folder)."""
+    root = root if root is not None else (os.path.dirname(pairs_path) or ".")
+    encoded, issame, where, keys = [], [], [], []
+    for lineno, first, second, same in _pair_lines(pairs_path):
+        for rel in (first, second):
+            full = os.path.join(root, rel)
+            try:
+                with open(full, "rb") as img:
+                    encoded.append(img.read())
+            except OSError as exc:
+                raise DataError(f"pairs list '{pairs_path}' line {lineno}: cannot read '{full}': "
+                                f"{exc.strerror}") from None
+            where.append(lineno)
+        issame.append(same)
+        keys.append(pair_key(os.path.normpath(first), os.path.normpath(second)))
     if not issame:
         raise DataError(f"pairs list '{pairs_path}' holds no pair")
     pixels = decode_all(encoded, int(image_size), lambda i: f"pairs list '{pairs_path}' line {where[i]}", decoder,
                          preprocess)
     name = name or os.path.splitext(os.path.basename(pairs_path))[0]
     return VerificationSet(name, pixels, np.array(issame), pairs_path, preprocess, keys)
+
+
+def pair_kinds(path: str) -> np.ndarray:
+    """``issame`` bool [P] of a ``.bin`` set or a pairs list, read without decoding an image (what a run says of its
+    sets at start-up); a DataError naming the file when it holds no pair or is malformed."""
+    if str(path).endswith(".bin"):
+        return _bin_pairs(path)[1].astype(bool)
+    issame = np.array([same for *_, same in _pair_lines(path)], dtype=bool)
+    if not len(issame):
+        raise DataError(f"pairs list '{path}' holds no pair")
+    return issame
 
 
 def load_verification_set(path: str, root: str = None, image_size: int = 112, name: str = None,

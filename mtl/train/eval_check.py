@@ -7,10 +7,12 @@ A face task's held-out people are decoded only when they are evaluated: at the e
 :class:`mtl.train.trainer.Trainer` is made: ``mtl train``, ``mtl compare``'s runs and the Python API alike, before
 the run's folder is touched; :func:`evaluation_error` is the
 sentence when an evaluation fails anyway (a file changed during training, a verification set): the task and stage,
-that the checkpoint is saved and the command that scores it.
+that the checkpoint is saved and the command that scores it. :func:`small_set_warnings` says at start-up which
+verification sets (``eval.sets``) are too small for their folds.
 """
 import logging
 import os
+from typing import List
 
 from mtl.data.steps import eval_count
 from mtl.errors import DataError, MtlError
@@ -38,6 +40,23 @@ def check_eval_samples(job):
             raise DataError(f"task '{task.name}': its evaluation split (checked before training, so that it cannot "
                             f"fail the run at its end) holds a sample that cannot be read: {exc.bare_message}",
                             task.source, task.key("reader")) from exc
+
+
+def small_set_warnings(job) -> List[str]:
+    """One line per verification set of a task's ``eval.sets`` with fewer than 20 pairs of either kind
+    (:func:`mtl.evaluation.metrics.small_folds_warning`: its fold accuracies move in large steps), naming the task and
+    the set; its pairs read without decoding an image (:func:`mtl.data.verification_sets.pair_kinds`)."""
+    from mtl.data.verification_sets import pair_kinds
+    from mtl.evaluation.metrics import small_folds_warning
+
+    lines = []
+    for task in job.tasks:
+        for entry in task.cfg["eval"]["sets"] if task.cfg["eval"]["enabled"] else []:
+            issame = pair_kinds(entry["path"])
+            warning = small_folds_warning(issame, folds=min(10, len(issame)))  # the folds evaluate_sets cuts
+            if warning:
+                lines.append(f"task '{task.name}': verification set '{entry['path']}': {warning}")
+    return lines
 
 
 def failing_task(job, exc):

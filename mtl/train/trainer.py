@@ -24,7 +24,7 @@ from mtl.parallel.strategy import ParallelStrategy
 from mtl.train import layout, rundir
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
-from mtl.train.eval_check import check_eval_samples, evaluation_error
+from mtl.train.eval_check import check_eval_samples, evaluation_error, small_set_warnings
 from mtl.train.guard import NonFiniteGuard
 from mtl.train.loop import AveragedWeights, Loop, StepRecord, log_stop, read_records
 from mtl.train.optim import JointOptimizer
@@ -100,6 +100,7 @@ class Trainer:
                                self.strategy)
         setup_logging(self.output_dir, self.strategy.rank)
         self._announce_mask()
+        self._announce_small_sets()
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
         self.saved = self.resumed_from  # the newest checkpoint of this run (what --resume continues from)
         kept = []
@@ -120,6 +121,13 @@ class Trainer:
         if line := (self.job.model.cross_negatives.describe_mask() if self.job.model.cross_negatives else ""):
             self.console(line)
             log.info(line)
+
+    def _announce_small_sets(self):
+        """The verification sets (``eval.sets``) too small for their folds, once, on the console and in every rank's
+        log (:func:`mtl.train.eval_check.small_set_warnings`)."""
+        for line in small_set_warnings(self.job):
+            self.console(line)
+            log.warning(line)
 
     def _restore(self):
         """(start step, checkpoint path) of the latest checkpoint, loaded; (0, None) when there is none; a
