@@ -209,3 +209,36 @@ def test_a_small_verification_set_of_a_training_run_is_warned_about_once_on_the_
     assert log_text.count("too small") == 1 and expected in log_text, log_text
     evaluated = json.loads((tmp_path / "run" / "summary.json").read_text())["tasks"]["faces"]["eval"]
     assert {"small/accuracy", "large/accuracy"} <= set(evaluated), evaluated  # both sets were scored
+
+
+# ---- 4. counts are declared, not guessed from the value ----------------------------------------------------------
+def test_a_count_prints_whole_whatever_its_value_and_anything_else_keeps_four_digits():
+    from mtl.commands.compare import baseline_table
+    from mtl.train.reporting import format_value, metrics_table
+
+    assert format_value(1.0, "verification_pairs") == "1" and format_value(630.0, "identification_probes") == "630"
+    assert format_value(2.0, "rmse") == "2.0000" and format_value(2.0, "verification_threshold") == "2.0000"
+    assert format_value(2.0, "lfw/threshold") == "2.0000" and format_value(3.0) == "3.0000"
+    table = metrics_table({"t": {"head": "regression", "loss_start": 2.0, "loss_end": 1.0, "primary_metric": "rmse",
+                                 "higher_is_better": False,
+                                 "eval": {"rmse": 2.0, "mae": 1.5, "identification_gallery": 1.0}}})
+    rows = {line.split("|")[4].strip(" *↓"): line.split("|")[5].strip() for line in table.splitlines()[2:]}
+    assert rows == {"rmse": "2.0000", "mae": "1.5000", "identification_gallery": "1"}, table
+    shown = baseline_table({"tasks": {"t": {"metric": "rmse", "higher_is_better": False, "joint": 2.0,
+                                            "single": 4.0}}, "delta_m": 100.0})
+    assert "| 2.0000 " in shown and "| 4.0000 " in shown, shown
+
+
+def test_the_declared_counts_are_the_counts_the_evaluations_report():
+    """Every count the held-out people's evaluation reports (pairs, gallery people, probes) is declared, and nothing
+    else is."""
+    from mtl.evaluation.identification import identification_metrics
+    from mtl.evaluation.metrics import COUNT_METRICS
+    from mtl.evaluation.pairs import open_set_verification
+
+    labels = np.repeat(np.arange(4), 3)
+    features = np.random.default_rng(0).standard_normal((len(labels), 4))
+    reported = {**open_set_verification(features, labels), **identification_metrics(features, labels)}
+    counts = {"verification_pairs": 24, "identification_gallery": 4, "identification_probes": 8}
+    assert {name: reported[name] for name in counts} == counts  # 4 x C(3, 2) same-person pairs + as many others
+    assert COUNT_METRICS == set(counts)

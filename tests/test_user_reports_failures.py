@@ -554,7 +554,8 @@ def test_compare_bars_show_their_values_and_a_range_where_close_values_differ(tm
 def test_counts_print_as_whole_numbers_and_rates_keep_four_digits():
     from mtl.train.reporting import format_value, metrics_table
 
-    assert format_value(630.0) == "630" and format_value(0.8625) == "0.8625" and format_value(1.0) == "1.0000"
+    assert format_value(630.0, "verification_pairs") == "630" and format_value(0.8625, "accuracy") == "0.8625"
+    assert format_value(1.0, "accuracy") == "1.0000"
     table = metrics_table({"t": {"head": "arcface", "loss_start": 2.0, "loss_end": 1.0, "primary_metric": "accuracy",
                                  "higher_is_better": True, "eval": {"accuracy": 0.75, "verification_pairs": 630.0}}})
     row = next(line for line in table.splitlines() if "verification_pairs" in line)
@@ -709,7 +710,7 @@ def assert_docs_table_is_the_run(doc_after, config, tmp_path, extra=()):
     assert table
     for (task, metric), (value, start, end) in table.items():
         info = summary[task]
-        assert (value, start, end) == (format_value(info["eval"][metric]), f"{info['loss_start']:.4f}",
+        assert (value, start, end) == (format_value(info["eval"][metric], metric), f"{info['loss_start']:.4f}",
                                        f"{info['loss_end']:.4f}"), (task, metric)
 
 

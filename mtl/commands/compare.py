@@ -160,21 +160,22 @@ def baseline_table(result: dict) -> str:
     rows = []
     for task, info in result["tasks"].items():
         change = delta_m({task: info["joint"]}, {task: info["single"]}, {task: info["higher_is_better"]})
-        rows.append([task, metric_label(info["metric"], info["higher_is_better"]), _fmt(info["joint"]),
-                     _fmt(info["single"]), _fmt(change, "+.2f")])
+        metric = info["metric"]
+        rows.append([task, metric_label(metric, info["higher_is_better"]), _fmt(info["joint"], metric=metric),
+                     _fmt(info["single"], metric=metric), _fmt(change, "+.2f")])
     table = tabulate(rows, headers=["task", "primary metric", "joint", "alone", "change %"], tablefmt="github",
                      disable_numparse=True)
     return f"{table}\n\nΔm = {_fmt(result['delta_m'], '+.2f')} % (positive: joint training helped)"
 
 
-def _fmt(value, spec=None):
-    """``value`` as a table shows it: ``n/a`` when missing, ``spec`` when given, else a metric's form
-    (:func:`mtl.train.reporting.format_value`: counts whole, rates with four digits)."""
+def _fmt(value, spec=None, metric=None):
+    """``value`` as a table shows it: ``n/a`` when missing, ``spec`` when given, else the form of the metric called
+    ``metric`` (:func:`mtl.train.reporting.format_value`: counts whole, the rest with four digits)."""
     from mtl.train.reporting import format_value
 
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
-    return format(value, spec) if spec else format_value(value)
+    return format(value, spec) if spec else format_value(value, metric)
 
 
 def report(joint_summary: dict, single_summaries: Dict[str, dict]) -> dict:
@@ -280,7 +281,7 @@ def comparison_rows(runs: dict) -> List[tuple]:
 def compare_table(runs: dict) -> str:
     """Runs side by side: one row per (task, primary metric with its direction), one column per run, Δm last."""
     names = list(runs)
-    rows = [[task, metric_label(metric, higher)] + [_fmt(values.get(n)) for n in names]
+    rows = [[task, metric_label(metric, higher)] + [_fmt(values.get(n), metric=metric) for n in names]
             for task, metric, higher, values in comparison_rows(runs)]
     rows.append(["Δm %", "vs single-task"] + [_fmt(runs[n]["delta_m"], "+.2f") for n in names])
     headers = ["task", "primary metric"] + list(run_names(names).values())
@@ -338,7 +339,7 @@ def comparison_figure(runs: dict):
         present = [n for n in names if values.get(n) is not None]
         bars = ax.bar(range(len(present)), [values[n] for n in present],
                       color=[f"C{names.index(n)}" for n in present])
-        ax.bar_label(bars, labels=[_fmt(values[n]) for n in present], fontsize=8, padding=2)
+        ax.bar_label(bars, labels=[_fmt(values[n], metric=metric) for n in present], fontsize=8, padding=2)
         _zoom(ax, [values[n] for n in present])
         ax.set_xticks(range(len(present)))
         ax.set_xticklabels([_tick_label(labels[n]) + ("" if runs[n]["delta_m"] is None else

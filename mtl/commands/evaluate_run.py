@@ -48,6 +48,7 @@ def results_table(job, results) -> str:
         metrics, head = results.get(task.name) or {}, task.head
         arrow = " ↑" if head.higher_is_better else " ↓"
         for i, name in enumerate(sorted(metrics, key=lambda k: (k != head.primary_metric, k))):
-            rows.append([task.name if i == 0 else "", head.registered_name if i == 0 else "",
-                         f"{name} *{arrow}" if name == head.primary_metric else name, format_value(metrics[name])])
+            shown = f"{name} *{arrow}" if name == head.primary_metric else name
+            rows.append([task.name if i == 0 else "", head.registered_name if i == 0 else "", shown,
+                         format_value(metrics[name], name)])
     return tabulate(rows, headers=["task", "head", "metric", "value"], tablefmt="github", disable_numparse=True)

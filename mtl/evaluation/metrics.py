@@ -73,6 +73,18 @@ def stratified_folds(issame, folds: int, keys=None, seed: int = FOLD_SEED) -> np
 MIN_PAIRS_PER_KIND = 20  # below this many pairs of one kind, 10 folds hold one or two of them each
 
 
+# The metrics that are counts (of pairs, people, images), not rates, errors or thresholds: the tables print them whole
+# (:func:`mtl.train.reporting.format_value`), every other metric with four digits, whatever its value. A head or an
+# evaluation that reports a count names it here: verification_pairs (mtl.evaluation.pairs), identification_gallery
+# and identification_probes (mtl.evaluation.identification). ``<set>/<name>`` is the count ``name`` of a set.
+COUNT_METRICS = frozenset({"verification_pairs", "identification_gallery", "identification_probes"})
+
+
+def is_count(name) -> bool:
+    """Whether the metric called ``name`` (or ``<set>/<name>``) is a count (:data:`COUNT_METRICS`)."""
+    return name is not None and str(name).rsplit("/", 1)[-1] in COUNT_METRICS
+
+
 def small_folds_warning(issame, folds: int = 10):
     """A sentence when a verification list holds fewer than :data:`MIN_PAIRS_PER_KIND` pairs of either kind (its
     fold accuracies then move in steps of 1/2 or more, and its std means little), else None."""

@@ -9,7 +9,8 @@ Contract used by the joint model and the runner:
   so that summing backbone gradients over ranks gives the gradient of the global mean.
   ``global_loss`` is the value to report (equal on every rank).
 * ``evaluate(features, labels)`` gets the embeddings of the whole evaluation split (same on every rank) and returns a
-  dict of floats.
+  dict of floats. The tables print every metric with four digits, except the counts that
+  :data:`mtl.evaluation.metrics.COUNT_METRICS` declares (printed whole).
 
 Capabilities every head declares (generic code reads them, never probes):
 

@@ -1,11 +1,71 @@
-"""What a run leaves behind: ``metrics.jsonl``, ``summary.json``, the end-of-run table and ``loss_curves.png``."""
+"""What a run leaves behind: ``metrics.jsonl``, ``summary.json``, the end-of-run table and ``loss_curves.png``.
+
+A record or a log line that cannot be written (a full disk, a read-only filesystem) is not lost silently: the first
+such problem is kept (:attr:`MetricsLog.problem`, :func:`log_problem`) and the trainer stops every rank on it at the
+next step (exit status 74); a half-written record is cut off again, so the records before it stay intact.
+``summary.json`` is written whole or not at all.
+"""
 import json
 import logging
 import math
 import os
+import sys
 
 import numpy as np
 from tabulate import tabulate
+
+from mtl.errors import DiskError, write_problem
+
+
+class RankLogHandler(logging.FileHandler):
+    """The rank's log file; a line that cannot be written keeps its problem in ``problem`` (the job stops on it)
+    instead of printing logging's "--- Logging error ---" traceback on the console."""
+
+    problem = None
+
+    def handleError(self, record):
+        exc = sys.exc_info()[1]
+        if self.problem is None:
+            self.problem = (write_problem(self.baseFilename, exc) if isinstance(exc, OSError) else
+                            f"could not write '{self.baseFilename}': {exc}")
+
+
+def log_problem():
+    """The first line this rank's log could not take (:class:`RankLogHandler`), or None."""
+    return next((h.problem for h in logging.getLogger("mtl").handlers if isinstance(h, RankLogHandler) and h.problem),
+                None)
+
+
+def append_line(path, text):
+    """Append ``text`` to the file ``path``; on failure the file is cut back to what it held (no half line) and the
+    problem's words are returned (None when written)."""
+    size = os.path.getsize(path) if os.path.exists(path) else 0
+    try:
+        with open(path, "a") as f:
+            f.write(text)
+        return None
+    except OSError as exc:
+        try:
+            os.truncate(path, size)
+        except OSError:
+            pass
+        return write_problem(path, exc)
+
+
+def write_whole(path, text):
+    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed into place); DiskError naming the
+    file otherwise."""
+    part = f"{path}.partial"
+    try:
+        with open(part, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, path)
+    except OSError as exc:
+        if os.path.exists(part):
+            os.remove(part)
+        raise DiskError(write_problem(path, exc)) from exc
 
 
 def setup_logging(output_dir, rank):
@@ -16,7 +76,7 @@ def setup_logging(output_dir, rank):
     for h in list(logger.handlers):
         logger.removeHandler(h)
         h.close()
-    fh = logging.FileHandler(os.path.join(output_dir, "logs", f"rank{rank}.log"))  # appends: a resumed run adds
+    fh = RankLogHandler(os.path.join(output_dir, "logs", f"rank{rank}.log"))  # appends: a resumed run adds
     fh.setFormatter(logging.Formatter(f"%(asctime)s rank{rank} %(levelname)s %(message)s"))
     logger.addHandler(fh)
     logger.propagate = False
@@ -29,13 +89,15 @@ class MetricsLog:
 
     ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.train.rundir``).
     With ``visualdl`` (the job's ``log.visualdl``) every record also goes to VisualDL (:mod:`mtl.train.scalars`)
-    under ``<folder of path>/vdl``, the kept records first.
+    under ``<folder of path>/vdl``, the kept records first. ``problem``: why the first record that could not be
+    written was not (nothing is written after it).
     """
 
     def __init__(self, path, enabled=True, records=None, visualdl=False):
         self.path = path
         self.enabled = enabled
         self.records = list(records or [])
+        self.problem = None
         self._scalars = None
         if enabled and visualdl:
             from mtl.train.scalars import SCALAR_DIR, ScalarWriter
@@ -51,11 +113,17 @@ class MetricsLog:
         """Append one record; non-finite numbers become null, so that the file is strict JSON."""
         record = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
         self.records.append(record)
-        if self.enabled:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
+        if self.enabled and self.problem is None:
+            self.append(self.path, record)
             if self._scalars:
                 self._scalars.write(record)
+
+    def append(self, path, record):
+        """Append ``record`` to the JSON-lines file ``path`` (``metrics.jsonl``, ``eval.jsonl``), or keep why not in
+        :attr:`problem`."""
+        problem = append_line(path, json.dumps(record) + "\n")
+        if problem and self.problem is None:
+            self.problem = f"the record of step {record.get('step')} was not written: {problem}"
 
 
 def _fmt(v):
@@ -64,12 +132,17 @@ def _fmt(v):
     return v
 
 
-def format_value(v):
-    """A metric as the tables show it: a count (a whole number of 2 or more, e.g. ``verification_pairs``) whole, any
-    other number with four digits (rates are fractions, at most 1, and keep their digits: ``1.0000``)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v == int(v) and abs(v) >= 2:
+def format_value(v, name=None):
+    """The value ``v`` of the metric called ``name`` as the tables show it: a count (a metric that
+    :data:`mtl.evaluation.metrics.COUNT_METRICS` declares one, e.g. ``verification_pairs``) whole, any other number
+    with four digits whatever its value (a rate of 1 is ``1.0000``, a threshold or an RMSE of 2 is ``2.0000``)."""
+    from mtl.evaluation.metrics import is_count
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    if is_count(name) and math.isfinite(v) and v == int(v):
         return str(int(v))
-    return _fmt(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+    return _fmt(float(v))
 
 
 def metrics_table(summary_tasks):
@@ -93,9 +166,9 @@ def metrics_table(summary_tasks):
         for i, name in enumerate(names):
             row = [task if i == 0 else "", info.get("head") if i == 0 else "", loss if i == 0 else "",
                    "" if name is None else (f"{name} *{arrow}" if name == primary else name),
-                   "" if name is None else format_value(live[name])]
+                   "" if name is None else format_value(live[name], name)]
             if with_avg:
-                row.append(format_value(avg[name]) if name in avg else "")
+                row.append(format_value(avg[name], name) if name in avg else "")
             rows.append(row)
     headers = ["task", "head", "loss start -> end", "metric (rates as fractions)", "live"] + \
         (["averaged"] if with_avg else [])
@@ -214,10 +287,13 @@ def write_summary(job, records, live, averaged, run, output_dir, console=None, p
     summary = dict(run, tasks=tasks)
     if console is None:
         return summary
-    with open(os.path.join(output_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    write_whole(os.path.join(output_dir, "summary.json"), json.dumps(summary, indent=1))
     if plot and records:
-        plot_losses(records, [t.name for t in job.tasks], os.path.join(output_dir, "loss_curves.png"))
+        path = os.path.join(output_dir, "loss_curves.png")
+        try:
+            plot_losses(records, [t.name for t in job.tasks], path)
+        except OSError as exc:
+            raise DiskError(write_problem(path, exc)) from exc
     console("\n" + metrics_table(tasks))
     console("(loss start / end: mean over the first / last tenth of the logged steps; * primary metric, "
             "↑ higher is better, ↓ lower is better; accuracy, F1, LAS and other rates are fractions: 0.9328 = 93.28 %)")
