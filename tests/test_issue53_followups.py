@@ -242,3 +242,29 @@ def test_the_declared_counts_are_the_counts_the_evaluations_report():
     counts = {"verification_pairs": 24, "identification_gallery": 4, "identification_probes": 8}
     assert {name: reported[name] for name in counts} == counts  # 4 x C(3, 2) same-person pairs + as many others
     assert COUNT_METRICS == set(counts)
+
+
+# ---- 5. the registry split along its seam: finding plug-in files apart from registering and building ----------------
+def test_the_registry_is_under_400_lines_and_every_name_others_use_is_still_importable_from_it():
+    import ast
+    import os
+
+    import mtl.plugin_loading as loading
+    from mtl import registry
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "mtl", "registry.py")) as f:
+        assert len(f.read().splitlines()) <= 400
+    with open(os.path.join(root, "mtl", "plugin_loading.py")) as f:  # the lower piece never imports the registry
+        tree = ast.parse(f.read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "mtl.registry" not in imported and "mtl" not in imported, imported
+    for name in ("load_builtin", "load_folder", "load_file", "load_all", "load_entry_points", "import_error",
+                 "builtin_heads_folder"):
+        assert getattr(registry, name) is getattr(loading, name)
+    for name in ("register", "register_reader", "register_backbone", "register_head", "register_weighting",
+                 "register_architecture", "plugin_class", "did_you_mean", "get", "build", "split_cfg", "entries",
+                 "as_component", "origin_of", "first_sentence", "parameters", "documented_parameters", "Parameter",
+                 "find", "KINDS", "CONTEXT_KEYS", "CONTEXT_MEANINGS", "ENTRY_POINT_GROUP"):
+        assert hasattr(registry, name), name

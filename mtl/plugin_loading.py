@@ -1,0 +1,103 @@
+"""Finding plug-in files: the built-in readers, backbones, weighting strategies, architectures and the ``heads/``
+folder, any folder of ``.py`` files (``tasks/``, a job's ``plugins:``), and the entry-point group ``mtl.plugins``.
+
+Importing a plug-in file is what registers it (its decorators call :func:`mtl.registry.register`); this module only
+imports, and never imports the registry. :mod:`mtl.registry` re-exports every function here.
+"""
+import importlib
+import importlib.util
+import os
+import sys
+from importlib import metadata
+
+from mtl.errors import ConfigError, MtlError, PluginError
+
+ENTRY_POINT_GROUP = "mtl.plugins"
+_LOADED_FOLDERS = set()
+_ENTRY_POINTS_LOADED = False
+
+
+def builtin_heads_folder() -> str:
+    """The folder of the built-in head plug-ins: ``heads/`` of the checkout, or where an installed wheel put it."""
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "heads")
+    return checkout if os.path.isdir(checkout) else os.path.join(sys.prefix, "share", "mtl", "heads")
+
+
+def load_builtin():
+    """Import the library's own readers, backbones and weighting strategies, and load the head plug-in folder
+    ``heads/`` (by path, like ``tasks/``: it is a folder of plug-in files, not an installed package)."""
+    import pkgutil
+
+    for package in ("mtl.readers", "mtl.backbones", "mtl.weighting", "mtl.architectures"):
+        pkg = importlib.import_module(package)
+        for info in pkgutil.iter_modules(pkg.__path__):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{package}.{info.name}")
+    load_folder(builtin_heads_folder())
+
+
+def load_folder(folder: str, source: str = None, key: str = "plugins"):
+    """Import every ``.py`` file of ``folder`` (not recursively) so that its decorators register."""
+    folder = os.path.abspath(folder)
+    if folder in _LOADED_FOLDERS:
+        return
+    if not os.path.isdir(folder):
+        raise ConfigError(f"plug-in folder '{folder}' does not exist", source, key)
+    _LOADED_FOLDERS.add(folder)
+    for fname in sorted(os.listdir(folder)):
+        if fname.endswith(".py") and not fname.startswith("_"):
+            load_file(os.path.join(folder, fname))
+
+
+def load_file(path: str):
+    """Import one plug-in file by path under a unique module name; return the module."""
+    path = os.path.abspath(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    modname = "mtl_plugin_" + str(abs(hash(path)))[:10] + "_" + stem
+    if modname in sys.modules:
+        return sys.modules[modname]
+    spec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except MtlError:  # a plug-in may check its own settings when imported
+        del sys.modules[modname]
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - anything else is a bug in the plug-in file (sys.exit(0)
+        del sys.modules[modname]             # in one ended `mtl train` with status 0 and nothing trained)
+        raise import_error(path, exc) from None
+    return module
+
+
+def import_error(path: str, exc: BaseException) -> PluginError:
+    """The one-line report of a plug-in file that fails to import: its line and the error (a syntax error's text),
+    the traceback kept in ``traceback_text``."""
+    import traceback
+
+    if isinstance(exc, SyntaxError):
+        where, what = exc.lineno, f"{type(exc).__name__}: {exc.msg} ({(exc.text or '').strip()!r})"
+    else:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
+        where, what = (frames[-1].lineno if frames else "?"), f"{type(exc).__name__}: {exc}"
+    return PluginError(f"plug-in file '{path}' line {where}: {what} when it was imported; this is a bug in the "
+                       f"file, not a mistake in the config",
+                       "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def load_entry_points():
+    """Load plug-ins that installed packages declare in the entry-point group ``mtl.plugins``."""
+    global _ENTRY_POINTS_LOADED
+    if _ENTRY_POINTS_LOADED:
+        return
+    _ENTRY_POINTS_LOADED = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        ep.load()
+
+
+def load_all(extra_folders=(), source=None, key="plugins"):
+    """Every plug-in: built-ins, entry points, then every folder of ``extra_folders`` (the one loading function)."""
+    load_builtin()
+    load_entry_points()
+    for folder in extra_folders:
+        load_folder(folder, source, key)
