@@ -313,12 +313,21 @@ def load_pickle(path: str, allowed=PADDLE_FILE, what: str = "a weight file", dat
 
 
 NOT_PADDLE = " (Paddle's are a .pdparams file written by paddle.save)"
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit on its JSON header (bytes)
+
+
+def looks_like_safetensors(head: bytes) -> bool:
+    """Whether the first bytes of a file (at least 9) start a safetensors file: an 8-byte little-endian header length
+    the format allows, then the header's ``{`` (the one test: :mod:`mtl.convert.safetensors_file` reads with it)."""
+    return len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= SAFETENSORS_MAX_HEADER
+
+
 FILE_KINDS = (  # (test of the first bytes and the name, what the file is, what to say about it)
     (lambda head, name: not head, "an empty file", ""),
     (lambda head, name: head.startswith(b"PK\x03\x04"), "a zip archive",
      " (PyTorch's torch.save writes one: mtl convert turns a face model into a .pdparams file)"),
-    (lambda head, name: len(head) > 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 30,
-     "a safetensors file", " (Hugging Face's weights; Paddle's are a .pdparams file written by paddle.save)"),
+    (lambda head, name: looks_like_safetensors(head), "a safetensors file",
+     " (Hugging Face's weights; Paddle's are a .pdparams file written by paddle.save)"),
     (lambda head, name: name.endswith(".pdiparams"), "the parameters of an exported inference model",
      " (paddle.jit.save's .pdiparams; a backbone's weights are a .pdparams file such as a run's "
      "checkpoints/step_N/backbone.pdparams)"),

@@ -268,3 +268,84 @@ def test_the_registry_is_under_400_lines_and_every_name_others_use_is_still_impo
                  "as_component", "origin_of", "first_sentence", "parameters", "documented_parameters", "Parameter",
                  "find", "KINDS", "CONTEXT_KEYS", "CONTEXT_MEANINGS", "ENTRY_POINT_GROUP"):
         assert hasattr(registry, name), name
+
+
+# ---- 6. one implementation of each: union-find, safetensors detection, reading a TSV file --------------------------
+def _components(nodes, joins):
+    """The groups of ``nodes`` joined by ``joins``, by brute force: grow each group until nothing changes."""
+    groups = [{node} for node in nodes]
+    changed = True
+    while changed:
+        changed = False
+        for a, b in joins:
+            ga, gb = next(g for g in groups if a in g), next(g for g in groups if b in g)
+            if ga is not gb:
+                groups.remove(gb)
+                ga |= gb
+                changed = True
+    return groups
+
+
+def test_union_find_groups_as_a_brute_force_count_and_both_its_users_go_through_it(monkeypatch):
+    from mtl.commands.merge import Source, joined_classes
+    from mtl.evaluation.held_out import pool_people
+    from mtl.union_find import DisjointSets
+
+    rng = np.random.default_rng(3)
+    nodes = list(range(40))
+    joins = [tuple(int(v) for v in rng.choice(40, 2, replace=False)) for _ in range(25)]
+    groups = DisjointSets(nodes)
+    for a, b in joins:
+        groups.union(a, b)
+    expected = _components(nodes, joins)
+    assert sorted(sorted(g) for g in expected) == sorted(
+        sorted(n for n in nodes if groups.find(n) == root) for root in {groups.find(n) for n in nodes})
+    assert all(groups.find(n) == min(g) for g in expected for n in g)  # a group's root is its smallest node
+
+    calls = []
+    original = DisjointSets.union
+    monkeypatch.setattr(DisjointSets, "union", lambda self, a, b: calls.append((a, b)) or original(self, a, b))
+    sources = [Source(name, "", np.array(labels), 3, None, None, None) for name, labels in
+               (("x", [0, 1, 2]), ("y", [0, 1, 2]))]
+    classes = joined_classes(sources, [((0, 1), (1, 2)), ((1, 0), (0, 2))])
+    assert [c.tolist() for c in classes] == [[0, 1, 2], [2, 3, 1]] and len(calls) == 2
+    features = np.eye(4)
+    pooled = pool_people({"a": (features[:2], [0, 1]), "b": (features[2:], [0, 0])},
+                         {"a": ["p.png", "q.png"], "b": ["q.png", "r.png"]})  # q.png: a's person 1 is b's 0
+    assert pooled.labels.tolist() == [0, 1, 1] and pooled.shared_images == 1 and len(calls) == 3
+
+
+def test_one_safetensors_test_for_the_reader_and_for_what_a_file_is_instead_of_a_pickle(tmp_path):
+    import struct
+
+    from mtl.convert import safetensors_file
+    from mtl.errors import DataError
+    from mtl.safe_pickle import looks_like_safetensors, not_a_pickle
+
+    assert safetensors_file.looks_like_safetensors is looks_like_safetensors
+    header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    real = tmp_path / "real.safetensors"
+    real.write_bytes(struct.pack("<Q", len(header)) + header + struct.pack("<f", 1.5))
+    assert safetensors_file.read_safetensors(str(real))["w"].tolist() == [1.5]
+    assert "is a safetensors file" in str(not_a_pickle(str(real)))
+    absurd = tmp_path / "absurd.bin"  # a '{' at byte 8 after a length no safetensors file has (2**40 bytes)
+    absurd.write_bytes(struct.pack("<Q", 1 << 40) + b"{" + bytes(range(200)))
+    with pytest.raises(DataError, match=f"'{absurd}' is not a safetensors file"):
+        safetensors_file.read_safetensors(str(absurd))
+    assert "safetensors" not in str(not_a_pickle(str(absurd)))
+
+
+def test_tokenizer_train_reads_a_tsv_file_as_the_tsv_readers_do(tmp_path, capsys):
+    from mtl.commands.tokenizer import tsv_texts
+    from mtl.readers.text_pairs import read_tsv
+    from tests.cli_run import cli
+
+    good = tmp_path / "good.tsv"
+    good.write_text("text_a\tlabel\ttext_b\n quiet harbour \tx\tbright lantern\n\nstill\ty\t\n")
+    expected = [cell.strip() for _, row in read_tsv(str(good), ["text_a", "text_b"])
+                for cell in (row["text_a"], row["text_b"]) if cell.strip()]
+    assert tsv_texts(str(good)) == expected == ["quiet harbour", "bright lantern", "still"]
+    ragged = tmp_path / "ragged.tsv"  # line 3 has one cell too few: the readers refuse it, so does the tokenizer
+    ragged.write_text("text_a\ttext_b\tlabel\nquiet harbour\tbright lantern\tx\nstill water\ty\n")
+    code, err = cli(["tokenizer", "train", "--tsv", ragged, "-o", tmp_path / "t.json"], capsys)
+    assert code == 2 and f"TSV file '{ragged}' line 3: 2 cells, the header names 3" in err, err

@@ -24,6 +24,7 @@ import numpy as np
 
 from mtl.data.same_person import People, check_tasks, read_pairs, resolve
 from mtl.errors import ConfigError, DataError
+from mtl.union_find import DisjointSets
 
 
 @dataclass
@@ -119,22 +120,14 @@ def joined_classes(sources: List[Source], joins) -> np.ndarray:
     without images), from ``joins`` (pairs of ``(source, label)``) by union-find; classes numbered in the order of
     their first person (source, then label)."""
     present = [(s, int(label)) for s, src in enumerate(sources) for label in np.unique(src.labels)]
-    parent = {node: node for node in present}
-
-    def root(node):
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
+    groups = DisjointSets(present)
     for a, b in joins:
-        ra, rb = root(a), root(b)
-        parent[max(ra, rb)] = min(ra, rb)  # the group's root is its first person
-    roots = sorted({root(node) for node in present})
+        groups.union(a, b)  # the group's root is its first person
+    roots = sorted({groups.find(node) for node in present})
     number = {r: k for k, r in enumerate(roots)}
     out = [np.full(src.count, -1, np.int64) for src in sources]
     for node in present:
-        out[node[0]][node[1]] = number[root(node)]
+        out[node[0]][node[1]] = number[groups.find(node)]
     return out
 
 

@@ -8,7 +8,6 @@ lines, as the ``iob2`` reader's ``format``), ``--tsv`` the text columns (``text_
 TSV files of the ``text_classification`` and ``matching`` readers, ``--text`` plain text files (one sentence or
 paragraph per line). Training is not bit-reproducible across runs of ``tokenizers`` (ties between equally frequent
 pairs), so a recipe keeps the file it trained once."""
-import csv
 import os
 
 from mtl.errors import ConfigError
@@ -17,19 +16,19 @@ TSV_TEXT_COLUMNS = ("text_a", "text_b", "text_c")  # the text columns of the TSV
 
 
 def tsv_texts(path):
-    """The cells of every text column (``text_a``, ``text_b``, ``text_c``) of a TSV file with a header; a DataError
-    naming the file when its header names none of them."""
+    """The cells of every text column (``text_a``, ``text_b``, ``text_c``) of a TSV file read as the TSV readers
+    read it (:func:`mtl.readers.text_pairs.read_tsv`: a header, every record as many cells); a DataError naming the
+    file when its header names none of them."""
     from mtl.errors import DataError
-    from mtl.utf8 import open_utf8
+    from mtl.readers.text_pairs import read_tsv
 
-    with open_utf8(path, "--tsv file", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    header = [c.strip() for c in rows[0]] if rows else []
-    columns = [k for k, name in enumerate(header) if name in TSV_TEXT_COLUMNS]
-    if not columns:
+    records = read_tsv(path, ())
+    header = list(records[0][1])
+    if not set(header) & set(TSV_TEXT_COLUMNS):
         raise DataError(f"TSV file '{path}' has none of the text columns {', '.join(TSV_TEXT_COLUMNS)} in its header "
-                        f"(it names: {', '.join(header) or 'nothing'}); the TSV readers read their texts from them")
-    return [row[k].strip() for row in rows[1:] for k in columns if k < len(row) and row[k].strip()]
+                        f"(it names: {', '.join(header)}); the TSV readers read their texts from them")
+    return [cell.strip() for _, record in records for name, cell in record.items()
+            if name in TSV_TEXT_COLUMNS and cell.strip()]
 
 
 def _texts(args):

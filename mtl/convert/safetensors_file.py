@@ -7,6 +7,7 @@ import struct
 import numpy as np
 
 from mtl.errors import DataError
+from mtl.safe_pickle import looks_like_safetensors  # the one test of the format (mtl.convert.bert's too)
 
 DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
           "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_, "BF16": "bfloat16"}
@@ -29,11 +30,6 @@ def _tensor(raw, spec, name, path):
         raise DataError(f"safetensors file '{path}': tensor '{name}' has {array.size} values for shape "
                         f"{spec['shape']}")
     return array.reshape(spec["shape"]).astype(array.dtype.newbyteorder("="))
-
-
-def looks_like_safetensors(head: bytes) -> bool:
-    """Whether the first bytes of a file (at least 9) are a safetensors header's start: a length, then ``{``."""
-    return len(head) >= 9 and head[8:9] == b"{"
 
 
 def read_safetensors(path: str) -> dict:

@@ -16,6 +16,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from mtl.errors import DataError
+from mtl.union_find import DisjointSets
 
 
 def embed_tasks(run, readers, batch_size: int = 256) -> Dict[str, tuple]:
@@ -66,15 +67,8 @@ def pool_people(embedded: Dict[str, tuple], files: Optional[Dict[str, Optional[l
     """The images of ``{task: (features, labels)}`` pooled (module docstring); ``files``: ``{task: the file of every
     image of its split, or None}`` (what tells a shared image; none given: nothing is shared)."""
     files = files or {}
-    offset, parent, seen = 0, {}, {}
+    offset, groups, seen = 0, DisjointSets(), {}
     kept, nodes = {}, []
-
-    def root(node):
-        while parent.setdefault(node, node) != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
     for task, (_, labels) in embedded.items():
         labels = np.asarray(labels, dtype=np.int64).reshape(-1)
         paths = files.get(task)
@@ -83,11 +77,10 @@ def pool_people(embedded: Dict[str, tuple], files: Optional[Dict[str, Optional[l
         rows = []
         for i, label in enumerate(labels):
             node = offset + int(label)
-            root(node)
+            groups.find(node)
             key = None if paths is None else paths[i]
             if key is not None and key in seen:  # the same image under another task: one image, one person
-                a, b = root(node), root(seen[key])
-                parent[max(a, b)] = min(a, b)
+                groups.union(node, seen[key])
                 continue
             if key is not None:
                 seen[key] = node
@@ -95,7 +88,7 @@ def pool_people(embedded: Dict[str, tuple], files: Optional[Dict[str, Optional[l
             nodes.append(node)
         kept[task] = np.asarray(rows, dtype=np.int64)
         offset += int(labels.max()) + 1 if len(labels) else 0
-    roots = np.array([root(node) for node in nodes], dtype=np.int64)
+    roots = np.array([groups.find(node) for node in nodes], dtype=np.int64)
     _, first, inverse = np.unique(roots, return_index=True, return_inverse=True)
     order = np.argsort(np.argsort(first, kind="stable"), kind="stable")  # number people by their first image
     features = np.concatenate([np.asarray(embedded[task][0])[rows] for task, rows in kept.items()])
