@@ -4,6 +4,13 @@
    and by the dataset's label (``label_x``, as ``mtl overlap --json`` writes them), each task of the pairs mapped to
    the ``concat`` reader's source its offset names, with that source's held-out people; only what is truly
    ambiguous is refused.
+2. A training run's verification sets (``eval.sets``) too small for their folds are said so once, at start-up.
+3. Every training (``mtl train``, ``mtl compare``'s runs, a Trainer made directly) decodes the evaluation images
+   before it starts, once.
+4. Counts are declared (``COUNT_METRICS``), not guessed from a whole value: 2.0 of an RMSE is ``2.0000``, a count of
+   1 is ``1``.
+5. ``mtl/registry.py`` split along its seam (finding plug-in files apart), every import path kept.
+6. One union-find, one safetensors test, one TSV reading.
 """
 import json
 
