@@ -102,7 +102,8 @@ def run_script(main):
 
 
 def run(func, args):
-    """Call ``func(args)``; a user error becomes one line on stderr and exit status 2."""
+    """Call ``func(args)``; a user error becomes one line on stderr and exit status 2 (74: a file of the run could not
+    be written)."""
     from mtl.errors import MtlError
     from mtl.train.preemption import PREEMPTED_EXIT_STATUS, Preempted
 
@@ -118,7 +119,7 @@ def run(func, args):
         prefix = f"error (rank {rank}): " if rank is not None and os.environ.get("PADDLE_TRAINERS_NUM", "1") != "1" \
             else "error: "
         print(prefix + str(exc), file=sys.stderr, flush=True)
-        sys.exit(2)
+        sys.exit(exc.exit_status)  # 2; 74 for a file that could not be written (DiskError)
     except KeyboardInterrupt:
         sys.exit(130)
     except (RuntimeError, OSError) as exc:  # Paddle raises an NCCL error (an External error) as OSError
@@ -126,6 +127,12 @@ def run(func, args):
             raise
         # another process failed first: say so, and leave the launcher time to report that process's own error
         rank = os.environ.get("PADDLE_TRAINER_ID", "?")
+        from mtl.train.watchdog import STUCK_EXIT_STATUS, lost_contact_sentence
+
+        named = lost_contact_sentence()  # a process that stopped answering but did not end: which one, and where
+        if named:
+            print(f"error (rank {rank}): {named}", file=sys.stderr, flush=True)
+            sys.exit(STUCK_EXIT_STATUS)
         print(f"error (rank {rank}): lost contact with another process in a collective ({str(exc).splitlines()[0]}); "
               "that process probably ended first: the launcher says how (its error, or the signal that killed it)",
               file=sys.stderr, flush=True)

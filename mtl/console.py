@@ -108,7 +108,7 @@ def fleet_log_level() -> str:
 LAUNCHERS = (b"paddle.distributed.launch", b"mtl.commands.launcher_entry")
 
 
-def _launcher_pid():
+def launcher_pid():
     """The pid of the ``paddle.distributed.launch`` process that started this one (its parent), or None."""
     if "PADDLE_LOG_DIR" not in os.environ or "PADDLE_TRAINER_ID" not in os.environ:  # set by the launcher
         return None
@@ -146,7 +146,7 @@ def to_launcher_console(line) -> bool:
     launcher no longer copies this worker's log to its console: a launcher stopped by Ctrl-C or SIGTERM closes the
     worker logs first, so the sentence a worker ends with would otherwise be only in ``workerlog.N``. Linux only
     (``/proc``); call it on rank 0. Returns True when written."""
-    pid = _launcher_pid()
+    pid = launcher_pid()
     if pid is None or _launcher_copies_my_log(pid):
         return False
     try:
@@ -171,7 +171,7 @@ def launch_command():
 
     if os.environ.get(LAUNCH_COMMAND_ENV):
         return os.environ[LAUNCH_COMMAND_ENV]
-    pid = _launcher_pid()
+    pid = launcher_pid()
     if pid is None:
         return None
     try:

@@ -2,11 +2,13 @@
 
 
 class MtlError(Exception):
-    """Base class of errors meant for users (printed as one line, exit status 2, no traceback).
+    """Base class of errors meant for users (printed as one line, exit status ``exit_status``, no traceback).
 
     ``source`` is the file (or "<inline>") and ``key`` the dotted key path, e.g. ``schedule.batch_size``; the
     message is printed after them (``bare_message`` keeps it without them).
     """
+
+    exit_status = 2
 
     def __init__(self, message="", source=None, key=None):
         self.source = source
@@ -51,6 +53,22 @@ class ContractError(MtlError):
 
 class DataError(MtlError):
     """A data file or record is unreadable or holds a value outside what its task expects."""
+
+
+class DiskError(MtlError):
+    """A file of the run could not be written (a full disk, a read-only filesystem, no permission, an I/O error): the
+    job stops with exit status 74 (``EX_IOERR`` of sysexits.h) and one sentence naming the file and why."""
+
+    exit_status = 74
+
+
+def write_problem(path, exc: OSError) -> str:
+    """``could not write 'PATH': No space left on device (ENOSPC)``: the words for an OSError met writing ``path``."""
+    import errno
+
+    name = errno.errorcode.get(exc.errno, "")
+    why = exc.strerror or str(exc) or type(exc).__name__
+    return f"could not write '{path}': {why}" + (f" ({name})" if name else "")
 
 
 def absent(path) -> str:

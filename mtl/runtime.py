@@ -167,6 +167,53 @@ def wait_for_master(endpoint, timeout=MASTER_WAIT, interval=MASTER_PROBE_INTERVA
     return failed
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int, signum: int) -> bool:
+    """Ask the system to send ``signum`` to this process when its parent ``parent_pid`` ends, however it ends (SIGKILL
+    included): ``prctl(PR_SET_PDEATHSIG)`` on Linux; elsewhere a daemon thread that looks at ``os.getppid()`` once a
+    second (it changes when the parent dies). A parent already gone sends it at once. False when nothing could be
+    set up."""
+    import ctypes
+    import ctypes.util
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0:
+                if os.getppid() != parent_pid:  # it ended before the call
+                    signal.raise_signal(signum)
+                return True
+        except (OSError, AttributeError):
+            pass
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        signal.raise_signal(signum)
+
+    threading.Thread(target=watch, daemon=True, name="mtl-parent-watch").start()
+    return True
+
+
+def die_with_launcher() -> bool:
+    """A rank started by a launcher (``paddle.distributed.launch`` or ``mtl launch``'s) gets SIGTERM when that
+    launcher ends, however (SIGKILL included): it then stops as a pre-empted run does (a checkpoint of its step, exit
+    status 75) instead of training on, re-parented, holding its output folder. False when this process was not
+    started by a launcher."""
+    import signal
+
+    from mtl.console import launcher_pid
+
+    parent = launcher_pid()
+    return parent is not None and die_with_parent(parent, signal.SIGTERM)
+
+
 def init_distributed():
     """Start the collective process group when launched with more than one process; return (rank, world).
 

@@ -61,7 +61,7 @@ def test_every_file_and_folder_is_fsynced_before_the_rename(tmp_path, monkeypatc
     real_replace = os.replace
     monkeypatch.setattr(checkpoint.os, "replace", lambda a, b: (events.append(("rename", a)), real_replace(a, b)))
     train(tmp_path, schedule={"steps": 3})
-    rename = next(i for i, e in enumerate(events) if e[0] == "rename")
+    rename = next(i for i, e in enumerate(events) if e[0] == "rename" and ".step_" in e[1])  # (not job.json's)
     tmp = events[rename][1]
     final = tmp_path / "run" / "checkpoints" / "step_3"
     written = {os.path.join(tmp, os.path.relpath(os.path.join(d, f), final)) for d, _, names in os.walk(final)

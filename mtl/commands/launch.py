@@ -24,6 +24,7 @@ import sys
 import tempfile
 
 STATUS_ENV = "MTL_LAUNCH_STATUS"  # a file each pre-empted worker appends its rank to (see :func:`report_preempted`)
+PARENT_ENV = "MTL_LAUNCH_PID"  # this command's process: its launcher gets SIGTERM when it ends, however it ends
 QUIET_LAUNCHER = ["--log_level", "WARNING"]
 # the launcher imports paddle (and its C++ extension helper) before it parses anything: a -W filter for it
 LAUNCHER_WARNINGS = "ignore:No ccache found:UserWarning:paddle.utils.cpp_extension.extension_utils"
@@ -98,12 +99,13 @@ def job_output_dir(args):
 
 
 def launcher_environment(status_path, verbose, args=(), signal_path=None):
-    """The launcher's (and so its workers') environment: the status file, ``MTL_VERBOSE``, the warning filter, the
-    command as typed (``mtl launch ARGS``: what a worker's stop sentence tells to run again) and the file this
-    command writes the name of a stopping signal into (the launcher passes every stop on as SIGTERM)."""
+    """The launcher's (and so its workers') environment: the status file, this command's process id (the launcher
+    stops when it ends, even by SIGKILL), ``MTL_VERBOSE``, the warning filter, the command as typed (``mtl launch
+    ARGS``: what a worker's stop sentence tells to run again) and the file this command writes the name of a
+    stopping signal into (the launcher passes every stop on as SIGTERM)."""
     from mtl.console import LAUNCH_COMMAND_ENV, LAUNCH_SIGNAL_ENV
 
-    env = dict(os.environ, **{STATUS_ENV: status_path})
+    env = dict(os.environ, **{STATUS_ENV: status_path, PARENT_ENV: str(os.getpid())})
     env[LAUNCH_COMMAND_ENV] = shlex.join(["mtl", "launch", *(["--verbose"] if verbose else []), *args])
     if signal_path:
         env[LAUNCH_SIGNAL_ENV] = signal_path

@@ -176,9 +176,23 @@ def watch_often():
     pod.Pod.watch = functools.partialmethod(pod.Pod.watch, interval=WATCH_INTERVAL)
 
 
+def stop_with_mtl_launch():
+    """Started by ``mtl launch``: SIGTERM to this launcher when ``mtl launch`` ends, however it ends (SIGKILL
+    included); the launcher then stops its processes as it does on SIGTERM (they save a checkpoint and stop), and a
+    rerun does not find the output folder held by ranks training on, re-parented."""
+    import signal
+
+    from mtl.runtime import die_with_parent
+
+    parent = os.environ.get("MTL_LAUNCH_PID", "")
+    if parent.isdigit():
+        die_with_parent(int(parent), signal.SIGTERM)
+
+
 def main():
     """Run Paddle's launcher with the environment kept off the disk, a quiet console and a prompt watch of its
-    processes (module docstring)."""
+    processes (module docstring); it ends when ``mtl launch`` does."""
+    stop_with_mtl_launch()
     from paddle.distributed.launch.controllers import controller
     from paddle.distributed.launch.main import launch
     from paddle.distributed.launch.utils import process_context

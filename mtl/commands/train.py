@@ -142,18 +142,22 @@ def logged_plugin_error(exc, output_dir):
 
 
 def prepare_job(args):
-    """Threads before Paddle starts, then the validated config, the device and the process group; the config."""
+    """Threads before Paddle starts, then the validated config, the device, the collectives' timeouts and the process
+    group; the config."""
     args.config = resolve_config(args)
     _early_threads(args.config, args.overrides)
     from mtl.config.loading import load_job
-    from mtl.runtime import init_distributed, select_device
+    from mtl.runtime import die_with_launcher, init_distributed, select_device
     from mtl.train.rundir import check_output_dir
     from mtl.train.scalars import check_available
+    from mtl.train.watchdog import set_collective_timeouts
 
     cfg = load_job(args.config, args.overrides)
     check_available(cfg)
     check_output_dir(cfg["output_dir"])  # before the job's data is read
     select_device(cfg["device"], cfg["source"])
+    set_collective_timeouts(cfg["watchdog"])  # NCCL's wait above the watchdog's, before the process group starts
+    die_with_launcher()  # a rank never outlives its launcher (SIGKILL included): it stops as a pre-empted one
     init_distributed()
     return cfg
 

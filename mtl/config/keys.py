@@ -232,6 +232,9 @@ JOB = {
     "on_nonfinite": Opt(str, "stop", choices=["stop", "skip"],
                         doc="a step with a NaN/inf loss or gradient: stop the job, or skip the step's update"),
     "max_consecutive_nonfinite": Opt(int, 10, min=1, doc="skip: stop after this many bad steps in a row"),
+    "on_save_error": Opt(str, "stop", choices=["stop", "retry"],
+                         doc="a checkpoint that cannot be written (full disk, read-only, I/O error; nothing of it is "
+                             "kept): stop the job, or train on and try again at the next checkpoint.every"),
     "weighting": Opt((dict, str), "static", check=_component,
                      doc="task weighting strategy: {type: name, ...params} (mtl plugins lists them)"),
     "architecture": Opt((dict, str), "hard", check=_component,
@@ -269,6 +272,17 @@ JOB = {
     "distributed": Section({
         "sync_bn": Opt(bool, False, doc="synchronised BatchNorm across processes"),
     }, doc="multi-process settings"),
+    "watchdog": Section({
+        "timeout": Opt(float, None, nullable=True, min=0.0,
+                       doc="seconds a step may make no progress on any process before the job stops, naming that "
+                           "process (null: multiple x the slowest step seen, at least floor, at most long_timeout; "
+                           "0: no watchdog)"),
+        "multiple": Opt(float, 10.0, min=1.0, doc="timeout null: this many times the slowest step seen"),
+        "floor": Opt(float, 60.0, min=0.0, min_exclusive=True, doc="timeout null: at least this many seconds"),
+        "long_timeout": Opt(float, 1800.0, min=0.0, min_exclusive=True,
+                            doc="seconds the long waits may take: start-up and the first step, saving a "
+                                "checkpoint, evaluating; NCCL's own timeout is set 60 s above it"),
+    }, doc="the progress watchdog (docs/reliability.md)"),
 }
 
 TASK = {

@@ -14,14 +14,9 @@ so a fault ends the job with one line instead of a hang or a traceback from Padd
 The original traceback of a reader fault travels in the error item and is written to the rank's log file
 (``logs/rank<k>.log``) by :func:`error_text`.
 """
-import ctypes
-import ctypes.util
 import logging
 import os
 import signal
-import sys
-import threading
-import time
 import traceback
 
 import numpy as np
@@ -30,7 +25,6 @@ import paddle
 from mtl.arrays import to_numpy
 
 ERROR_KEY = "__mtl_error__"
-PR_SET_PDEATHSIG = 1
 log = logging.getLogger("mtl")
 
 
@@ -87,28 +81,12 @@ def format_fault(exc) -> str:
 
 # ---- worker processes die with their trainer -------------------------------------------------------------------
 def die_with_parent(parent_pid, worker_id=None):
-    """DataLoader worker init: make this worker exit when its trainer process (``parent_pid``) dies, even by SIGKILL.
+    """DataLoader worker init: make this worker exit when its trainer process (``parent_pid``) dies, even by SIGKILL
+    (:func:`mtl.runtime.die_with_parent` with SIGKILL: ``prctl(PR_SET_PDEATHSIG)`` on Linux, a thread that polls
+    ``os.getppid()`` once a second elsewhere)."""
+    from mtl.runtime import die_with_parent as ask
 
-    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` asks the kernel to kill the worker when its parent ends; the parent
-    may already have died before the call, hence the ``getppid`` check after it. Elsewhere a daemon thread polls
-    ``os.getppid()`` (it changes when the parent dies and the worker is re-parented) once a second.
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
-                if os.getppid() != parent_pid:
-                    os._exit(1)
-                return
-        except (OSError, AttributeError):
-            pass
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="mtl-parent-watchdog").start()
-
-
-def _watch_parent(parent_pid, interval=1.0):
-    while os.getppid() == parent_pid:
-        time.sleep(interval)
-    os._exit(1)
+    ask(parent_pid, signal.SIGKILL)
 
 
 class _WorkerInit:

@@ -18,6 +18,7 @@ import paddle
 from mtl.data.buckets import BucketedOrder
 from mtl.data.loader import ERROR_KEY, error_item, error_text, format_fault, make_loader, raise_error_text
 from mtl.data.padding import collate_padded
+from mtl.data.reading import ReadingBoard
 from mtl.errors import ConfigError, DataError, MtlError
 
 __all__ = ["ERROR_KEY", "StepDataset", "SampleOrder", "check_divisible", "check_labels", "collate", "error_item",
@@ -152,6 +153,7 @@ class StepDataset(paddle.io.Dataset):
         self.rank = int(rank)
         self.fields = {name: [f.name for f in r.fields()] for name, r in readers.items()}
         self.declared = {name: {f.name: f for f in r.fields()} for name, r in readers.items()}
+        self.board = ReadingBoard(readers, readers)  # which sample each reading process is on (the watchdog's)
 
     def __len__(self):
         return max(0, self.end_step - self.start_step)
@@ -162,7 +164,9 @@ class StepDataset(paddle.io.Dataset):
         rank must learn of it in the same step (see :mod:`mtl.data.loader`)."""
         step = self.start_step + int(i)
         try:
-            return self._batch(step)
+            batch = self._batch(step)
+            self.board.done(step)
+            return batch
         except ReaderFault as fault:
             return error_item(fault, fault.details)
         except MtlError as exc:
@@ -192,6 +196,7 @@ class StepDataset(paddle.io.Dataset):
         index = key[0] if isinstance(key, tuple) else key
         where = f"task '{task}': reader '{reader.registered_name or type(reader).__name__}', sample {index} " \
                 f"(step {step + 1})"
+        self.board.mark(step, task, index)
         try:
             sample = reader[key]
         except MtlError as exc:  # the reader's own sentence; its traceback still goes to the rank's log

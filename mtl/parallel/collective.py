@@ -10,6 +10,7 @@ import paddle
 import paddle.distributed as dist
 from paddle.autograd import PyLayer
 
+from mtl import activity
 from mtl.parallel import distributed
 
 
@@ -18,7 +19,8 @@ def row_counts(num_rows: int):
     if not distributed.is_distributed():
         return [int(num_rows)]
     parts = []
-    dist.all_gather(parts, paddle.to_tensor([int(num_rows)], dtype="int64"))
+    with activity.collective("the all-gather of the row counts of a head"):
+        dist.all_gather(parts, paddle.to_tensor([int(num_rows)], dtype="int64"))
     return [int(v) for v in paddle.concat(parts).numpy()]  # one host read
 
 
@@ -29,7 +31,8 @@ def _gather_padded(x: paddle.Tensor, counts):
         pad = paddle.zeros([rows - x.shape[0]] + list(x.shape[1:]), dtype=x.dtype)
         x = paddle.concat([x, pad], axis=0)
     parts = []
-    dist.all_gather(parts, x)
+    with activity.collective("the all-gather of a head's features and labels"):
+        dist.all_gather(parts, x)
     return paddle.concat([p[:c] for p, c in zip(parts, counts)], axis=0)
 
 
@@ -106,7 +109,8 @@ class _AllGatherRows(PyLayer):
     @staticmethod
     def backward(ctx, grad, labels_grad=None):
         total = grad.clone()
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        with activity.collective("the all-reduce of a head's feature gradients"):
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
         own = total[ctx.begin:ctx.end]
         return own if labels_grad is None else (own, None)
 

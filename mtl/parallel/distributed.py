@@ -9,6 +9,8 @@ import os
 import paddle
 import paddle.distributed as dist
 
+from mtl import activity
+
 
 def world_size() -> int:
     """Number of processes of the job (1 without a launcher)."""
@@ -48,7 +50,8 @@ def all_reduce_sum(x: paddle.Tensor) -> paddle.Tensor:
     """Sum of ``x`` over ranks, without gradient (returns a new tensor)."""
     y = x.detach().clone()
     if is_distributed():
-        dist.all_reduce(y, op=dist.ReduceOp.SUM)
+        with activity.collective("an all-reduce (sum)"):
+            dist.all_reduce(y, op=dist.ReduceOp.SUM)
     return y
 
 
@@ -56,14 +59,16 @@ def all_reduce_max(x: paddle.Tensor) -> paddle.Tensor:
     """Element-wise max of ``x`` over ranks, without gradient (returns a new tensor)."""
     y = x.detach().clone()
     if is_distributed():
-        dist.all_reduce(y, op=dist.ReduceOp.MAX)
+        with activity.collective("an all-reduce (max)"):
+            dist.all_reduce(y, op=dist.ReduceOp.MAX)
     return y
 
 
 def barrier():
     """Wait for every rank (no-op at world 1)."""
     if is_distributed():
-        dist.barrier()
+        with activity.collective("a barrier"):
+            dist.barrier()
 
 
 def lowest_rank_text(text, limit: int = 4096):
@@ -96,7 +101,8 @@ def agree(message, stop: bool, limit: int = 4096, counts=()):
     if not is_distributed():
         return message, bool(stop), []
     flags = paddle.to_tensor([1 if message else 0, 1 if stop else 0, *counts, *[-c for c in counts]], dtype="int64")
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    with activity.collective("the agreement of the ranks on errors and stops (an all-reduce)"):
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
     values = flags.numpy()
     has_error, stop, n = bool(values[0]), bool(values[1]), len(counts)
     uneven = [i for i in range(n) if values[2 + i] != -values[2 + n + i]]
@@ -113,12 +119,13 @@ def gather_texts(text: str) -> list:
         return [text]
     raw = text.encode()
     sizes = []
-    dist.all_gather(sizes, paddle.to_tensor([len(raw)], dtype="int64"))
-    longest = max(int(s.numpy()[0]) for s in sizes)
-    buf = np.zeros(max(longest, 1), dtype=np.uint8)
-    buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
-    parts = []
-    dist.all_gather(parts, paddle.to_tensor(buf))
+    with activity.collective("the all-gather of every rank's text"):
+        dist.all_gather(sizes, paddle.to_tensor([len(raw)], dtype="int64"))
+        longest = max(int(s.numpy()[0]) for s in sizes)
+        buf = np.zeros(max(longest, 1), dtype=np.uint8)
+        buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        parts = []
+        dist.all_gather(parts, paddle.to_tensor(buf))
     return [bytes(part.numpy()[:int(size.numpy()[0])]).decode() for part, size in zip(parts, sizes)]
 
 
@@ -130,7 +137,8 @@ def _first_text(message, limit):
     raw = (message or "").encode()[:limit]
     buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     parts = []
-    dist.all_gather(parts, paddle.to_tensor(buf))
+    with activity.collective("the all-gather of an error message"):
+        dist.all_gather(parts, paddle.to_tensor(buf))
     texts = [bytes(part.numpy()).rstrip(b"\0").decode(errors="replace") for part in parts]
     return next((text for text in texts if text), None)
 
@@ -158,7 +166,8 @@ def all_reduce_flat(tensors, divisor=None):
         return
     dtype = "float64" if any(t.dtype == paddle.float64 for t in tensors) else "float32"
     flat = paddle.concat([t.reshape([-1]).astype(dtype) for t in tensors])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    with activity.collective("an all-reduce of several tensors"):
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     if divisor is not None:
         flat = flat / divisor
     offset = 0

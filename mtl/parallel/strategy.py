@@ -19,6 +19,7 @@ from typing import Optional
 
 import paddle
 
+from mtl import activity
 from mtl.data.steps import check_divisible, task_seed
 from mtl.parallel import distributed
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC, is_running_statistic
@@ -83,8 +84,9 @@ class ParallelStrategy:
     def reduce_gradients(self):
         """SUM of every replicated parameter's gradient over ranks, in one fused all-reduce."""
         if self.world > 1:
-            self.fill_missing_gradients()
-            distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None])
+            with activity.collective("the all-reduce of the replicated gradients"):
+                self.fill_missing_gradients()
+                distributed.all_reduce_flat([p.grad for p in self.replicated if p.grad is not None])
 
     def fill_missing_gradients(self):
         """A replicated parameter that got a gradient on some rank but not on this one (its use depended on this
@@ -116,7 +118,8 @@ class ParallelStrategy:
             return
         tensors = list(self.statistics.values())
         own = [t.clone() for t in tensors]
-        distributed.all_reduce_flat(tensors, divisor=self.world)
+        with activity.collective("the all-reduce of the BatchNorm statistics"):
+            distributed.all_reduce_flat(tensors, divisor=self.world)
         try:
             yield
         finally:
@@ -129,7 +132,8 @@ class ParallelStrategy:
         ``row_gradients`` (:class:`mtl.train.sparse.RowGradient`) are the row-sparse gradients heads hand to the
         optimizer (sharded: each rank holds its own rows); they count in the norm.
         """
-        return global_grad_norm(self.replicated, self.sharded + list(row_gradients))
+        with activity.collective("the all-reduce of the gradient norm"):
+            return global_grad_norm(self.replicated, self.sharded + list(row_gradients))
 
     @paddle.no_grad()
     def unscale_gradients(self, factor: float, row_gradients=()):
@@ -171,7 +175,8 @@ class ParallelStrategy:
             kind, message = text.split("\n", 1)
             text = f"{kind}\nrank {self.rank} met: {message}"
         rows = self.batch_rows(batch) if batch is not None and not text else [0] * len(self.tasks)
-        text, stop, uneven = distributed.agree(text, stop, counts=rows)
+        with activity.collective("the per-step agreement of the ranks (an all-reduce)"):
+            text, stop, uneven = distributed.agree(text, stop, counts=rows)
         if uneven and not text:
             raise RuntimeError(f"the ranks hold different numbers of rows of task(s) "
                                f"{[self.tasks[i] for i in uneven]} in this step (this rank: "

@@ -32,6 +32,7 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
+from mtl import activity
 from mtl.parallel import distributed
 
 BATCH_NORM_TYPES = (paddle.nn.BatchNorm1D, paddle.nn.BatchNorm2D, paddle.nn.BatchNorm3D, paddle.nn.BatchNorm,
@@ -70,7 +71,8 @@ def global_moments(x, axis):
         if not distributed.is_distributed():
             return mean, m2 / paddle.clip(count, min=1.0), count
         parts = []
-        dist.all_gather(parts, paddle.concat([count, mean, m2]))
+        with activity.collective("the all-gather of synchronised BatchNorm's moments"):
+            dist.all_gather(parts, paddle.concat([count, mean, m2]))
         gathered = paddle.stack(parts)  # [W, 1 + 2C], rank order: identical arithmetic on every rank
         counts, means, m2s = gathered[:, :1], gathered[:, 1:1 + channels], gathered[:, 1 + channels:]
         total = paddle.sum(counts, axis=0)
@@ -98,7 +100,8 @@ class _GlobalNormalize(PyLayer):
         shape = _channel_shape(g, axis)
         sums = paddle.concat([paddle.sum(g, axis=axes), paddle.sum(g * x_hat, axis=axes)])
         if distributed.is_distributed():
-            dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+            with activity.collective("the all-reduce of synchronised BatchNorm's gradients"):
+                dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         means = sums / count  # [mean_global(g), mean_global(g * x_hat)]
         channels = g.shape[axis]
         mean_g, mean_gx = means[:channels].reshape(shape), means[channels:].reshape(shape)

@@ -20,7 +20,7 @@ import warnings
 
 import paddle
 
-from mtl.errors import ConfigError
+from mtl.errors import ConfigError, DiskError, write_problem
 from mtl.low_precision import portable_state, state_for
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC
 from mtl.safe_pickle import GeneratorRecord, generator_state, load_paddle_file
@@ -28,14 +28,26 @@ from mtl.train import integrity, layout, reshard
 
 log = logging.getLogger("mtl")
 
+class WriteFault(Exception):
+    """Writing a file of a checkpoint failed: ``problem`` says which file and why (:func:`mtl.errors.write_problem`)."""
+
+    def __init__(self, path, exc: OSError):
+        super().__init__(write_problem(path, exc))
+        self.problem = str(self)
+
+
 def _save(obj, path):
     """``paddle.save`` and fsync: the file is on the disk before the checkpoint is published. An empty state (the
     BatchNorm statistics of a backbone without BatchNorm, SGD's optimizer state) is written as it is, without
-    Paddle's "The input state dict is empty" warning: the file keeps the checkpoint's layout the same for every job."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The input state dict is empty", category=UserWarning)
-        paddle.save(obj, path)
-    integrity.fsync_file(path)
+    Paddle's "The input state dict is empty" warning: the file keeps the checkpoint's layout the same for every job.
+    A failed write (a full disk, a read-only filesystem, ...) raises :class:`WriteFault` naming the file."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The input state dict is empty", category=UserWarning)
+            paddle.save(obj, path)
+        integrity.fsync_file(path)
+    except OSError as exc:
+        raise WriteFault(path, exc) from exc
 
 
 def _has_architecture_state(model) -> bool:
@@ -69,31 +81,53 @@ def _missing_shards(tmp, model, world, step):
     return None
 
 
+def _prepare(tmp):
+    """Rank 0: an empty ``tmp`` folder (with ``heads/``) for the files of a checkpoint."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    for folder in (tmp, os.path.join(tmp, "heads")):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise WriteFault(folder, exc) from exc
+
+
 def _publish(output_dir, tmp, final, state, keep):
     """Rank 0: write ``state.json`` with every file's checksum, fsync, rename the folder into place (atomic, then
-    fsync of the parent so that the rename is durable), drop checkpoints beyond ``keep``."""
-    integrity.write_state(tmp, state)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    fsync of the parent so that the rename is durable), drop checkpoints beyond ``keep``. A checkpoint of the same
+    step already there is moved aside first and back when the rename fails: it is replaced, never lost."""
+    try:
+        integrity.write_state(tmp, state)
+    except OSError as exc:
+        raise WriteFault(os.path.join(tmp, integrity.STATE_FILE), exc) from exc
+    aside = f"{final}.replaced"
+    if os.path.isdir(final):
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(final, aside)
+    try:
+        os.replace(tmp, final)
+    except OSError as exc:
+        if os.path.isdir(aside):
+            os.replace(aside, final)
+        raise WriteFault(final, exc) from exc
+    shutil.rmtree(aside, ignore_errors=True)
     integrity.fsync_dir(os.path.dirname(final))
     for _, old in [c for c in layout.list_checkpoints(output_dir) if c[0] <= state["step"]][:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, keep=3, extra=None):
-    """Save a checkpoint of ``step`` (collective: every rank must call it; ``strategy`` holds the barriers).
+def _attempt(work, *args):
+    """Run ``work(*args)``; None, or the words of the :class:`WriteFault` it raised."""
+    try:
+        work(*args)
+    except WriteFault as fault:
+        return fault.problem
+    return None
 
-    The backbone files hold BatchNorm statistics averaged over ranks (what evaluation and export use); each rank's
-    own statistics go to ``statistics.rank<k>.pdparams`` too, so that a resume at the same process count continues
-    exactly. ``extra``: JSON-able state equal on every rank (the task weighting's), stored in ``state.json``.
-    """
+
+def _write_rank_files(tmp, model, optimizer, strategy, averager):
+    """Every file of this rank: its own BatchNorm statistics, the weights it holds (and their averages), its
+    optimizer, averager and random states."""
     rank, world = strategy.rank, strategy.world
-    root = layout.checkpoint_root(output_dir)
-    final, tmp = os.path.join(root, f"step_{step}"), os.path.join(root, f".step_{step}.tmp")
-    if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(os.path.join(tmp, "heads"), exist_ok=True)
-    strategy.barrier()
     _save(dict(strategy.statistics), os.path.join(tmp, f"statistics.rank{rank}.pdparams"))  # this rank's own
     with strategy.agreed_statistics():
         _write_weights(tmp, model, rank, world)
@@ -105,15 +139,43 @@ def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, 
         _save(averager.state_dict(), os.path.join(tmp, f"averager.rank{rank}.pdparams"))
     # random state of this rank (dropout and other random layers), so that a resumed run draws the same numbers
     _save(random_state(), os.path.join(tmp, f"rng.rank{rank}.pdparams"))
-    strategy.barrier()
-    problem = strategy.agree_on_error(_missing_shards(tmp, model, world, step) if rank == 0 else None)
-    if problem:
-        raise ConfigError(problem)
-    if rank == 0:
+
+
+def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, keep=3, extra=None):
+    """Save a checkpoint of ``step`` (collective: every rank must call it; ``strategy`` holds the agreements).
+
+    The backbone files hold BatchNorm statistics averaged over ranks (what evaluation and export use); each rank's
+    own statistics go to ``statistics.rank<k>.pdparams`` too, so that a resume at the same process count continues
+    exactly. ``extra``: JSON-able state equal on every rank (the task weighting's), stored in ``state.json``.
+
+    A file that cannot be written on any rank (a full disk, a read-only filesystem, no permission, an I/O error) is
+    agreed on by every rank after each stage (prepare, write, publish: the same four small collectives as the
+    barriers they replace); the unfinished folder is then removed and every rank raises :class:`DiskError` naming
+    the rank, the file and why: nothing of the checkpoint is kept, and the previous one stays the one ``--resume``
+    continues from.
+    """
+    rank, world = strategy.rank, strategy.world
+    root = layout.checkpoint_root(output_dir)
+    final, tmp = os.path.join(root, f"step_{step}"), os.path.join(root, f".step_{step}.tmp")
+    problem = _agree(strategy, _attempt(_prepare, tmp) if rank == 0 else None)
+    if not problem:
+        problem = _agree(strategy, _attempt(_write_rank_files, tmp, model, optimizer, strategy, averager))
+    if not problem:
+        missing = strategy.agree_on_error(_missing_shards(tmp, model, world, step) if rank == 0 else None)
+        if missing:
+            raise ConfigError(missing)
         state = {"step": int(step), "world_size": world, "schedule": schedule.state_dict(), **(extra or {})}
-        _publish(output_dir, tmp, final, state, keep)
-    strategy.barrier()
+        problem = _agree(strategy, _attempt(_publish, output_dir, tmp, final, state, keep) if rank == 0 else None)
+    if problem:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # (a read-only one stays: a hidden name, never a checkpoint)
+        raise DiskError(f"the checkpoint of step {step} was not written: {problem}; nothing of it was kept")
     return final
+
+
+def _agree(strategy, problem):
+    """Any rank's problem (``rank k could not write ...``), the lowest rank's, on every rank."""
+    return strategy.agree_on_error(f"rank {strategy.rank} {problem}" if problem and strategy.world > 1 else problem)
 
 
 def random_state() -> dict:

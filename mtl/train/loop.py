@@ -1,6 +1,7 @@
-"""Small state objects of the training loop: a step's record, the loop's pending records and throughput; how a
-stopped loop is logged."""
+"""Small state objects of the training loop: a step's record, the loop's pending records and throughput; the step
+batches with the activity the watchdog reads; how a stopped loop is logged."""
 import contextlib
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from typing import Dict
 
 import paddle
 
+from mtl import activity
 from mtl.arrays import host_floats
 from mtl.errors import MtlError
 from mtl.train.preemption import Preempted
@@ -141,3 +143,24 @@ def read_records(pending):
     slots = [(metrics, k) for item in pending for metrics in item.metrics.values() for k in metrics]
     for (table, key), value in zip(slots, host_floats(table[key] for table, key in slots)):
         table[key] = value
+
+
+TRAINING = "training (forward, backward and update)"
+
+
+def timed_steps(loader, start_step: int, board=None, current=None):
+    """The loader's step batches, the training thread's activity (:mod:`mtl.activity`) told where it is: reading
+    the data of a step (which sample and file: ``board``, :class:`mtl.data.reading.ReadingBoard`), then training
+    on it. The run's first step is a long wait (start-up, first reads and compilations)."""
+    current = current or activity.CURRENT
+    iterator, step = iter(loader), start_step
+    while True:
+        detail = functools.partial(board.describe, step) if board is not None else None
+        current.begin_step(step + 1, "reading data", detail, first=step == start_step)
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        current.set(TRAINING)
+        yield batch
+        step += 1

@@ -29,7 +29,16 @@ def check_output_dir(output_dir):
         raise ConfigError(f"cannot create the folder '{output_dir}': '{existing}' is a file", key="output_dir")
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "" if existing == path else f", so '{output_dir}' cannot be created there"
-        raise ConfigError(f"the folder '{existing}' is not writable (no permission){where}", key="output_dir")
+        why = "it is on a read-only filesystem" if _read_only(existing) else "no permission"
+        raise ConfigError(f"the folder '{existing}' is not writable ({why}){where}", key="output_dir")
+
+
+def _read_only(path) -> bool:
+    """True when ``path`` lies on a filesystem mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def make_output_dir(output_dir):
@@ -180,6 +189,15 @@ def resumed_line(path, step, steps, written_by, world) -> str:
     wrote it and that continue it (class-sharded heads are re-split when they differ)."""
     processes = f"{written_by} process" + ("es" if written_by != 1 else "")
     return f"--resume: from checkpoint {path} (step {step} of {steps}), written by {processes} and continued on {world}"
+
+
+def horizon_moved(before, steps, epochs=None) -> str:
+    """The notice of a resume whose job trains ``steps`` steps where the run that wrote the checkpoint was to train
+    ``before`` (``epochs``: the job's ``schedule.epochs``, when they set the steps)."""
+    why = (f" (schedule.epochs {epochs:g} make {steps} steps now: a training split changed size)"
+           if epochs is not None else "")
+    return (f"--resume: the checkpoint's run was to train {before} steps, this job trains {steps}{why}; the "
+            f"learning-rate schedule and the averaging follow {steps} from here")
 
 
 def drop_after(output_dir, step, console=print):

@@ -14,11 +14,11 @@ import time
 
 import paddle
 
-from mtl import registry
+from mtl import activity, registry
 from mtl.config.overrides import key_source
 from mtl.contracts import check_batch
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
-from mtl.errors import ConfigError, MtlError
+from mtl.errors import ConfigError, DiskError, MtlError
 from mtl.evaluation.evaluator import Evaluator
 from mtl.parallel.strategy import ParallelStrategy
 from mtl.train import layout, rundir
@@ -26,7 +26,7 @@ from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.eval_check import check_eval_samples, evaluation_error, small_set_warnings
 from mtl.train.guard import NonFiniteGuard
-from mtl.train.loop import AveragedWeights, Loop, StepRecord, log_stop, read_records
+from mtl.train.loop import AveragedWeights, Loop, StepRecord, log_stop, read_records, timed_steps
 from mtl.train.optim import JointOptimizer
 from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
@@ -34,6 +34,8 @@ from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_su
 from mtl.train.run_lock import RunLock
 from mtl.train.state import TrainingState
 from mtl.train.step import OptimizerStep, StepResult, as_tensors
+from mtl.train.watchdog import for_run
+from mtl.train.write_faults import next_save, save_failed, write_job_file, write_problem_text
 
 log = logging.getLogger("mtl")
 
@@ -111,9 +113,8 @@ class Trainer:
         self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main, kept,
                                   visualdl=self.cfg["log"]["visualdl"])
         self.evaluator = Evaluator(job, self.output_dir)
+        write_job_file(self.output_dir, self.cfg, self.strategy)  # a full or read-only disk: every rank stops alike
         if self.is_main:
-            with open(os.path.join(self.output_dir, "job.json"), "w") as f:
-                json.dump(self.cfg, f, indent=1, default=str)
             job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
 
     def _announce_mask(self):
@@ -144,18 +145,10 @@ class Trainer:
         step, before, written_by = self.state.restore(path, self.steps, self.cfg["source"])
         self.console(rundir.resumed_line(path, step, self.steps, written_by, self.strategy.world))
         if before is not None and before != self.steps and self.is_main:
-            self.console(self._horizon_moved(before))
+            self.console(rundir.horizon_moved(before, self.steps, self.cfg["schedule"].get("epochs")))
         if named and self.is_main:
             rundir.drop_after(self.output_dir, step, self.console)
         return step, path
-
-    def _horizon_moved(self, before) -> str:
-        """The notice of a resume whose job trains another number of steps than the run that wrote the checkpoint."""
-        epochs = self.cfg["schedule"].get("epochs")
-        why = (f" (schedule.epochs {epochs:g} make {self.steps} steps now: a training split changed size)"
-               if epochs is not None else "")
-        return (f"--resume: the checkpoint's run was to train {before} steps, this job trains {self.steps}{why}; the "
-                f"learning-rate schedule and the averaging follow {self.steps} from here")
 
     def _build_balancer(self):
         """The job's task-weighting strategy (``weighting:``) over its tasks, applied by a :class:`TaskBalancer`."""
@@ -209,22 +202,30 @@ class Trainer:
         ``until``: stop after that step as a pre-empted job would (:meth:`stop_early`: a checkpoint of the step, no
         final evaluation, no ``summary.json``). A pre-emption signal saves the current step and raises
         :class:`Preempted`. On any error the progress bar is closed first, so the error starts on its own line. The
-        output folder's hold is given back however the run ends.
+        output folder's hold is given back however the run ends. A stuck step ends it: :mod:`mtl.train.watchdog`.
         """
+        watchdog = self._watchdog().start()
         try:
             return self._run(until)
         finally:
+            watchdog.stop()
             self.release()
+
+    def _watchdog(self):
+        """This rank's progress watchdog (:func:`mtl.train.watchdog.for_run`)."""
+        return for_run(self.cfg["watchdog"], self.output_dir, self.strategy, self.lock, lambda: self.saved,
+                       self.release)
 
     def _run(self, until):
         end = self.steps if until is None else max(self.start_step, min(self.steps, int(until)))
-        loader = make_loader(self._dataset(end), self.cfg["data"]["num_workers"])
+        dataset = self._dataset(end)
+        loader = make_loader(dataset, self.cfg["data"]["num_workers"])
         self.job.model.train()
         loop = Loop(self._progress())
         started, step = time.time(), self.start_step
         try:
             with StopRequest() as stop:
-                for batch in loader:
+                for batch in timed_steps(loader, step, dataset.board):
                     self._agree(batch, step, loop, stop)
                     step = self._step(batch, step, loop)
         except BaseException as exc:
@@ -237,7 +238,8 @@ class Trainer:
             return self.stop_early(step)
         if step == self.start_step == self.steps:
             self.console(f"nothing to train: the checkpoint is already at step {self.steps}")
-        return self.finish(time.time() - started, step)
+        with activity.long_wait("the final evaluation and summary"):
+            return self.finish(time.time() - started, step)
 
     def _step(self, batch, step, loop):
         """Train on ``batch`` (the batch of step ``step + 1``), record it and run the hooks; the new step count."""
@@ -273,12 +275,13 @@ class Trainer:
         if self.should_eval(step):
             self._evaluate(step)
         if self.should_save(step):
-            self._save(step)
+            self._save(step, periodic=True)
 
     def _agree(self, batch, step, loop, stop):
         """Before a step: every rank learns any rank's data error (raised on all) or stop request (the last step
         is saved, then :class:`Preempted`) — one tiny all-reduce per step at world > 1."""
-        text, stopping = self.strategy.agree(error_text(batch), stop.requested, batch)
+        text, stopping = self.strategy.agree(error_text(batch) or write_problem_text(self.metrics), stop.requested,
+                                             batch)
         if text:
             raise_error_text(text)
         if stopping:
@@ -335,7 +338,7 @@ class Trainer:
 
     def _evaluate(self, step):
         try:
-            with self._averaged():
+            with activity.long_wait(f"evaluating after step {step}"), self._averaged():
                 results = self.evaluator.evaluate()
         except MtlError as exc:
             raise evaluation_error(exc, self.job, f"the evaluation after step {step}", self.saved, self.output_dir,
@@ -343,14 +346,19 @@ class Trainer:
         record = {"step": step, "eval": results, "averaged": self.averager is not None}
         self.metrics.write(eval_record(step, results, "eval_averaged" if self.averager is not None else "eval"))
         if self.is_main:
-            with open(os.path.join(self.output_dir, "eval.jsonl"), "a") as f:
-                f.write(json.dumps(record) + "\n")
+            self.metrics.append(os.path.join(self.output_dir, "eval.jsonl"), record)
         log.info("eval %s", json.dumps(record))
         return results
 
-    def _save(self, step):
-        """Checkpoint ``step`` (every rank); it becomes the one ``--resume`` continues from."""
-        self.saved = self.state.save(self.output_dir, step)
+    def _save(self, step, periodic=False):
+        """Checkpoint ``step`` (every rank): the one ``--resume`` continues from (a failure: :mod:`.write_faults`)."""
+        with activity.long_wait(f"saving checkpoint step_{step}"):
+            try:
+                self.saved = self.state.save(self.output_dir, step)
+            except DiskError as exc:
+                retry = periodic and step < self.steps and self.cfg["on_save_error"] == "retry"  # never a stop's
+                at = next_save(step, self.cfg["checkpoint"]["every"], self.steps) if retry else None
+                save_failed(exc, self.saved, at, self.is_main)
 
     def _write_same_person(self):
         """Cross-head negatives with the online rule: the same-person pairs it estimated, to
@@ -382,6 +390,8 @@ class Trainer:
         final["final"] = True  # a run continued later drops this record (mtl.train.rundir.keep_until)
         final.update(eval_record(step, averaged or {}, "eval_averaged"))
         self.metrics.write(final)
+        if problem := write_problem_text(self.metrics):  # (records kept whole: summary.json is not written)
+            raise DiskError(problem.split("\n", 1)[1])
         return self._summarise(run, live, averaged)
 
     def _final_evaluation(self):

@@ -1,0 +1,197 @@
+"""The progress watchdog: a process whose step makes no progress within a timeout stops the job, with one sentence
+naming the process that stopped answering (its rank, host, process), the step and what it was doing.
+
+Each rank's training thread records its step and phase (:mod:`mtl.activity`); a thread of the rank (this module)
+looks twice a second. The step's timeout (``watchdog.timeout``) is by default measured from the job's own steps:
+``multiple`` x the slowest step seen so far, at least ``floor`` seconds (``watchdog.multiple``, ``watchdog.floor``)
+and at most ``long_timeout``; the long legitimate waits (start-up and the first step, saving a checkpoint,
+evaluating) do not count as a step and have their own limit, ``watchdog.long_timeout``. When a rank's step goes past
+its timeout, the rank finds which process stopped answering from every rank's progress record
+(:mod:`mtl.train.blame`), writes the sentence to its console and log (and to the log of the process it names),
+gives the output folder's hold back and exits with status :data:`STUCK_EXIT_STATUS`; the launcher then stops every
+other process (a stopped one with SIGKILL). Every rank that can still act does the same, and they name the same
+process. Nothing is saved: the last complete checkpoint stays the one ``--resume`` continues from.
+
+The collectives' own timeouts are set above it where Paddle exposes them: NCCL's (``PADDLE_PG_TIMEOUT``, read when
+the process group starts) to ``long_timeout`` + :data:`COLLECTIVE_MARGIN`, unless the environment sets it. Gloo's
+wait is fixed at 30 s in Paddle 3.3 (no setting); a collective that waits longer fails there first, and the
+error it raises is answered with the same sentence (:func:`lost_contact_sentence`).
+"""
+import logging
+import os
+import socket
+import sys
+import threading
+
+from mtl import activity as activity_module
+from mtl.train import blame
+
+log = logging.getLogger("mtl")
+STUCK_EXIT_STATUS = 124  # as timeout(1): the job stopped because a process made no progress in time
+COLLECTIVE_MARGIN = 60.0  # seconds NCCL's timeout lies above the watchdog's longest limit
+DETAIL_AFTER = 5.0  # seconds in one step after which a record carries the phase's detail (which sample, which file)
+PG_TIMEOUT_ENV = "PADDLE_PG_TIMEOUT"
+_LAST = None  # the watchdog of this process's last run (what a collective's error is answered with)
+
+
+def set_collective_timeouts(settings, environ=None):
+    """Before the process group starts: NCCL's timeout (``PADDLE_PG_TIMEOUT``, milliseconds) above the watchdog's
+    longest limit, unless the environment already sets it or the watchdog is off; the value set, or None."""
+    environ = os.environ if environ is None else environ
+    if PG_TIMEOUT_ENV in environ or settings["timeout"] == 0:
+        return None
+    longest = max(settings["long_timeout"], settings["timeout"] or 0.0) + COLLECTIVE_MARGIN
+    environ[PG_TIMEOUT_ENV] = str(int(longest * 1000))
+    return environ[PG_TIMEOUT_ENV]
+
+
+def step_timeout(settings, slowest: float) -> float:
+    """The seconds a step may take now: ``watchdog.timeout``, or ``multiple`` x the ``slowest`` step seen, at least
+    ``floor``, at most ``long_timeout``."""
+    if settings["timeout"]:
+        return float(settings["timeout"])
+    return min(max(settings["floor"], settings["multiple"] * slowest), settings["long_timeout"])
+
+
+class Watchdog:
+    """The watchdog of one rank of a run (module docstring): :meth:`start` when training starts, :meth:`stop` when
+    it ends. ``last_checkpoint``: a callable giving the checkpoint ``--resume`` continues from; ``on_expire``:
+    callables run before the process exits (giving the output folder's hold back)."""
+
+    def __init__(self, settings, output_dir, rank, world, run, last_checkpoint, on_expire=(), activity=None):
+        self.settings, self.output_dir, self.rank, self.world, self.run = settings, output_dir, rank, world, run
+        self.last_checkpoint, self.on_expire = last_checkpoint, list(on_expire)
+        self.activity = activity or activity_module.CURRENT
+        self.file = blame.ProgressFile(blame.record_path(output_dir, rank)) if world > 1 else None
+        self.host, self.beat = socket.gethostname(), 0
+        self._stop, self._thread = threading.Event(), None
+
+    @property
+    def enabled(self) -> bool:
+        """False with ``watchdog.timeout: 0``."""
+        return self.settings["timeout"] != 0
+
+    def start(self):
+        """Start looking (a daemon thread); this becomes the process's watchdog for collective errors."""
+        global _LAST
+        _LAST = self
+        if self.enabled:
+            self._beat()  # the first record before the first step: the others can tell this rank reached training
+            self._thread = threading.Thread(target=self._watch, name="mtl-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self):
+        """Stop looking (the run ended, however)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._thread = None
+
+    def record(self, snapshot=None, detail=False) -> dict:
+        """This rank's progress record now (the phase's detail when ``detail`` or when the step is slow)."""
+        now = snapshot or self.activity.snapshot()
+        limit = self.settings["long_timeout"] if now["long"] else step_timeout(self.settings, now["slowest"])
+        slow = now["seconds"] > min(DETAIL_AFTER, limit / 2)
+        phase = self.activity.describe() if detail or slow else now["phase"]
+        return {"run": self.run, "rank": self.rank, "host": self.host, "pid": os.getpid(), "beat": self.beat,
+                "step": now["step"], "phase": phase, "waiting": now["waiting"], "long": now["long"],
+                "seconds": round(now["seconds"], 1), "waited": round(now["waited"], 1), "slowest": now["slowest"],
+                "limit": limit}
+
+    def _watch(self):
+        checked = 0.0  # the time waited in the current collective when the peers were last looked at
+        while not self._stop.wait(blame.BEAT):
+            record = self._beat()
+            if self._stop.is_set():
+                return
+            if record["seconds"] > record["limit"]:
+                self.expire()
+            # a long wait (saving, evaluating) spent waiting for the others: is one of them still there?
+            step_limit = step_timeout(self.settings, record["slowest"])
+            if record["long"] and record["waiting"] and record["waited"] > checked + step_limit:
+                checked = record["waited"]
+                self._expire_if_a_peer_is_gone()
+            elif not record["waiting"]:
+                checked = 0.0
+
+    def _beat(self) -> dict:
+        """Write this rank's record once more (a new beat); the record."""
+        self.beat += 1
+        record = self.record()
+        if self.file is not None:
+            self.file.write(record)
+        return record
+
+    def _expire_if_a_peer_is_gone(self):
+        """While this rank waits in a long wait: expire when another process does not run (or never got here); a
+        peer that runs may be writing a large file, which takes what it takes."""
+        own = self.record(detail=True)
+        first, second = blame.read_records(self.output_dir, self.run, self.world, self.rank, own, beat=self._beat)
+        culprit, how = blame.blame(first, second, self.rank)
+        if how in ("frozen", "absent"):
+            self.expire(self._named(culprit, how, second))
+
+    def expire(self, text=None):
+        """This rank's step made no progress in time: name the process that stopped answering, say it, exit."""
+        text = text or self.diagnose()
+        log.error("watchdog: %s", text)
+        prefix = f"error (rank {self.rank}): " if self.world > 1 else "error: "
+        print(prefix + text, file=sys.stderr, flush=True)
+        for hook in self.on_expire:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - the process ends anyway
+                log.exception("watchdog: a clean-up before the exit failed")
+        for handler in log.handlers:
+            handler.flush()
+        os._exit(STUCK_EXIT_STATUS)
+
+    def diagnose(self, own_waiting=None):
+        """The sentence naming the process that stopped answering (this one at world 1), from every rank's record;
+        ``own_waiting``: override whether this rank waits (a collective that failed waited for another)."""
+        own = self.record(detail=True)
+        if own_waiting is not None:
+            own["waiting"] = own_waiting
+            own["phase"] = self.activity.failed or own["phase"]
+        if self.world == 1 or not own["waiting"]:  # its own work made no progress: it is the one
+            return blame.sentence(self.rank, "stuck", {self.rank: own}, self.world,
+                                  blame.resume_words(self.last_checkpoint()))
+        first, second = blame.read_records(self.output_dir, self.run, self.world, self.rank, own, beat=self._beat)
+        culprit, how = blame.blame(first, second, self.rank)
+        return self._named(culprit, how, second)
+
+    def _named(self, culprit, how, records):
+        """The sentence naming ``culprit`` (written to its log too when it is a process that does not run)."""
+        text = blame.sentence(culprit, how, records, self.world, blame.resume_words(self.last_checkpoint()))
+        if culprit is not None and culprit != self.rank and how == "frozen":
+            self._tell_its_log(culprit, text)
+        return text
+
+    def _tell_its_log(self, culprit, text):
+        """The sentence in the log of the process named too: a stopped process writes nothing of its own."""
+        path = os.path.join(self.output_dir, "logs", f"rank{culprit}.log")
+        try:
+            with open(path, "a") as f:
+                f.write(f"(written by rank {self.rank}'s watchdog) error: {text}\n")
+        except OSError:
+            pass
+
+
+def for_run(settings, output_dir, strategy, lock, last_checkpoint, release):
+    """The watchdog of this rank for a run starting now: the activity reset, the run's id from rank 0's hold (the
+    progress records of this run, not of an earlier one in the same folder), ``release`` run before an exit."""
+    activity_module.CURRENT.reset()
+    run = strategy.from_main(lock.record["run"] if lock is not None else None)
+    return Watchdog(settings, output_dir, strategy.rank, strategy.world, run, last_checkpoint, on_expire=[release])
+
+
+def lost_contact_sentence():
+    """After a collective failed (gloo's fixed 30 s wait, or a peer's broken connection): the sentence naming the
+    process that stopped answering, or None when this process ran no watchdog or the process named has ended (the
+    launcher then says how it ended)."""
+    watchdog = _LAST
+    if watchdog is None or watchdog.world == 1:
+        return None
+    text = watchdog.diagnose(own_waiting=True)
+    return None if "(the launcher says how)" in text or "a bug (the logs say more)" in text else text

@@ -1,0 +1,39 @@
+"""Readers that stop delivering, or deliver slowly, on purpose (for the watchdog and disk-fault tests): reading one
+sample blocks forever, as a read from a dead network filesystem does; or every sample takes a while."""
+import os
+import threading
+import time
+
+from mtl.readers.synthetic import SyntheticReader
+from mtl.registry import register_reader
+
+
+@register_reader("blocking_synthetic")
+class BlockingReader(SyntheticReader):
+    """Synthetic samples, each named as a file ``/data/faces/NNNN.png``; sample ``bad_index`` never returns while
+    the file ``block_while`` exists (a test removes it to let a resumed run read on)."""
+
+    def __init__(self, bad_index=5, block_while="", **kwargs):
+        super().__init__(**kwargs)
+        self.bad_index, self.block_while = int(bad_index), str(block_while)
+
+    def sample_files(self):
+        return [f"/data/faces/{i:04d}.png" for i in range(len(self))]
+
+    def __getitem__(self, index):
+        if index == self.bad_index and os.path.exists(self.block_while):
+            threading.Event().wait()  # forever
+        return super().__getitem__(index)
+
+
+@register_reader("slow_synthetic")
+class SlowReader(SyntheticReader):
+    """Synthetic samples that take ``delay`` seconds each to read (a test changes the disk between two steps)."""
+
+    def __init__(self, delay=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.delay = float(delay)
+
+    def __getitem__(self, index):
+        time.sleep(self.delay)
+        return super().__getitem__(index)

@@ -1,0 +1,324 @@
+"""The progress watchdog (issue 55): a process that stops answering without dying (SIGSTOP, a reader blocked on a dead
+filesystem) stops the job within its timeout, with one sentence naming that process, its host, the step and what it
+was doing; the last complete checkpoint stays the one ``--resume`` continues from, and the resumed run equals an
+uninterrupted one; the ranks of a launch do not outlive a killed ``mtl launch``. Every job here sets a watchdog
+timeout of a few seconds (the default is measured from the job's steps, at least a minute)."""
+import json
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from mtl import activity as activity_module
+from mtl.data.reading import ReadingBoard
+from mtl.data.scheduler import JointSchedule
+from mtl.data.steps import StepDataset
+from mtl.readers.synthetic import SyntheticReader
+from mtl.train import blame, watchdog
+from tests import warm_python
+from tests.dist_scripts.stuck_readers.stuck_readers import BlockingReader
+from tests.dist_util import ROOT, _descendants, launcher_env
+from tests.references.steps import step_samples
+from tests.shared_runs import two_process_run
+
+TRAIN = os.path.join(ROOT, "examples", "train_joint.py")
+PLUGIN = os.path.join(ROOT, "tests", "dist_scripts", "stuck_readers")
+TIMEOUT = 3.0  # the watchdog's timeout in these jobs (seconds)
+STEPS = 40
+SETTINGS = {"timeout": None, "multiple": 10.0, "floor": 60.0, "long_timeout": 1800.0}
+
+
+# ---- the pieces -------------------------------------------------------------------------------------------------
+def record(rank, step=7, phase="the per-step agreement of the ranks (an all-reduce)", waiting=True, beat=10):
+    return {"run": "r", "rank": rank, "host": "node7", "pid": 4000 + rank, "beat": beat, "step": step,
+            "phase": phase, "waiting": waiting, "long": None, "seconds": 4.0, "limit": 3.0}
+
+
+def test_blame_names_the_process_that_does_not_run_or_is_stuck_in_its_own_work():
+    waiting = {k: record(k) for k in range(3)}
+    moved = {k: record(k, beat=12) for k in range(3)}
+    assert blame.blame(waiting, {**moved, 2: record(2, beat=10)}, own_rank=0) == (2, "frozen")  # beat did not move
+    assert blame.blame(waiting, {**moved, 1: None}, own_rank=0) == (1, "absent")  # no record of this run
+    reading = record(1, phase="reading data", waiting=False, beat=12)
+    assert blame.blame(waiting, {**moved, 1: reading}, own_rank=0) == (1, "stuck")  # alive, not waiting: the one
+    assert blame.blame(waiting, {**moved, 2: record(2, waiting=False, beat=12)}, own_rank=2) == (2, "stuck")
+    assert blame.blame(waiting, moved, own_rank=0) == (None, None)  # every process waits: nobody to name
+    text = blame.sentence(1, "stuck", {**moved, 1: reading}, 3, blame.resume_words("runs/x/checkpoints/step_5"))
+    assert text == ("rank 1 (host node7, process 4001) stopped answering in step 7 while reading data: its step made "
+                    "no progress within 3 s (watchdog.timeout); every process of the job stops. The last checkpoint "
+                    "is 'runs/x/checkpoints/step_5': continue with --resume.")
+
+
+def test_a_frozen_process_is_placed_in_the_step_of_the_ranks_that_wait_for_it():
+    """Its own last record may be half a second old: the ranks waiting for it say which step it has not finished."""
+    records = {0: record(0, step=21, beat=12), 1: record(1, step=17, phase="reading data", waiting=False, beat=10)}
+    text = blame.sentence(1, "frozen", records, 2, blame.resume_words(None))
+    assert text.startswith("rank 1 (host node7, process 4001) stopped answering in step 21: the other ranks wait for "
+                           "it in the per-step agreement of the ranks (an all-reduce), and its process "), text
+    assert text.endswith("every process of the job stops. No checkpoint was written yet.")
+
+
+def test_the_step_timeout_is_a_multiple_of_the_slowest_step_with_a_floor_and_a_ceiling():
+    assert watchdog.step_timeout(SETTINGS, 0.5) == 60.0  # 10 x 0.5 s is below the floor
+    assert watchdog.step_timeout(SETTINGS, 9.0) == 90.0
+    assert watchdog.step_timeout(SETTINGS, 500.0) == 1800.0  # never above long_timeout
+    assert watchdog.step_timeout(dict(SETTINGS, timeout=3.0), 500.0) == 3.0
+
+
+def test_nccl_waits_longer_than_the_watchdog(monkeypatch):
+    """``PADDLE_PG_TIMEOUT`` (what Paddle's process group reads, in ms) is set 60 s above the longest limit."""
+    from paddle.distributed.parallel import ParallelEnv
+
+    monkeypatch.delenv("PADDLE_PG_TIMEOUT", raising=False)
+    assert watchdog.set_collective_timeouts(SETTINGS) == "1860000"
+    assert ParallelEnv().pg_timeout == (1800 + 60) * 1000
+    monkeypatch.setenv("PADDLE_PG_TIMEOUT", "5000")  # the user's own value stays
+    assert watchdog.set_collective_timeouts(SETTINGS) is None and os.environ["PADDLE_PG_TIMEOUT"] == "5000"
+    assert watchdog.set_collective_timeouts(dict(SETTINGS, timeout=0), {}) is None  # no watchdog: Paddle's own
+
+
+def test_long_waits_never_count_as_a_step(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(activity_module.time, "monotonic", lambda: now[0])
+    act = activity_module.Activity()
+    act.begin_step(1, "reading data", first=True)
+    now[0] += 500  # the first step: start-up, first reads
+    assert act.snapshot()["long"] == "the first step" and act.snapshot()["seconds"] == 500
+    act.begin_step(2, "reading data")
+    now[0] += 1
+    with act.long_wait("saving checkpoint step_2"):
+        now[0] += 900
+        assert act.snapshot()["long"] == "saving checkpoint step_2"
+    now[0] += 2
+    snap = act.snapshot()
+    assert (snap["long"], snap["seconds"], snap["phase"]) == (None, 2.0, "reading data")  # the clock restarted
+    act.begin_step(3, "reading data")
+    assert act.snapshot()["slowest"] == 2.0  # step 2 without its save; step 1 (a long wait) is not counted
+    with act.collective("an all-reduce (sum)"), act.collective("a nested one"):
+        now[0] += 4
+        assert (act.snapshot()["phase"], act.snapshot()["waited"]) == ("an all-reduce (sum)", 4.0)
+    assert act.snapshot()["waiting"] is False and act.snapshot()["phase"] == "reading data"
+
+
+def test_the_board_names_the_sample_and_file_another_process_reads():
+    reader = BlockingReader(num_samples=32, num_classes=5)
+    board = ReadingBoard(["digits", "faces"], {"digits": reader, "faces": reader})
+    worker = multiprocessing.get_context("fork").Process(target=board.mark, args=(4, "faces", 17))
+    worker.start()
+    worker.join()
+    assert board.describe(4) == "task 'faces', reader 'blocking_synthetic', sample 17, file /data/faces/0017.png"
+    assert board.describe(3) is None
+
+
+# ---- jobs -------------------------------------------------------------------------------------------------------
+def job(out, reader=None, workers=1, steps=STEPS):
+    return {"seed": 0, "device": "cpu", "output_dir": str(out), "plugins": [PLUGIN],
+            "tasks": [{"name": "faces", "reader": reader or {"type": "synthetic", "num_samples": 64, "num_classes": 5},
+                       "head": {"type": "arcface", "scale": 8.0}, "eval": None}],
+            "backbone": {"type": "mlp"}, "schedule": {"batch_size": 8, "steps": steps},
+            "optimizer": {"type": "momentum", "lr": 0.05},
+            "log": {"every": 1, "progress": False, "plot": False}, "checkpoint": {"every": 5, "keep": 2},
+            "data": {"num_workers": workers}, "watchdog": {"timeout": TIMEOUT}}
+
+
+def write(tmp_path, name, **kw):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(job(tmp_path / name, **kw)))
+    return str(path), tmp_path / name
+
+
+def blocked_sample(world, rank, after_step=7):
+    """A sample of ``rank``'s slice read first in step ``after_step`` or later (1-based), and that step: rank r of W
+    takes the r-th contiguous slice of the global batch (docs/distributed.md)."""
+    dataset = StepDataset(JointSchedule(["faces"], [1.0], 8, seed=0),
+                          {"faces": SyntheticReader(num_samples=64, num_classes=5)}, 0, 0, 8)
+    seen, per = set(), 8 // world
+    for step in range(8):
+        mine = [int(i) for i in step_samples(dataset, step)["faces"][rank * per:(rank + 1) * per]]
+        new = [i for i in mine if i not in seen]
+        if step + 1 >= after_step and new:
+            return new[0], step + 1
+        seen.update(mine)
+    raise AssertionError("no sample found")
+
+
+def records(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if "lr" in r]
+
+
+def errors(text):
+    return [line for line in text.splitlines() if line.startswith("error")]
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_reader_that_blocks_forever_stops_one_process_naming_its_file(tmp_path, workers):
+    block = tmp_path / "block"
+    block.write_text("")
+    index, step = blocked_sample(1, 0)
+    reader = {"type": "blocking_synthetic", "num_samples": 64, "num_classes": 5, "bad_index": index,
+              "block_while": str(block)}
+    config, out = write(tmp_path, "run", reader=reader, workers=workers)
+    started = time.monotonic()
+    proc = warm_python.run([sys.executable, TRAIN, config], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                           env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+    assert time.monotonic() - started < TIMEOUT + 30
+    assert proc.returncode == watchdog.STUCK_EXIT_STATUS, proc.stderr
+    lines = errors(proc.stderr)
+    saved = sorted(int(name.split("_")[1]) for name in os.listdir(out / "checkpoints"))[-1]
+    assert len(lines) == 1 and re.fullmatch(
+        rf"error: the training process \(host \S+, process \d+\) stopped in step {step} while reading data \(task "
+        rf"'faces', reader 'blocking_synthetic', sample {index}, file /data/faces/{index:04d}.png\): its step made "
+        rf"no progress within 3 s \(watchdog.timeout\); it stops. The last checkpoint is "
+        rf"'{re.escape(str(out / 'checkpoints' / f'step_{saved}'))}': continue with --resume.", lines[0]), proc.stderr
+    assert saved == (step - 1) // 5 * 5 and not (out / ".run.lock").exists()  # the hold is given back
+
+
+# ---- two processes ----------------------------------------------------------------------------------------------
+def launch(config, log_dir, *extra):
+    return subprocess.Popen([sys.executable, "-m", "mtl.cli", "launch", "--log_dir", str(log_dir),
+                             "--nproc_per_node", "2", TRAIN, config, *extra], cwd=ROOT, env=launcher_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def wait_for_records(proc, out, count, limit=120):
+    end = time.monotonic() + limit
+    while time.monotonic() < end and proc.poll() is None:
+        if (out / "metrics.jsonl").exists() and len((out / "metrics.jsonl").read_text().splitlines()) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the run never wrote {count} records:\n{proc.communicate()[0] if proc.poll() else ''}")
+
+
+def rank_pid(launcher, rank):
+    """The process of ``rank``: a child of the launcher that ``mtl launch`` runs (its DataLoader workers are the
+    rank's own children)."""
+    for pid in _descendants(launcher.pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if _parent(_parent(pid)) == launcher.pid and f"PADDLE_TRAINER_ID={rank}".encode() in env:
+            return pid
+    raise AssertionError(f"rank {rank} not found")
+
+
+def _parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, TypeError):
+        return None
+
+
+def alive(pids):
+    from tests.test_reliability_orphans import alive as running
+
+    return [p for p in pids if running(p)]
+
+
+def finish(proc, limit):
+    try:
+        return proc.communicate(timeout=limit)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return "timed out: " + proc.communicate()[0]
+
+
+@two_process_run("watchdog_full")
+def _uninterrupted(folder):
+    config, out = write(folder, "full")
+    return {"train": [config]}, out
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("watchdog_full")
+def test_a_stopped_rank_is_named_and_resume_equals_an_uninterrupted_run(two_process, tmp_path):
+    config, out = write(tmp_path, "cut")
+    proc = launch(config, tmp_path / "logs")
+    wait_for_records(proc, out, 12)
+    everything = _descendants(proc.pid)
+    stopped = rank_pid(proc, 1)
+    os.kill(stopped, signal.SIGSTOP)
+    began = time.monotonic()
+    try:
+        console = finish(proc, TIMEOUT + 60)
+        took = time.monotonic() - began
+        gone = not alive(everything)
+    finally:
+        for pid in alive(everything):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == watchdog.STUCK_EXIT_STATUS and gone and took < TIMEOUT + 30, (took, console)
+    lines = errors(console)
+    assert len(lines) == 1 and re.fullmatch(
+        rf"error \(rank 0\): rank 1 \(host \S+, process {stopped}\) stopped answering in step \d+( \(last seen .*\))?: "
+        r"the other ranks wait for it in .*, and its process is stopped \(by SIGSTOP, a debugger or job control\); "
+        r"every process of the job stops. The last checkpoint is '.*step_\d+': continue with --resume.",
+        lines[0]), console
+    assert f"process {stopped}) stopped answering" in (out / "logs" / "rank1.log").read_text()  # in its own log too
+    resumed = launch(config, tmp_path / "logs_resume", "--resume")
+    assert resumed.wait(timeout=240) == 0, resumed.communicate()[0]
+    full, cut = records(two_process["watchdog_full"]), records(out)
+    assert [r["step"] for r in cut] == list(range(1, STEPS + 1))
+    for a, b in zip(full, cut):  # bit for bit
+        assert {k: v for k, v in a.items() if k != "samples_per_s"} == \
+               {k: v for k, v in b.items() if k != "samples_per_s"}, a["step"]
+
+
+@pytest.mark.distributed
+def test_a_reader_that_blocks_forever_on_one_rank_stops_every_rank(tmp_path):
+    block = tmp_path / "block"
+    block.write_text("")
+    index, step = blocked_sample(2, 1)
+    reader = {"type": "blocking_synthetic", "num_samples": 64, "num_classes": 5, "bad_index": index,
+              "block_while": str(block)}
+    config, out = write(tmp_path, "run", reader=reader)
+    began = time.monotonic()
+    proc = launch(config, tmp_path / "logs")
+    console = finish(proc, 120)
+    assert proc.returncode == watchdog.STUCK_EXIT_STATUS and not _descendants(proc.pid), console
+    assert time.monotonic() - began < TIMEOUT + 60  # start-up included
+    expected = (rf"rank 1 \(host \S+, process \d+\) stopped answering in step {step} while reading data \(task "
+                rf"'faces', reader 'blocking_synthetic', sample {index}, file /data/faces/{index:04d}.png\): its step "
+                rf"made no progress within 3 s \(watchdog.timeout\); every process of the job stops. The last "
+                rf"checkpoint is '.*step_{(step - 1) // 5 * 5}': continue with --resume.")
+    lines = errors(console)
+    assert len(lines) == 1 and re.fullmatch(r"error \(rank [01]\): " + expected, lines[0]), console
+    for rank in (0, 1):  # a rank that said anything before the launcher stopped it said the same
+        log = (tmp_path / "logs" / f"workerlog.{rank}").read_text()
+        assert all(re.fullmatch(rf"error \(rank {rank}\): " + expected, line) for line in errors(log)), log
+    assert errors((tmp_path / "logs" / "workerlog.1").read_text())  # the stuck rank's own watchdog said it
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("killed", ["mtl launch", "its launcher"])
+def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path, killed):
+    """SIGKILL of ``mtl launch`` (its launcher gets SIGTERM and passes it on) or of the launcher itself (each rank
+    gets SIGTERM when its parent ends): the ranks stop as pre-empted ones, none trains on re-parented."""
+    config, out = write(tmp_path, "run", steps=100000)
+    proc = launch(config, tmp_path / "logs")
+    wait_for_records(proc, out, 5)
+    everything = _descendants(proc.pid)
+    if killed == "mtl launch":
+        proc.kill()  # SIGKILL: mtl launch can pass nothing on
+    else:
+        os.kill(next(p for p in everything if _parent(p) == proc.pid), signal.SIGKILL)
+    proc.wait()
+    end = time.monotonic() + 30
+    while alive(everything) and time.monotonic() < end:
+        time.sleep(0.2)
+    left = alive(everything)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{len(left)} processes outlived mtl launch"
+    assert not (out / ".run.lock").exists()  # a rerun is not refused: the folder is not held
+    steps = [int(name.split("_")[1]) for name in os.listdir(out / "checkpoints")]
+    assert steps and max(steps) >= 5  # they stopped as pre-empted ranks do: a checkpoint of their step
