@@ -45,9 +45,10 @@ class Identities:
     names: List[str]
 
     @classmethod
-    def of_reader(cls, name, embedder, input_names, reader, per_class, batch_size=256):
-        """The templates of every class of ``reader`` (its training images, augmentation off)."""
-        found, halves = reader_templates(embedder, input_names, reader, per_class, batch_size)
+    def of_reader(cls, name, embedder, input_names, reader, per_class, batch_size=256, flip=True):
+        """The templates of every class of ``reader`` (its training images, augmentation off; each image with its
+        mirror image, as the verification protocol embeds them)."""
+        found, halves = reader_templates(embedder, input_names, reader, per_class, batch_size, flip)
         names = reader.label_names().get(reader.label_field) or [str(c) for c in range(len(found))]
         return cls(name, found, halves, list(names))
 

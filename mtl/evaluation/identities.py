@@ -114,9 +114,10 @@ def test_person_matches(outside, test, threshold: float):
     return sorted(found, key=lambda m: -m["similarity"])
 
 
-def embed_samples(embedder, input_names, reader, label_field="label", batch_size=256, indices=None):
+def embed_samples(embedder, input_names, reader, label_field="label", batch_size=256, indices=None, flip=False):
     """Embeddings [N, D] (numpy) and labels of the samples ``indices`` of ``reader`` (all by default), augmentation
-    off: ``embedder({input name: batch})`` in inference mode."""
+    off: ``embedder({input name: batch})`` in inference mode; ``flip``: ``unit(f(x)) + unit(f(mirrored x))`` of
+    image inputs (the verification protocol's embedding, :mod:`mtl.evaluation.verify`)."""
     import paddle
 
     from mtl.data.steps import collate
@@ -127,13 +128,18 @@ def embed_samples(embedder, input_names, reader, label_field="label", batch_size
     with paddle.no_grad():
         for start in range(0, len(indices), batch_size):
             batch = collate([reader[int(i)] for i in indices[start:start + batch_size]])
-            features.append(np.asarray(embedder({n: paddle.to_tensor(batch[n]) for n in input_names}).numpy()))
+            found = np.asarray(embedder({n: paddle.to_tensor(batch[n]) for n in input_names}).numpy())
+            if flip:
+                mirrored = {n: paddle.to_tensor(np.ascontiguousarray(batch[n][..., ::-1])) for n in input_names}
+                found = unit_rows(found) + unit_rows(np.asarray(embedder(mirrored).numpy()))
+            features.append(found)
             labels.append(np.asarray(batch[label_field]).reshape(-1))
     return np.concatenate(features), np.concatenate(labels).astype(np.int64)
 
 
-def reader_templates(embedder, input_names, reader, per_class=IMAGES_PER_CLASS, batch_size=256):
-    """``(templates [C, D], halves [C])`` of every class of ``reader`` from up to ``per_class`` of its images."""
+def reader_templates(embedder, input_names, reader, per_class=IMAGES_PER_CLASS, batch_size=256, flip=False):
+    """``(templates [C, D], halves [C])`` of every class of ``reader`` from up to ``per_class`` of its images
+    (``flip``: each image with its mirror image, as :func:`embed_samples`)."""
     picked = chosen_images(reader.labels(), per_class)
-    features, labels = embed_samples(embedder, input_names, reader, reader.label_field, batch_size, picked)
+    features, labels = embed_samples(embedder, input_names, reader, reader.label_field, batch_size, picked, flip)
     return templates(features, labels, reader.num_classes)
