@@ -32,7 +32,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from mtl.arrays import to_numpy, unit_rows
+from mtl.arrays import tensor_from, to_numpy, unit_rows
 from mtl.errors import ParameterError
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput
@@ -180,7 +180,7 @@ class ArcFaceHead(ShardedClassHead):
             sampled = self._step_sample[1]  # an accumulated step: the sample drawn over all its micro-batches
         else:
             sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
-        index = paddle.to_tensor(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
+        index = tensor_from(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
         return RowSource(self.weight, index, self.shard_start, self.task), index + self.shard_start, target
@@ -196,7 +196,7 @@ class ArcFaceHead(ShardedClassHead):
         self._step_sample, self._summed, self._sampled = None, None, None  # the last step's rows are applied
         if self.sample_ratio >= 1.0 or not self.training:
             return
-        labels = labels if isinstance(labels, paddle.Tensor) else paddle.to_tensor(np.asarray(labels))
+        labels = labels if isinstance(labels, paddle.Tensor) else tensor_from(labels)
         labels = labels.reshape([-1]).astype("int64")
         if distributed.is_distributed():
             labels = all_gather_rows(labels, [labels.shape[0]] * distributed.world_size())

@@ -48,7 +48,7 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
-from mtl.arrays import NORM_FLOOR_SQUARED, on_host
+from mtl.arrays import NORM_FLOOR_SQUARED, on_host, tensor_from
 from mtl.heads import host_chunks
 from mtl.heads.class_rows import ScoredRows, chunk_order
 from mtl.parallel import distributed
@@ -186,7 +186,7 @@ def _filter_chunk(z, begin: int, end: int, mask, chunk_max):
         return z, chunk_max, None
     listed = np.zeros(z.shape, bool)
     listed[columns, rows] = True
-    dirty = paddle.to_tensor(listed, place=z.place)
+    dirty = tensor_from(listed)
     if limit is not None:
         dirty = paddle.logical_or(dirty, z > limit)
     if mask.recording(begin):

@@ -50,7 +50,7 @@ from typing import Dict, List
 import numpy as np
 import paddle
 
-from mtl.arrays import host_floats
+from mtl.arrays import host_floats, tensor_from
 from mtl.data.same_person import People
 from mtl.errors import ConfigError
 from mtl.heads.class_rows import RowSource
@@ -199,7 +199,7 @@ class CrossNegatives:
                 count = max(1, math.ceil(self.rate * head.num_classes))
                 salt = zlib.crc32(f"{task}\0{other}".encode())
                 sampled = sample_classes_globally([], head.num_classes, count, self.seed + salt, step)
-                index = paddle.to_tensor(shard_of_sample(sampled, head.shard_start, head.shard_size), dtype="int64")
+                index = tensor_from(shard_of_sample(sampled, head.shard_start, head.shard_size), dtype="int64")
             sink = self._sink(task) if self.update == "both" else None
             out.append(RowSource(head.weight, index, head.shard_start, other, sink))
         return out

@@ -11,6 +11,7 @@ import paddle.distributed as dist
 from paddle.autograd import PyLayer
 
 from mtl import activity
+from mtl.arrays import tensor_from
 from mtl.parallel import distributed
 
 
@@ -20,7 +21,7 @@ def row_counts(num_rows: int):
         return [int(num_rows)]
     parts = []
     with activity.collective("the all-gather of the row counts of a head"):
-        dist.all_gather(parts, paddle.to_tensor([int(num_rows)], dtype="int64"))
+        dist.all_gather(parts, tensor_from([int(num_rows)], dtype="int64"))
     return [int(v) for v in paddle.concat(parts).numpy()]  # one host read
 
 

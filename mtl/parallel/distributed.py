@@ -10,6 +10,7 @@ import paddle
 import paddle.distributed as dist
 
 from mtl import activity
+from mtl.arrays import tensor_from
 
 
 def world_size() -> int:
@@ -85,7 +86,7 @@ def min_over_ranks(value: float) -> float:
     """The smallest ``value`` of any rank (one all-reduce; ``value`` itself at world 1)."""
     if not is_distributed():
         return float(value)
-    return -float(all_reduce_max(paddle.to_tensor([-float(value)], dtype="float64"))[0])
+    return -float(all_reduce_max(tensor_from([-float(value)], dtype="float64"))[0])
 
 
 def agree(message, stop: bool, limit: int = 4096, counts=()):
@@ -100,7 +101,7 @@ def agree(message, stop: bool, limit: int = 4096, counts=()):
     counts = [int(c) for c in counts]
     if not is_distributed():
         return message, bool(stop), []
-    flags = paddle.to_tensor([1 if message else 0, 1 if stop else 0, *counts, *[-c for c in counts]], dtype="int64")
+    flags = tensor_from([1 if message else 0, 1 if stop else 0, *counts, *[-c for c in counts]], dtype="int64")
     with activity.collective("the agreement of the ranks on errors and stops (an all-reduce)"):
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
     values = flags.numpy()
@@ -120,12 +121,12 @@ def gather_texts(text: str) -> list:
     raw = text.encode()
     sizes = []
     with activity.collective("the all-gather of every rank's text"):
-        dist.all_gather(sizes, paddle.to_tensor([len(raw)], dtype="int64"))
+        dist.all_gather(sizes, tensor_from([len(raw)], dtype="int64"))
         longest = max(int(s.numpy()[0]) for s in sizes)
         buf = np.zeros(max(longest, 1), dtype=np.uint8)
         buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
         parts = []
-        dist.all_gather(parts, paddle.to_tensor(buf))
+        dist.all_gather(parts, tensor_from(buf))
     return [bytes(part.numpy()[:int(size.numpy()[0])]).decode() for part, size in zip(parts, sizes)]
 
 
@@ -138,7 +139,7 @@ def _first_text(message, limit):
     buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     parts = []
     with activity.collective("the all-gather of an error message"):
-        dist.all_gather(parts, paddle.to_tensor(buf))
+        dist.all_gather(parts, tensor_from(buf))
     texts = [bytes(part.numpy()).rstrip(b"\0").decode(errors="replace") for part in parts]
     return next((text for text in texts if text), None)
 

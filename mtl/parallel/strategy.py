@@ -20,6 +20,7 @@ from typing import Optional
 import paddle
 
 from mtl import activity
+from mtl.arrays import tensor_from
 from mtl.data.steps import check_divisible, task_seed
 from mtl.parallel import distributed
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC, is_running_statistic
@@ -96,7 +97,7 @@ class ParallelStrategy:
         params = list(self.replicated)
         if not params:
             return
-        flags = paddle.to_tensor([0.0 if p.grad is None else 1.0 for p in params], dtype="float32")
+        flags = tensor_from([0.0 if p.grad is None else 1.0 for p in params], dtype="float32")
         anywhere = distributed.all_reduce_sum(flags).numpy() > 0
         missing = [p for p, used in zip(params, anywhere) if used and p.grad is None]
         if missing:

@@ -42,6 +42,8 @@ from typing import Dict
 import numpy as np
 import paddle
 
+from mtl.arrays import tensor_from
+
 INLINE_ELEMENTS = 4096  # arrays up to this size are JSON lists in state.json, larger ones base64
 
 
@@ -89,7 +91,7 @@ def write_shared_gradient(model, vector):
     """Write the flat shared gradient ``vector`` [P] (a tensor or a numpy array, in the parameter order of
     :func:`task_gradient_matrix`) into the shared parameters' gradients."""
     if not isinstance(vector, paddle.Tensor):
-        vector = paddle.to_tensor(np.asarray(vector, dtype=np.float32))
+        vector = tensor_from(vector, dtype=np.float32)
     offset = 0
     for p in model.shared_parameters():
         n = math.prod(p.shape)
@@ -207,7 +209,7 @@ class TaskBalancer:
             else:
                 alpha = logged = self.combine(gram_float64(matrix) / scale ** 2, losses, present, step)
             write_shared_gradient(self.model, paddle.matmul(
-                paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), matrix).reshape([-1]))
+                tensor_from(alpha, dtype="float32").unsqueeze(0), matrix).reshape([-1]))
         self.strategy.reduce_gradients_except(self.model.shared_parameters())
         return logged
 
@@ -295,7 +297,7 @@ class AccumulatedStep:
             gram = balancer.strategy.sum_over_ranks(self.gram)
             alpha = balancer.combine(gram.numpy() / self.scale ** 2, values, self.present, self.step)
             write_shared_gradient(balancer.model, paddle.matmul(
-                paddle.to_tensor(alpha, dtype="float32").unsqueeze(0), self.matrix).reshape([-1]))
+                tensor_from(alpha, dtype="float32").unsqueeze(0), self.matrix).reshape([-1]))
             balancer.strategy.reduce_gradients_except(balancer.model.shared_parameters())
             return balancer.logged(weights, self.present, alpha)
         loss_based = None if balancer.weighting.needs_gradients else weights

@@ -7,10 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict
 
-import paddle
-
 from mtl import activity
-from mtl.arrays import host_floats
+from mtl.arrays import host_floats, tensor_from
 from mtl.errors import MtlError
 from mtl.train.preemption import Preempted
 
@@ -72,7 +70,7 @@ class StepMeans:
         from mtl.heads.base import HeadOutput
 
         def mean(value):
-            return paddle.to_tensor(value / self.count, dtype="float32")
+            return tensor_from(value / self.count, dtype="float32")
         return {task: HeadOutput(loss=mean(loss), metrics={k: mean(v) for k, v in self.metrics[task].items()})
                 for task, loss in self.losses.items()}
 

@@ -84,8 +84,9 @@ def setup_logging(output_dir, rank):
 
 
 class MetricsLog:
-    """Appends JSON records to ``metrics.jsonl`` (rank 0 only) and keeps them in memory: one per training step
-    (``loss`` ..., written out every ``log.every`` steps), plus one per evaluation (``eval/<task>/<metric>`` ...).
+    """Appends JSON records to ``metrics.jsonl`` (rank 0 only): one per training step (``loss`` ..., written out every
+    ``log.every`` steps), plus one per evaluation (``eval/<task>/<metric>`` ...). They are not kept in memory (they
+    grew a long run by about a kilobyte a step, bench/bench_soak.py): :attr:`records` reads them back.
 
     ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.train.rundir``).
     With ``visualdl`` (the job's ``log.visualdl``) every record also goes to VisualDL (:mod:`mtl.train.scalars`)
@@ -94,25 +95,26 @@ class MetricsLog:
     """
 
     def __init__(self, path, enabled=True, records=None, visualdl=False):
-        self.path = path
-        self.enabled = enabled
-        self.records = list(records or [])
-        self.problem = None
-        self._scalars = None
+        self.path, self.enabled, self.problem, self._scalars = path, enabled, None, None
+        kept = list(records or [])
         if enabled and visualdl:
             from mtl.train.scalars import SCALAR_DIR, ScalarWriter
 
-            self._scalars = ScalarWriter(os.path.join(os.path.dirname(path) or ".", SCALAR_DIR), self.records)
+            self._scalars = ScalarWriter(os.path.join(os.path.dirname(path) or ".", SCALAR_DIR), kept)
         if enabled:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with open(path, "w") as f:
-                for r in self.records:
-                    f.write(json.dumps(r) + "\n")
+            write_whole(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    @property
+    def records(self):
+        """Every record written so far (from the file; none on a rank that writes none)."""
+        from mtl.train.rundir import read_jsonl
+
+        return read_jsonl(self.path) if self.enabled else []
 
     def write(self, record):
         """Append one record; non-finite numbers become null, so that the file is strict JSON."""
         record = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
-        self.records.append(record)
         if self.enabled and self.problem is None:
             self.append(self.path, record)
             if self._scalars:

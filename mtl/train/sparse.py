@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 import paddle
 
-from mtl.arrays import host_view, on_host
+from mtl.arrays import host_view, on_host, tensor_from
 from mtl.errors import ConfigError
 
 SPARSE_OPTIMIZERS = ("sgd", "momentum", "adamw")
@@ -65,9 +65,9 @@ def merge_rows(row_gradients) -> list:
         index = paddle.concat([r.index.astype("int64") for r in given])
         union, where = np.unique(index.numpy(), return_inverse=True)
         summed = paddle.zeros([len(union), given[0].grad.shape[1]], dtype=given[0].grad.dtype)
-        summed.index_add_(paddle.to_tensor(where.reshape(-1), dtype="int64"), 0,
+        summed.index_add_(tensor_from(where.reshape(-1), dtype="int64"), 0,
                           paddle.concat([r.grad.astype(summed.dtype) for r in given]))
-        out.append(RowGradient(given[0].parameter, paddle.to_tensor(union, dtype="int64"), summed))
+        out.append(RowGradient(given[0].parameter, tensor_from(union, dtype="int64"), summed))
     return out
 
 
@@ -153,7 +153,7 @@ def row_sparse_adamw_(weight, moments, index, grad, lr, betas=(0.9, 0.999), epsi
         paddle.scatter_(v_all, ids, v, overwrite=True)
         if weight_decay:
             rows = rows.subtract_(rows.scale(lr * weight_decay))
-        size, eps = (paddle.to_tensor(a, dtype=rows.dtype, place=rows.place).unsqueeze(1) for a in (size, eps))
+        size, eps = (tensor_from(a).astype(rows.dtype).unsqueeze(1) for a in (size, eps))
         rows = rows.subtract_(m.divide(v.sqrt().add_(eps)).multiply_(size))
         paddle.scatter_(weight, ids, rows, overwrite=True)
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 import paddle
 
-from mtl.arrays import host_floats
+from mtl.arrays import host_floats, tensor_from
 from mtl.train.guard import NonFiniteGuard
 from mtl.train.loop import StepMeans
 from mtl.train.model import micro_batches
@@ -133,5 +133,5 @@ def _losses(outputs) -> Dict[str, float]:
 def as_tensors(batch):
     """A step batch as tensors (the DataLoader already yields tensors; numpy arrays, e.g. from tests and benchmarks,
     are wrapped)."""
-    return {t: {k: v if isinstance(v, paddle.Tensor) else paddle.to_tensor(v) for k, v in sub.items()}
+    return {t: {k: v if isinstance(v, paddle.Tensor) else tensor_from(v) for k, v in sub.items()}
             for t, sub in batch.items()}
