@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 from lfw_arms import LFW, OUTSIDE
 
 from mtl.errors import DataError
@@ -26,9 +27,43 @@ def build_reader(root, people, image_size, task, **more):
 
 
 def identities(name, model, field, reader, per_class):
+    """The templates of ``reader``'s classes by the run's model (``model`` a Paddle layer, ``field`` its input)."""
     from mtl.evaluation.contamination import Identities
 
     return Identities.of_reader(name, model, [field], reader, per_class)
+
+
+def matcher_identities(matcher, readers, per_class):
+    """``{name: Identities}`` of several readers by the independent matcher. Its descriptors are not centred (two
+    strangers' cosine is about 0.84), so they are centred on the mean of every descriptor used here, then compared
+    by cosine as the toolkit's embeddings are."""
+    from mtl.evaluation.contamination import Identities
+    from mtl.evaluation.identities import chosen_images
+
+    found = {}
+    for name, reader in readers.items():
+        picked = chosen_images(reader.labels(), per_class)
+        files = reader.sample_files()
+        features = matcher.features([files[i] for i in picked], progress=lambda line: print(line, flush=True))
+        found[name] = (features, reader.labels()[picked], reader)
+    centre = np.concatenate([f for f, _, _ in found.values()]).mean(axis=0)
+    return {name: Identities.of_features(name, f - centre, labels, reader)
+            for name, (f, labels, reader) in found.items()}
+
+
+def screening_model(run_dir, out):
+    """``(model, input field, image size)``: the run's (its export if it has one), or, with ``run_dir`` "dlib",
+    the independent matcher whose descriptors are cached beside the unit's filter folder."""
+    from mtl.inference import load_model
+
+    if run_dir == "dlib":
+        from lfw_matcher import DlibMatcher
+
+        return DlibMatcher(os.path.join(os.path.dirname(os.path.abspath(out)), "embeddings_dlib.npz")), None, 112
+    export = os.path.join(run_dir, "export")
+    loaded = load_model(export if os.path.isdir(export) else run_dir)
+    loaded.model.eval()
+    return loaded.model, loaded.input_field, int(loaded.input_shape[-1])
 
 
 def write_people_file(path, reader, keep):
@@ -54,21 +89,20 @@ def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, 
     """The filter of one split (module docstring); returns the decision."""
     from mtl.commands.merge import merge
     from mtl.evaluation.contamination import decide
-    from mtl.inference import load_model
 
     os.makedirs(out, exist_ok=True)
-    export = os.path.join(run_dir, "export")
-    loaded = load_model(export if os.path.isdir(export) else run_dir)
-    loaded.model.eval()
-    size, field = int(loaded.input_shape[-1]), loaded.input_field
+    model, field, size = screening_model(run_dir, out)
     lfw_task, outside_task = tasks[LFW], tasks[OUTSIDE]
     minimum = {"min_images": lfw_task["reader"].get("min_images", 1)}
     training = build_reader(lfw_images, split.train_people(lfw_dir), size, lfw_task, **minimum)
     test = build_reader(lfw_images, split.test_people(lfw_dir), size, lfw_task)
     outside = build_reader(outside_images, {}, size, outside_task)
-    decision = decide(identities(OUTSIDE, loaded.model, field, outside, per_class),
-                      identities("test", loaded.model, field, test, per_class),
-                      identities(LFW, loaded.model, field, training, per_class), percentile, threshold)
+    readers = {OUTSIDE: outside, "test": test, LFW: training}
+    if field is None:
+        found = matcher_identities(model, readers, per_class)
+    else:
+        found = {name: identities(name, model, field, reader, per_class) for name, reader in readers.items()}
+    decision = decide(found[OUTSIDE], found["test"], found[LFW], percentile, threshold)
     removed = set(decision.removed_names())
     names = outside.label_names()[outside.label_field]
     if len(removed) == len(names):

@@ -58,8 +58,9 @@ class Report:
         numbers = args.seeds if args.view == 1 else args.sets
         self.units = [Unit(args.view, n) for n in numbers]
         self.arms = [a for a in ARMS if a in args.arms]
-        self.first = args.filter_model  # the run each unit starts with: its model finds the test people
-        self.stages = [self.first] + [a for a in self.arms if a != self.first]
+        # the run each unit starts with, whose model finds the test people (none with the independent matcher)
+        self.first = None if args.filter_model == "dlib" else args.filter_model
+        self.stages = ([self.first] if self.first else []) + [a for a in self.arms if a != self.first]
         self.done, self.total, self.started = 0, len(self.units) * len(self.stages), time.time()
 
     def folder(self, arm, unit):
@@ -141,14 +142,20 @@ class Report:
         lists."""
         from lfw_filter import run_filter
 
-        run_filter(self.folder(self.first, unit), unit.split, self.lfw_dir, self.lfw_images, self.outside_images,
+        model = self.folder(self.first, unit) if self.first else "dlib"
+        run_filter(model, unit.split, self.lfw_dir, self.lfw_images, self.outside_images,
                    self.tasks, self.filter_folder(unit), self.args.percentile, threshold=self.args.filter_threshold)
 
     # ------------------------------------------------------------------------------------------------ schedule
     def run(self):
         """Every run, ``--jobs`` at a time: a unit's first model (``--filter-model``), its filter (in this
         process), then its other arms."""
-        ready = [(self.first, u) for u in self.units]
+        if self.first is None:  # the independent matcher: every unit's filter now, then every arm
+            for unit in self.units:
+                self.filter(unit)
+            ready = [(a, u) for u in self.units for a in self.stages]
+        else:
+            ready = [(self.first, u) for u in self.units]
         after = {u.name: self.stages[1:] for u in self.units}
         with ThreadPoolExecutor(max_workers=self.args.jobs) as pool:
             running = {}
@@ -170,7 +177,7 @@ class Report:
 
     def next_runs(self, arm, unit, after):
         """The runs ``arm`` of ``unit`` unlocks: after the unit's first model, the filter, then its other arms."""
-        if arm != self.first:
+        if self.first is None or arm != self.first:
             return []
         self.filter(unit)
         return [(a, unit) for a in after[unit.name]]
@@ -189,9 +196,9 @@ def parse(argv=None):
     p.add_argument("--config", default=RECIPE, help="the recipe (default examples/configs/lfw_glint.yaml)")
     p.add_argument("--extra", help="a job config whose tasks join every arm but lfw_alone as further heads")
     p.add_argument("--steps", type=int, help="train this many steps instead of the recipe's (a shortened run)")
-    p.add_argument("--filter-model", choices=["lfw_alone", SCREEN], default="lfw_alone",
-                   help="the model that finds the test people: lfw_alone's, or screen (separate on every outside "
-                        "class; used for nothing else)")
+    p.add_argument("--filter-model", choices=["lfw_alone", SCREEN, "dlib"], default="lfw_alone",
+                   help="what finds the test people: lfw_alone's model, screen (separate on every outside class; "
+                        "used for nothing else), or dlib (an independent face matcher: requirements-lfw.txt)")
     p.add_argument("--percentile", type=float, default=5.0, help="the filter's calibration percentile")
     p.add_argument("--filter-threshold", type=float, help="a fixed cosine for the filter instead of the calibrated "
                                                           "one (shortened runs, whose models cannot calibrate)")

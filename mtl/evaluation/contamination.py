@@ -30,6 +30,7 @@ from mtl.evaluation.identities import (
     calibrated_threshold,
     match_classes,
     reader_templates,
+    templates,
     test_person_matches,
     within_matches,
 )
@@ -43,6 +44,14 @@ class Identities:
     templates: np.ndarray
     halves: np.ndarray
     names: List[str]
+
+    @classmethod
+    def of_features(cls, name, features, labels, reader):
+        """The templates of ``reader``'s classes from ``features`` [N, D] of its samples with ``labels`` (an embedder
+        of one's own: an independent face matcher, descriptors computed elsewhere)."""
+        found, halves = templates(features, labels, reader.num_classes)
+        names = reader.label_names().get(reader.label_field) or [str(c) for c in range(len(found))]
+        return cls(name, found, halves, list(names))
 
     @classmethod
     def of_reader(cls, name, embedder, input_names, reader, per_class, batch_size=256, flip=True):
