@@ -155,3 +155,53 @@ def test_the_recipes_step_agrees_at_one_and_two_processes(one_process, two_proce
     job = yaml.safe_load(open(os.path.join(one_process["lfw_recipe"], "job.json")))
     assert job["cross_negatives"]["mask"] == "pairs"
     assert np.isfinite([r["loss"] for r in a]).all()
+
+
+class PlantedMatcher:
+    """A stand-in for the independent matcher: each image's descriptor is its person's vector plus noise, all of
+    them shifted by one large common offset (dlib's descriptors are not centred: strangers' cosines near 0.84)."""
+
+    def __init__(self, seed=0):
+        self.rng, self.people, self.asked = np.random.default_rng(seed), {}, []
+
+    def features(self, paths, progress=None):
+        self.asked += list(paths)
+        out = []
+        for path in paths:
+            person = os.path.basename(os.path.dirname(path))
+            person = COPIES.get(person, person)
+            if person not in self.people:
+                self.people[person] = self.rng.standard_normal(16)
+            out.append(20.0 + self.people[person] + 0.3 * self.rng.standard_normal(16))
+        return np.stack(out)
+
+
+COPIES = {}
+
+
+def test_matcher_descriptors_are_centred_before_the_rule(tmp_path):
+    """With the independent matcher, the planted copies of set-3 people are found as test people and the copy of
+    a training person as a pair; without centring every stranger would match (cosines near 1)."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from lfw_arms import recipe_tasks
+    from lfw_filter import build_reader, matcher_identities
+
+    from mtl.data.lfw import Split
+    from mtl.evaluation.contamination import decide
+
+    outside = tmp_path / "outside"
+    copies = make_outside(str(outside))
+    COPIES.clear()
+    COPIES.update(copies)
+    _, tasks = recipe_tasks(RECIPE)
+    split = Split(2, 3)
+    readers = {"glint": build_reader(str(outside), {}, 16, tasks["glint"]),
+               "test": build_reader(os.path.join(SUBSET, "images"), split.test_people(SUBSET), 16, tasks["lfw"]),
+               "lfw": build_reader(os.path.join(SUBSET, "images"), split.train_people(SUBSET), 16, tasks["lfw"])}
+    matcher = PlantedMatcher()
+    found = matcher_identities(matcher, readers, per_class=20)
+    decision = decide(found["glint"], found["test"], found["lfw"])
+    assert {(r["class"], r["person"]) for r in decision.removed} == {("9001", copies["9001"]),
+                                                                       ("9002", copies["9002"])}
+    assert [(p["name_a"], p["name_b"]) for p in decision.pairs] == [("9003", copies["9003"])]
+    assert len(matcher.asked) == sum(len(r) for r in readers.values())  # every image once (people here have <= 20)
