@@ -179,9 +179,9 @@ class PlantedMatcher:
 COPIES = {}
 
 
-def test_matcher_descriptors_are_centred_before_the_rule(tmp_path):
-    """With the independent matcher, the planted copies of set-3 people are found as test people and the copy of
-    a training person as a pair; without centring every stranger would match (cosines near 1)."""
+def test_the_filter_with_an_independent_matcher_finds_the_planted_copies(tmp_path):
+    """With the independent matcher's descriptors (uncentred, as dlib's are), the planted copies of set-3 people are
+    found as test people and the copy of a training person as a pair; every image is described once."""
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from lfw_arms import recipe_tasks
     from lfw_filter import build_reader, matcher_identities
