@@ -43,7 +43,8 @@ ALLOWED_SKIPS = [
 # test_weighting_more.py leads because its first test sets up the session's launch of every 2-process run.
 SLOWEST_FILES = [
     "test_weighting_more.py", "test_readme.py", "test_demo.py", "test_arch_reports.py", "test_reliability_readers.py",
-    "test_arch_training.py", "test_faces_six.py", "test_preemption.py", "test_user_reports.py", "test_convert.py",
+    "test_arch_training.py", "test_faces_six.py", "test_watchdog.py", "test_preemption.py", "test_user_reports.py",
+    "test_disk_faults.py", "test_convert.py",
     "test_trust_boundaries.py", "test_documented_keys.py", "test_accumulate.py", "test_text_training.py",
     "test_ecosystem.py", "test_text_report.py", "test_reliability_multinode.py", "test_cross_negatives.py",
 ]

@@ -27,7 +27,7 @@ NOT_MOUNTABLE = "mounting a tmpfs needs root and a kernel that allows it"
 
 
 def job(out, steps=12, every=5, reader=None, **over):
-    cfg = {"seed": 0, "device": "cpu", "output_dir": str(out), "plugins": [PLUGIN],
+    cfg = {"seed": 0, "device": "cpu", "output_dir": str(out), "plugins": [PLUGIN] if reader else [],
            "tasks": [{"name": "faces", "reader": reader or {"type": "synthetic", "num_samples": 64, "num_classes": 5},
                       "head": {"type": "arcface", "scale": 8.0}, "eval": None}],
            "backbone": {"type": "mlp", "hidden": [256], "embedding_size": 128}, "schedule": {"batch_size": 8,

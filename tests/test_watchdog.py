@@ -53,6 +53,9 @@ def test_blame_names_the_process_that_does_not_run_or_is_stuck_in_its_own_work()
     assert text == ("rank 1 (host node7, process 4001) stopped answering in step 7 while reading data: its step made "
                     "no progress within 3 s (watchdog.timeout); every process of the job stops. The last checkpoint "
                     "is 'runs/x/checkpoints/step_5': continue with --resume.")
+    # gloo's own 30 s ran out first (a collective's error): the words do not claim the watchdog's timeout passed
+    outwaited = blame.sentence(1, "outwaited", {**moved, 1: reading}, 3, "")
+    assert "reading data: the collective the others waited in gave up first (gloo waits 30 s at most" in outwaited
 
 
 def test_a_frozen_process_is_placed_in_the_step_of_the_ranks_that_wait_for_it():

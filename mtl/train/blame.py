@@ -91,7 +91,8 @@ def read_records(output_dir, run, world, own_rank, own_record, window=FROZEN_WIN
 def blame(first, second, own_rank):
     """``(rank, how)`` of the process that stopped answering, from two readings of every rank's record (module
     docstring): how is ``"frozen"`` (its process did not run), ``"absent"`` (no record of this run) or ``"stuck"``
-    (it runs but its step made no progress); ``(None, None)`` when every process waits for the others."""
+    (it runs but its step made no progress; ``"outwaited"`` when a collective gave up on it first, a name the caller
+    gives); ``(None, None)`` when every process waits for the others."""
     ranks = sorted(second)
     if not second[own_rank]["waiting"]:  # this process's own work (reading, computing, saving) made no progress
         return own_rank, "stuck"
@@ -123,6 +124,9 @@ def process_state(record) -> str:
 def _why(record, how) -> str:
     if how == "absent":
         return "it has no progress record of this run (it never reached the training loop)"
+    if how == "outwaited":
+        return ("the collective the others waited in gave up first (gloo waits 30 s at most: Paddle 3.3 has no "
+                "setting for it)")
     if how == "stuck":
         limit = record["limit"]
         key = "watchdog.long_timeout" if record.get("long") else "watchdog.timeout"

@@ -20,6 +20,7 @@ import warnings
 
 import paddle
 
+from mtl import activity
 from mtl.errors import ConfigError, DiskError, write_problem
 from mtl.low_precision import portable_state, state_for
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC
@@ -175,7 +176,9 @@ def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, 
 
 def _agree(strategy, problem):
     """Any rank's problem (``rank k could not write ...``), the lowest rank's, on every rank."""
-    return strategy.agree_on_error(f"rank {strategy.rank} {problem}" if problem and strategy.world > 1 else problem)
+    with activity.collective("the agreement of the ranks on the checkpoint's files"):
+        return strategy.agree_on_error(f"rank {strategy.rank} {problem}" if problem and strategy.world > 1 else
+                                       problem)
 
 
 def random_state() -> dict:

@@ -159,6 +159,8 @@ class Watchdog:
                                   blame.resume_words(self.last_checkpoint()))
         first, second = blame.read_records(self.output_dir, self.run, self.world, self.rank, own, beat=self._beat)
         culprit, how = blame.blame(first, second, self.rank)
+        if own_waiting and how == "stuck":  # it runs, but the collective stopped waiting for it first
+            how = "outwaited"
         return self._named(culprit, how, second)
 
     def _named(self, culprit, how, records):
