@@ -204,17 +204,13 @@ class Trainer:
         :class:`Preempted`. On any error the progress bar is closed first, so the error starts on its own line. The
         output folder's hold is given back however the run ends. A stuck step ends it: :mod:`mtl.train.watchdog`.
         """
-        watchdog = self._watchdog().start()
+        watchdog = for_run(self.cfg["watchdog"], self.output_dir, self.strategy, self.lock, lambda: self.saved,
+                           self.release).start()
         try:
             return self._run(until)
         finally:
             watchdog.stop()
             self.release()
-
-    def _watchdog(self):
-        """This rank's progress watchdog (:func:`mtl.train.watchdog.for_run`)."""
-        return for_run(self.cfg["watchdog"], self.output_dir, self.strategy, self.lock, lambda: self.saved,
-                       self.release)
 
     def _run(self, until):
         end = self.steps if until is None else max(self.start_step, min(self.steps, int(until)))
