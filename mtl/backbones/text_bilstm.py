@@ -20,6 +20,7 @@ import numpy as np
 import paddle
 from paddle import nn
 
+from mtl.arrays import tensor_from
 from mtl.backbones.text import TextBackbone, fill_where, masked_max, masked_mean
 from mtl.errors import ConfigError
 from mtl.registry import register_backbone
@@ -167,7 +168,7 @@ class TextBiLSTM(TextBackbone):
         ids = token_ids
         if self.training and self.word_dropout > 0:
             drop = paddle.rand(ids.shape) < self.word_dropout
-            keep = paddle.to_tensor(sorted(self.tokenizer.special_ids), dtype=ids.dtype)
+            keep = tensor_from(sorted(self.tokenizer.special_ids), dtype="int64").astype(ids.dtype)  # (no leak)
             drop = drop & ~paddle.isin(ids, keep)
             ids = paddle.where(drop, paddle.full_like(ids, self.tokenizer.unk_id), ids)
         x = self.word_embeddings(ids)
