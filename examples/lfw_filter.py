@@ -113,7 +113,8 @@ def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, 
     write_people_file(os.path.join(out, "kept.txt"), outside, [n for n in names if n not in removed])
     pairs = decision.pairs + decision.within[OUTSIDE]
     for name, content in (("removed.json", decision.removed), ("pairs.json", pairs),
-                          ("decision.json", {"threshold": decision.threshold, "how": decision.how,
+                          ("decision.json", {"threshold": decision.threshold, "sure": decision.sure,
+                                             "how": decision.how,
                                              "removed": decision.removed, "pairs": decision.pairs,
                                              "within": decision.within})):
         with open(os.path.join(out, name), "w") as f:
@@ -129,5 +130,5 @@ def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, 
         merge(os.path.join(merged, name, "train"), sources, pairs_path)
     print(f"filter {split.name}: {len(decision.removed)} outside classes removed as test people, "
           f"{len(decision.pairs)} outside-LFW and {len(decision.within[OUTSIDE])} within-outside same-person pairs "
-          f"(threshold {decision.threshold:.3f})", flush=True)
+          f"({decision.how})", flush=True)
     return decision

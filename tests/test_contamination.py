@@ -26,7 +26,7 @@ def photographed(rng, centres, images, noise):
 def identities(name, rng, centres, images, noise, names):
     features, labels = photographed(rng, centres, images, noise)
     found, halves = rules.templates(features, labels, len(centres))
-    return Identities(name, found, halves, names)
+    return Identities(name, found, halves, names, rules.half_templates(features, labels, len(centres)))
 
 
 def planted(seed=0, noise=0.15):
@@ -63,17 +63,26 @@ def test_planted_test_people_are_removed_and_pairs_found(seed):
     assert precision == 1.0 and recall == 1.0, (pairs, want_pairs)
     inside = {(p["name_a"], p["name_b"]) for p in decision.within["glint"]}
     assert inside == {(outside.names[11], outside.names[12])}  # the stranger with two class numbers
+    assert set(decision.within) == {"glint"}
     # the two copies of test person 4 are each removed, not taken for one person with two numbers
     assert not any(p["name_a"] in (outside.names[4], outside.names[5]) for p in decision.within["glint"])
 
 
-def test_the_threshold_is_the_percentile_of_both_datasets_halves():
+def test_the_thresholds_are_the_halves_percentile_and_the_strangers_quantile():
     training, test, outside, _, _ = planted(0)
-    decision = decide(outside, test, training, percentile=5.0)
+    decision = decide(outside, test, training, percentile=5.0, expected_false=0.5)
     values = np.concatenate([h[np.isfinite(h)] for h in (training.halves, outside.halves)])
     assert decision.threshold == pytest.approx(np.percentile(values, 5.0))
+    strangers = []  # every training person's even half against every other training person's template, by loops
+    unit = training.templates / np.linalg.norm(training.templates, axis=1, keepdims=True)
+    for a in range(len(training.names)):
+        half = training.half_templates[a] / np.linalg.norm(training.half_templates[a])
+        strangers += [float(half @ unit[b]) for b in range(len(training.names)) if b != a]
+    comparisons = len(outside.names) * (len(test.names) + len(training.names))
+    assert decision.sure == pytest.approx(max(decision.threshold,
+                                              np.quantile(strangers, 1 - 0.5 / comparisons)))
     fixed = decide(outside, test, training, threshold=0.99)
-    assert fixed.threshold == 0.99 and fixed.how == "fixed"
+    assert fixed.threshold == fixed.sure == 0.99 and fixed.how == "fixed"
 
 
 def test_noisier_copies_lose_recall_and_the_rule_says_so():
@@ -112,3 +121,30 @@ def test_within_matches_and_test_person_matches_against_loops():
     sims = (outside / np.linalg.norm(outside, axis=1, keepdims=True)) @ test.T
     want = {(c, int(np.argmax(sims[c]))) for c in range(len(outside)) if sims[c].max() >= 0.9}
     assert {(m["class"], m["person"]) for m in got} == want == {(0, 2), (1, 2), (2, 5)}
+
+
+def hand_identities(name, vectors):
+    vectors = np.asarray(vectors, dtype=float)
+    return Identities(name, vectors, np.full(len(vectors), np.nan), [f"{name}{i}" for i in range(len(vectors))],
+                      np.full(vectors.shape, np.nan))
+
+
+def test_removal_errs_on_removing_and_pairs_need_the_strict_threshold(monkeypatch):
+    """Fixed cosines by hand (same 0.5 and sure 0.9 through a monkeyed calibration): outside class 0 is nearest to a
+    training person (0.95) with a test person at 0.6 -> a pair, kept; class 1 is nearest to a test person (0.7) ->
+    removed; class 2 reaches a test person at 0.92 though a training person is at 0.97 -> removed (sure); class 3
+    reaches a training person at 0.7 only -> neither."""
+    import mtl.evaluation.contamination as contamination
+
+    def angle(c):
+        return [c, np.sqrt(1 - c * c), 0.0, 0.0]
+
+    outside = hand_identities("glint", [[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 1, 0, 0]])
+    training = hand_identities("lfw", [angle(0.95), [0, 0, 0, 0.97], [0.0, 0.7, 0.0, np.sqrt(1 - 0.49)]])
+    training.templates[1] = [0, 0, np.sqrt(1 - 0.97 ** 2), 0.97]
+    test = hand_identities("test", [[0.6, 0, 0, 0.8], [0, 0, 0.7, np.sqrt(1 - 0.49)],
+                                    [0, 0, np.sqrt(1 - 0.92 ** 2), 0.92]])
+    monkeypatch.setattr(contamination, "thresholds", lambda *a, **k: (0.5, 0.9, "by hand"))
+    decision = decide(outside, test, training)
+    assert [(r["class"], r["person"]) for r in decision.removed] == [("glint2", "test2"), ("glint1", "test1")]
+    assert [(p["name_a"], p["name_b"]) for p in decision.pairs] == [("glint0", "lfw0")]

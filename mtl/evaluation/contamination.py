@@ -3,47 +3,56 @@
 Before a split trains, every identity of an outside dataset (numbered people, no names: Glint360K's class numbers)
 that is one of the split's test people must be removed: training on a test person makes the test easier (Wu et al.
 2024, arXiv 2405.09403: 46.9 % of LFW's people are in MS1MV2). Nothing says who they are, so they are found from the
-images, with a model that never saw the outside data nor the test people (the split's own-data model):
+images. Every outside class, test person and training person gets a template (:mod:`mtl.evaluation.identities`);
+each outside class is compared with every person the split knows, and two thresholds, both calibrated on the data,
+decide:
 
-* every outside class and every test person gets a template (:mod:`mtl.evaluation.identities`);
-* the threshold is calibrated as ``mtl overlap``'s: the ``percentile`` of the same-person half-template cosines of
-  the split's training people (and of the outside classes, whose own halves say how alike one person's images look
-  there);
-* an outside class is removed when its nearest test person reaches the threshold (:func:`test_person_matches`:
-  mutual or not, since a person may hold several outside classes).
+* ``same``: what one person's two halves of photographs reach, as ``mtl overlap`` calibrates it (the ``percentile``
+  of the same-person half-template cosines of the training people and the outside classes);
+* ``sure``: what strangers reach at most ``expected_false`` times over all the comparisons made: picking one person
+  out of thousands, strangers above ``same`` are expected by the hundred (:func:`impostor_threshold`, from each
+  training person's half-template against every other training person's template).
 
-The same templates give the same-person pairs between the outside data and the training people (mutual nearest
-neighbours at the threshold) and inside the outside data (a person with two class numbers).
+An outside class is **removed** when its nearest test person reaches ``same`` and is at least as near as its nearest
+training person, or reaches ``sure`` whatever the training people do (removal errs on the side of removing: a
+stranger removed costs some training data, a test person kept inflates the test). It is **the same person** as a
+training person when its nearest training person reaches ``sure`` and it was not removed (a false pair merges two
+people, so pairs need the strict threshold). Inside the outside data, two classes are one person when they are mutual
+nearest neighbours at ``sure``.
 
-What the rule cannot promise: a test person with one image (a third of LFW's) has a template of one photograph and
-may fall below the threshold; the calibration assumes that an outside person's images are as alike across the two
-datasets as inside one (another alignment or another decade of photographs makes them less alike). The LFW report
-therefore measures the rule on planted copies of test people, and lists every removal with its score.
+What the rule cannot promise: a person whose photographs in the two datasets look unlike each other (another decade,
+another alignment) can fall below both thresholds and be missed; two people who look alike can reach them. The model
+matters most: a model that cannot pick one person out of thousands finds little (docs/lfw.md measures it).
 """
 from dataclasses import dataclass, field
 from typing import Dict, List
 
 import numpy as np
 
+from mtl.arrays import unit_rows
 from mtl.evaluation.identities import (
     PERCENTILE,
     calibrated_threshold,
-    match_classes,
+    half_templates,
+    impostor_threshold,
     reader_templates,
     templates,
-    test_person_matches,
     within_matches,
 )
+
+EXPECTED_FALSE = 0.5  # strangers expected to reach the "sure" threshold over all the comparisons of one split
 
 
 @dataclass
 class Identities:
-    """One dataset's classes as the rule sees them: a template and a half-template cosine per class, and names."""
+    """One dataset's classes as the rule sees them: a template, a half-template cosine and an even-half template
+    per class, and names."""
 
     name: str
     templates: np.ndarray
     halves: np.ndarray
     names: List[str]
+    half_templates: np.ndarray = None
 
     @classmethod
     def of_features(cls, name, features, labels, reader):
@@ -51,24 +60,25 @@ class Identities:
         of one's own: an independent face matcher, descriptors computed elsewhere)."""
         found, halves = templates(features, labels, reader.num_classes)
         names = reader.label_names().get(reader.label_field) or [str(c) for c in range(len(found))]
-        return cls(name, found, halves, list(names))
+        return cls(name, found, halves, list(names), half_templates(features, labels, reader.num_classes))
 
     @classmethod
     def of_reader(cls, name, embedder, input_names, reader, per_class, batch_size=256, flip=True):
         """The templates of every class of ``reader`` (its training images, augmentation off; each image with its
         mirror image, as the verification protocol embeds them)."""
-        found, halves = reader_templates(embedder, input_names, reader, per_class, batch_size, flip)
+        found, halves, evens = reader_templates(embedder, input_names, reader, per_class, batch_size, flip)
         names = reader.label_names().get(reader.label_field) or [str(c) for c in range(len(found))]
-        return cls(name, found, halves, list(names))
+        return cls(name, found, halves, list(names), evens)
 
 
 @dataclass
 class Decision:
-    """What the rule found: the threshold and how it was set, the removed outside classes (test people), the
-    same-person pairs across and inside the datasets."""
+    """What the rule found: its two thresholds and how they were set, the removed outside classes (test people),
+    the same-person pairs across and inside the datasets."""
 
     threshold: float
     how: str
+    sure: float = None
     removed: List[dict] = field(default_factory=list)
     pairs: List[dict] = field(default_factory=list)
     within: Dict[str, List[dict]] = field(default_factory=dict)
@@ -78,32 +88,46 @@ class Decision:
         return [r["class"] for r in self.removed]
 
 
+def thresholds(outside, test, training, percentile=PERCENTILE, expected_false=EXPECTED_FALSE):
+    """``(same, sure, how)``: the two calibrated cosines (module docstring) and a sentence saying how."""
+    same = calibrated_threshold([training.halves, outside.halves], percentile)
+    rows = np.flatnonzero(np.isfinite(training.halves))
+    comparisons = len(outside.names) * (len(test.names) + len(training.names))
+    sure = max(same, impostor_threshold(training.half_templates[rows], training.templates, rows, comparisons,
+                                        expected_false))
+    how = (f"same person at {same:.3f}: the {percentile:g}th percentile of the same-person half-template cosines of "
+           f"{len(rows)} {training.name} and {int(np.isfinite(outside.halves).sum())} {outside.name} identities; "
+           f"sure at {sure:.3f}: what strangers reach {expected_false:g} times in the {comparisons} comparisons "
+           f"(from {len(rows)} {training.name} identities' halves against every other)")
+    return same, sure, how
+
+
 def decide(outside: Identities, test: Identities, training: Identities, percentile=PERCENTILE,
-           threshold=None) -> Decision:
+           threshold=None, expected_false=EXPECTED_FALSE) -> Decision:
     """Find the outside classes that are test people, the outside-training same-person pairs and the pairs inside
-    each, with one threshold calibrated on the training people's and the outside classes' own halves (or the fixed
-    cosine ``threshold``)."""
+    the outside data (module docstring); ``threshold`` fixes both thresholds at one cosine instead."""
     if threshold is None:
-        threshold = calibrated_threshold([training.halves, outside.halves], percentile)
-        how = (f"calibrated: the {percentile:g}th percentile of the same-person half-template cosines of "
-               f"{int(np.isfinite(training.halves).sum())} {training.name} and "
-               f"{int(np.isfinite(outside.halves).sum())} {outside.name} identities")
+        same, sure, how = thresholds(outside, test, training, percentile, expected_false)
     else:
-        threshold, how = float(threshold), "fixed"
-    decision = Decision(threshold, how)
-    for m in test_person_matches(outside.templates, test.templates, threshold):
-        decision.removed.append({"class": outside.names[m["class"]], "label": m["class"],
-                                 "person": test.names[m["person"]], "similarity": m["similarity"]})
+        same = sure = float(threshold)
+        how = "fixed"
+    decision = Decision(same, how, sure)
+    to_test = unit_rows(outside.templates) @ unit_rows(test.templates).T
+    to_train = unit_rows(outside.templates) @ unit_rows(training.templates).T
+    for c, name in enumerate(outside.names):
+        p, t = int(np.argmax(to_test[c])), int(np.argmax(to_train[c]))
+        near, far = float(to_test[c, p]), float(to_train[c, t])
+        if (near >= same and near >= far) or near >= sure:
+            decision.removed.append({"class": name, "label": c, "person": test.names[p], "similarity": near})
+        elif far >= sure:
+            decision.pairs.append({"task_a": outside.name, "name_a": name, "task_b": training.name,
+                                   "name_b": training.names[t], "similarity": far})
     gone = {r["label"] for r in decision.removed}
     kept = np.array([c not in gone for c in range(len(outside.names))])
-    for m in match_classes(np.where(kept[:, None], outside.templates, 0.0), training.templates, threshold):
-        decision.pairs.append({"task_a": outside.name, "name_a": outside.names[m["class_a"]],
-                               "task_b": training.name, "name_b": training.names[m["class_b"]],
-                               "similarity": m["similarity"]})
-    for ids in (outside, training):
-        kept_templates = ids.templates if ids is training else np.where(kept[:, None], ids.templates, 0.0)
-        decision.within[ids.name] = [
-            {"task_a": ids.name, "name_a": ids.names[m["class_a"]], "task_b": ids.name,
-             "name_b": ids.names[m["class_b"]], "similarity": m["similarity"]}
-            for m in within_matches(kept_templates, threshold)]
+    decision.within[outside.name] = [
+        {"task_a": outside.name, "name_a": outside.names[m["class_a"]], "task_b": outside.name,
+         "name_b": outside.names[m["class_b"]], "similarity": m["similarity"]}
+        for m in within_matches(np.where(kept[:, None], outside.templates, 0.0), sure)]
+    decision.removed.sort(key=lambda r: -r["similarity"])
+    decision.pairs.sort(key=lambda r: -r["similarity"])
     return decision

@@ -55,6 +55,18 @@ def chosen_images(labels, per_class: int) -> np.ndarray:
     return np.sort(order[rank < per_class])
 
 
+def half_templates(features, labels, num_classes: int):
+    """``[C, D]`` templates of each class's even-numbered images (NaN rows for classes with fewer than two)."""
+    unit = unit_rows(features)
+    labels = np.asarray(labels).reshape(-1)
+    out = np.full((num_classes, unit.shape[1]), np.nan)
+    for c in np.unique(labels):
+        rows = unit[labels == c]
+        if len(rows) >= 2:
+            out[c] = unit_rows(rows[0::2].mean(axis=0, keepdims=True))[0]
+    return out
+
+
 def templates(features, labels, num_classes: int):
     """``(templates [C, D], halves [C])`` from the embeddings of one head's chosen training images.
 
@@ -73,6 +85,20 @@ def templates(features, labels, num_classes: int):
             odd = unit_rows(rows[1::2].mean(axis=0, keepdims=True))[0]
             halves[c] = float(even @ odd)
     return out, halves
+
+
+def impostor_threshold(halves_a, templates_, owners, comparisons: int, expected_false: float = 0.5) -> float:
+    """The cosine that at most ``expected_false`` of ``comparisons`` different-person template pairs reach: the
+    ``1 - expected_false / comparisons`` quantile of the cosines between each identity's half-template
+    (``halves_a`` [H, D], the identity ``owners`` [H]) and every other identity's template (``templates_`` [C, D]).
+    Picking one person out of thousands needs it: two strangers' templates above the same-person threshold are
+    then expected by the hundred."""
+    sim = unit_rows(halves_a) @ unit_rows(templates_).T
+    sim[np.arange(len(owners)), owners] = np.nan  # an identity against its own template is not an impostor
+    values = sim[np.isfinite(sim)]
+    if values.size == 0:
+        raise ConfigError("no identity has two images: the impostor threshold cannot be calibrated")
+    return float(np.quantile(values, max(0.0, 1.0 - float(expected_false) / max(int(comparisons), 1))))
 
 
 def calibrated_threshold(halves, percentile: float = PERCENTILE) -> float:
@@ -138,8 +164,8 @@ def embed_samples(embedder, input_names, reader, label_field="label", batch_size
 
 
 def reader_templates(embedder, input_names, reader, per_class=IMAGES_PER_CLASS, batch_size=256, flip=False):
-    """``(templates [C, D], halves [C])`` of every class of ``reader`` from up to ``per_class`` of its images
-    (``flip``: each image with its mirror image, as :func:`embed_samples`)."""
+    """``(templates [C, D], halves [C], even-half templates [C, D])`` of every class of ``reader`` from up to
+    ``per_class`` of its images (``flip``: each image with its mirror image, as :func:`embed_samples`)."""
     picked = chosen_images(reader.labels(), per_class)
     features, labels = embed_samples(embedder, input_names, reader, reader.label_field, batch_size, picked, flip)
-    return templates(features, labels, reader.num_classes)
+    return (*templates(features, labels, reader.num_classes), half_templates(features, labels, reader.num_classes))
