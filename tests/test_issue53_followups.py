@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mtl.errors import ConfigError
-from tests.test_user_reports_names import SAME, _by, _finished_run, _named_job, head_ids_by_hand
+from tests.same_person_jobs import SAME, finished_run, head_ids_by_hand, named_job, pairs_by
 
 # ---- 1. a merged head's same_person reads people by name and by the dataset's label -------------------------------
 OFFSETS = {"teamA": 0, "teamB": 3}  # teamA trains on 3 people (ann and cid held out), teamB's come after them
@@ -29,7 +29,7 @@ def _merged_job(tmp_path, pairs, offsets=OFFSETS, sources=None, shared=False):
     own holdout_classes), ``same_person`` the pairs (a file path or the list); the loaded config."""
     from mtl.config.loading import load_job
 
-    _named_job(tmp_path)  # writes teamA/ and teamB/ with their lists
+    named_job(tmp_path)  # writes teamA/ and teamB/ with their lists
     lists = {task: str(tmp_path / task / "list.txt") for task in ("teamA", "teamB")}
     default = [{"type": "image_list", "list": lists["teamA"], "image_size": 8, "holdout_classes": ["ann", "cid"]},
                {"type": "image_list", "list": lists["teamB"], "image_size": 8}]
@@ -62,7 +62,7 @@ def _by_hand():
 def test_a_merged_head_masks_the_people_mtl_overlap_json_names(tmp_path):
     from mtl.commands.overlap import report
 
-    run, out = _finished_run(tmp_path), str(tmp_path / "overlap.json")
+    run, out = finished_run(tmp_path), str(tmp_path / "overlap.json")
     report(run, centres=True, threshold=0.9, json_path=out)
     written = json.load(open(out))
     assert written and all("name_a" in m and "label_a" in m and "class_a" not in m for m in written)
@@ -73,7 +73,7 @@ def test_a_merged_head_masks_the_people_mtl_overlap_json_names(tmp_path):
 @pytest.mark.parametrize("key_a, key_b", [("name", "name"), ("label", "label"), ("name", "label"),
                                           ("class", "label")])
 def test_a_merged_head_reads_pairs_by_name_and_by_the_datasets_label_as_cross_negatives_do(tmp_path, key_a, key_b):
-    pairs = _by(key_a, key_b)
+    pairs = pairs_by(key_a, key_b)
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps(pairs))
     assert _masked(tmp_path, str(path)) == _by_hand()
@@ -102,7 +102,7 @@ def test_sources_sharing_one_label_space_are_refused_only_where_they_disagree(tm
     people alike (eve is class 2 in both); held out in one source only, eve is class 2 in one and 4 in the other."""
     from mtl.job import build_job
 
-    _named_job(tmp_path)
+    named_job(tmp_path)
     a_list = str(tmp_path / "teamA" / "list.txt")
     held = {"type": "image_list", "list": a_list, "image_size": 8, "holdout_classes": ["ann", "cid"]}
     pair = [{"task_a": "one", "name_a": "eve", "task_b": "two", "name_b": "bob"}]
@@ -133,7 +133,7 @@ def test_a_head_built_alone_still_reads_class_numbers_and_refuses_names():
 def _bad_held_out_image(tmp_path, out="run"):
     """A face job whose held-out person c has an image that cannot be decoded; the loaded config."""
     from mtl.config.loading import load_job
-    from tests.test_user_reports_failures import GARBAGE, face_folder, face_job
+    from tests.face_folders import GARBAGE, face_folder, face_job
 
     list_path = face_folder(str(tmp_path / "faces"))
     (tmp_path / "faces" / "c" / "1.png").write_bytes(GARBAGE)
@@ -171,7 +171,7 @@ def test_mtl_train_decodes_the_evaluation_images_once_before_training(tmp_path, 
 
     from mtl.readers._face import FaceImageReader
     from tests.cli_run import cli
-    from tests.test_user_reports_failures import face_folder, face_job
+    from tests.face_folders import face_folder, face_job
 
     checks = []
     original = FaceImageReader.check_samples
@@ -198,7 +198,7 @@ def test_a_small_verification_set_of_a_training_run_is_warned_about_once_on_the_
     from mtl.config.loading import load_job
     from mtl.job import build_job
     from mtl.train.trainer import Trainer
-    from tests.test_user_reports_failures import face_folder, face_job
+    from tests.face_folders import face_folder, face_job
 
     face_folder(str(tmp_path / "faces"))
     small = _pairs_list(tmp_path / "faces" / "small.txt", 2, 3)

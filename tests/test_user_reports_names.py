@@ -14,6 +14,7 @@ import pytest
 
 from mtl.errors import ConfigError
 from tests import equivalence
+from tests.same_person_jobs import PEOPLE, SAME, finished_run, head_ids_by_hand, named_job, pairs_by
 
 CROSS = ["cross_negatives.rate=1.0", "cross_negatives.mask=pairs"]
 
@@ -87,59 +88,13 @@ def test_the_pairs_in_use_are_counted_on_the_console_and_in_the_log(tmp_path):
 
 
 # ---- 4. the same person, one name --------------------------------------------------------------------------------
-# teamA's list labels its people 0..4 in this order and holds out ann and cid (by name); teamB holds nobody out
-PEOPLE = {"teamA": ["ann", "bob", "cid", "dan", "eve"], "teamB": ["amy", "eve", "dan"]}
-HELD = {"teamA": ["ann", "cid"], "teamB": []}
-SAME = [("bob", "amy"), ("dan", "dan"), ("eve", "eve")]  # (person of teamA, person of teamB)
-
-
-def head_ids_by_hand(task):
-    """{name: head class}: the data's labels of the people kept, in label order, numbered 0.. (holdout_classes)."""
-    kept = [label for label, name in enumerate(PEOPLE[task]) if name not in HELD[task]]
-    return {PEOPLE[task][label]: cls for cls, label in enumerate(kept)}
-
-
-def _named_job(tmp_path, pairs_path=None, out="run"):
-    """A job of two image-list tasks whose people are named by their folders, teamA with people held out; with
-    ``pairs_path``, cross-head negatives masked by it. The loaded config."""
-    from mtl.config.loading import load_job
-    from tests.newcomer_runs import write_images
-
-    tasks = []
-    for task, people in PEOPLE.items():
-        folder = tmp_path / task
-        if not folder.exists():
-            rels = write_images(str(folder), count=2 * len(people), people=people)
-            (folder / "list.txt").write_text("".join(f"{r}\t{people.index(r.split('/')[0])}\n" for r in rels))
-        reader = {"type": "image_list", "list": str(folder / "list.txt"), "image_size": 8}
-        if HELD[task]:
-            reader["holdout_classes"] = HELD[task]
-        tasks.append({"name": task, "reader": reader, "head": {"type": "arcface", "scale": 8.0}, "eval": None})
-    job = {"seed": 0, "device": "cpu", "output_dir": str(tmp_path / out), "tasks": tasks,
-           "backbone": {"type": "mlp", "input_shape": [3, 8, 8], "hidden": [], "embedding_size": 8},
-           "schedule": {"batch_size": 4, "steps": 2}, "log": {"progress": False, "plot": False},
-           "data": {"num_workers": 0}}
-    if pairs_path:
-        job["cross_negatives"] = {"rate": 1.0, "mask": "pairs", "pairs": pairs_path}
-    (tmp_path / "job.yaml").write_text(json.dumps(job))
-    return load_job(str(tmp_path / "job.yaml"))
-
-
 def _masked_table(tmp_path, pairs):
     """The (teamA class, teamB class) pairs the built job masks, sorted."""
     from mtl.job import build_job
 
     path = _write(tmp_path, pairs, f"pairs{len(list(tmp_path.glob('pairs*.json')))}.json")
-    job = build_job(_named_job(tmp_path, path), announce_plan=False)
+    job = build_job(named_job(tmp_path, path), announce_plan=False)
     return sorted(map(tuple, job.model.cross_negatives.pairs[("teamA", "teamB")].tolist()))
-
-
-def _by(key_a, key_b):
-    label = {task: {name: i for i, name in enumerate(people)} for task, people in PEOPLE.items()}
-    value = {"name": lambda task, name: name, "label": lambda task, name: label[task][name],
-             "class": lambda task, name: name}  # class_x given a name (a string)
-    return [{"task_a": "teamA", f"{key_a}_a": value[key_a]("teamA", a), "task_b": "teamB",
-             f"{key_b}_b": value[key_b]("teamB", b)} for a, b in SAME]
 
 
 @pytest.mark.parametrize("key_a, key_b", [("name", "name"), ("label", "label"), ("class", "class"),
@@ -148,7 +103,7 @@ def test_a_pairs_file_by_name_or_by_the_datasets_labels_masks_the_right_head_cla
     a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
     expected = sorted((a[x], b[y]) for x, y in SAME)
     assert expected == [(0, 0), (1, 2), (2, 1)]  # bob-amy, dan-dan, eve-eve: the renumbering done by hand
-    assert _masked_table(tmp_path, _by(key_a, key_b)) == expected
+    assert _masked_table(tmp_path, pairs_by(key_a, key_b)) == expected
 
 
 def test_mtl_overlaps_older_form_head_class_with_its_name_is_read_by_the_name(tmp_path):
@@ -175,7 +130,7 @@ def test_a_file_in_the_wrong_convention_is_refused_naming_the_entry(tmp_path, en
              {"task_a": "teamA", **end_a, "task_b": "teamB", "class_b": 1}]  # teamB holds nobody out: 1 is eve
     path = _write(tmp_path, pairs)
     with pytest.raises(ConfigError) as info:
-        build_job(_named_job(tmp_path, path), announce_plan=False)
+        build_job(named_job(tmp_path, path), announce_plan=False)
     text = str(info.value)
     assert f"'{path}' entry 1: the person of task 'teamA' {words}" in text, text
     assert info.value.key == "cross_negatives.pairs" and len(text.splitlines()) == 1
@@ -194,35 +149,10 @@ def test_a_merged_heads_same_person_refuses_people_by_name_or_label(pair):
         same_person_pairs({"pairs": [pair], "offsets": {"a": 0, "b": 5}}, 10)
 
 
-def _finished_run(tmp_path):
-    """A finished run of :func:`_named_job` written by hand: teamB's class centres copy teamA's of the same person
-    (by the hand renumbering), plus noise; the others point elsewhere."""
-    import paddle
-
-    from mtl.job import build_job
-
-    cfg = _named_job(tmp_path, out="finished")
-    job = build_job(cfg, announce_plan=False)
-    a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
-    rng = np.random.default_rng(0)
-    centres = {"teamA": rng.standard_normal((len(a), 8)), "teamB": rng.standard_normal((len(b), 8))}
-    for x, y in SAME:
-        centres["teamB"][b[y]] = centres["teamA"][a[x]] + 0.05 * rng.standard_normal(8)
-    ckpt = tmp_path / "finished" / "checkpoints" / "step_1"
-    os.makedirs(ckpt / "heads")
-    (tmp_path / "finished" / "job.json").write_text(json.dumps(cfg, default=str))
-    (ckpt / "state.json").write_text(json.dumps({"step": 1}))
-    paddle.save(job.backbone.state_dict(), str(ckpt / "backbone.pdparams"))
-    for task, weight in centres.items():
-        paddle.save({"weight": paddle.to_tensor(weight.astype(np.float32))},
-                    str(ckpt / "heads" / f"{task}.shard0of1.pdparams"))
-    return str(tmp_path / "finished")
-
-
 def test_mtl_overlap_gives_names_and_the_datasets_labels_and_its_json_masks_those_people(tmp_path, capsys):
     from mtl.commands.overlap import report
 
-    run, out = _finished_run(tmp_path), str(tmp_path / "overlap.json")
+    run, out = finished_run(tmp_path), str(tmp_path / "overlap.json")
     report(run, centres=True, threshold=0.9, json_path=out)
     printed = capsys.readouterr().out
     found = json.load(open(out))
@@ -243,7 +173,7 @@ def test_mtl_overlap_gives_names_and_the_datasets_labels_and_its_json_masks_thos
 def test_the_online_rules_same_person_json_names_the_people(tmp_path):
     from mtl.heads.cross_negatives import CrossNegatives
 
-    cfg = _named_job(tmp_path)
+    cfg = named_job(tmp_path)
     from mtl.job import build_job
 
     job = build_job(cfg, announce_plan=False)
@@ -272,7 +202,7 @@ def test_mtl_overlap_ends_with_the_next_command_and_that_command_masks_the_pairs
     from mtl.config.loading import load_job
     from mtl.job import build_job
 
-    run, out = _finished_run(tmp_path), str(tmp_path / "overlap.json")
+    run, out = finished_run(tmp_path), str(tmp_path / "overlap.json")
     report(run, centres=True, threshold=0.9)
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("next: write them with --json PAIRS.json; "
                                                                         "then train the heads masked")
