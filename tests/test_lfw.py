@@ -1,6 +1,7 @@
 """LFW in the toolkit (issue 52): its protocol files, the folder-per-person reader that keeps a chosen set of people,
 and LFW's verification protocol, against direct computations on the vendored subset (examples/data/lfw_subset)."""
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -262,3 +263,19 @@ def test_mtl_eval_lfw_refuses_wrong_options(subset_run, tmp_path):
         evaluate_lfw(str(subset_run), SUBSET, 2, 11)
     with pytest.raises(DataError, match=r"pairs file '.*pairsDevTrain\.txt' does not exist"):
         evaluate_lfw(str(subset_run), str(tmp_path), 1)
+
+
+def test_mean_face_registration_recovers_a_known_crop():
+    """tools/register_mean_faces.py: a pattern shrunk into a box of a larger image is found at that box."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from PIL import Image
+    from register_mean_faces import best_boxes
+
+    rng = np.random.default_rng(0)
+    fixed = np.asarray(Image.fromarray(rng.uniform(0, 255, (8, 8)).astype(np.float32)).resize((64, 64),
+                                                                                              Image.BICUBIC))
+    moving = np.full((64, 64), float(fixed.mean()))
+    inner = np.asarray(Image.fromarray(fixed.astype(np.float32)).resize((48, 48), Image.BILINEAR))
+    moving[6:54, 10:58] = inner  # the fixed image, shrunk into the box left 10, top 6, side 48
+    score, side, left, top = best_boxes(moving, fixed, smallest=40, step=2, compare=32)[0]
+    assert (side, left, top) == (48, 10, 6) and score > 0.95
