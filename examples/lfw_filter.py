@@ -84,6 +84,28 @@ def write_list(path, reader):
         f.writelines(f"{image}\t{int(label)}\n" for image, label in zip(reader.sample_files(), reader.labels()))
 
 
+def lfw_repeat(tasks, lfw_images_count, outside_images_count) -> int:
+    """How many times the merged list holds each LFW image so that LFW's share of it is about its share of the
+    separate heads' batch (``ratio``): round(ratio_lfw / ratio_outside * outside images / LFW images), at least 1."""
+    ratio = float(tasks[LFW].get("ratio", 1.0)) / float(tasks[OUTSIDE].get("ratio", 1.0))
+    return max(1, int(round(ratio * outside_images_count / max(lfw_images_count, 1))))
+
+
+def balance(list_path, out_path, lfw_images, repeat):
+    """``out_path``: the merged label list with each LFW line (an image under ``lfw_images``) ``repeat`` times, so
+    that the merged head's batches mix the datasets as the separate heads' do (the arms then differ in their heads,
+    not in what they read)."""
+    folder = os.path.dirname(os.path.abspath(list_path))
+    root = os.path.abspath(lfw_images) + os.sep
+    with open(list_path) as f, open(out_path, "w") as out:
+        for line in f:
+            if not line.strip() or line.startswith("#"):
+                out.write(line)
+                continue
+            image = os.path.abspath(os.path.join(folder, line.rsplit("\t", 1)[0]))
+            out.write(line * (repeat if image.startswith(root) else 1))
+
+
 def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, percentile=5.0, per_class=20,
                threshold=None):
     """The filter of one split (module docstring); returns the decision."""
@@ -125,9 +147,12 @@ def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, 
     write_list(os.path.join(merged, "lfw.txt"), training)
     write_list(os.path.join(merged, "glint.txt"), kept)
     sources = [f"{LFW}={os.path.join(merged, 'lfw.txt')}", f"{OUTSIDE}={os.path.join(merged, 'glint.txt')}"]
+    repeat = lfw_repeat(tasks, len(training), len(kept))
     for name, pairs_path in (("naive", None), ("dedup", os.path.join(out, "pairs.json"))):
         shutil.rmtree(os.path.join(merged, name), ignore_errors=True)  # a filter run again writes them anew
         merge(os.path.join(merged, name, "train"), sources, pairs_path)
+        balance(os.path.join(merged, name, "train.txt"), os.path.join(merged, name, "balanced.txt"), lfw_images,
+                repeat)
     print(f"filter {split.name}: {len(decision.removed)} outside classes removed as test people, "
           f"{len(decision.pairs)} outside-LFW and {len(decision.within[OUTSIDE])} within-outside same-person pairs "
           f"({decision.how})", flush=True)

@@ -75,8 +75,8 @@ class Report:
         return {"split": unit.split, "lfw_dir": self.lfw_dir, "lfw_images": self.lfw_images,
                 "outside_images": self.outside_images, "kept": os.path.join(where, "kept.txt"),
                 "pairs": os.path.join(where, "pairs.json"),
-                "merged": os.path.join(where, "merged", "dedup", "train.txt"),
-                "naive": os.path.join(where, "merged", "naive", "train.txt")}
+                "merged": os.path.join(where, "merged", "dedup", "balanced.txt"),
+                "naive": os.path.join(where, "merged", "naive", "balanced.txt")}
 
     def job(self, arm, unit):
         """The job config of ``arm`` on ``unit``."""

@@ -205,3 +205,24 @@ def test_the_filter_with_an_independent_matcher_finds_the_planted_copies(tmp_pat
                                                                        ("9002", copies["9002"])}
     assert [(p["name_a"], p["name_b"]) for p in decision.pairs] == [("9003", copies["9003"])]
     assert len(matcher.asked) == sum(len(r) for r in readers.values())  # every image once (people here have <= 20)
+
+
+def test_the_merged_lists_mix_the_datasets_as_the_separate_heads_batches_do(tmp_path):
+    """lfw_filter.balance repeats each LFW line so that LFW's share of the merged list is its ratio's share."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from lfw_filter import balance, lfw_repeat
+
+    lfw_root, other = tmp_path / "lfw" / "images", tmp_path / "glint"
+    listing = tmp_path / "merged" / "train.txt"
+    os.makedirs(listing.parent)
+    lines = [f"../lfw/images/P{i}/P{i}_0001.jpg\t{i}\n" for i in range(30)]
+    lines += [f"../glint/{c}/{j:04d}.jpg\t{30 + c}\n" for c in range(2) for j in range(20)]
+    listing.write_text("# merged\n" + "".join(lines))
+    tasks = {"lfw": {"ratio": 0.75}, "glint": {"ratio": 0.25}}
+    repeat = lfw_repeat(tasks, 30, 40)
+    assert repeat == round(3 * 40 / 30) == 4
+    balance(str(listing), str(tmp_path / "merged" / "balanced.txt"), str(lfw_root), repeat)
+    out = (tmp_path / "merged" / "balanced.txt").read_text().splitlines()
+    assert out[0] == "# merged" and len([x for x in out if "lfw/images" in x]) == 120
+    assert sorted(x for x in out[1:] if "glint" in x) == sorted(x.rstrip("\n") for x in lines[30:])
+    assert lfw_repeat(tasks, 100, 10) == 1 and str(other)  # never fewer than once
