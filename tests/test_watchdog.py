@@ -309,6 +309,23 @@ def test_a_reader_that_blocks_forever_on_one_rank_stops_every_rank(tmp_path):
 
 
 @pytest.mark.distributed
+def test_a_rank_that_evaluates_longer_than_the_timeout_is_waited_for(tmp_path):
+    """Rank 0 evaluates 8 s longer than rank 1 (as it does with the verification sets it alone evaluates): rank 1
+    waits for it in its next step, past its own 3 s, but rank 0 runs within its own limit (an evaluation's): the job
+    finishes. (Rank 1 used to stop the job, saying that rank 0's step made no progress within 1800 s.)"""
+    config, out = tmp_path / "run.yaml", tmp_path / "run"
+    cfg = job(out, steps=6)
+    cfg["plugins"] = [os.path.join(ROOT, "tests", "dist_scripts", "slow_ranks")]
+    cfg["tasks"][0].update(head={"type": "slow_eval_softmax", "delay": 8.0}, eval={"enabled": True})
+    cfg["eval"] = {"every": 2}
+    config.write_text(yaml.safe_dump(cfg))
+    proc = launch(str(config), tmp_path / "logs")
+    console = finish(proc, 120)
+    assert proc.returncode == 0 and not errors(console), console
+    assert [r["step"] for r in records(out)] == list(range(1, 7))
+
+
+@pytest.mark.distributed
 @pytest.mark.parametrize("killed", ["mtl launch", "its launcher"])
 def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path, killed):
     """SIGKILL of ``mtl launch`` (its launcher gets SIGTERM and passes it on) or of the launcher itself (each rank

@@ -1,7 +1,9 @@
 """Evaluation of every task on its evaluation split: embeddings from the backbone, metrics from the head.
 
 Every rank embeds the whole evaluation split (it is small) so that model-parallel heads can score it with their own
-collectives; the head's ``evaluate(features, labels)`` returns a dict of floats.
+collectives; the head's ``evaluate(features, labels)`` returns a dict of floats. The ranks leave each task's
+evaluation together (:func:`mtl.parallel.distributed.wait_for_all`: no collective, so rank 0's verification sets may
+take longer than gloo's 30 s, and the ranks done early wait inside the evaluation, not in their next step).
 """
 import os
 
@@ -87,6 +89,8 @@ class Evaluator:
                 metrics.update(evaluate_sets(self.job.model.embedder(task.name), self.sets(task), batch_size,
                                              self.job.backbone.input_fields()[0].name, roc, f"{task.name}: ROC"))
             results[task.name] = metrics
+            # every rank leaves the task together, however long rank 0 takes with its sets (gloo's 30 s, the watchdog)
+            distributed.wait_for_all(f"the wait for every rank at the end of task '{task.name}''s evaluation")
         return results
 
     def _evaluate_split(self, task, batch_size):

@@ -3,8 +3,10 @@
 Every helper here works identically whether or not the job runs under ``python -m paddle.distributed.launch``; at
 world size 1 nothing communicates.
 """
+import itertools
 import math
 import os
+import time
 
 import paddle
 import paddle.distributed as dist
@@ -70,6 +72,27 @@ def barrier():
     if is_distributed():
         with activity.collective("a barrier"):
             dist.barrier()
+
+
+_WAITS = itertools.count()  # the waits so far, the same on every rank (the ranks wait in the same order)
+WAIT_POLL = (0.01, 0.5)  # seconds between two looks at the count: the first, and at most
+
+
+def wait_for_all(name: str):
+    """Wait until every rank gets here, through the job's key-value store (a count, polled) rather than a collective:
+    gloo gives up on a collective after 30 s (fixed in Paddle 3.3), so the ranks done early wait here for one that
+    has more to do (rank 0 evaluating the verification sets it alone evaluates, writing the larger part of a
+    checkpoint). To the watchdog it is a collective called ``name``. A no-op at world 1."""
+    if not is_distributed():
+        return
+    from paddle.base import core
+
+    store, key, pause = core.create_or_get_global_tcp_store(), f"mtl/wait/{next(_WAITS)}", WAIT_POLL[0]
+    with activity.collective(name):
+        store.add(key, 1)
+        while store.add(key, 0) < world_size():
+            time.sleep(pause)
+            pause = min(WAIT_POLL[1], pause * 1.5)
 
 
 def lowest_rank_text(text, limit: int = 4096):
