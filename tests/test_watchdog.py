@@ -326,6 +326,30 @@ def test_a_rank_that_evaluates_longer_than_the_timeout_is_waited_for(tmp_path):
 
 
 @pytest.mark.distributed
+def test_a_rank_done_with_its_checkpoint_files_waits_for_the_others_outside_any_collective(tmp_path):
+    """Rank 1 writes its checkpoint files 5 s after rank 0: rank 0 waits for it in the job's key-value store, not in a
+    gloo collective, which gives up after 30 s whatever the watchdog allows (a CPU job stopped when one rank's part
+    of a checkpoint took 30 s longer). Where rank 0 waits is read from its threads' stacks (faulthandler)."""
+    cfg = job(tmp_path / "run", steps=6)
+    cfg["plugins"] = [os.path.join(ROOT, "tests", "dist_scripts", "slow_ranks")]
+    cfg["tasks"][0]["head"] = {"type": "slow_save_arcface", "delay": 5.0}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    proc = launch(str(config), tmp_path / "logs")
+    progress, end = tmp_path / "run" / "logs" / "progress.rank0.json", time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < end:
+        now = blame.read_record(str(progress), json.loads(progress.read_text())["run"]) if progress.exists() else None
+        if now and now["long"] == "saving checkpoint step_5" and now["waiting"]:
+            break
+        time.sleep(0.1)
+    os.kill(rank_pid(proc, 0), signal.SIGUSR1)
+    console = finish(proc, 120)
+    assert proc.returncode == 0, console
+    stacks = (tmp_path / "logs" / "workerlog.0").read_text()
+    assert "in wait_for_all" in stacks and "in lowest_rank_text" not in stacks, stacks
+
+
+@pytest.mark.distributed
 @pytest.mark.parametrize("killed", ["mtl launch", "its launcher"])
 def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path, killed):
     """SIGKILL of ``mtl launch`` (its launcher gets SIGTERM and passes it on) or of the launcher itself (each rank

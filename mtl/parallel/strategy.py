@@ -152,6 +152,11 @@ class ParallelStrategy:
         """Wait until every rank gets here (checkpoint writing and clearing a run folder)."""
         distributed.barrier()
 
+    def wait_for_all(self, name: str):
+        """Wait until every rank gets here however long one takes (no collective: gloo's 30 s do not apply), before
+        a collective that follows work some ranks finish long before the others (:func:`distributed.wait_for_all`)."""
+        distributed.wait_for_all(name)
+
     def agree_on_error(self, text: Optional[str]) -> Optional[str]:
         """The first error text any rank met (the lowest rank's), or None, equal on every rank: every rank then stops
         together instead of leaving the others waiting in the next collective."""

@@ -175,8 +175,10 @@ def save(output_dir, step, model, optimizer, schedule, strategy, averager=None, 
 
 
 def _agree(strategy, problem):
-    """Any rank's problem (``rank k could not write ...``), the lowest rank's, on every rank."""
+    """Any rank's problem (``rank k could not write ...``), the lowest rank's, on every rank; the ranks done first
+    wait for the others without a collective (rank 0 writes and hashes more: gloo would give up after 30 s)."""
     with activity.collective("the agreement of the ranks on the checkpoint's files"):
+        strategy.wait_for_all("the wait for every rank's checkpoint files")
         return strategy.agree_on_error(f"rank {strategy.rank} {problem}" if problem and strategy.world > 1 else
                                        problem)
 
