@@ -92,34 +92,36 @@ def as_json(figures, variants_tried):
                             if (d := paired(figures, a, b)) is not None}}
 
 
-def table(figures) -> str:
-    """The arms' accuracy (mean ± standard error), AUC and TAR at FAR 1e-2, one row each, as markdown."""
+ARM_WORDS = {"lfw_alone": "LFW's training people alone", "separate": "a head per dataset",
+             "naive": "one head, datasets merged as they are", "dedup": "one head, de-duplicated by the tool",
+             "cross": "the recipe: heads that see each other"}
+
+
+def table(data) -> str:
+    """The arms' accuracy (mean ± standard error), AUC and TAR at FAR 1e-2, one row each, as markdown, from the
+    report's JSON (:func:`as_json`): what report.md, the README and docs/lfw.md show."""
     from tabulate import tabulate
 
-    from mtl.evaluation.lfw import summary
-
     rows = []
-    for arm, found in figures["arms"].items():
-        acc = summary([r[ACCURACY] for r in found.values()])
-        se = "" if np.isnan(acc["se"]) else f" ± {acc['se']:.4f}"
-        rows.append([arm, len(found), f"{acc['mean']:.4f}{se}", f"{np.mean([r[AUC] for r in found.values()]):.4f}",
-                     f"{np.mean([r[TAR] for r in found.values()]):.4f}",
-                     " ".join(f"{r[ACCURACY]:.3f}" for r in found.values())])
-    unit = "sets" if figures["view"] == 2 else "seeds"
-    return tabulate(rows, headers=["arm", unit, "accuracy (mean ± s.e.)", "AUC", "TAR@FAR=1e-2", f"per {unit[:-1]}"],
+    for arm, found in data["arms"].items():
+        se = "" if np.isnan(found["se"]) else f" ± {found['se']:.4f}"
+        rows.append([f"`{arm}`: {ARM_WORDS.get(arm, arm)}", f"{found['mean']:.4f}{se}",
+                     f"{np.mean(found['auc']):.4f}", f"{np.mean(found[TAR]):.4f}",
+                     " ".join(f"{a:.3f}" for a in found["accuracy"])])
+    unit = "set" if data["view"] == 2 else "seed"
+    return tabulate(rows, headers=["arm", "accuracy (mean ± s.e.)", "AUC", "TAR at FAR 1e-2", f"per {unit}"],
                     tablefmt="github", disable_numparse=True)
 
 
-def differences(figures) -> str:
-    """Paired differences of accuracy between arms, over the units both have."""
+def differences(data) -> str:
+    """Paired differences of accuracy between arms over the units both have, from the report's JSON."""
+    unit = "sets" if data["view"] == 2 else "seeds"
     lines = []
-    for a, b in COMPARED:
-        d = paired(figures, a, b)
-        if d is not None:
-            mean, se, common = d
-            told = "" if np.isnan(se) else f" ± {se:.4f} ({mean / se:+.1f} s.e.)" if se > 0 else f" ± {se:.4f}"
-            unit = "sets" if figures["view"] == 2 else "seeds"
-            lines.append(f"- {a} - {b}: {mean:+.4f}{told} over {len(common)} {unit}")
+    for name, d in data["differences"].items():
+        se = d["se"]
+        told = "" if se is None or np.isnan(se) else f" ± {se:.4f}" + (f" ({d['mean'] / se:+.1f} s.e.)" if se > 0
+                                                                        else "")
+        lines.append(f"- {name.replace('-', ' - ')}: {d['mean']:+.4f}{told} over {len(d['units'])} {unit}")
     return "\n".join(lines)
 
 
@@ -164,7 +166,8 @@ def plot_roc(figures, lfw_dir, path):
 
 def markdown(figures, report) -> str:
     """``report.md``: the table, the paired differences, what the filter removed and the same-person pairs."""
-    lines = [f"# LFW view {figures['view']}", "", table(figures), "", differences(figures), ""]
+    data = as_json(figures, report.args.variants_tried)
+    lines = [f"# LFW view {figures['view']}", "", table(data), "", differences(data), ""]
     for unit, removed in figures["removed"].items():
         shown = ", ".join(f"{r['class']} as {r['person']} ({r['similarity']:.3f})" for r in removed) or "none"
         pairs = ", ".join(f"{p['name_a']} = {p['name_b']} ({p['similarity']:.3f})" for p in figures["pairs"][unit])
@@ -175,10 +178,19 @@ def markdown(figures, report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_rocs(figures, out):
+    """Each arm's mean ROC in LFW's format: ``roc_<arm>.txt`` under ``out``."""
+    from mtl.evaluation.lfw import write_roc
+
+    for arm, rows in figures["arms"].items():
+        write_roc(os.path.join(out, f"roc_{arm}.txt"), *mean_roc(rows))
+
+
 def write_outputs(report, figures):
-    """``report.md``, ``roc.png`` and (``--json``) the JSON; prints the table."""
+    """``report.md``, ``roc.png``, each arm's ``roc_<arm>.txt`` and (``--json``) the JSON; prints the table."""
     out = report.args.out
     os.makedirs(out, exist_ok=True)
+    write_rocs(figures, out)
     text = markdown(figures, report)
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(text)

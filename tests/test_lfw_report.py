@@ -226,3 +226,17 @@ def test_the_merged_lists_mix_the_datasets_as_the_separate_heads_batches_do(tmp_
     assert out[0] == "# merged" and len([x for x in out if "lfw/images" in x]) == 120
     assert sorted(x for x in out[1:] if "glint" in x) == sorted(x.rstrip("\n") for x in lines[30:])
     assert lfw_repeat(tasks, 100, 10) == 1  # never fewer than once
+
+
+def test_the_table_reads_the_reports_json():
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from lfw_tables import section
+
+    data = {"view": 2, "arms": {"lfw_alone": {"accuracy": [0.9, 0.8], "mean": 0.85, "se": 0.05, "auc": [0.95, 0.93],
+                                              "tar_far_1e-2": [0.5, 0.4]}},
+            "differences": {"cross-lfw_alone": {"mean": 0.01, "se": 0.004, "units": ["set1", "set2"]}}}
+    text = section(data)
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [["`lfw_alone`: LFW's training people alone", "0.8500 ± 0.0500", "0.9400", "0.4500",
+                     "0.900 0.800"]]
+    assert "- cross - lfw_alone: +0.0100 ± 0.0040 (+2.5 s.e.) over 2 sets" in text
