@@ -116,6 +116,42 @@ def test_retry_trains_on_and_equals_an_uninterrupted_run(tmp_path, monkeypatch, 
     assert records(tmp_path / "run") == records(uninterrupted)  # a failed save changed nothing of the training
 
 
+@pytest.mark.parametrize("what", ["metrics.jsonl", "rank0.log"])
+def test_a_record_or_log_line_that_cannot_be_written_stops_the_job_at_the_next_step(tmp_path, monkeypatch, what,
+                                                                                       uninterrupted):
+    """Step 7's record (or its log line) meets a full disk: the job stops in step 8 with one sentence naming the
+    file, before training on (no checkpoint of step 10); the records before it are intact."""
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    real_append, real_emit = reporting.append_line, reporting.RankLogHandler.emit
+
+    def append_line(path, text):
+        if path.endswith("metrics.jsonl") and '"step": 7,' in text and "lr" in text:
+            return reporting.write_problem(path, full)
+        return real_append(path, text)
+
+    def emit(handler, record):
+        if '"step": 7,' in record.getMessage():
+            try:  # as logging.StreamHandler.emit meets a failed write
+                raise full
+            except OSError:
+                handler.handleError(record)
+            return
+        real_emit(handler, record)
+    if what == "metrics.jsonl":
+        monkeypatch.setattr(reporting, "append_line", append_line)
+    else:
+        monkeypatch.setattr(reporting.RankLogHandler, "emit", emit)
+    with pytest.raises(DiskError) as info:
+        train_here(write(tmp_path, "run"))
+    out = tmp_path / "run"
+    path = out / "metrics.jsonl" if what == "metrics.jsonl" else out / "logs" / "rank0.log"
+    record = "the record of step 7 was not written: " if what == "metrics.jsonl" else ""
+    assert str(info.value) == f"{record}could not write '{path}': No space left on device (ENOSPC); the job stops"
+    assert steps_saved(out) == ["step_5"]  # stopped in step 8, not at the end of the run
+    kept = 6 if what == "metrics.jsonl" else 7
+    assert records(out) == records(uninterrupted)[:kept] and not (out / "summary.json").exists()
+
+
 # ---- a real small filesystem ------------------------------------------------------------------------------------
 @pytest.fixture
 def disk(tmp_path):
