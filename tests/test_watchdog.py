@@ -156,6 +156,15 @@ def records(out):
         return [r for r in map(json.loads, f) if "lr" in r]
 
 
+def equal_records(full, cut):
+    """Every step's record of the cut run, the same bit for bit as the uninterrupted run's (but the speed)."""
+    assert [r["step"] for r in cut] == list(range(1, STEPS + 1))
+    for a, b in zip(full, cut):
+        assert {k: v for k, v in a.items() if k != "samples_per_s"} == \
+               {k: v for k, v in b.items() if k != "samples_per_s"}, a["step"]
+    return True
+
+
 def errors(text):
     return [line for line in text.splitlines() if line.startswith("error")]
 
@@ -276,15 +285,12 @@ def test_a_stopped_rank_is_named_and_resume_equals_an_uninterrupted_run(two_proc
     assert f"process {stopped}) stopped answering" in (out / "logs" / "rank1.log").read_text()  # in its own log too
     resumed = launch(config, tmp_path / "logs_resume", "--resume")
     assert resumed.wait(timeout=240) == 0, resumed.communicate()[0]
-    full, cut = records(two_process["watchdog_full"]), records(out)
-    assert [r["step"] for r in cut] == list(range(1, STEPS + 1))
-    for a, b in zip(full, cut):  # bit for bit
-        assert {k: v for k, v in a.items() if k != "samples_per_s"} == \
-               {k: v for k, v in b.items() if k != "samples_per_s"}, a["step"]
+    assert equal_records(records(two_process["watchdog_full"]), records(out))
 
 
 @pytest.mark.distributed
-def test_a_reader_that_blocks_forever_on_one_rank_stops_every_rank(tmp_path):
+@pytest.mark.two_process_runs("watchdog_full")
+def test_a_reader_that_blocks_forever_on_one_rank_stops_every_rank(two_process, tmp_path):
     block = tmp_path / "block"
     block.write_text("")
     index, step = blocked_sample(2, 1)
@@ -306,6 +312,10 @@ def test_a_reader_that_blocks_forever_on_one_rank_stops_every_rank(tmp_path):
         log = (tmp_path / "logs" / f"workerlog.{rank}").read_text()
         assert all(re.fullmatch(rf"error \(rank {rank}\): " + expected, line) for line in errors(log)), log
     assert errors((tmp_path / "logs" / "workerlog.1").read_text())  # the stuck rank's own watchdog said it
+    block.unlink()  # the filesystem is back: --resume reads on, and equals an uninterrupted run
+    resumed = launch(config, tmp_path / "logs_resume", "--resume")
+    assert resumed.wait(timeout=240) == 0, resumed.communicate()[0]
+    assert equal_records(records(two_process["watchdog_full"]), records(out))
 
 
 @pytest.mark.distributed
