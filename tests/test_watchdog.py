@@ -51,8 +51,8 @@ def test_blame_names_the_process_that_does_not_run_or_is_stuck_in_its_own_work()
     assert blame.blame(waiting, moved, own_rank=0) == (None, None)  # every process waits: nobody to name
     text = blame.sentence(1, "stuck", {**moved, 1: reading}, 3, blame.resume_words("runs/x/checkpoints/step_5"))
     assert text == ("rank 1 (host node7, process 4001) stopped answering in step 7 while reading data: its step made "
-                    "no progress within 3 s (watchdog.timeout); every process of the job stops. The last checkpoint "
-                    "is 'runs/x/checkpoints/step_5': continue with --resume.")
+                    "no progress within 3 s (watchdog.timeout); every process of the job stops; the last checkpoint "
+                    "is 'runs/x/checkpoints/step_5' (continue with --resume)")
     # gloo's own 30 s ran out first (a collective's error): the words do not claim the watchdog's timeout passed
     outwaited = blame.sentence(1, "outwaited", {**moved, 1: reading}, 3, "")
     assert "reading data: the collective the others waited in gave up first (gloo waits 30 s at most" in outwaited
@@ -64,7 +64,7 @@ def test_a_frozen_process_is_placed_in_the_step_of_the_ranks_that_wait_for_it():
     text = blame.sentence(1, "frozen", records, 2, blame.resume_words(None))
     assert text.startswith("rank 1 (host node7, process 4001) stopped answering in step 21: the other ranks wait for "
                            "it in the per-step agreement of the ranks (an all-reduce), and its process "), text
-    assert text.endswith("every process of the job stops. No checkpoint was written yet.")
+    assert text.endswith("every process of the job stops; no checkpoint was written yet")
 
 
 def test_the_step_timeout_is_a_multiple_of_the_slowest_step_with_a_floor_and_a_ceiling():
@@ -188,8 +188,8 @@ def test_a_reader_that_blocks_forever_stops_one_process_naming_its_file(tmp_path
     assert len(lines) == 1 and re.fullmatch(
         rf"error: the training process \(host \S+, process \d+\) stopped in step {step} while reading data \(task "
         rf"'faces', reader 'blocking_synthetic', sample {index}, file /data/faces/{index:04d}.png\): its step made "
-        rf"no progress within 3 s \(watchdog.timeout\); it stops. The last checkpoint is "
-        rf"'{re.escape(str(out / 'checkpoints' / f'step_{saved}'))}': continue with --resume.", lines[0]), proc.stderr
+        rf"no progress within 3 s \(watchdog.timeout\); it stops; the last checkpoint is "
+        rf"'{re.escape(str(out / 'checkpoints' / f'step_{saved}'))}' \(continue with --resume\)", lines[0]), proc.stderr
     assert saved == (step - 1) // 5 * 5 and not (out / ".run.lock").exists()  # the hold is given back
 
 
@@ -280,7 +280,7 @@ def test_a_stopped_rank_is_named_and_resume_equals_an_uninterrupted_run(two_proc
     assert len(lines) == 1 and re.fullmatch(
         rf"error \(rank 0\): rank 1 \(host \S+, process {stopped}\) stopped answering in step \d+( \(last seen .*\))?: "
         r"the other ranks wait for it in .*, and its process is stopped \(by SIGSTOP, a debugger or job control\); "
-        r"every process of the job stops. The last checkpoint is '.*step_\d+': continue with --resume.",
+        r"every process of the job stops; the last checkpoint is '.*step_\d+' \(continue with --resume\)",
         lines[0]), console
     assert f"process {stopped}) stopped answering" in (out / "logs" / "rank1.log").read_text()  # in its own log too
     resumed = launch(config, tmp_path / "logs_resume", "--resume")
@@ -304,8 +304,8 @@ def test_a_reader_that_blocks_forever_on_one_rank_stops_every_rank(two_process, 
     assert time.monotonic() - began < TIMEOUT + 60  # start-up included
     expected = (rf"rank 1 \(host \S+, process \d+\) stopped answering in step {step} while reading data \(task "
                 rf"'faces', reader 'blocking_synthetic', sample {index}, file /data/faces/{index:04d}.png\): its step "
-                rf"made no progress within 3 s \(watchdog.timeout\); every process of the job stops. The last "
-                rf"checkpoint is '.*step_{(step - 1) // 5 * 5}': continue with --resume.")
+                rf"made no progress within 3 s \(watchdog.timeout\); every process of the job stops; the last "
+                rf"checkpoint is '.*step_{(step - 1) // 5 * 5}' \(continue with --resume\)")
     lines = errors(console)
     assert len(lines) == 1 and re.fullmatch(r"error \(rank [01]\): " + expected, lines[0]), console
     for rank in (0, 1):  # a rank that said anything before the launcher stopped it said the same

@@ -152,17 +152,17 @@ def sentence(culprit, how, records, world, resume) -> str:
     if culprit is None:
         waits = "; ".join(f"rank {k} {where(r)}" for k, r in sorted(records.items()) if r)
         return (f"no process of the job made progress and every one waits for the others ({waits}): they issued "
-                f"different collectives, a bug (the logs say more); every process stops. {resume}")
+                f"different collectives, a bug (the logs say more); every process stops; {resume}")
     record = records[culprit]
     if how == "absent":
-        return f"rank {culprit} stopped answering: {_why(record, how)}; every process of the job stops. {resume}"
+        return f"rank {culprit} stopped answering: {_why(record, how)}; every process of the job stops; {resume}"
     if how == "frozen":
         return _frozen_sentence(culprit, records, resume)
     if world == 1:
         return (f"the training process (host {record['host']}, process {record['pid']}) stopped {where(record)}: "
-                f"{_why(record, how)}; it stops. {resume}")
+                f"{_why(record, how)}; it stops; {resume}")
     return (f"rank {culprit} (host {record['host']}, process {record['pid']}) stopped answering {where(record)}: "
-            f"{_why(record, how)}; every process of the job stops. {resume}")
+            f"{_why(record, how)}; every process of the job stops; {resume}")
 
 
 def _frozen_sentence(culprit, records, resume) -> str:
@@ -175,11 +175,12 @@ def _frozen_sentence(culprit, records, resume) -> str:
     seen = f" (last seen {record['phase']})" if record["step"] == step else ""
     waits = f"the other ranks wait for it in {waiting[0]['phase']}, and " if waiting else ""
     return (f"rank {culprit} (host {record['host']}, process {record['pid']}) stopped answering in step {step}{seen}: "
-            f"{waits}{_why(record, 'frozen')}; every process of the job stops. {resume}")
+            f"{waits}{_why(record, 'frozen')}; every process of the job stops; {resume}")
 
 
 def resume_words(checkpoint) -> str:
-    """The end of the sentence: the checkpoint ``--resume`` continues from, or that there is none yet."""
+    """The end of the sentence (after a semicolon: the error stays one sentence): the checkpoint ``--resume``
+    continues from, or that there is none yet."""
     if checkpoint:
-        return f"The last checkpoint is '{checkpoint}': continue with --resume."
-    return "No checkpoint was written yet."
+        return f"the last checkpoint is '{checkpoint}' (continue with --resume)"
+    return "no checkpoint was written yet"
