@@ -6,6 +6,8 @@ world size 1 nothing communicates.
 import itertools
 import math
 import os
+import signal
+import threading
 import time
 
 import paddle
@@ -76,23 +78,42 @@ def barrier():
 
 _WAITS = itertools.count()  # the waits so far, the same on every rank (the ranks wait in the same order)
 WAIT_POLL = (0.01, 0.5)  # seconds between two looks at the count: the first, and at most
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def wait_for_all(name: str):
     """Wait until every rank gets here, through the job's key-value store (a count, polled) rather than a collective:
     gloo gives up on a collective after 30 s (fixed in Paddle 3.3), so the ranks done early wait here for one that
     has more to do (rank 0 evaluating the verification sets it alone evaluates, writing the larger part of a
-    checkpoint). To the watchdog it is a collective called ``name``. A no-op at world 1."""
+    checkpoint). To the watchdog it is a collective called ``name``. A no-op at world 1.
+
+    The store is asked from a thread of its own that blocks SIGTERM and SIGINT: Paddle's store client does not retry
+    a socket read a signal interrupts (a pre-emption during the wait raised 'TCP receive error ... Interrupted
+    system call'); this thread waits, and a stop request is handled as in any collective."""
     if not is_distributed():
         return
     from paddle.base import core
 
-    store, key, pause = core.create_or_get_global_tcp_store(), f"mtl/wait/{next(_WAITS)}", WAIT_POLL[0]
+    store, key, world, done, failed = core.create_or_get_global_tcp_store(), f"mtl/wait/{next(_WAITS)}", \
+        world_size(), threading.Event(), []
+
+    def count():
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pause = WAIT_POLL[0]
+            store.add(key, 1)
+            while store.add(key, 0) < world:
+                time.sleep(pause)
+                pause = min(WAIT_POLL[1], pause * 1.5)
+        except Exception as exc:  # noqa: BLE001 - raised in the waiting thread
+            failed.append(exc)
+        finally:
+            done.set()
     with activity.collective(name):
-        store.add(key, 1)
-        while store.add(key, 0) < world_size():
-            time.sleep(pause)
-            pause = min(WAIT_POLL[1], pause * 1.5)
+        threading.Thread(target=count, name="mtl-wait-for-all", daemon=True).start()
+        done.wait()
+    if failed:
+        raise RuntimeError(f"lost contact with the job's key-value store in {name} ({str(failed[0]).splitlines()[0]})")
 
 
 def lowest_rank_text(text, limit: int = 4096):
