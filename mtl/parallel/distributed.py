@@ -78,7 +78,6 @@ def barrier():
 
 _WAITS = itertools.count()  # the waits so far, the same on every rank (the ranks wait in the same order)
 WAIT_POLL = (0.01, 0.5)  # seconds between two looks at the count: the first, and at most
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def wait_for_all(name: str):
@@ -87,9 +86,10 @@ def wait_for_all(name: str):
     has more to do (rank 0 evaluating the verification sets it alone evaluates, writing the larger part of a
     checkpoint). To the watchdog it is a collective called ``name``. A no-op at world 1.
 
-    The store is asked from a thread of its own that blocks SIGTERM and SIGINT: Paddle's store client does not retry
-    a socket read a signal interrupts (a pre-emption during the wait raised 'TCP receive error ... Interrupted
-    system call'); this thread waits, and a stop request is handled as in any collective."""
+    The store is asked from a thread of its own that blocks every signal: Paddle's store client does not retry a
+    socket read a signal interrupts (a pre-emption during the wait raised 'TCP receive error ... Interrupted system
+    call'; a loader worker's SIGCHLD can do the same); this thread waits, and a stop request is handled as in any
+    collective."""
     if not is_distributed():
         return
     from paddle.base import core
@@ -98,7 +98,7 @@ def wait_for_all(name: str):
         world_size(), threading.Event(), []
 
     def count():
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # (delivered to the other threads)
         try:
             pause = WAIT_POLL[0]
             store.add(key, 1)
