@@ -23,7 +23,7 @@ from mtl.readers.synthetic import SyntheticReader
 from mtl.train import blame, watchdog
 from tests import warm_python
 from tests.dist_scripts.stuck_readers.stuck_readers import BlockingReader
-from tests.dist_util import ROOT, _descendants, launcher_env
+from tests.dist_util import ROOT, _descendants, launcher_env, run_distributed
 from tests.references.steps import step_samples
 from tests.shared_runs import two_process_run
 
@@ -383,3 +383,12 @@ def test_the_ranks_do_not_outlive_a_killed_launcher(tmp_path, killed):
     assert not (out / ".run.lock").exists()  # a rerun is not refused: the folder is not held
     steps = [int(name.split("_")[1]) for name in os.listdir(out / "checkpoints")]
     assert steps and max(steps) >= 5  # they stopped as pre-empted ranks do: a checkpoint of their step
+
+
+@pytest.mark.distributed
+def test_a_rank_that_ends_right_after_a_wait_for_all_leaves_the_others_out_of_it_too():
+    """Rank 0 ends its process the moment its wait returns (the end of a job's last evaluation): rank 1, waiting
+    first, still comes out (it read the count from rank 0's store, which was gone: 'Connection reset by peer')."""
+    code, output = run_distributed(os.path.join(ROOT, "tests", "dist_scripts", "wait_for_all_exit.py"), 2,
+                                   timeout=120)
+    assert code == 0 and "rank 1 went on" in output, output[-5000:]

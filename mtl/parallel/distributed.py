@@ -89,7 +89,8 @@ def wait_for_all(name: str):
     The store is asked from a thread of its own that blocks every signal: Paddle's store client does not retry a
     socket read a signal interrupts (a pre-emption during the wait raised 'TCP receive error ... Interrupted system
     call'; a loader worker's SIGCHLD can do the same); this thread waits, and a stop request is handled as in any
-    collective."""
+    collective. A barrier follows, at once since every rank is there: the store lives in rank 0's process, and rank
+    0 must not go on (and end the job) while another rank still reads the count."""
     if not is_distributed():
         return
     from paddle.base import core
@@ -100,11 +101,10 @@ def wait_for_all(name: str):
     def count():
         signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())  # (delivered to the other threads)
         try:
-            pause = WAIT_POLL[0]
-            store.add(key, 1)
-            while store.add(key, 0) < world:
+            pause, seen = WAIT_POLL[0], store.add(key, 1)
+            while seen < world:
                 time.sleep(pause)
-                pause = min(WAIT_POLL[1], pause * 1.5)
+                pause, seen = min(WAIT_POLL[1], pause * 1.5), store.add(key, 0)
         except Exception as exc:  # noqa: BLE001 - raised in the waiting thread
             failed.append(exc)
         finally:
@@ -112,8 +112,10 @@ def wait_for_all(name: str):
     with activity.collective(name):
         threading.Thread(target=count, name="mtl-wait-for-all", daemon=True).start()
         done.wait()
-    if failed:
-        raise RuntimeError(f"lost contact with the job's key-value store in {name} ({str(failed[0]).splitlines()[0]})")
+        if failed:
+            raise RuntimeError(f"lost contact with the job's key-value store in {name} "
+                               f"({str(failed[0]).splitlines()[0]})")
+        dist.barrier()
 
 
 def lowest_rank_text(text, limit: int = 4096):
