@@ -17,6 +17,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
+from mtl.console import QUIET_ENV  # noqa: E402
 from tests import warm_python  # noqa: E402
 from tests.references.peers import LIVE_SKIP_REASON  # noqa: E402
 from tests.shared_runs import one_process, two_process  # noqa: E402,F401  (session fixtures)
@@ -73,6 +74,30 @@ if os.environ.get("MTL_TEST_DEVICE"):  # tools/gpu_check.py: the in-process test
     import paddle
 
     paddle.set_device(os.environ["MTL_TEST_DEVICE"])
+
+
+def _read_at_import():
+    """The test process's environment variables that decide how a process started from it behaves."""
+    return {k: v for k, v in os.environ.items() if k.startswith(warm_python.READ_AT_IMPORT + ("MTL_",))}
+
+
+@pytest.fixture(autouse=True)
+def environment_left_as_found():
+    """A test that leaves such a variable changed (a run in the test's own process that sets one) changes every later
+    test of its worker: their commands no longer fork from the warm Python, and their runs inherit it. The
+    variables are put back and the test fails, naming them. mtl's quiet glog levels (``mtl.console.QUIET_ENV``), which
+    an entry point called in the test's process sets, may stay: every command forked from the warm Python has them."""
+    before = _read_at_import()
+    yield
+    after = _read_at_import()
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)
+                     and not (k not in before and after[k] == QUIET_ENV.get(k)))
+    for key in changed:
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
+    assert not changed, f"the test left these environment variables changed: {', '.join(changed)}"
 
 
 @pytest.fixture

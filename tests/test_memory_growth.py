@@ -3,6 +3,7 @@ must not grow from one step to the next: they grew by about 3 KB a step, the ste
 summary and the plot (now read back from metrics.jsonl) and the tensors built from host arrays with Paddle 3.3's
 ``to_tensor``, which keeps about 100 bytes for good each time (now ``mtl.arrays.tensor_from``). The resident memory
 of a long run is bench/bench_soak.py's."""
+import gc
 import tracemalloc
 
 import numpy as np
@@ -25,6 +26,7 @@ class Snapshots(Trainer):
     def _after_step(self, step, result, loop):
         super()._after_step(step, result, loop)
         if step in MARKS:
+            gc.collect()  # garbage in reference cycles is not memory kept: how much waits for the collector varies
             Snapshots.taken[step] = tracemalloc.take_snapshot().filter_traces(
                 [tracemalloc.Filter(False, tracemalloc.__file__)])  # (not the snapshots themselves)
 
@@ -43,7 +45,7 @@ def test_a_training_step_keeps_no_python_memory(tmp_path):
            "head": {"type": "arcface", "scale": 8.0}, "eval": None}
     cfg = job_cfg(tmp_path, tasks=[arc], schedule={"steps": MARKS[-1] + 1, "batch_size": 8},
                   log={"every": 1, "progress": False, "plot": False}, checkpoint={"every": 0})
-    tracemalloc.start()
+    tracemalloc.start(8)
     try:
         Snapshots(build_job(cfg), console=lambda *a, **k: None).run()
     finally:

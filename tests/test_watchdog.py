@@ -78,12 +78,15 @@ def test_nccl_waits_longer_than_the_watchdog(monkeypatch):
     """``PADDLE_PG_TIMEOUT`` (what Paddle's process group reads, in ms) is set 60 s above the longest limit."""
     from paddle.distributed.parallel import ParallelEnv
 
-    monkeypatch.delenv("PADDLE_PG_TIMEOUT", raising=False)
+    monkeypatch.setenv("PADDLE_PG_TIMEOUT", "")  # recorded first, so that the test leaves the variable as it was
+    monkeypatch.delenv("PADDLE_PG_TIMEOUT")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     assert watchdog.set_collective_timeouts(SETTINGS) == "1860000"
     assert ParallelEnv().pg_timeout == (1800 + 60) * 1000
     monkeypatch.setenv("PADDLE_PG_TIMEOUT", "5000")  # the user's own value stays
     assert watchdog.set_collective_timeouts(SETTINGS) is None and os.environ["PADDLE_PG_TIMEOUT"] == "5000"
-    assert watchdog.set_collective_timeouts(dict(SETTINGS, timeout=0), {}) is None  # no watchdog: Paddle's own
+    assert watchdog.set_collective_timeouts(dict(SETTINGS, timeout=0), {"PADDLE_TRAINERS_NUM": "2"}) is None  # off
+    assert watchdog.set_collective_timeouts(SETTINGS, {}) is None  # one process: no process group
 
 
 def test_long_waits_never_count_as_a_step(monkeypatch):

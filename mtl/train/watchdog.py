@@ -36,9 +36,12 @@ _LAST = None  # the watchdog of this process's last run (what a collective's err
 
 def set_collective_timeouts(settings, environ=None):
     """Before the process group starts: NCCL's timeout (``PADDLE_PG_TIMEOUT``, milliseconds) above the watchdog's
-    longest limit, unless the environment already sets it or the watchdog is off; the value set, or None."""
+    longest limit, unless the environment already sets it, the watchdog is off or the job has one process (no process
+    group: nothing to set, and a run in a caller's process leaves its environment as it was); the value set, or
+    None."""
     environ = os.environ if environ is None else environ
-    if PG_TIMEOUT_ENV in environ or settings["timeout"] == 0:
+    single = int(environ.get("PADDLE_TRAINERS_NUM", "1") or 1) <= 1
+    if PG_TIMEOUT_ENV in environ or settings["timeout"] == 0 or single:
         return None
     longest = max(settings["long_timeout"], settings["timeout"] or 0.0) + COLLECTIVE_MARGIN
     environ[PG_TIMEOUT_ENV] = str(int(longest * 1000))
