@@ -85,6 +85,16 @@ class Activity:
                 self.step_since = time.monotonic()
             self.set(phase, detail)
 
+    def discount(self, seconds: float, before: float):
+        """The clocks started before ``before`` move on by ``seconds`` (at most to now): time in which this whole
+        process was frozen (stopped by SIGSTOP or job control and continued, a virtual machine paused) is nobody's
+        step; a clock started at or after ``before`` (after the process was continued) is left as it is."""
+        now = time.monotonic()
+        for name in ("step_since", "long_since", "wait_since"):
+            value = getattr(self, name)
+            if value < before:
+                setattr(self, name, min(value + seconds, now))
+
     def snapshot(self) -> dict:
         """What the thread is doing now, read from another thread: step, phase, waiting (and for how many seconds),
         the long wait (or None), the seconds in the step (or in the long wait) and the slowest step."""

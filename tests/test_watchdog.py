@@ -112,6 +112,50 @@ def test_long_waits_never_count_as_a_step(monkeypatch):
     assert act.snapshot()["waiting"] is False and act.snapshot()["phase"] == "reading data"
 
 
+def test_a_frozen_process_does_not_count_its_frozen_time(monkeypatch):
+    """A watchdog thread that wakes long after it last looked was frozen with its process: the clocks started before
+    move on by the frozen time, a clock started later is left alone, and a short oversleep changes nothing."""
+    now = [100.0]
+    monkeypatch.setattr(activity_module.time, "monotonic", lambda: now[0])
+    act = activity_module.Activity()
+    act.begin_step(3, "the forward and backward pass")
+    dog = watchdog.Watchdog(dict(SETTINGS, timeout=TIMEOUT), "/nonexistent", 0, 1, "run", lambda: None, activity=act)
+    now[0] += 2.0
+    looked = dog._thaw(now[0] - blame.BEAT - 1.0)  # one second late: a busy machine, not a frozen process
+    assert act.snapshot()["seconds"] == 2.0 and looked == now[0]
+    now[0] += 0.2
+    act.set("the forward and backward pass")  # a phase begun after the last look, before the freeze
+    with act.collective("an all-reduce (sum)"):
+        now[0] += 600.0  # stopped with SIGSTOP, continued with SIGCONT
+        dog._thaw(looked)
+        snap = act.snapshot()  # the time outside the freeze (2.2 s and 0.2 s), within one beat of the watchdog
+        assert 2.2 - blame.BEAT <= snap["seconds"] <= 2.2 + blame.BEAT
+        assert 0.2 - blame.BEAT <= snap["waited"] <= 0.2 + blame.BEAT
+    with act.collective("an all-reduce (sum)"):
+        act.discount(50.0, before=now[0] - 1.0)  # a collective entered after the freeze keeps its clock
+        assert act.snapshot()["waited"] == 0.0
+
+
+@pytest.mark.subprocess
+def test_a_job_stopped_and_continued_as_a_whole_goes_on(tmp_path):
+    """Job control (Ctrl-Z then fg, a scheduler suspending a job): the process is stopped for longer than the
+    watchdog's timeout in the middle of a step (its reader takes half a second a step), then continued; the run goes
+    on to its end."""
+    steps = 10
+    config, out = write(tmp_path, "run", steps=steps, workers=0,
+                        reader={"type": "slow_synthetic", "delay": 0.06, "num_samples": 64, "num_classes": 5})
+    proc = subprocess.Popen([sys.executable, TRAIN, config], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+    wait_for_records(proc, out, 3)
+    os.killpg(proc.pid, signal.SIGSTOP)
+    time.sleep(TIMEOUT + watchdog.FROZEN_AFTER + 1)
+    os.killpg(proc.pid, signal.SIGCONT)
+    output = finish(proc, 120)
+    assert proc.returncode == 0, output
+    assert [r["step"] for r in records(out)] == list(range(1, steps + 1))
+
+
 def test_the_board_names_the_sample_and_file_another_process_reads():
     reader = BlockingReader(num_samples=32, num_classes=5)
     board = ReadingBoard(["digits", "faces"], {"digits": reader, "faces": reader})

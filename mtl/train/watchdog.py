@@ -22,11 +22,13 @@ import os
 import socket
 import sys
 import threading
+import time
 
 from mtl import activity as activity_module
 from mtl.train import blame
 
 log = logging.getLogger("mtl")
+FROZEN_AFTER = 5.0  # seconds this thread may oversleep before the process counts as having been frozen
 STUCK_EXIT_STATUS = 124  # as timeout(1): the job stopped because a process made no progress in time
 COLLECTIVE_MARGIN = 60.0  # seconds NCCL's timeout lies above the watchdog's longest limit
 DETAIL_AFTER = 5.0  # seconds in one step after which a record carries the phase's detail (which sample, which file)
@@ -104,7 +106,9 @@ class Watchdog:
 
     def _watch(self):
         checked = 0.0  # the time waited in the current collective when the peers were last looked at
+        looked = time.monotonic()
         while not self._stop.wait(blame.BEAT):
+            looked = self._thaw(looked)
             record = self._beat()
             if self._stop.is_set():
                 return
@@ -117,6 +121,17 @@ class Watchdog:
                 self._expire_if_a_peer_is_gone()
             elif not record["waiting"]:
                 checked = 0.0
+
+    def _thaw(self, looked: float) -> float:
+        """This thread looks every :data:`blame.BEAT` seconds; when it last looked at ``looked`` and now finds more than
+        :data:`FROZEN_AFTER` seconds more gone, the whole process was frozen (a job suspended with SIGSTOP and continued
+        with SIGCONT, a paused virtual machine; a rank stopped alone is named by the others before it is continued):
+        that time is not the step's, and the activity's clocks move on by it. The time now."""
+        now = time.monotonic()
+        frozen = now - looked - blame.BEAT
+        if frozen > FROZEN_AFTER:  # a clock started before the middle of the gap was started before the freeze
+            self.activity.discount(frozen, looked + blame.BEAT + frozen / 2)
+        return now
 
     def _beat(self) -> dict:
         """Write this rank's record once more (a new beat); the record."""
