@@ -45,7 +45,7 @@ def test_a_training_step_keeps_no_python_memory(tmp_path):
            "head": {"type": "arcface", "scale": 8.0}, "eval": None}
     cfg = job_cfg(tmp_path, tasks=[arc], schedule={"steps": MARKS[-1] + 1, "batch_size": 8},
                   log={"every": 1, "progress": False, "plot": False}, checkpoint={"every": 0})
-    tracemalloc.start(8)
+    tracemalloc.start()
     try:
         Snapshots(build_job(cfg), console=lambda *a, **k: None).run()
     finally:
