@@ -4,8 +4,9 @@
 
 reads ``docs/results/lfw/view1.json`` and ``view2.json`` (``examples/lfw_report.py --json``) and each arm's mean
 View 2 ROC (``docs/results/lfw/roc_<arm>.txt``, LFW's format), writes each view's table and paired differences
-between the page's ``lfw-view1`` / ``lfw-view2`` markers, and plots our curves beside LFW's published ones (those of
-``--lfw``'s ``published_roc/``). A test checks that the pages' sections are what the committed files give.
+between the page's ``lfw-view1`` / ``lfw-view2`` markers (where it has them), and plots our curves beside LFW's
+published ones (those of ``--lfw``'s ``published_roc/``). A test checks that the pages' sections are what the
+committed files give.
 """
 import argparse
 import json
@@ -67,19 +68,23 @@ def plot(path, lfw_dir):
 
 
 def main(argv=None):
-    from mtl.generated_pages import write_section
+    from mtl.generated_pages import markers, write_section
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", nargs="*", default=[], help="pages whose lfw-view1/lfw-view2 sections to write")
     parser.add_argument("--plot", help="write the ROC picture here")
     parser.add_argument("--lfw", help="an LFW folder whose published_roc/ the picture shows")
     args = parser.parse_args(argv)
-    for view in (1, 2):
-        data = load(view)
-        if data is None:
-            continue
-        for page in args.write:
-            write_section(page, f"lfw-view{view}", section(data))
+    for page in args.write:  # each view's section where the page has its markers (the README shows View 2 only)
+        with open(page) as f:
+            content = f.read()
+        views = [view for view in (1, 2) if markers(f"lfw-view{view}")[0] in content]
+        if not views:
+            parser.error(f"{page} has no lfw-view1 or lfw-view2 markers to write between")
+        for view in views:
+            data = load(view)
+            if data is not None:
+                write_section(page, f"lfw-view{view}", section(data))
     if args.plot:
         plot(args.plot, args.lfw)
 

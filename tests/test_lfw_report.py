@@ -243,3 +243,26 @@ def test_the_table_reads_the_reports_json():
     assert rows == [["`lfw_alone`: LFW's training people alone", "0.8500 ± 0.0500", "0.9400", "0.4500",
                      "0.900 0.800"]]
     assert "- cross - lfw_alone: +0.0100 ± 0.0040 (+2.5 s.e.) over 2 sets" in text
+
+
+def test_the_pages_tables_are_what_the_committed_results_give():
+    """README.md, docs/lfw.md and docs/faces.md show each view's table and paired differences exactly as
+    examples/lfw_tables.py makes them from docs/results/lfw/view{1,2}.json (run it with --write after a new report)."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from lfw_tables import load, section
+
+    from mtl.generated_pages import read_section
+
+    found = 0
+    for view in (1, 2):
+        data = load(view)
+        if data is None:
+            continue
+        for page in ("README.md", "docs/lfw.md", "docs/faces.md"):
+            shown = read_section(os.path.join(ROOT, page), f"lfw-view{view}")
+            if shown or page == "docs/lfw.md":
+                assert shown == section(data).strip(), (page, view)
+                found += 1
+    assert found >= 4
+
+
