@@ -150,10 +150,13 @@ def test_the_recipes_step_agrees_at_one_and_two_processes(one_process, two_proce
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
     # The first two steps: the forward and backward at equal weights, then after one update. Later steps drift apart
     # (the sum over 2 processes rounds differently, and the recipe's rate amplifies it: at step 5 the losses differ
-    # by 1.6 % on these LFW crops; with a rate of 1e-9 all six steps agree within 1e-4), so only finiteness is checked.
-    worst = max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in zip(a[:2], b[:2]) for k in ra
-                if k.startswith("loss") or k == "grad_norm")
-    assert worst <= 1e-4, worst
+    # by 1.6 % on these LFW crops; with a rate of 1e-9 all six steps agree within 1e-4): they are held to 5 %, which
+    # a wrong sum, scale or mask of the distributed step exceeds at once.
+    def worst(pairs):
+        return max(abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8) for ra, rb in pairs for k in ra
+                   if k.startswith("loss") or k == "grad_norm")
+    assert worst(zip(a[:2], b[:2])) <= 1e-4, worst(zip(a[:2], b[:2]))
+    assert worst(zip(a, b)) <= 0.05, worst(zip(a, b))
     assert {"loss/lfw", "loss/glint"} <= set(a[0])
     job = yaml.safe_load(open(os.path.join(one_process["lfw_recipe"], "job.json")))
     assert job["cross_negatives"]["mask"] == "pairs"

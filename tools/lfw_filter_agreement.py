@@ -24,24 +24,24 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mtl.data.lfw import Split, read_people  # noqa: E402
+from mtl.data.lfw import Split  # noqa: E402
+from mtl.evaluation.identities import chosen_images  # noqa: E402
+from mtl.evaluation.identities import templates as identity_templates  # noqa: E402
+from mtl.readers.image_folder import chosen_people  # noqa: E402
 
-TEMPLATE_IMAGES = 20  # as the filter's templates (mtl/evaluation/identities.py)
+TEMPLATE_IMAGES = 20  # as the filter's templates (examples/lfw_filter.py's per_class)
 
 
 def templates(paths, features, keep):
-    """``{person folder: unit template}`` of the paths ``keep`` accepts (descriptors centred over every image)."""
-    features = features - features.mean(axis=0)
-    features = features / np.linalg.norm(features, axis=1, keepdims=True)
-    groups = collections.defaultdict(list)
-    for path, row in zip(paths, features):
-        if keep(path):
-            groups[os.path.basename(os.path.dirname(path))].append(row)
-    out = {}
-    for name, rows in groups.items():
-        mean = np.mean(rows[:TEMPLATE_IMAGES], axis=0)
-        out[name] = mean / np.linalg.norm(mean)
-    return out
+    """``{person folder: template}`` of the paths ``keep`` accepts: the descriptors centred over every image, each
+    person's first :data:`TEMPLATE_IMAGES` images (``chosen_images``), ``identities.templates``' unit mean."""
+    folders = np.array([os.path.basename(os.path.dirname(p)) for p in paths])
+    kept = np.array([bool(keep(p)) for p in paths])
+    names, labels = np.unique(folders[kept], return_inverse=True)
+    rows = (features - features.mean(axis=0))[kept]
+    chosen = chosen_images(labels, TEMPLATE_IMAGES)
+    found, _ = identity_templates(rows[chosen], labels[chosen], len(names))
+    return dict(zip(names.tolist(), found))
 
 
 def identify(cache, outside_marker, identified, gap):
@@ -63,13 +63,10 @@ def identify(cache, outside_marker, identified, gap):
 
 
 def split_people(lfw_dir, split):
-    """``(test people, training people with 2+ images)`` of ``split`` by name, from LFW's people files."""
+    """``(test people, training people with 2+ images)`` of ``split`` by name, as its readers choose them."""
     def names(options, least=1):
-        sets = read_people(options["people"])
-        chosen = range(len(sets)) if "sets" not in options and "exclude_sets" not in options else \
-            [k - 1 for k in options["sets"]] if "sets" in options else \
-            [k for k in range(len(sets)) if k + 1 not in options["exclude_sets"]]
-        return {p.name for k in chosen for p in sets[k] if p.images >= least}
+        people = chosen_people(options["people"], options.get("sets"), options.get("exclude_sets"))
+        return {p.name for p in people if p.images >= least}
     return names(split.test_people(lfw_dir)), names(split.train_people(lfw_dir), 2)
 
 
