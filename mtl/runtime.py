@@ -167,6 +167,43 @@ def wait_for_master(endpoint, timeout=MASTER_WAIT, interval=MASTER_PROBE_INTERVA
     return failed
 
 
+def store_without_delay(endpoint) -> int:
+    """Set ``TCP_NODELAY`` on this process's connections to the key-value store at ``endpoint`` (``(host, port)``);
+    return how many.
+
+    Paddle's store client (3.3) leaves Nagle's algorithm on, and it writes a request in several pieces: the second
+    piece waits for the server's delayed acknowledgement of the first, 40 ms on Linux. Every ``store.add`` took 44 ms
+    (0.1 ms with the option set), and each :func:`mtl.parallel.distributed.wait_for_all` makes two or more of them: a
+    2-process checkpoint of a small model spent 0.3 s waiting. The process's sockets are found in ``/proc/self/fd``
+    (Linux; elsewhere nothing is changed) and only those whose peer is the store's port are touched."""
+    import socket
+
+    folder = "/proc/self/fd"
+    if not os.path.isdir(folder):
+        return 0
+    changed, port = 0, int(endpoint[1])
+    for name in os.listdir(folder):
+        try:
+            copy = os.dup(int(name))
+        except (OSError, ValueError):
+            continue  # closed since the listing
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:
+            os.close(copy)  # not a socket
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6) \
+                    and sock.getpeername()[1] == port:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                changed += 1
+        except OSError:
+            pass  # a listening or unconnected socket has no peer
+        finally:
+            sock.close()
+    return changed
+
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -217,7 +254,8 @@ def die_with_launcher() -> bool:
 def init_distributed():
     """Start the collective process group when launched with more than one process; return (rank, world).
 
-    Ranks other than 0 first wait for rank 0's store (:func:`wait_for_master`)."""
+    Ranks other than 0 first wait for rank 0's store (:func:`wait_for_master`); then every rank's connection to the
+    store sends at once (:func:`store_without_delay`)."""
     import paddle.distributed as dist
 
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
@@ -230,6 +268,8 @@ def init_distributed():
         if os.environ.get("PADDLE_TRAINER_ID", "0") != "0" and endpoint is not None:
             wait_for_master(endpoint)
         fleet.init(is_collective=True, log_level=fleet_log_level())
+        if endpoint is not None:
+            store_without_delay(endpoint)
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1

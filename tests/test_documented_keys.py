@@ -180,7 +180,8 @@ def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
     one node here, so 2 ranks of one group, both on this host (local processes 2, which the thread default divides
     the cores by), and a collective across them. Rank 0 starts the group a second late, and rank 1, there first,
     waits for its store instead of Paddle's 3 s retry (mtl.runtime.wait_for_master; the glog lines of the connection
-    are on, to see it)."""
+    are on, to see it). Each rank's connection to the store sends at once (TCP_NODELAY, mtl.runtime.store_without_delay;
+    without it every store request waited 40 ms for a delayed acknowledgement)."""
     script = os.path.join(ROOT, "tests", "dist_scripts", "launch_probe.py")
     done = warm_python.run([sys.executable, "-m", "mtl.cli", "launch", "--ips", "127.0.0.1", "--start_port",
                            str(free_port()), "--nproc_per_node", "2", "--log_dir", str(tmp_path / "logs"), script],
@@ -194,3 +195,4 @@ def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
     assert [(p["rank"], p["world"], p["local"], p["sum"]) for p in probes] == [(0, 2, 2, 3.0), (1, 2, 2, 3.0)]
     assert all(len(p["endpoints"].split(",")) == 2 and p["endpoints"].startswith("127.0.0.1:") for p in probes)
     assert "Successfully connected" in logs and "Retry to connect" not in logs, logs[-3000:]
+    assert [p["store_nodelay"] for p in probes] == [[1], [1]], probes

@@ -1,10 +1,12 @@
 """Rank 0's store, as the other ranks find it and wait for it (mtl.runtime.master_endpoint, wait_for_master): the
 endpoint in the order ``paddle.distributed.init_parallel_env`` reads it, and a wait that ends at the first
 connection a listening socket accepts, or after its timeout when nobody listens. The launch that shows the 3 s retry
-gone: tests/test_documented_keys.py::test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes."""
+gone, and each rank's store connection with TCP_NODELAY:
+tests/test_documented_keys.py::test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes."""
+import os
 import socket
 
-from mtl.runtime import master_endpoint, wait_for_master
+from mtl.runtime import master_endpoint, store_without_delay, wait_for_master
 from tests.dist_util import free_port
 
 
@@ -44,3 +46,28 @@ def test_the_wait_ends_when_the_store_listens(monkeypatch):
 def test_the_wait_gives_up_after_its_timeout_when_nobody_listens():
     failed = wait_for_master(("127.0.0.1", free_port()), timeout=0.2, interval=0.01)
     assert failed >= 2
+
+
+def test_only_the_connections_to_the_store_send_at_once():
+    """store_without_delay sets TCP_NODELAY on this process's connections whose peer is the store's port (both of
+    them here) and on no other socket: another connection, the listening sockets, a pipe."""
+    store, other = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    port = store.getsockname()[1]
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    unrelated = socket.create_connection(other.getsockname())
+    served = [store.accept()[0] for _ in clients] + [other.accept()[0]]
+    read, write = os.pipe()
+    try:
+        def nodelay(sock):
+            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+        assert [nodelay(c) for c in clients + [unrelated]] == [0, 0, 0]
+        assert store_without_delay(("127.0.0.1", port)) == 2
+        assert [nodelay(c) for c in clients] == [1, 1]
+        assert nodelay(unrelated) == 0 and [nodelay(s) for s in served] == [0, 0, 0]
+        assert store_without_delay(("127.0.0.1", free_port())) == 0
+    finally:
+        for sock in clients + served + [unrelated, store, other]:
+            sock.close()
+        os.close(read)
+        os.close(write)

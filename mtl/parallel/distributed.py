@@ -77,7 +77,10 @@ def barrier():
 
 
 _WAITS = itertools.count()  # the waits so far, the same on every rank (the ranks wait in the same order)
-WAIT_POLL = (0.01, 0.5)  # seconds between two looks at the count: the first, and at most
+# seconds between two looks at the count: the first, then each 1.25x the last, at most the second (a rank that
+# comes first sees the others within a quarter of their lateness; a long wait, rank 0 evaluating, asks twice a second)
+WAIT_POLL = (0.002, 0.5)
+WAIT_GROWTH = 1.25
 
 
 def wait_for_all(name: str):
@@ -104,7 +107,7 @@ def wait_for_all(name: str):
             pause, seen = WAIT_POLL[0], store.add(key, 1)
             while seen < world:
                 time.sleep(pause)
-                pause, seen = min(WAIT_POLL[1], pause * 1.5), store.add(key, 0)
+                pause, seen = min(WAIT_POLL[1], pause * WAIT_GROWTH), store.add(key, 0)
         except Exception as exc:  # noqa: BLE001 - raised in the waiting thread
             failed.append(exc)
         finally:
