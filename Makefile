@@ -1,7 +1,9 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
 # `make test` runs the whole suite; `make test-fast` (under a minute, for the edit-test loop) leaves out the tests
 # marked distributed, slow or subprocess in pyproject.toml: every launcher run and every training in a subprocess.
-# Both run TEST_JOBS pytest-xdist workers (2; a test file stays in one; the shared runs train once: tests/shared_runs.py).
+# Both run TEST_JOBS pytest-xdist workers (3 on 2 cores: many tests wait for launches, timeouts and other processes,
+# and a third worker fills those waits; 305 s against 337 s with 2 here. A test file stays in one worker; the shared
+# runs train once: tests/shared_runs.py).
 # A test's `python ...` command runs in a fork of a Python that imported Paddle once (tests/warm_python.py);
 # MTL_TESTS_COLD=1 starts a new interpreter for each instead.
 # The Paddle wheel: DEVICE=auto (GPU wheel when nvidia-smi works), gpu or cpu; CUDA=cu118|cu126|cu129 picks the GPU
@@ -15,7 +17,7 @@ STAMP := $(VENV)/.installed-$(DEVICE)
 EXTRAS := $(VENV)/.installed-extras
 SELECT_PADDLE = tools/select_paddle.py --device $(DEVICE) $(if $(CUDA),--cuda $(CUDA))
 PYTEST_ARGS ?=
-TEST_JOBS ?= 2
+TEST_JOBS ?= 3
 
 .PHONY: demo test test-fast bench lint venv clean paddle-wheel
 

@@ -43,11 +43,12 @@ ALLOWED_SKIPS = [
 # tests last, where one of them alone made the end of the run): these start first and the short files fill in.
 # test_weighting_more.py leads because its first test sets up the session's launch of every 2-process run.
 SLOWEST_FILES = [
-    "test_weighting_more.py", "test_readme.py", "test_demo.py", "test_arch_reports.py", "test_reliability_readers.py",
-    "test_arch_training.py", "test_faces_six.py", "test_watchdog.py", "test_preemption.py", "test_user_reports.py",
-    "test_disk_faults.py", "test_convert.py",
-    "test_trust_boundaries.py", "test_documented_keys.py", "test_accumulate.py", "test_text_training.py",
-    "test_ecosystem.py", "test_text_report.py", "test_reliability_multinode.py", "test_cross_negatives.py",
+    "test_weighting_more.py", "test_readme.py", "test_watchdog.py", "test_arch_training.py",
+    "test_user_reports_failures.py", "test_lfw_report.py", "test_demo.py", "test_convert.py",
+    "test_reliability_readers.py", "test_newcomer.py", "test_arch_reports.py", "test_memory_growth.py",
+    "test_disk_faults.py", "test_preemption.py", "test_documented_keys.py", "test_user_reports.py",
+    "test_distributed_failure.py", "test_trust_boundaries.py", "test_reliability_multinode.py", "test_text_report.py",
+    "test_faces_six.py", "test_text_report_arms.py",
 ]
 
 

@@ -17,7 +17,7 @@ the small jobs of the tests train in about a second each. So:
   a later launch (or in this process), never in this one.
 * ``one_process[name]`` (runs registered with ``@one_process_run``) trains a 1-process reference once per session,
   in this process: nothing about a 1-process run needs a process of its own (``train_here``).
-* Under pytest-xdist (``make test`` runs two workers) the runs live in a folder of the session that every worker
+* Under pytest-xdist (``make test`` runs three workers) the runs live in a folder of the session that every worker
   shares: the first worker that needs a launch (or a 1-process run) makes it under a file lock and records its
   results there; a worker that comes later waits for the lock and reads them. Each run trains once per session.
 """
