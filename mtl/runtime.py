@@ -175,7 +175,9 @@ def store_without_delay(endpoint) -> int:
     piece waits for the server's delayed acknowledgement of the first, 40 ms on Linux. Every ``store.add`` took 44 ms
     (0.1 ms with the option set), and each :func:`mtl.parallel.distributed.wait_for_all` makes two or more of them: a
     2-process checkpoint of a small model spent 0.3 s waiting. The process's sockets are found in ``/proc/self/fd``
-    (Linux; elsewhere nothing is changed) and only those whose peer is the store's port are touched."""
+    (Linux; elsewhere nothing is changed) and only the TCP connections whose peer is the store's port are touched (the
+    port alone: on several machines a connection to another host's same port gets the option too, which is harmless).
+    Connections Paddle opens to the store later than this call keep its default."""
     import socket
 
     folder = "/proc/self/fd"

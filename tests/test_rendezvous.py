@@ -50,13 +50,17 @@ def test_the_wait_gives_up_after_its_timeout_when_nobody_listens():
 
 def test_only_the_connections_to_the_store_send_at_once():
     """store_without_delay sets TCP_NODELAY on this process's connections whose peer is the store's port (both of
-    them here) and on no other socket: another connection, the listening sockets, a pipe."""
+    them here) and on no other socket: another connection, the listening sockets, a pipe, a Unix socket pair (whose
+    peer name is no address), a connected UDP socket to the same port."""
     store, other = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
     port = store.getsockname()[1]
     clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
     unrelated = socket.create_connection(other.getsockname())
     served = [store.accept()[0] for _ in clients] + [other.accept()[0]]
     read, write = os.pipe()
+    pair = socket.socketpair()
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.connect(("127.0.0.1", port))
     try:
         def nodelay(sock):
             return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
@@ -67,7 +71,26 @@ def test_only_the_connections_to_the_store_send_at_once():
         assert nodelay(unrelated) == 0 and [nodelay(s) for s in served] == [0, 0, 0]
         assert store_without_delay(("127.0.0.1", free_port())) == 0
     finally:
-        for sock in clients + served + [unrelated, store, other]:
+        for sock in clients + served + [unrelated, store, other, *pair, udp]:
             sock.close()
         os.close(read)
         os.close(write)
+
+
+def test_an_ipv6_connection_to_the_store_is_found_too():
+    """The store reached over IPv6 (a host given as ::1): its port is the second item of the peer name as well."""
+    import pytest
+
+    try:
+        store = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    port = store.getsockname()[1]
+    client = socket.create_connection(("::1", port))
+    served = store.accept()[0]
+    try:
+        assert store_without_delay(("::1", port)) == 1
+        assert client.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        for sock in (client, served, store):
+            sock.close()

@@ -12,21 +12,28 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 
 def store_options(port):
-    """``TCP_NODELAY`` of each socket of this process whose peer is ``port`` (``ss``-like, from /proc/self/fd)."""
+    """``TCP_NODELAY`` of each TCP socket of this process whose peer is ``port`` (``ss``-like, from /proc/self/fd)."""
     import socket
 
     options = []
     for name in os.listdir("/proc/self/fd"):
         try:
-            sock = socket.fromfd(int(name), socket.AF_INET, socket.SOCK_STREAM)  # (a copy of the descriptor)
+            copy = os.dup(int(name))
         except OSError:
             continue
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:
+            os.close(copy)  # not a socket
+            continue
         with sock:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+                continue
             try:
                 if sock.getpeername()[1] == port:
                     options.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
             except OSError:
-                pass
+                pass  # not connected
     return options
 
 
