@@ -93,13 +93,13 @@ def run(args):
 
     times, losses = [], []
     sparse = RowSparseOptimizer({"type": "momentum", "momentum": 0.9, "weight_decay": 0.0})
-    for _ in range(args.warmup + args.steps):
+    for step in range(args.warmup + args.steps):
         distributed.barrier()
         start = time.perf_counter()
-        out = head(x, y)
+        out = head(x, y, step)
         out.loss.backward()
         optimizer.step()
-        sparse.step(head.row_gradients(), 0.1)  # Partial FC: the sampled rows and their momentum
+        sparse.step(out.rows, 0.1)  # Partial FC: the sampled rows and their momentum
         optimizer.clear_grad()
         x.clear_gradient()
         losses.append(float(out.loss))

@@ -11,13 +11,13 @@ One step, as named pieces:
 5. negatives of other heads (cross-head negatives, ``mtl.heads.cross_negatives``): the rows of the job's other face
    heads on this rank, scored after the own ones, without their same-person classes;
 6. loss: the softmax cross-entropy across shards, loss only (``mtl.heads.chunked_softmax``: one MAX and one SUM
-   all-reduce); steps 3-6 run in one autograd function over blocks of class rows: the per-class work stays in
-   cache, and Partial FC allocates nothing of size ``[K, D]`` but the sampled rows' gradient, handed to the
-   optimizer as a :class:`mtl.train.sparse.RowGradient`. On CPU tensors the chunk passes run in numpy on the
-   tensors' own memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul kernels are 2-15x slower
-   there). Inter-class filtering (``interclass_filtering_threshold``, ``interclass_filtering_mode``) and known
-   same-person class pairs (``same_person``) take negatives out of a sample's softmax inside those passes
-   (``mtl.heads.filtering``);
+   all-reduce); steps 3-6 run in one autograd function over blocks of class rows: the per-class work stays in cache,
+   and Partial FC allocates nothing of size ``[K, D]`` but the sampled rows' gradient, declared in the head's output
+   for the optimizer (:class:`mtl.heads.row_gradients.RowGradient`, ``HeadOutput.rows``). On CPU tensors the chunk
+   passes run in numpy on the tensors' own memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul
+   kernels are 2-15x slower there). Inter-class filtering (``interclass_filtering_threshold``,
+   ``interclass_filtering_mode``) and known same-person class pairs (``same_person``) take negatives out of a
+   sample's softmax inside those passes (``mtl.heads.filtering``);
 7. top-1: the training accuracy, from the best own logit each rank saw in the passes, settled across shards outside
    the loss (``mtl.parallel.topk.top1_across_shards``).
 The fused path (``fused: true``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, no
@@ -40,13 +40,13 @@ from mtl.heads.chunked_softmax import Statistics, chunked_margin_softmax, invers
 from mtl.heads.class_rows import RowSource, ScoredRows, Workspace, chunk_rows
 from mtl.heads.filtering import ChunkMask, check_filtering, own_segment
 from mtl.heads.margin import check_margin, margin_transform
+from mtl.heads.row_gradients import RowGradient, dense_gradient
 from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
 from mtl.heads.sharded_loss import local_targets
 from mtl.parallel import distributed
 from mtl.parallel.collective import all_gather_rows
 from mtl.parallel.topk import sharded_topk, top1_across_shards
 from mtl.registry import register_head
-from mtl.train.sparse import RowGradient
 
 
 @register_head("arcface")
@@ -74,6 +74,7 @@ class ArcFaceHead(ShardedClassHead):
     primary_metric = "verification_accuracy"
     higher_is_better = True
     cross_negatives = True
+    uses_step = True  # Partial FC draws its sample from (seed, step)
     reads_people = True  # same_person's pairs name people as the reader's sources know them
     default_margin = (1.0, 0.5, 0.0)
 
@@ -93,14 +94,10 @@ class ArcFaceHead(ShardedClassHead):
         self.fused = self._resolve_fused(fused)
         self._margin = margin_transform(*self.margin)
         self.row_sparse = self.sample_ratio < 1.0  # the optimizer updates only the sampled rows
-        self.sample_step = 0  # Partial FC draws from (seed, sample_step), over all classes
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
-        self._sampled = None  # Partial FC in training: the RowGradient of the last forward
         self._workspace = Workspace()  # Partial FC: the step's work buffer, reused from step to step
         self._step_sample = None  # accumulated step: (step, sorted global ids) drawn over all its micro-batches
-        self._summed = None  # accumulated step: the sampled rows' gradient summed over its finished micro-batches
         self.cross = None  # the job's CrossNegatives (mtl.heads.cross_negatives), attached when built
-        self.task = ""
 
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
@@ -162,9 +159,9 @@ class ArcFaceHead(ShardedClassHead):
         """Cosine of ``features`` with every class centre of this shard (no margin)."""
         return self.cosine(F.normalize(features, axis=1), self.weight)
 
-    def sample_classes(self, labels):
-        """The own class rows this rank scores for the gathered ``labels``: ``(RowSource, global ids [K_k],
-        target [N])``
+    def sample_classes(self, labels, step: int = 0):
+        """The own class rows this rank scores for the gathered ``labels`` at ``step``: ``(RowSource, global ids
+        [K_k], target [N])``
         with ``target`` = the label's column among the rows, or -1 (another rank's class).
 
         Without sampling K_k = C_k. With sampling, the sample is drawn over all C classes from (seed, step)
@@ -176,24 +173,20 @@ class ArcFaceHead(ShardedClassHead):
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         if count >= self.num_classes:
             return RowSource(self.weight, None, self.shard_start, self.task), self.class_ids, target
-        if self.training and self._step_sample is not None and self._step_sample[0] == self.sample_step:
+        if self.training and self._step_sample is not None and self._step_sample[0] == step:
             sampled = self._step_sample[1]  # an accumulated step: the sample drawn over all its micro-batches
         else:
-            sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, self.sample_step)
+            sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, step)
         index = tensor_from(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
         return RowSource(self.weight, index, self.shard_start, self.task), index + self.shard_start, target
 
-    def set_step(self, step: int):
-        """Partial FC draws its sample from (seed, step): take the runner's global step."""
-        self.sample_step = int(step)
-
     def prepare_step(self, step: int, labels, accumulate: int):
         """Partial FC over ``accumulate`` micro-batches: one class sample for the step, drawn from (seed, step) with
         the labels of every micro-batch and rank as positives (one all-gather of the labels), which every micro-batch
-        then scores; the sampled rows' gradient is summed over the micro-batches (:meth:`row_gradients`)."""
-        self._step_sample, self._summed, self._sampled = None, None, None  # the last step's rows are applied
+        then scores (the optimizer sums the sampled rows' gradient over the micro-batches)."""
+        self._step_sample = None
         if self.sample_ratio >= 1.0 or not self.training:
             return
         labels = labels if isinstance(labels, paddle.Tensor) else tensor_from(labels)
@@ -204,31 +197,17 @@ class ArcFaceHead(ShardedClassHead):
         self._step_sample = (int(step), sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed,
                                                                 int(step)))
 
-    def _fold_rows(self):
-        """Accumulated step: add the last micro-batch's sampled-row gradient (in the reused work buffer) into the
-        step's sum, which then stands as that micro-batch's gradient (idempotent)."""
-        last = self._sampled
-        if self._step_sample is None or last is None or last.grad is None or last.grad is self._summed:
-            return
-        if self._summed is None:
-            self._summed = last.grad.clone()  # the buffer is reused by the next micro-batch
-        else:
-            self._summed.add_(last.grad)
-        last.grad = self._summed
-
     def attach_cross_negatives(self, cross, task: str):
         """Score the other face heads' classes as negatives too (the job's ``cross_negatives``)."""
         self.cross, self.task = cross, task
 
-    def forward(self, features, labels) -> HeadOutput:
-        """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits."""
-        self._fold_rows()  # an accumulated step: the last micro-batch's row gradient, before the buffer is reused
-        self._sampled = None  # the last step's row gradient: released before this step allocates its own
+    def forward(self, features, labels, step=None) -> HeadOutput:
+        """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits; ``step``: the
+        global 0-based step (Partial FC's sample; None: 0). Partial FC in training declares its sampled rows
+        (``HeadOutput.rows``): the optimizer updates them only."""
+        step = 0 if step is None else int(step)
         x, y = self.gather_batch(features, labels)  # 1. gather
-        own, class_ids, target = self.sample_classes(y)  # 2. sample
-        step = self.sample_step
-        if self.training and own.index is not None:
-            self.sample_step += 1
+        own, class_ids, target = self.sample_classes(y, step)  # 2. sample
         self.last_sampled_classes = class_ids
         x_hat = F.normalize(x, axis=1)
         if self.fused:
@@ -236,14 +215,15 @@ class ArcFaceHead(ShardedClassHead):
         others = self.cross.sources(self.task, step) if self.cross is not None and self.training else []
         rows = ScoredRows([own] + others, self._workspace if own.index is not None else None)  # 5. other heads
         mask = self.negative_mask(y.numpy(), rows) if self.filtering.active or others else None
-        stats = Statistics()
+        stats, declared = Statistics(), []
         if self.training and own.index is not None:  # Partial FC: the optimizer updates the sampled rows
-            stats.gradient = self._sampled = RowGradient(self.weight, own.index)
+            stats.gradient = RowGradient(self.weight, own.index, source=self.task)
+            declared.append(stats.gradient)
         loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, mask=mask, stats=stats)  # 3-6
         if self.cross is not None and self.training:
             self.cross.observe(self.task, step, y.numpy(), stats.target_cosine, rows, mask)
         predicted = top1_across_shards(stats.best, rows.global_ids(stats.best_column))  # 7. top-1
-        return HeadOutput(loss=loss, metrics={"accuracy": (predicted == y).astype("float32").mean()})
+        return HeadOutput(loss=loss, metrics={"accuracy": (predicted == y).astype("float32").mean()}, rows=declared)
 
     def negative_mask(self, labels: np.ndarray, rows: ScoredRows):
         """What the passes filter (:class:`mtl.heads.filtering.ChunkMask`): the head's own filtering on its rows,
@@ -272,25 +252,11 @@ class ArcFaceHead(ShardedClassHead):
         """Verification needs pairs: at least two classes in the split and one class with two samples."""
         verification_pairs(np.asarray(labels))
 
-    def row_gradients(self):
-        """Partial FC in training: the sampled rows of the last forward (of an accumulated step: their gradient
-        summed over its micro-batches); the optimizer updates only them."""
-        self._fold_rows()
-        return [self._sampled] if self._sampled is not None else []
-
-    def weight_gradient(self) -> np.ndarray:
-        """The class-centre gradient of the last backward as a dense ``[C_k, D]`` array, for inspection and tests.
-
-        With Partial FC in training only the sampled rows have a gradient (the others are zero here); otherwise it
-        is ``weight.grad``.
-        """
-        self._fold_rows()
-        if self._sampled is not None and self._sampled.grad is not None:
-            grad = self._sampled.grad.numpy()
-            dense = np.zeros(self.weight.shape, dtype=grad.dtype)
-            dense[self._sampled.index.numpy()] = grad
-            return dense
-        return self.weight.grad.numpy()
+    def weight_gradient(self, output: HeadOutput) -> np.ndarray:
+        """The class-centre gradient of the backward of ``output`` as a dense ``[C_k, D]`` array, for inspection and
+        tests: with Partial FC in training only its declared rows have one (the others are zero here); otherwise
+        ``weight.grad``."""
+        return dense_gradient(self.weight, output.rows)
 
     def evaluate(self, features, labels):
         """1:1 verification on pairs drawn from the split's labels, and classification accuracy over all shards."""

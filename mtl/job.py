@@ -198,7 +198,7 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn, architecture.output_size)
              for tcfg in cfg["tasks"]]
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
-                       _cross_negatives(cfg, tasks, architecture), architecture, cfg["schedule"]["same_rows"])
+                       _step_hooks(cfg, tasks, architecture), architecture, cfg["schedule"]["same_rows"])
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     apply_layer_decay(model, cfg["optimizer"].get("layer_decay", 1.0), cfg["source"])
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
@@ -266,6 +266,12 @@ def check_same_inputs(tasks, backbone, source, probes=3):
                                       f"{index} the '{name}' of task '{task.name}' differs from that of task "
                                       f"'{first.name}': their readers must hold the same inputs in the same "
                                       f"order (the same data, split and seed)", source, "schedule.same_rows")
+
+
+def _step_hooks(cfg, tasks, architecture) -> list:
+    """The job model's step hooks (:class:`mtl.heads.step_hooks.StepHook`): its cross-head negatives when on."""
+    cross = _cross_negatives(cfg, tasks, architecture)
+    return [] if cross is None else [cross]
 
 
 def _cross_negatives(cfg, tasks, architecture):

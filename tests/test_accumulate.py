@@ -108,34 +108,33 @@ def test_cross_head_negatives_see_the_whole_step(tmp_path, weighting):
 
 def test_partial_fc_draws_one_sample_over_all_micro_batches_and_sums_the_rows_gradient():
     """A head given the step's labels (prepare_step) scores the sample of all of them in each micro-batch; the rows'
-    gradient summed over two micro-batches (each loss halved) is the gradient of the head run on the whole batch."""
+    gradient the optimizer sums over two micro-batches (each loss halved; ``StepRows.add(..., summed=True)``) is
+    the gradient of the head run on the whole batch."""
+    from mtl.heads.row_gradients import dense_gradient
+    from mtl.train.sparse import StepRows
+
     rng = np.random.RandomState(0)
     x, y = rng.randn(8, 6).astype("float32"), rng.randint(0, 50, size=8)
     heads = [plugin_class("head", "arcface")(num_classes=50, feature_size=6, sample_ratio=0.2, seed=3)
              for _ in range(2)]
-    heads[0].set_step(4)
-    whole = heads[0](paddle.to_tensor(x, stop_gradient=False), paddle.to_tensor(y))
+    whole = heads[0](paddle.to_tensor(x, stop_gradient=False), paddle.to_tensor(y), 4)
     whole.loss.backward()
     heads[1].prepare_step(4, paddle.to_tensor(y), 2)
-    losses = []
+    losses, rows = [], StepRows()
     for part in (slice(0, 4), slice(4, 8)):
-        heads[1].set_step(4)
-        out = heads[1](paddle.to_tensor(x[part], stop_gradient=False), paddle.to_tensor(y[part]))
+        out = heads[1](paddle.to_tensor(x[part], stop_gradient=False), paddle.to_tensor(y[part]), 4)
         (out.loss * 0.5).backward()
+        rows.add(out.rows, summed=True)
         losses.append(float(out.loss))
         sampled = heads[1].last_sampled_classes.numpy()
         assert np.array_equal(sampled, sample_classes_globally(y, 50, 10, 3, 4))  # positives of both halves
     assert abs(np.mean(losses) - float(whole.loss)) <= 1e-6 * float(whole.loss)
-    expected = heads[0].weight_gradient()
-    np.testing.assert_allclose(heads[1].weight_gradient(), expected, rtol=1e-5, atol=1e-7)
-    # the last micro-batch is added into the step's sum once, however often the rows are asked for (the trainer's
-    # clipping and the optimizer each ask): asking again returns the same numbers, not the last one added twice
+    expected = heads[0].weight_gradient(whole)
+    # the step's sum is merged once, however often the rows are asked for (the clipping, the norm and the update each
+    # ask): asking again returns the same numbers, not the last micro-batch added twice
     for _ in range(2):
-        (rows,) = heads[1].row_gradients()
-        dense = np.zeros_like(expected)
-        dense[rows.index.numpy()] = rows.grad.numpy()
-        np.testing.assert_allclose(dense, expected, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(heads[1].weight_gradient(), expected, rtol=1e-5, atol=1e-7)
+        (merged,) = rows.merged()
+        np.testing.assert_allclose(dense_gradient(heads[1].weight, [merged]), expected, rtol=1e-5, atol=1e-7)
 
 
 def test_micro_batches_that_do_not_split_are_caught_with_their_sizes():

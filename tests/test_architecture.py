@@ -98,6 +98,82 @@ def test_trainer_has_no_partial_fc_branch():
         assert word not in text, f"mtl/train/trainer.py mentions {word!r}"
 
 
+# the loop and the weighting: what a step does, which sees heads' features only through declared rows and step hooks
+STEP_MODULES = ("trainer.py", "step.py", "loop.py", "balancing.py", "state.py", "model.py", "optim.py")
+FEATURE_WORDS = ("cross", "sample_ratio", "partial_fc", "row_sparse")
+
+
+def _feature_words(code: str):
+    """The feature words (any case) in ``code`` (comments and strings already removed)."""
+    lowered = code.lower()
+    return [w for w in FEATURE_WORDS if w in lowered]
+
+
+def test_the_loop_and_the_weighting_have_no_feature_branch():
+    """No code of the step's modules names cross-head negatives or Partial FC: the model's step hooks and the
+    heads' row declarations carry them (docstrings may explain)."""
+    found = [f"mtl/train/{name}: {_feature_words(_code_only((ROOT / 'mtl' / 'train' / name).read_text()))}"
+             for name in STEP_MODULES]
+    found = [f for f in found if not f.endswith("[]")]
+    assert not found, f"feature branches in the loop or the weighting: {found}"
+
+
+def test_feature_branch_check_would_catch_one():
+    planted = _code_only('"""cross-head negatives"""\nif self.model.cross_negatives is not None:\n    pass\n')
+    assert _feature_words(planted) == ["cross"]
+
+
+def _step_counters(tree):
+    """``def set_step`` and ``self.<...step...> += ...`` in a module: a head counting steps itself."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "set_step":
+            found.append(f"{node.lineno} def set_step")
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute) and \
+                isinstance(node.target.value, ast.Name) and node.target.value.id == "self" and \
+                "step" in node.target.attr:
+            found.append(f"{node.lineno} self.{node.target.attr} +=")
+    return found
+
+
+def test_no_head_counts_its_own_steps():
+    """The step comes in as an argument (``Head.uses_step``): no head keeps a step counter."""
+    found = [f"{path.relative_to(ROOT)}:{where}" for path, tree in _sources("heads", "mtl/heads")
+             for where in _step_counters(tree)]
+    assert not found, f"heads counting steps: {found}"
+
+
+def test_step_counter_check_would_catch_one():
+    planted = ast.parse("class H:\n    def set_step(self, s):\n        self.s = s\n"
+                        "    def forward(self):\n        self.sample_step += 1\n")
+    assert _step_counters(planted) == ["2 def set_step", "5 self.sample_step +="]
+
+
+def _imports_of(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            yield node.lineno, node.module
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+
+
+def _upward(tree, higher=("mtl.train", "mtl.job", "mtl.commands", "mtl.cli")):
+    return [f"{line} {module}" for line, module in _imports_of(tree) if module.startswith(higher)]
+
+
+def test_heads_never_import_the_training_layer():
+    """The heads' core and the head plug-ins sit below the loop: their row declarations are their own
+    (:mod:`mtl.heads.row_gradients`), never the optimizer's."""
+    found = [f"{path.relative_to(ROOT)}:{where}" for path, tree in _sources("heads", "mtl/heads")
+             for where in _upward(tree)]
+    assert not found, f"heads importing a higher layer: {found}"
+
+
+def test_upward_import_check_would_catch_one():
+    planted = ast.parse("def f():\n    from mtl.train.sparse import RowGradient\n")
+    assert _upward(planted) == ["2 mtl.train.sparse"]
+
+
 @pytest.mark.parametrize("folder", ["mtl", "heads"])
 def test_functions_are_short(folder):
     long = []

@@ -14,6 +14,7 @@ from mtl import arrays
 from mtl.heads import class_rows
 from mtl.heads.cross_negatives import CrossNegatives, normal_quantile, planned_bytes
 from mtl.registry import plugin_class
+from mtl.train.sparse import StepRows
 from tests import equivalence
 from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi
 from tests.shared_runs import one_process_run, train_here, two_process_run
@@ -92,11 +93,10 @@ def attach(built, **cfg):
 
 def run(head, x, y, step=0):
     head.train()
-    head.set_step(step)
     feats = paddle.to_tensor(x.astype(paddle.get_default_dtype()), stop_gradient=False)
-    out = head(feats, paddle.to_tensor(y))
+    out = head(feats, paddle.to_tensor(y), step)
     out.loss.backward()
-    return out, feats.grad.numpy(), head.weight_gradient()
+    return out, feats.grad.numpy(), head.weight_gradient(out)
 
 
 def data(seed=1, n=10):
@@ -140,15 +140,15 @@ def test_update_both_gives_the_other_heads_rows_the_gradient_of_this_head(passes
     assert_close(dw, ref_dw, 1e-10, "own centre gradient")
     assert built["b"].weight.grad is None  # nothing reaches the other heads before the step settles
     plan = planned_bytes({**CFG, "update": "both"}, {"a": 11, "b": 7, "c": 5}, len(y), 4, 1, 0)["a"]
-    held = sum(int(e.grad.numel()) * e.grad.element_size() for e in cross.received)
+    held = sum(int(e.rows.grad.numel()) * e.rows.grad.element_size() for e in cross.received)
     assert plan["their rows' gradient (update: both)"] == held == 12 * 4 * 8  # the memory plan counts the copies
-    rows = cross.settle([])
+    rows = cross.settle()
     assert_close(built["b"].weight.grad.numpy(), ref_b, 1e-10, "whole-shard head b: weight.grad")
     assert len(rows) == 1 and rows[0].parameter is built["c"].weight  # Partial FC head c: rows to update
     dense = np.zeros_like(w["c"])
     dense[rows[0].index.numpy()] = rows[0].grad.numpy()
     assert_close(dense, ref_c, 1e-10, "Partial FC head c: its rows' gradient")
-    assert cross.settle([]) == []  # settled once
+    assert cross.settle() == []  # settled once
 
 
 def test_a_strategy_that_rescales_a_task_rescales_what_it_gave_the_other_heads(float64):
@@ -158,10 +158,10 @@ def test_a_strategy_that_rescales_a_task_rescales_what_it_gave_the_other_heads(f
     cross = attach(built, update="both")
     x, y = data(6)
     run(built["a"], x, y)
-    alone = cross.received[0].grad.numpy().copy()
+    alone = cross.received[0].rows.grad.numpy().copy()
     cross.rescale("b", 3.0)  # another task's factor: nothing of a's
     cross.rescale("a", 0.25)
-    cross.settle([])
+    cross.settle()
     assert_close(built["b"].weight.grad.numpy(), 0.25 * alone, 1e-12, "a's contribution to b, rescaled")
 
 
@@ -177,7 +177,7 @@ def test_update_both_at_a_sampled_rate_merges_with_the_heads_own_rows(passes, fl
     w = {k: h.weight.numpy().copy() for k, h in built.items()}
     picked = cross.sources("a", 0)[0].index.numpy()
     run(built["a"], x, y)
-    run(built["c"], xc, yc)
+    out_c = run(built["c"], xc, yc)[0]
     own = np.sort(built["c"].last_sampled_classes.numpy())
     picked_c = cross.sources("c", 0)[0].index.numpy()
     free = [np.zeros((len(y), len(picked)), bool)]
@@ -185,7 +185,10 @@ def test_update_both_at_a_sampled_rate_merges_with_the_heads_own_rows(passes, fl
     free = [np.zeros((len(yc), len(picked_c)), bool)]
     _, _, own_c, _, (from_c,) = np_cross_head(xc, w["c"], yc, [w["a"][picked_c]], free, ARC, SCALE, own,
                                               with_others=True)
-    rows = cross.settle(built["c"].row_gradients())
+    step_rows = StepRows()  # as the optimizer takes them: c's own sampled rows, then what the step hook settles
+    step_rows.add(out_c.rows)
+    step_rows.add(cross.settle())
+    rows = step_rows.merged()
     assert len(rows) == 1 and rows[0].parameter is built["c"].weight
     assert np.array_equal(rows[0].index.numpy(), np.union1d(own, picked))
     expected = own_c.copy()
@@ -442,7 +445,7 @@ def test_cross_negatives_need_every_task_in_one_embedding(architecture, backbone
 
     if accepted:
         job = _arch_job(architecture, backbone)
-        assert job.model.cross_negatives is not None and job.model.architecture.one_embedding
+        assert [type(h) for h in job.model.step_hooks] == [CrossNegatives] and job.model.architecture.one_embedding
         return
     with pytest.raises(ConfigError, match="cross_negatives.rate") as error:
         _arch_job(architecture, backbone)

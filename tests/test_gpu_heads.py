@@ -34,7 +34,7 @@ def _step(x, y, sample_ratio):
     features = paddle.to_tensor(x, stop_gradient=False)
     out = head(features, paddle.to_tensor(y))
     out.loss.backward()
-    return float(out.loss), features.grad.numpy(), head.weight_gradient(), out.metrics["accuracy"].numpy()
+    return float(out.loss), features.grad.numpy(), head.weight_gradient(out), out.metrics["accuracy"].numpy()
 
 
 @pytest.mark.parametrize("sample_ratio", [1.0, 0.5])

@@ -91,11 +91,11 @@ def test_shared_buffer_for_exp_values_and_gradient_rows_in_either_shape(monkeypa
     assert_close(dw[sampled], ref_dw, 1e-10, "scored centre gradient")
 
 
-def _head_step(head, x, y, host):
-    """Loss, dx, the scored rows' gradient and the top-1 state of one forward + backward with host or device
-    passes (the autouse fixture's choice is overridden here)."""
+def _head_step(head, x, y, host, step=0):
+    """Loss, dx, the scored rows' gradient and the top-1 state of one forward + backward at ``step`` with host or
+    device passes (the autouse fixture's choice is overridden here)."""
     arrays.HOST_PATHS = host
-    out, dx, dw = run_head(head, x, y)
+    out, dx, dw = run_head(head, x, y, step)
     return float(out.loss), dx, dw, float(out.metrics["accuracy"])
 
 
@@ -129,12 +129,10 @@ def test_partial_fc_workspace_across_steps_of_changing_size(monkeypatch, float64
     for step, y in enumerate(labels):
         x = rng.randn(len(y), 5)
         fresh = ArcFaceHead(num_classes=40, feature_size=5, sample_ratio=0.1, scale=8.0, seed=2)
-        fresh.set_step(step)
         fresh.weight.set_value(reused.weight.numpy())
-        reused.set_step(step)
-        loss_r, dx_r, dw_r, _ = _head_step(reused, x, y, True)
+        loss_r, dx_r, dw_r, _ = _head_step(reused, x, y, True, step)
         sizes.append(reused._workspace.flat.shape[0])
-        loss_f, dx_f, dw_f, _ = _head_step(fresh, x, y, False)
+        loss_f, dx_f, dw_f, _ = _head_step(fresh, x, y, False, step)
         assert abs(loss_r - loss_f) <= 1e-12 * abs(loss_f)
         assert_close(dx_r, dx_f, 1e-10, f"step {step} feature gradient")
         assert_close(dw_r, dw_f, 1e-10, f"step {step} centre gradient")

@@ -94,7 +94,8 @@ def _masked_table(tmp_path, pairs):
 
     path = _write(tmp_path, pairs, f"pairs{len(list(tmp_path.glob('pairs*.json')))}.json")
     job = build_job(named_job(tmp_path, path), announce_plan=False)
-    return sorted(map(tuple, job.model.cross_negatives.pairs[("teamA", "teamB")].tolist()))
+    (cross,) = job.model.step_hooks
+    return sorted(map(tuple, cross.pairs[("teamA", "teamB")].tolist()))
 
 
 @pytest.mark.parametrize("key_a, key_b", [("name", "name"), ("label", "label"), ("class", "class"),
@@ -216,7 +217,8 @@ def test_mtl_overlap_ends_with_the_next_command_and_that_command_masks_the_pairs
     cfg = load_job(words[2], words[4:])
     assert cfg["output_dir"] == run + "_masked" and cfg["cross_negatives"]["pairs"] == out
     a, b = head_ids_by_hand("teamA"), head_ids_by_hand("teamB")
-    masked = build_job(cfg, announce_plan=False).model.cross_negatives.pairs[("teamA", "teamB")]
+    (cross,) = build_job(cfg, announce_plan=False).model.step_hooks
+    masked = cross.pairs[("teamA", "teamB")]
     assert sorted(map(tuple, masked.tolist())) == sorted((a[x], b[y]) for x, y in SAME)
 
 

@@ -92,7 +92,7 @@ def _head_step(device, x, y, weight, sample_ratio=1.0, fused=False, host=True, m
         features = paddle.to_tensor(x, stop_gradient=False)
         out = head(features, paddle.to_tensor(y))
         out.loss.backward()
-        return (float(out.loss), features.grad.numpy(), head.weight_gradient(), float(out.metrics["accuracy"]))
+        return (float(out.loss), features.grad.numpy(), head.weight_gradient(out), float(out.metrics["accuracy"]))
     finally:
         arrays.HOST_PATHS = True
 

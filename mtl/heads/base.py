@@ -19,18 +19,21 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``class_count()``: the number of classes when the labels are class ids (int64, one per sample), else None; the
   runner then checks label ranges.
 * ``primary_metric`` and ``higher_is_better``: the metric shown first (and compared across runs) and its direction.
-* ``row_sparse``: training hands the optimizer row gradients (the optimizer must support a row-sparse update);
-* ``row_gradients()``: row-sparse gradients (Partial FC) the optimizer applies to those rows only.
+* ``row_sparse``: training hands the optimizer row gradients (the optimizer must support a row-sparse update):
+  the head declares them in its output (``HeadOutput.rows``, :class:`mtl.heads.row_gradients.RowGradient`) and
+  the optimizer applies them to those rows only;
 * ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
   config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
 * ``reads_people``: the constructor takes ``people``, who the classes of each source of the task's reader are
   (:meth:`mtl.readers.base.Reader.source_people`, given by the job): what a merged head resolves same-person
   pairs that name people by name or dataset label with;
-* ``set_step(step)``: the global step of the next training forward, given by the joint model.
+* ``uses_step``: ``forward(features, labels, step)`` takes the global 0-based step of a training forward (Partial
+  FC draws its class sample from it), given by the joint model; no head counts steps itself.
 * ``prepare_step(step, labels, accumulate)``: called once per training step before its first micro-batch when the
   step is read as ``accumulate`` > 1 micro-batches (``schedule.accumulate``), with this rank's labels of the whole
-  step: Partial FC draws its one class sample of the step from them and sums the sampled rows' gradient over the
-  micro-batches.
+  step: Partial FC draws its one class sample of the step from them (the optimizer sums the sampled rows' gradient
+  over the micro-batches).
+* ``task`` (set by the joint model): the task the head scores, which its row declarations name as their source.
 * ``equal_rows`` (set by the joint model): every rank passes the same number of rows to each forward, so a head that
   gathers rows need not exchange row counts first (the runner's batches guarantee it:
   ``mtl.data.steps.check_divisible``). False for a head used on its own.
@@ -60,11 +63,14 @@ from mtl.contracts import Field
 
 @dataclass
 class HeadOutput:
-    """What a head returns for one step: the loss to differentiate, the loss to report, and metrics."""
+    """What a head returns for one step: the loss to differentiate, the loss to report, metrics, and the rows it
+    declares (:class:`mtl.heads.row_gradients.RowGradient`: parameters the optimizer updates row-sparse; their
+    ``grad`` is filled by the backward)."""
 
     loss: paddle.Tensor
     metrics: Dict[str, paddle.Tensor] = field(default_factory=dict)
     global_loss: Optional[paddle.Tensor] = None
+    rows: List = field(default_factory=list)
 
     def __post_init__(self):
         if self.global_loss is None:
@@ -85,6 +91,7 @@ class Head(paddle.nn.Layer):
 
     sharded = False
     row_sparse = False
+    uses_step = False  # forward(features, labels, step): the global step of a training forward
     cross_negatives = False  # can score other heads' classes as negatives (mtl.heads.cross_negatives)
     reads_people = False  # takes ``people``: Reader.source_people of its task's reader
     reader_sizes = {"num_classes": "num_classes"}
@@ -100,6 +107,7 @@ class Head(paddle.nn.Layer):
         self.feature_size = int(feature_size)
         self.label_field = label_field
         self.equal_rows = False
+        self.task = ""  # the task it scores (set by the joint model)
 
     def fields(self):
         """Batch fields this head needs (default: one int64 class label per sample)."""
@@ -130,13 +138,6 @@ class Head(paddle.nn.Layer):
         """One prediction record per sample of a batch of new texts (heads with ``predicts_text``)."""
         raise NotImplementedError(f"head '{type(self).__name__}' does not declare predicts_text")
 
-    def set_step(self, step: int):
-        """Called by the joint model before a training forward with the global step (0-based).
-
-        Heads whose randomness depends on the step (Partial FC's class sampling) derive it from this, so that a
-        resumed run draws exactly what an uninterrupted one would. Default: nothing.
-        """
-
     def prepare_step(self, step: int, labels, accumulate: int):
         """Before the first of ``accumulate`` micro-batches of training step ``step``; ``labels``: this rank's labels
         of all of them. Default: nothing (a head whose forward does not depend on the rest of the step)."""
@@ -161,11 +162,6 @@ class Head(paddle.nn.Layer):
         micro-batch) over all ranks, ``optimizer_slots`` = float copies the optimizer keeps per parameter,
         ``accumulate`` = micro-batches per step. Default: {} (a small head)."""
         return {}
-
-    def row_gradients(self) -> List:
-        """Row-sparse gradients of the last training forward (:class:`mtl.train.sparse.RowGradient`), which the
-        optimizer applies to those rows only and clipping includes. Default: none (the optimizer sees ``.grad``)."""
-        return []
 
     def forward(self, features, labels) -> HeadOutput:  # pragma: no cover - abstract
         raise NotImplementedError

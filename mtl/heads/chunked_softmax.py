@@ -30,7 +30,7 @@ One buffer of ``K * max(N, D)`` floats serves both passes: the forward stores ea
 ``exp(z - m) = exp(z - m_chunk) exp(m_chunk - m)``), and the backward overwrites it chunk by chunk with the own
 rows' gradient ``[K_own, D]``, in the order of :func:`mtl.heads.class_rows.chunk_order`. Nothing else of size
 ``[K, N]`` or ``[K, D]`` is allocated: the whole shard returns that gradient as ``weight.grad``, Partial FC leaves it
-in its :class:`mtl.train.sparse.RowGradient` for the optimizer's row-sparse update.
+in its :class:`mtl.heads.row_gradients.RowGradient` for the optimizer's row-sparse update.
 
 This is the loss only. What the passes see anyway comes out as a :class:`Statistics` value (no extra work): each
 row's best own logit and its column (the head settles the training top-1 across shards itself,
@@ -61,7 +61,7 @@ class Statistics:
     """What one loss evaluation saw, besides the loss: per gathered row, the best logit among this rank's own rows
     (the target's plain, margin-free logit included) and its column (-1: none), and the target cosine (every rank
     holds it: the owner's value, summed across shards); ``gradient``: where the own rows' gradient goes when they
-    are a sample (a :class:`mtl.train.sparse.RowGradient`, filled by the backward)."""
+    are a sample (a :class:`mtl.heads.row_gradients.RowGradient`, filled by the backward)."""
 
     best: Optional[paddle.Tensor] = None
     best_column: Optional[paddle.Tensor] = None

@@ -4,10 +4,10 @@ A step scores :class:`ScoredRows`: the head's own class rows (its whole shard, o
 with cross-head negatives (:mod:`mtl.heads.cross_negatives`), other heads' rows on this rank after them. Columns are
 numbered across the sources in that order; the targets' columns are always among the head's own rows, which come
 first. The own rows get a gradient (in ``weight.grad`` for the whole shard, in a
-:class:`mtl.train.sparse.RowGradient` for a sample); other heads' rows are negatives without gradient (a sample is
-pushed away from them; they move with their own data only), unless their source ``learns`` (cross-head negatives'
-``update: both``): then their gradient rows are handed to the source's ``sink`` (as a merged head's rows would get
-them).
+:class:`mtl.heads.row_gradients.RowGradient` for a sample); other heads' rows are negatives without gradient (a
+sample is pushed away from them; they move with their own data only), unless their source ``learns`` (cross-head
+negatives' ``update: both``): then their gradient rows are handed to the source's ``sink`` (as a merged head's rows
+would get them).
 
 Chunks (blocks of class rows, :func:`chunk_rows`) never span two sources. :func:`chunk_order` is the one rule both
 implementations of the backward pass (Paddle ops and numpy) follow, so that a chunk's gradient rows never overwrite

@@ -18,8 +18,10 @@ samples is ``update``:
   classes would. The rows' gradient is kept per step
   (:class:`ReceivedRows`, tagged with A) and settled once after the backward (:meth:`CrossNegatives.settle`): added
   into B's ``weight.grad`` when B's whole shard learns through autograd, merged with B's sampled rows (their union,
-  the gradients summed) when B uses Partial FC, so that every row gets one optimizer update per step. A weighting
-  strategy that rescales A's gradients rescales A's contributions to B too (``rescale``). It costs one more product
+  the gradients summed, by the optimizer's one merge) when B uses Partial FC, so that every row gets one optimizer
+  update per step. A weighting strategy that rescales A's gradients rescales A's contributions to B too
+  (``rescale``). The loop and the weighting see all this through the step-hook interface
+  (:class:`mtl.heads.step_hooks.StepHook`). It costs one more product
   per extra chunk in the backward and a copy of the extra rows' gradient.
 
 A class of B believed to be the sample's person leaves that sample's softmax (no term, no gradient), as
@@ -42,7 +44,9 @@ class does, which is also what a hard negative of another person can look like (
 filtering makes the same trade inside one head); and a person seen only under conditions the model does not
 generalise across is not recognised.
 """
+import json
 import math
+import os
 import zlib
 from dataclasses import dataclass
 from typing import Dict, List
@@ -55,7 +59,9 @@ from mtl.data.same_person import People
 from mtl.errors import ConfigError
 from mtl.heads.class_rows import RowSource
 from mtl.heads.filtering import Segment, listed_columns
+from mtl.heads.row_gradients import RowGradient
 from mtl.heads.sharded import sample_classes_globally, shard_of_sample
+from mtl.heads.step_hooks import StepHook
 
 MASKS = ("none", "pairs", "online")
 CALIBRATION_STEPS = 20  # the online rule averages the target cosines of this many steps before the warm-up ends
@@ -100,19 +106,18 @@ def read_pairs(path: str, source=None, key="cross_negatives.pairs", tasks=None) 
 
 @dataclass
 class ReceivedRows:
-    """Gradient rows one head's loss gave another head's class rows in a step (``update: both``): ``grad [K, D]`` for
-    the local rows ``index [K]`` of ``parameter`` (head ``task``'s weight), from the loss of ``source_task``."""
+    """Gradient rows one head's loss gave another head's class rows in a step (``update: both``): ``rows`` (the
+    local rows of head ``task``'s weight, their gradient and the task whose loss gave it, ``rows.source``)."""
 
-    source_task: str
     task: str
-    parameter: paddle.Tensor
-    index: paddle.Tensor
-    grad: paddle.Tensor
+    rows: RowGradient
 
 
-class CrossNegatives:
+class CrossNegatives(StepHook):
     """The cross-head negatives of a job (module docstring): which rows each head scores as negatives, their mask,
-    and the online rule's state (saved with the run)."""
+    and the online rule's state (saved with the run); a step hook of the joint model."""
+
+    name = "cross_negatives"  # its state's key in the checkpoint
 
     def __init__(self, cfg: dict, heads: Dict[str, object], seed: int, source=None, people=None):
         self.rate, self.mask = float(cfg["rate"]), cfg["mask"]
@@ -174,7 +179,7 @@ class CrossNegatives:
         names = self.tasks
         return {(a, b): len(self.pairs.get((a, b), ())) for i, a in enumerate(names) for b in names[i + 1:]}
 
-    def describe_mask(self) -> str:
+    def describe(self) -> str:
         """One line on what the mask holds (``mask: pairs``: the pairs in use per two heads), for the console and
         the log; empty for the other masks."""
         if self.mask != "pairs":
@@ -207,10 +212,11 @@ class CrossNegatives:
     def _sink(self, task: str):
         """Where ``task``'s backward hands another head's rows' gradient (``update: both``)."""
         def take(source: RowSource, grad):
-            self.received.append(ReceivedRows(task, source.task, source.weight, source.local_rows(), grad))
+            self.received.append(ReceivedRows(source.task, RowGradient(source.weight, source.local_rows(), grad,
+                                                                       task)))
         return take
 
-    def begin_step(self):
+    def begin_step(self, step: int):
         """A training step starts: what an earlier step received and never settled (a skipped step) is dropped."""
         self.received = []
 
@@ -218,28 +224,27 @@ class CrossNegatives:
     def rescale(self, task: str, factor: float):
         """Scale what ``task``'s loss gave the other heads this step (a weighting strategy changed its weight)."""
         for entry in self.received:
-            if entry.source_task == task:
-                entry.grad.scale_(factor)
+            if entry.rows.source == task:
+                entry.rows.grad.scale_(factor)
 
     @paddle.no_grad()
-    def settle(self, row_gradients: list) -> list:
+    def settle(self) -> list:
         """After the backward, once per step (``update: both``): every received gradient into its head: added into
-        ``weight.grad`` of a head whose whole shard learns through autograd, merged with the head's declared sampled
-        rows (:class:`mtl.train.sparse.RowGradient`: their union, the gradients summed) under Partial FC. Returns
-        ``row_gradients`` with the merged ones."""
-        from mtl.train.sparse import RowGradient, merge_rows
-
+        ``weight.grad`` of a head whose whole shard learns through autograd; under Partial FC returned as row
+        declarations (:class:`mtl.heads.row_gradients.RowGradient`), which the optimizer merges with the head's own
+        sampled rows (their union, the gradients summed)."""
         received, self.received = self.received, []
-        out = list(row_gradients)
+        out = []
         for entry in received:
+            rows = entry.rows
             if self.heads[entry.task].sample_ratio < 1.0:  # Partial FC: the head's optimizer update is row-sparse
-                out.append(RowGradient(entry.parameter, entry.index, entry.grad))
+                out.append(rows)
                 continue
-            if entry.parameter.grad is None:  # the head had no rows in this step: this is all its gradient
-                entry.parameter.grad = paddle.zeros_like(entry.parameter)
-            grad = entry.parameter.grad
-            grad.index_add_(entry.index, 0, entry.grad.astype(grad.dtype))
-        return merge_rows(out) if received else out
+            if rows.parameter.grad is None:  # the head had no rows in this step: this is all its gradient
+                rows.parameter.grad = paddle.zeros_like(rows.parameter)
+            grad = rows.parameter.grad
+            grad.index_add_(rows.index, 0, rows.grad.astype(grad.dtype))
+        return out
 
     def threshold(self):
         """The online rule's cosine ``tau`` (None before the target cosines have been seen)."""
@@ -324,8 +329,6 @@ class CrossNegatives:
         """Write the estimated same-person pairs (``mtl overlap --json``'s form: the people by name and dataset
         label) from every rank's removal counts (each rank finds the entries of its own shards: summed here);
         returns them."""
-        import json
-
         from mtl.data.same_person import written
 
         removed: Dict[str, Dict[str, int]] = {}
@@ -340,6 +343,18 @@ class CrossNegatives:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(pairs, f, indent=1)
         return pairs
+
+    def finish(self, output_dir: str, gather_texts, is_main: bool) -> str:
+        """At the end of training, the online rule: the same-person pairs it estimated, to
+        ``output_dir/same_person.json`` (every rank's counts merged on the main one); the console line."""
+        if self.mask != "online":
+            return ""
+        texts = gather_texts(json.dumps(self.state["removed"]))
+        if not is_main:
+            return ""
+        path = os.path.join(output_dir, "same_person.json")
+        pairs = self.write_estimate(path, [json.loads(text) for text in texts])
+        return f"cross-head negatives: {len(pairs)} likely-same people across heads ({path})"
 
     def state_dict(self) -> dict:
         """The online rule's threshold statistics (equal on every rank; they decide the masks, so a resumed run

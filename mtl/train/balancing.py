@@ -134,10 +134,11 @@ def representation_gram(feature_grads, tasks, paired=False) -> paddle.Tensor:
 class TaskBalancer:
     """The job's weighting strategy applied to every step's backward; its state goes into checkpoints."""
 
-    def __init__(self, weighting, strategy, model, same_rows=False):
+    def __init__(self, weighting, strategy, model, same_rows=False, rows=None):
         self.weighting = weighting
         self.strategy = strategy
         self.model = model
+        self.rows = rows  # the step's row declarations (mtl.train.sparse.StepRows, the optimizer's), rescaled alike
         self.same_rows = bool(same_rows)  # row r of every task is the same input (schedule.same_rows)
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
@@ -223,18 +224,18 @@ class TaskBalancer:
     @paddle.no_grad()
     def rescale_heads(self, weights, present):
         """Scale each task's own gradients (its head's, its architecture layers': ``JointModel.task_parameters``) by
-        ``w_t / loss_weight_t`` where the strategy changes a task's weight."""
+        ``w_t / loss_weight_t`` where the strategy changes a task's weight, the rows its loss declared and what the
+        step hooks hold of it alike."""
         for task, w, static, here in zip(self.tasks, weights, self.static, present):
             if not here or w == static:
                 continue
             factor = float(w / static) if static else 0.0
-            head = self.model.heads[task]
-            tensors = [p.grad for p in self.model.task_parameters(task) if p.grad is not None]
-            tensors += [row.grad for row in head.row_gradients() if row.grad is not None]
-            for grad in tensors:
+            for grad in [p.grad for p in self.model.task_parameters(task) if p.grad is not None]:
                 grad.scale_(factor)
-            if self.model.cross_negatives is not None:  # what its loss gave other heads' rows (update: both)
-                self.model.cross_negatives.rescale(task, factor)
+            if self.rows is not None:
+                self.rows.scale(task, factor)
+            for hook in self.model.step_hooks:
+                hook.rescale(task, factor)
 
     def accumulated(self, present, step: int, scale: float, accumulate: int) -> "AccumulatedStep":
         """The backward of a step read as ``accumulate`` micro-batches of the tasks ``present``."""

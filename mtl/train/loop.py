@@ -7,6 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict
 
+import numpy as np
+import paddle
+
 from mtl import activity
 from mtl.arrays import host_floats, tensor_from
 from mtl.errors import MtlError
@@ -62,14 +65,22 @@ class StepMeans:
         for task, out in outputs.items():
             self.losses[task] = self.losses.get(task, 0.0) + losses[task]
             sums = self.metrics.setdefault(task, {})
-            for name, value in out.metrics.items():
-                sums[name] = sums.get(name, 0.0) + float(value)
+            for name, value in out.metrics.items():  # summed where they are (float64): no host read per micro-batch
+                value = value.detach().astype("float64") if isinstance(value, paddle.Tensor) else \
+                    tensor_from(float(value), dtype="float64")
+                sums[name] = value if name not in sums else sums[name] + value
+
+    def mean_losses(self) -> Dict[str, float]:
+        """``{task: mean loss}`` as the float32 values :meth:`outputs` holds (no host read)."""
+        return {task: float(np.float32(loss / self.count)) for task, loss in self.losses.items()}
 
     def outputs(self):
         """``{task: HeadOutput}`` of the means (float32 tensors, as a head's outputs are)."""
         from mtl.heads.base import HeadOutput
 
         def mean(value):
+            if isinstance(value, paddle.Tensor):  # a true division, as of the floats before (not x * (1 / K))
+                return paddle.divide(value, paddle.full([], self.count, dtype="float64")).astype("float32")
             return tensor_from(value / self.count, dtype="float32")
         return {task: HeadOutput(loss=mean(loss), metrics={k: mean(v) for k, v in self.metrics[task].items()})
                 for task, loss in self.losses.items()}

@@ -56,10 +56,13 @@ def _one_gradient_each(outputs, grads):
 
 
 class JointModel(paddle.nn.Layer):
-    """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``)."""
+    """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``).
+
+    ``step_hooks``: what joins several heads inside a step (:class:`mtl.heads.step_hooks.StepHook`, e.g. cross-head
+    negatives), which the step, the weighting and the checkpoint iterate."""
 
     def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],
-                 cross_negatives=None, architecture=None, same_rows=False):
+                 step_hooks=(), architecture=None, same_rows=False):
         super().__init__()
         # schedule.same_rows: every task's rows are the same inputs, so a backbone pass over several tasks runs once,
         # on the first task's rows, and every task gets its features (one dropout mask an input, half the compute)
@@ -70,13 +73,14 @@ class JointModel(paddle.nn.Layer):
 
             architecture = Hard(backbone.feature_size, list(heads))
         self.architecture = architecture
-        self.cross_negatives = cross_negatives  # the heads' CrossNegatives (mtl.heads.cross_negatives), or None
+        self.step_hooks = list(step_hooks)
         self.heads = paddle.nn.LayerDict(heads)
-        for head in heads.values():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
+        for task, head in heads.items():  # every rank gets n / W rows of a task's sub-batch (steps.check_divisible)
             head.equal_rows = True
+            head.task = task
         self.loss_weights = dict(loss_weights)
         self._input_fields = list(backbone.input_fields())
-        self._pending, self._present, self._groups, self._feature_grads = [], [], [], {}
+        self._pending, self._groups, self._feature_grads = [], [], {}
         self._shared = {}  # {task: the backbone's output of its rows}, before the architecture's task layers
         self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
@@ -117,10 +121,13 @@ class JointModel(paddle.nn.Layer):
         return out
 
     def prepare_step(self, batch, step: int, accumulate: int):
-        """Before the micro-batches of an accumulated training step: every head present gets this rank's labels of
-        the whole step (``Head.prepare_step``: Partial FC draws one class sample for the step), in job order."""
-        if self.cross_negatives is not None:
-            self.cross_negatives.begin_step()
+        """Before a training step: the step hooks begin it; read as ``accumulate`` > 1 micro-batches, every head present
+        gets this rank's labels of the whole step (``Head.prepare_step``: Partial FC draws one class sample for the
+        step), in job order."""
+        for hook in self.step_hooks:
+            hook.begin_step(step)
+        if accumulate == 1:
+            return
         for task in self.heads.keys():
             if task in batch:
                 head = self.heads[task]
@@ -129,28 +136,26 @@ class JointModel(paddle.nn.Layer):
     def forward(self, batch, step=None):
         """Joint forward; returns (total loss, ``{task: HeadOutput}``). Call :meth:`backward` afterwards.
 
-        ``step`` (the global 0-based step, in training) reaches every head present through ``Head.set_step``.
+        ``step`` (the global 0-based step, in training) reaches every head that declares ``uses_step``.
         Each head sees its features through a detached leaf, so ``total.backward()`` alone would not reach the
         backbone; :meth:`backward` does both phases.
         """
         feats = self.features(batch)
         outputs: Dict[str, HeadOutput] = {}
         total = None
-        self._pending, self._present = [], []
+        self._pending = []
         for task in self.heads.keys():  # job order, the same on every rank
             if task not in feats:
                 continue
             head = self.heads[task]
-            if step is not None:
-                head.set_step(step)
             feature = rows.select(feats[task], head.reads, self.backbone.default_output)
             leaf = feature.detach()
             leaf.stop_gradient = False
-            out = head(leaf, head.labels_of(batch[task]))
+            labels = head.labels_of(batch[task])
+            out = head(leaf, labels, step) if head.uses_step else head(leaf, labels)
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
             self._pending.append((task, feature, leaf, out))
-            self._present.append(task)
             total = term if total is None else total + term
         return total, outputs
 
@@ -246,10 +251,3 @@ class JointModel(paddle.nn.Layer):
         from mtl.architectures.base import TaskEmbedder
 
         return TaskEmbedder(self.backbone, self.architecture, task)
-
-    def row_gradients(self):
-        """Row-sparse gradients of the heads present in the last forward, in job order (see ``Head.row_gradients``),
-        with what cross-head negatives gave other heads' rows settled into them (``update: both``): once per step,
-        after the backward and the weighting."""
-        rows = [row for task in self._present for row in self.heads[task].row_gradients()]
-        return rows if self.cross_negatives is None else self.cross_negatives.settle(rows)

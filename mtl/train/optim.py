@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 
 from mtl.config.keys import resolve_milestones
-from mtl.train.sparse import RowSparseOptimizer
+from mtl.train.sparse import RowSparseOptimizer, StepRows
 
 
 def _decay(cfg: dict, total_steps: int):
@@ -147,8 +147,10 @@ def runtime_optimizer_state(state, model):
 class JointOptimizer:
     """The job's optimizer: Paddle's for dense gradients, :class:`RowSparseOptimizer` for the rows heads declare.
 
-    One ``step(row_gradients)`` applies both with the same learning rate, clears the gradients and advances the
-    schedule. Its state (``state_dict``) is keyed by structured parameter names and includes the row velocities.
+    It owns the step's row declarations (``rows``, a :class:`mtl.train.sparse.StepRows`: ``add_rows`` per
+    micro-batch and from the step hooks, summed and merged once). One ``step()`` applies both with the same learning
+    rate, clears the gradients and the rows and advances the schedule. Its state (``state_dict``) is keyed by
+    structured parameter names and includes the row velocities.
     """
 
     def __init__(self, cfg: dict, model, total_steps: int):
@@ -157,22 +159,29 @@ class JointOptimizer:
         trainable = [p for p in model.parameters() if not p.stop_gradient]
         self.dense, self.lr = build_optimizer(cfg, trainable, total_steps)
         self.sparse = RowSparseOptimizer(cfg)
+        self.rows = StepRows()
+
+    def add_rows(self, rows, summed: bool = False):
+        """Take row declarations of this step (:meth:`mtl.train.sparse.StepRows.add`)."""
+        self.rows.add(rows, summed)
 
     def get_lr(self) -> float:
         """Learning rate of the next step."""
         return self.dense.get_lr()
 
-    def step(self, row_gradients=()):
-        """Update every parameter with a gradient (rows only for ``row_gradients``), clear gradients, next lr."""
+    def step(self):
+        """Update every parameter with a gradient (rows only for the declared rows), clear gradients, next lr."""
         lr = self.dense.get_lr()
         self.dense.step()
-        self.sparse.step(row_gradients, lr)
+        self.sparse.step(self.rows.merged(), lr)
         self.dense.clear_grad(set_to_zero=False)
+        self.rows.clear()
         self.lr.step()
 
     def discard(self):
         """Drop this step's gradients without updating anything (a skipped step: the schedule does not advance)."""
         self.dense.clear_grad(set_to_zero=False)
+        self.rows.clear()
 
     def state_dict(self) -> dict:
         """Dense state with structured keys, plus ``<parameter>::sparse_<slot>`` for the row-sparse state (velocity;

@@ -24,51 +24,57 @@ rows) a row first sampled at step t >> 1 / (1 - b2) moves by lr (1 - b1) / sqrt(
 (PartialFC_V2 + torch.optim.AdamW) takes the dense road: ``weight[index]`` gives every row a gradient (zero when not
 sampled), so every row's moments decay, every row keeps moving on its old moments and is weight-decayed each step.
 """
-from dataclasses import dataclass
-from typing import Optional
-
 import numpy as np
 import paddle
 
 from mtl.arrays import host_view, on_host, tensor_from
 from mtl.errors import ConfigError
+from mtl.heads.row_gradients import merge_rows
 
 SPARSE_OPTIMIZERS = ("sgd", "momentum", "adamw")
 ADAM_EPSILON = 1e-8  # Paddle's AdamW default (the dense optimizer of the job uses it too)
 
 
-@dataclass
-class RowGradient:
-    """Rows of ``parameter`` that a head scored this step, at local row ids ``index [K]``, and their gradient
-    ``grad [K, D]`` (set by the head's backward; None before it, or for a step whose backward did not run). Only
-    these rows (and their optimizer state) change."""
+class StepRows:
+    """The row declarations of one optimizer step (:class:`mtl.heads.row_gradients.RowGradient`), as the optimizer
+    takes them: ``add`` each micro-batch's (a step read as K > 1 micro-batches: ``summed``, each added into the same
+    parameter's and task's declaration of the step's first micro-batch, whose rows every micro-batch shares), then
+    the step hooks' (``add`` after the weighting), ``scale`` a task's, and ``merged()`` once: one declaration per
+    parameter (:func:`mtl.heads.row_gradients.merge_rows`), what clipping, the norm and the update read."""
 
-    parameter: paddle.Tensor
-    index: paddle.Tensor
-    grad: Optional[paddle.Tensor] = None
+    def __init__(self):
+        self._rows, self._merged = [], None
 
+    def add(self, rows, summed: bool = False):
+        """Take ``rows``; ``summed``: a micro-batch's of an accumulated step, after its backward (its gradient is
+        copied: the head reuses its buffer in the next micro-batch)."""
+        for row in rows:
+            first = next((r for r in self._rows if r.parameter is row.parameter and r.source == row.source),
+                         None) if summed else None
+            if row.grad is None or first is None:
+                if summed and row.grad is not None:
+                    row.grad = row.grad.clone()
+                self._rows.append(row)
+            else:
+                first.grad.add_(row.grad)
+        self._merged = None
 
-def merge_rows(row_gradients) -> list:
-    """One :class:`RowGradient` per parameter: declarations of the same parameter (a Partial FC head's sampled rows
-    and the rows other heads' losses gave it, ``cross_negatives.update: both``) become one over the union of their
-    rows (sorted), the gradients of a row summed, so that the optimizer updates every row once. Order: first
-    appearance; a declaration without gradient is left out of its parameter's merge."""
-    groups = {}
-    for row in row_gradients:
-        groups.setdefault(id(row.parameter), []).append(row)
-    out = []
-    for rows in groups.values():
-        given = [r for r in rows if r.grad is not None]
-        if len(given) <= 1:
-            out.append(given[0] if given else rows[0])
-            continue
-        index = paddle.concat([r.index.astype("int64") for r in given])
-        union, where = np.unique(index.numpy(), return_inverse=True)
-        summed = paddle.zeros([len(union), given[0].grad.shape[1]], dtype=given[0].grad.dtype)
-        summed.index_add_(tensor_from(where.reshape(-1), dtype="int64"), 0,
-                          paddle.concat([r.grad.astype(summed.dtype) for r in given]))
-        out.append(RowGradient(given[0].parameter, tensor_from(union, dtype="int64"), summed))
-    return out
+    @paddle.no_grad()
+    def scale(self, task: str, factor: float):
+        """Multiply the gradient of every declaration of ``task``'s loss by ``factor`` (a weighting strategy)."""
+        for row in self._rows:
+            if row.source == task and row.grad is not None:
+                row.grad.scale_(factor)
+
+    def merged(self) -> list:
+        """One declaration per parameter (computed once a step)."""
+        if self._merged is None:
+            self._merged = merge_rows(self._rows)
+        return self._merged
+
+    def clear(self):
+        """The step is applied or dropped."""
+        self._rows, self._merged = [], None
 
 
 UPDATE_CHUNK_ROWS = 1 << 13  # rows updated at a time: the update's temporaries stay [chunk, D], never [K, D]

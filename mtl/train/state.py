@@ -3,8 +3,9 @@
 A :class:`TrainingState` holds the pieces of a run whose state must come back for a resumed run to equal one that
 never stopped: the joint model (backbone, heads, each rank's BatchNorm statistics), the optimizer (with the
 learning-rate schedule and Partial FC's row state), the averager, the random state, the step schedule, the task
-weighting, the non-finite guard and the fp16 loss scale. :meth:`save` writes a checkpoint of a step
-(:mod:`mtl.train.checkpoint` lays out the files), :meth:`restore` reads one back; nothing else saves or restores.
+weighting, the non-finite guard, the fp16 loss scale and the model's step hooks. :meth:`save` writes a checkpoint of
+a step (:mod:`mtl.train.checkpoint` lays out the files), :meth:`restore` reads one back; nothing else saves or
+restores.
 """
 import logging
 from typing import NamedTuple, Optional
@@ -40,8 +41,8 @@ class TrainingState:
             extra["total_steps"] = int(self.total_steps)
         if self.scaler is not None:
             extra["loss_scale"] = self.scaler.state_dict()
-        if self.model.cross_negatives is not None:
-            extra["cross_negatives"] = self.model.cross_negatives.state_dict()
+        for hook in self.model.step_hooks:
+            extra[hook.name] = hook.state_dict()
         return extra
 
     def save(self, output_dir: str, step: int) -> str:
@@ -60,8 +61,9 @@ class TrainingState:
             self.guard.set_state_dict(state["nonfinite"])
         if "loss_scale" in state and self.scaler is not None:
             self.scaler.set_state_dict(state["loss_scale"])
-        if "cross_negatives" in state and self.model.cross_negatives is not None:
-            self.model.cross_negatives.set_state_dict(state["cross_negatives"])
+        for hook in self.model.step_hooks:
+            if hook.name in state:
+                hook.set_state_dict(state[hook.name])
         if state["step"] > total_steps:
             raise ConfigError(f"the latest checkpoint '{path}' is at step {state['step']}, beyond this job's "
                               f"schedule.steps {total_steps}", source, "schedule.steps")

@@ -63,12 +63,15 @@ class OptimizerStep:
 
     def __call__(self, batch, step: int) -> StepResult:
         """Train on ``batch`` (this rank's rows of step ``step``, 0-based) and return what happened."""
+        self.model.prepare_step(batch, step, self.accumulate)
         if self.accumulate > 1:
             return self._accumulated(batch, step)
         _, outputs = self.model(batch, step=step)
+        self.optimizer.add_rows(declared_rows(outputs))  # their gradients: filled by the backward
         losses = _losses(outputs)  # global: equal on every rank; one host read for every task
         bad = NonFiniteGuard.bad_losses(losses)
         if bad:  # global losses: every rank skips the backward (and its collectives) alike
+            self.optimizer.discard()
             return StepResult(outputs, losses, nonfinite=bad, loss_scale=self._scale_after())
         snapshot = self.balancer.snapshot()
         weights = self.balancer.backward(outputs, losses, step, self.scale)
@@ -80,7 +83,6 @@ class OptimizerStep:
         the step's weighting, the loss-scale, non-finite and clipping decisions and the update, once. The result's
         outputs and losses are the means over the micro-batches (a step stopped at a non-finite loss: over those
         run)."""
-        self.model.prepare_step(batch, step, self.accumulate)
         snapshot = self.balancer.snapshot()
         plan = self.balancer.accumulated(list(batch), step, self.scale, self.accumulate)
         sums = StepMeans()
@@ -91,17 +93,19 @@ class OptimizerStep:
             bad = NonFiniteGuard.bad_losses(losses)
             if bad:  # every rank alike: the rest of the step is not run, nothing is applied
                 self.optimizer.discard()
-                means = sums.outputs()
-                return StepResult(means, _losses(means), nonfinite=bad, loss_scale=self._scale_after())
+                return StepResult(sums.outputs(), sums.mean_losses(), nonfinite=bad, loss_scale=self._scale_after())
             plan.backward()
-        means = sums.outputs()
-        losses = _losses(means)
-        return self._apply(StepResult(means, losses, plan.finish(losses)), snapshot)
+            self.optimizer.add_rows(declared_rows(outputs), summed=True)  # the step's sum (the buffer is reused)
+        losses = sums.mean_losses()  # the floats the means hold: no host read
+        return self._apply(StepResult(sums.outputs(), losses, plan.finish(losses)), snapshot)
 
     def _apply(self, result: StepResult, snapshot) -> StepResult:
         """After the backward: unscale, the global norm (non-finite: the guard or an fp16 overflow, the weighting's
-        state put back), clip, the optimizer step and the averager."""
-        rows = self.model.row_gradients()
+        state put back), clip, the optimizer step and the averager. The step hooks settle first: their rows join
+        the heads' in the optimizer's one merge."""
+        for hook in self.model.step_hooks:
+            self.optimizer.add_rows(hook.settle())
+        rows = self.optimizer.rows.merged()
         if self.scale != 1.0:
             self.strategy.unscale_gradients(1.0 / self.scale, rows)
         result.grad_norm = self.strategy.grad_norm(rows)  # global: every rank decides alike
@@ -115,7 +119,7 @@ class OptimizerStep:
         if self.scaler is not None:
             self.scaler.good_step()
         self.strategy.clip_gradients(self.clip_norm, result.grad_norm, rows)
-        self.optimizer.step(rows)
+        self.optimizer.step()
         if self.averager is not None:
             self.averager.step()
         result.loss_scale = self._scale_after()
@@ -123,6 +127,11 @@ class OptimizerStep:
 
     def _scale_after(self):
         return self.scaler.scale if self.scaler is not None else None
+
+
+def declared_rows(outputs) -> list:
+    """The row declarations of ``{task: HeadOutput}``, in job order."""
+    return [row for out in outputs.values() for row in out.rows]
 
 
 def _losses(outputs) -> Dict[str, float]:

@@ -101,7 +101,7 @@ class Trainer:
         rundir.refuse_or_clear(self.output_dir, resume, overwrite, key_source(self.cfg, "output_dir"),
                                self.strategy)
         setup_logging(self.output_dir, self.strategy.rank)
-        self._announce_mask()
+        self._announce_hooks()
         self._announce_small_sets()
         self.start_step, self.resumed_from = self._restore() if resume else (0, None)
         self.saved = self.resumed_from  # the newest checkpoint of this run (what --resume continues from)
@@ -117,11 +117,13 @@ class Trainer:
         if self.is_main:
             job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
 
-    def _announce_mask(self):
-        """The same-person pairs the cross-head negatives mask, on the console and in every rank's log."""
-        if line := (self.job.model.cross_negatives.describe_mask() if self.job.model.cross_negatives else ""):
-            self.console(line)
-            log.info(line)
+    def _announce_hooks(self):
+        """What the step hooks say at the start (cross-head negatives: the same-person pairs they mask), on the
+        console and in every rank's log."""
+        for hook in self.job.model.step_hooks:
+            if line := hook.describe():
+                self.console(line)
+                log.info(line)
 
     def _announce_small_sets(self):
         """The verification sets (``eval.sets``) too small for their folds, once, on the console and in every rank's
@@ -156,7 +158,7 @@ class Trainer:
         tasks = list(model.heads.keys())
         weighting = registry.build("weighting", self.cfg["weighting"], self.cfg["source"], "weighting", tasks=tasks,
                                    loss_weights=[model.loss_weights[t] for t in tasks], seed=self.cfg["seed"])
-        return TaskBalancer(weighting, self.strategy, model, self.job.schedule.same_rows)
+        return TaskBalancer(weighting, self.strategy, model, self.job.schedule.same_rows, self.optimizer.rows)
 
     # ---- hooks -------------------------------------------------------------------------------------------------
     def should_log(self, step):
@@ -356,24 +358,19 @@ class Trainer:
                 at = next_save(step, self.cfg["checkpoint"]["every"], self.steps) if retry else None
                 save_failed(exc, self.saved, at, self.is_main)
 
-    def _write_same_person(self):
-        """Cross-head negatives with the online rule: the same-person pairs it estimated, to
-        ``output_dir/same_person.json`` (every rank's counts merged on rank 0)."""
-        cross = self.job.model.cross_negatives
-        if cross is None or cross.mask != "online":
-            return
-        texts = self.strategy.gather_texts(json.dumps(cross.state["removed"]))
-        if self.is_main:
-            path = os.path.join(self.output_dir, "same_person.json")
-            pairs = cross.write_estimate(path, [json.loads(text) for text in texts])
-            self.console(f"cross-head negatives: {len(pairs)} likely-same people across heads ({path})")
+    def _finish_hooks(self):
+        """The step hooks' end of training (every rank; cross-head negatives' online rule writes the same-person
+        pairs it estimated), their lines on the console."""
+        for hook in self.job.model.step_hooks:
+            if line := hook.finish(self.output_dir, self.strategy.gather_texts, self.is_main):
+                self.console(line)
 
     def finish(self, seconds, step=None):
         """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot. When the
         evaluation fails, ``summary.json`` still holds the training (``evaluation_failed`` says why) and the error
         names the task, the stage and the checkpoint (:func:`mtl.train.eval_check.evaluation_error`)."""
         step = self.steps if step is None else step
-        self._write_same_person()
+        self._finish_hooks()
         run = {"steps": step, "world_size": self.strategy.world, "seconds": round(seconds, 2),
                "resumed_from": self.resumed_from, "nonfinite_steps_skipped": self.guard.skipped}
         try:

@@ -11,24 +11,33 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 STEPS = 6
 
 
-def job_data(output_dir, log_every=1):
-    """Four tasks: ArcFace (full softmax), ArcFace with Partial FC, softmax (sharded), regression (replicated)."""
+VARIANTS = ("plain", "accumulate", "filtering")
+
+
+def job_data(output_dir, log_every=1, variant="plain"):
+    """Four tasks: ArcFace (full softmax), ArcFace with Partial FC, softmax (sharded), regression (replicated);
+    ``variant``: ``accumulate`` reads each step as 2 micro-batches, ``filtering`` gives the ArcFace head inter-class
+    filtering (threshold 0.3)."""
     def reader(seed, **extra):
         return {"type": "synthetic", "num_samples": 64, "seed": seed, **extra}
 
+    arc = {"type": "arcface", "scale": 8.0}
+    if variant == "filtering":
+        arc["interclass_filtering_threshold"] = 0.3
     return {"seed": 0, "output_dir": str(output_dir), "device": "cpu",
-            "tasks": [{"name": "arc", "reader": reader(1, num_classes=20), "head": {"type": "arcface", "scale": 8.0}},
+            "tasks": [{"name": "arc", "reader": reader(1, num_classes=20), "head": arc},
                       {"name": "pfc", "reader": reader(2, num_classes=40),
                        "head": {"type": "arcface", "scale": 8.0, "sample_ratio": 0.2}},
                       {"name": "soft", "reader": reader(3, num_classes=10), "head": {"type": "softmax"}},
                       {"name": "reg", "reader": reader(4, target="regression"), "head": {"type": "regression"}}],
             "backbone": {"type": "mlp", "hidden": [16], "embedding_size": 8},
-            "schedule": {"batch_size": 8, "steps": STEPS + 1, "mode": "joint"},
+            "schedule": {"batch_size": 16 if variant == "accumulate" else 8, "steps": STEPS + 1, "mode": "joint",
+                         "accumulate": 2 if variant == "accumulate" else 1},
             "optimizer": {"type": "momentum", "lr": 0.05, "decay": "none", "clip_norm": 1.0},
             "log": {"every": log_every, "progress": False, "plot": False}, "data": {"num_workers": 0}}
 
 
-def count_steps(output_dir, log_every=1):
+def count_steps(output_dir, log_every=1, variant="plain"):
     """Train ``STEPS`` steps of the job (``until``: no final evaluation) and count every step's syncs: the step's
     agreement (``Trainer._agree``) and the step itself (``Trainer._step``: forward, backward, update, its record).
     Returns ``{"counts": [...], "sites": [...]}``."""
@@ -43,7 +52,7 @@ def count_steps(output_dir, log_every=1):
     init_distributed()
     host_paths, arrays.HOST_PATHS = arrays.HOST_PATHS, False
     try:
-        trainer = Trainer(build_job(load_job(data=job_data(output_dir, log_every)), announce_plan=False),
+        trainer = Trainer(build_job(load_job(data=job_data(output_dir, log_every, variant)), announce_plan=False),
                           console=lambda *a: None)
         counter, steps = HostSyncCounter(), []
         trainer._agree, trainer._step = _counted(trainer._agree, counter, None), _counted(trainer._step, counter, steps)
@@ -66,7 +75,9 @@ def _counted(method, counter, steps):
 
 
 def main(out_dir):
+    """Every variant at this process count: ``OUT_DIR/{variant}_rank{k}.json``."""
     rank = os.environ.get("PADDLE_TRAINER_ID", "0")
-    result = count_steps(os.path.join(out_dir, "run"))
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(result, f)
+    for variant in VARIANTS:
+        result = count_steps(os.path.join(out_dir, variant), variant=variant)
+        with open(os.path.join(out_dir, f"{variant}_rank{rank}.json"), "w") as f:
+            json.dump(result, f)

@@ -67,7 +67,7 @@ def run_case(name, registry, paddle, rank):
     result = head(feats, paddle.to_tensor(labels[begin:end]))
     result.loss.backward()
     softmax = cfg["type"] == "softmax"  # else a margin head (arcface, cosface)
-    weight_grad = head.weight.grad.numpy() if softmax else head.weight_gradient()
+    weight_grad = head.weight.grad.numpy() if softmax else head.weight_gradient(result)
     out.update(loss=result.loss.numpy(), feature_grad=feats.grad.numpy(), weight_grad=weight_grad)
     out.update({f"metric_{k}": v.numpy() for k, v in result.metrics.items()})
     if softmax:

@@ -60,13 +60,14 @@ def np_margin_head(x, w, labels, margin, scale):
     return loss, dx, dw, c
 
 
-def run_head(head, x, y):
-    """One forward and backward of a margin head (``arcface`` / ``cosface``) on ``(x, y)``: (its output, the feature
+def run_head(head, x, y, step=0):
+    """One forward and backward of a margin head (``arcface`` / ``cosface``) on ``(x, y)`` at training step ``step``
+    (Partial FC's sample): (its output, the feature
     gradient, the dense class-centre gradient of :meth:`weight_gradient`, which covers Partial FC's sampled rows)."""
     feats = paddle.to_tensor(x.astype(paddle.get_default_dtype()), stop_gradient=False)
-    out = head(feats, paddle.to_tensor(y))
+    out = head(feats, paddle.to_tensor(y), step)
     out.loss.backward()
-    return out, feats.grad.numpy(), head.weight_gradient()
+    return out, feats.grad.numpy(), head.weight_gradient(out)
 
 
 def assert_close(actual, expected, rtol, what):

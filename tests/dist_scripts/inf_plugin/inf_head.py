@@ -24,14 +24,13 @@ class _InfGradient(PyLayer):
 class InfSoftmaxHead(SoftmaxHead):
     """Softmax head that injects an infinite feature gradient on rank ``inf_rank`` at step ``inf_step``."""
 
+    uses_step = True  # forward(features, labels, step)
+
     def __init__(self, num_classes=None, feature_size=None, inf_step=5, inf_rank=1, seed=0):
         super().__init__(num_classes, feature_size, seed=seed)
-        self.inf_step, self.inf_rank, self.step = int(inf_step), int(inf_rank), -1
+        self.inf_step, self.inf_rank = int(inf_step), int(inf_rank)
 
-    def set_step(self, step):
-        self.step = int(step)
-
-    def forward(self, features, labels):
-        hit = self.training and self.step == self.inf_step and distributed.rank() == self.inf_rank
+    def forward(self, features, labels, step=None):
+        hit = self.training and step == self.inf_step and distributed.rank() == self.inf_rank
         return super().forward(_InfGradient.apply(features, float("inf") if hit else 1.0), labels)
 
