@@ -297,8 +297,7 @@ def reached(job, batch):
     model.train()
     for task in TASKS:
         model.clear_gradients()
-        model(batch)
-        model.backward({t: 1.0 if t == task else 0.0 for t in TASKS})
+        model.backward(model(batch), {t: 1.0 if t == task else 0.0 for t in TASKS})
         for name, p in model.named_parameters():
             if p.grad is not None and float(paddle.abs(p.grad).max()) > 0:
                 found.setdefault(name, set()).add(task)
@@ -346,8 +345,7 @@ def test_experts_start_from_distinct_random_weights_and_diverge():
         assert np.std(w) > 0.05
     experts = arch.experts.weights[0].numpy()
     assert all(not np.allclose(experts[i], experts[j]) for i in range(3) for j in range(i))
-    job.model(batch_of(job))
-    job.model.backward()
+    job.model.backward(job.model(batch_of(job)))
     grad = arch.experts.weights[0].grad.numpy().reshape(-1, 7)
     assert len(np.unique(np.round(grad.T, 8), axis=0)) == 7
 

@@ -466,7 +466,7 @@ def test_under_task_norm_a_sample_is_scored_through_its_own_norm_against_the_oth
              for t in job.tasks}
     job.model.train()
     job.model.prepare_step(batch, 0, 1)
-    _, outputs = job.model.forward(batch, step=0)
+    outputs = job.model.forward(batch, step=0).outputs
     layers = job.model.backbone.layers
     heads = {t.name: t.head.weight.numpy().astype(np.float64) for t in job.tasks}
     f64 = lambda p: p.numpy().astype(np.float64)  # noqa: E731

@@ -119,8 +119,7 @@ def test_encoder_rate_and_layer_decay_scale_each_parameter(checkpoint, tmp_path)
              "heads.upos.scorer.0.weight"]
     params = dict(job.model.named_parameters())
     before = {n: params[n].numpy().copy() for n in names}
-    job.model(trainer.as_tensors(batch), 0)
-    job.model.backward()
+    job.model.backward(job.model(trainer.as_tensors(batch), 0))
     grads = {n: params[n].grad.numpy().copy() for n in names}
     job.model.clear_gradients()
     trainer.train_step(batch, 0)
@@ -147,7 +146,7 @@ def test_a_bucketed_joint_batch_has_the_loss_of_every_sentence_alone(checkpoint,
     lengths = {t: (sub["token_ids"] != 0).sum(1) for t, sub in batch.items()}
     assert len({int(v.max()) for v in lengths.values()}) > 1  # the tasks' sub-batches differ in length
     with paddle.no_grad():
-        _, outputs = job.model({t: {k: paddle.to_tensor(v) for k, v in s.items()} for t, s in batch.items()})
+        outputs = job.model({t: {k: paddle.to_tensor(v) for k, v in s.items()} for t, s in batch.items()}).outputs
         for task, sub in batch.items():
             head = job.model.heads[task]
             losses, counts = [], []
@@ -155,7 +154,7 @@ def test_a_bucketed_joint_batch_has_the_loss_of_every_sentence_alone(checkpoint,
                 n = int(lengths[task][i])
                 one = {k: v[i:i + 1, :n] if k in ("token_ids", "segment_ids") else v[i:i + 1] for k, v in sub.items()}
                 count = int((one[head.label_field] >= 0).sum()) if task != "genre" else 1
-                _, alone = job.model({task: {k: paddle.to_tensor(v) for k, v in one.items()}})
+                alone = job.model({task: {k: paddle.to_tensor(v) for k, v in one.items()}}).outputs
                 losses.append(float(alone[task].loss) * count)
                 counts.append(count)
             if task == "deps":  # the arc and relation losses are each means over the words

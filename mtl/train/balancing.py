@@ -67,16 +67,17 @@ def _from_json(value):
 
 
 # ---- per-task gradients of the shared parameters ---------------------------------------------------------------
-def task_gradient_matrix(model, tasks, buffer=None):
+def task_gradient_matrix(model, heads, tasks, buffer=None):
     """``[T, P]`` float32: row t += the gradient of task t's weighted loss w.r.t. ``model.shared_parameters()``
-    (this rank's rows only; sum over ranks afterwards). Runs the backbone backward once per task present
+    (this rank's rows only; sum over ranks afterwards) from the heads' backward ``heads``
+    (:class:`mtl.train.model.HeadGradients`). Runs the backbone backward once per task present
     (``JointModel.backward_backbone_per_task``) and clears the shared gradients after each; rows of absent tasks
     stay as they were. Memory: T copies of the shared gradient (``bench/bench_weighting.py``)."""
     params = model.shared_parameters()
     sizes = [math.prod(p.shape) for p in params]
     if buffer is None:
         buffer = paddle.zeros([len(tasks), sum(sizes)], dtype="float32")
-    for task in model.backward_backbone_per_task():
+    for task in model.backward_backbone_per_task(heads):
         grads = [p.grad.reshape([-1]).astype("float32") if p.grad is not None else paddle.zeros([n])
                  for p, n in zip(params, sizes)]
         row = tasks.index(task)
@@ -143,10 +144,11 @@ class TaskBalancer:
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
-    def representation(self):
-        """MGDA-UB's per-task gradients: of each task's features (its own rows), or under ``same_rows`` of the
-        backbone's output that every task shares (before any task layers: the rows pair there)."""
-        return self.model.shared_gradients() if self.same_rows else self.model.feature_gradients()
+    def representation(self, heads):
+        """MGDA-UB's per-task gradients from the heads' backward ``heads``: of each task's features (its own rows),
+        or under ``same_rows`` of the backbone's output that every task shares (before any task layers: the rows pair
+        there)."""
+        return self.model.shared_gradients(heads) if self.same_rows else heads.grads
 
     def present(self, tasks) -> np.ndarray:
         """[T] bool: which of the job's tasks are in ``tasks``."""
@@ -167,29 +169,30 @@ class TaskBalancer:
         """``{task: w_t * factor}``: the multipliers of the heads' backward."""
         return {t: float(w) * factor for t, w in zip(self.tasks, weights)}
 
-    def backward(self, outputs, losses: Dict[str, float], step: int, scale: float = 1.0) -> Dict[str, Dict[str, float]]:
-        """Backward of the last forward with this step's weights; gradients summed over ranks where replicated.
+    def backward(self, forward, losses: Dict[str, float], step: int, scale: float = 1.0) -> Dict[str, Dict[str, float]]:
+        """Backward of ``forward`` (a :class:`mtl.train.model.ForwardPass`) with this step's weights; gradients summed
+        over ranks where replicated.
 
         ``losses``: the global loss of every task present (host floats). ``scale`` (fp16 loss scaling) multiplies
         every loss; the caller divides the gradients by it afterwards. Returns :meth:`logged`.
         """
-        present = self.present(outputs)
+        present = self.present(forward.outputs)
         values = self.loss_vector(losses, present)
         weights = self.weighting.weights(values, present, step)
         if not self.weighting.needs_gradients:
-            self.model.backward(self.scaled(weights, scale))
+            self.model.backward(forward, self.scaled(weights, scale))
             self.strategy.reduce_gradients()
             return self.logged(weights, present)
-        self.model.backward_heads(self.scaled(self.static, scale))
+        heads = self.model.backward_heads(forward, self.scaled(self.static, scale))
         if self.weighting.uses_representation:
-            gram = self.strategy.sum_over_ranks(representation_gram(self.representation(), self.tasks,
+            gram = self.strategy.sum_over_ranks(representation_gram(self.representation(heads), self.tasks,
                                                                     self.same_rows))
             alpha = self.combine(gram.numpy() / scale ** 2, values, present, step)
-            self.model.backward_backbone({t: float(a) for t, a in zip(self.tasks, alpha)})
+            self.model.backward_backbone(heads, {t: float(a) for t, a in zip(self.tasks, alpha)})
             self.rescale_heads(weights, present)
             self.strategy.reduce_gradients()
             return self.logged(weights, present, alpha)
-        matrix = task_gradient_matrix(self.model, self.tasks)
+        matrix = task_gradient_matrix(self.model, heads, self.tasks)
         self.rescale_heads(weights, present)  # after the backbone passes: the architecture's task layers too
         self.strategy.sum_over_ranks_(matrix)
         return self.logged(weights, present, self.apply(matrix, values, present, step, scale))
@@ -270,18 +273,19 @@ class AccumulatedStep:
             self.weights = weighting.weights(np.zeros(len(balancer.tasks)), self.present, self.step)
         self.matrix, self.gram = None, None
 
-    def backward(self):
-        """The backward of the last micro-batch's forward, its losses divided by the micro-batch count."""
+    def backward(self, forward):
+        """The backward of a micro-batch's ``forward`` (a :class:`mtl.train.model.ForwardPass`), its losses divided
+        by the micro-batch count."""
         balancer, model = self.balancer, self.balancer.model
         per = self.scale / self.accumulate
         if self.weights is not None:
-            model.backward(balancer.scaled(self.weights, per))
+            model.backward(forward, balancer.scaled(self.weights, per))
             return
-        model.backward_heads(balancer.scaled(balancer.static, per))
+        heads = model.backward_heads(forward, balancer.scaled(balancer.static, per))
         if balancer.weighting.uses_representation:
-            gram = representation_gram(balancer.representation(), balancer.tasks, balancer.same_rows)
+            gram = representation_gram(balancer.representation(heads), balancer.tasks, balancer.same_rows)
             self.gram = gram if self.gram is None else self.gram + gram
-        self.matrix = task_gradient_matrix(model, balancer.tasks, self.matrix)
+        self.matrix = task_gradient_matrix(model, heads, balancer.tasks, self.matrix)
 
     def finish(self, losses: Dict[str, float]) -> Dict[str, Dict[str, float]]:
         """After the last micro-batch: the step's weights from its losses (the means over the micro-batches), the

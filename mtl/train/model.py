@@ -10,6 +10,10 @@ rows only) become what task t's head sees; ``hard`` (the default, no towers) han
 architecture with task layers inside the backbone (``per_task_backbone``) gets one backbone pass per task.
 Total loss = sum_t loss_weight_t * loss_t over the tasks present in the step; absent tasks cost nothing.
 
+The forward returns one typed value, :class:`ForwardPass` (outputs, each task's features and their detached
+leaves, the backbone passes, the present tasks); the backward phases take it and return typed values
+(:class:`HeadGradients`); nothing of a step is kept in the model between them.
+
 Backward (:meth:`JointModel.backward`) runs in two phases: each head's loss is differentiated alone, in job order, down
 to its (detached) features; then the backbone is differentiated once from all the feature gradients. The reason is
 communication: a model-parallel head all-reduces inside its backward, and Paddle's autograd engine orders
@@ -19,7 +23,8 @@ the collective sequence identical on every rank.
 """
 import contextlib
 from collections import OrderedDict
-from typing import Dict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
 import paddle
 
@@ -55,8 +60,49 @@ def _one_gradient_each(outputs, grads):
     return unique, summed
 
 
+@dataclass
+class TaskFeatures:
+    """What a task's head scored in a forward: ``feature`` (what the architecture handed it, in the graph of the
+    backbone), ``leaf`` (its detached copy the head differentiated down to) and ``shared`` (the backbone's output of
+    the task's rows, before the architecture's task layers)."""
+
+    feature: object
+    leaf: object
+    shared: object
+
+
+@dataclass
+class ForwardPass:
+    """One joint forward (:meth:`JointModel.forward`): ``total`` = sum_t loss_weight_t * loss_t (None: no task),
+    ``outputs`` ``{task: HeadOutput}`` and ``features`` ``{task: TaskFeatures}`` of the tasks present, in job
+    order, and ``groups``: the tasks of each backbone pass, in order."""
+
+    total: Optional[paddle.Tensor]
+    outputs: Dict[str, HeadOutput]
+    features: Dict[str, TaskFeatures] = field(default_factory=dict)
+    groups: List[List[str]] = field(default_factory=list)
+
+    @property
+    def present(self) -> List[str]:
+        """The tasks present, in job order."""
+        return list(self.outputs)
+
+    def rows(self) -> list:
+        """The heads' row declarations (``HeadOutput.rows``), in job order."""
+        return [row for out in self.outputs.values() for row in out.rows]
+
+
+@dataclass
+class HeadGradients:
+    """After the heads' backward (:meth:`JointModel.backward_heads`): ``{task: gradient of its weighted loss w.r.t.
+    its features}`` (this rank's rows), with the forward they belong to."""
+
+    forward: ForwardPass
+    grads: Dict[str, paddle.Tensor]
+
+
 class JointModel(paddle.nn.Layer):
-    """Backbone + ``{task: head}``; ``forward(batch)`` returns (total loss, ``{task: HeadOutput}``).
+    """Backbone + ``{task: head}``; ``forward(batch)`` returns a :class:`ForwardPass`.
 
     ``step_hooks``: what joins several heads inside a step (:class:`mtl.heads.step_hooks.StepHook`, e.g. cross-head
     negatives), which the step, the weighting and the checkpoint iterate."""
@@ -80,8 +126,6 @@ class JointModel(paddle.nn.Layer):
             head.task = task
         self.loss_weights = dict(loss_weights)
         self._input_fields = list(backbone.input_fields())
-        self._pending, self._groups, self._feature_grads = [], [], {}
-        self._shared = {}  # {task: the backbone's output of its rows}, before the architecture's task layers
         self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
     def signature(self, sub_batch) -> tuple:
@@ -100,10 +144,15 @@ class JointModel(paddle.nn.Layer):
     def features(self, batch) -> Dict[str, object]:
         """What every task's head sees (a tensor, or ``{name: tensor}`` of a text encoder): the backbone's output per
         pass, split per task, through the architecture's layers for the task (its rows only)."""
-        out, self._shared = {}, {}
-        self._groups = self.backbone_passes(batch)
+        return self.passes(batch)[0]
+
+    def passes(self, batch):
+        """``(features, shared, groups)``: :meth:`features`, the backbone's output of every task's rows (before the
+        architecture's layers) and the tasks of each backbone pass."""
+        out, shared = {}, {}
+        groups = self.backbone_passes(batch)
         fields = self._input_fields
-        for tasks in self._groups:
+        for tasks in groups:
             subs = [batch[t] for t in tasks]
             if self.same_rows:  # the same inputs in every task's rows: one pass over the first task's
                 subs = subs[:1]
@@ -116,9 +165,9 @@ class JointModel(paddle.nn.Layer):
             sizes = [rows.variable_size(fields, sub) for sub in subs]
             split = rows.split_outputs(feats, self.backbone.output_fields(), counts, groups_of, sizes)
             for t, f in zip(tasks, split * len(tasks) if self.same_rows else split):
-                self._shared[t] = f
+                shared[t] = f
                 out[t] = f if self.architecture.is_identity else self.architecture(t, f)
-        return out
+        return out, shared, groups
 
     def prepare_step(self, batch, step: int, accumulate: int):
         """Before a training step: the step hooks begin it; read as ``accumulate`` > 1 micro-batches, every head present
@@ -133,17 +182,17 @@ class JointModel(paddle.nn.Layer):
                 head = self.heads[task]
                 head.prepare_step(step, batch[task][head.label_field], accumulate)
 
-    def forward(self, batch, step=None):
-        """Joint forward; returns (total loss, ``{task: HeadOutput}``). Call :meth:`backward` afterwards.
+    def forward(self, batch, step=None) -> ForwardPass:
+        """Joint forward; returns a :class:`ForwardPass`. Call :meth:`backward` with it afterwards.
 
         ``step`` (the global 0-based step, in training) reaches every head that declares ``uses_step``.
         Each head sees its features through a detached leaf, so ``total.backward()`` alone would not reach the
         backbone; :meth:`backward` does both phases.
         """
-        feats = self.features(batch)
+        feats, shared, groups = self.passes(batch)
         outputs: Dict[str, HeadOutput] = {}
+        features: Dict[str, TaskFeatures] = {}
         total = None
-        self._pending = []
         for task in self.heads.keys():  # job order, the same on every rank
             if task not in feats:
                 continue
@@ -155,71 +204,64 @@ class JointModel(paddle.nn.Layer):
             out = head(leaf, labels, step) if head.uses_step else head(leaf, labels)
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
-            self._pending.append((task, feature, leaf, out))
+            features[task] = TaskFeatures(feature, leaf, shared[task])
             total = term if total is None else total + term
-        return total, outputs
+        return ForwardPass(total, outputs, features, groups)
 
-    def backward(self, weights=None):
-        """Differentiate the last forward: every head in job order, then each backbone pass once, in order.
+    def backward(self, forward: ForwardPass, weights=None):
+        """Differentiate ``forward``: every head in job order, then each backbone pass once, in order.
 
         ``weights`` (``{task: float}``, default the static ``loss_weights``) multiply each task's loss.
         Backbone passes are differentiated one at a time (not in one call) because synchronised BatchNorm
         all-reduces in its backward; separate calls fix the order of those collectives on every rank.
         """
-        self.backward_heads(weights)
-        self.backward_backbone()
+        self.backward_backbone(self.backward_heads(forward, weights))
 
-    def backward_heads(self, weights=None):
+    def backward_heads(self, forward: ForwardPass, weights=None) -> HeadGradients:
         """Phase 1: each head's ``weight * loss`` differentiated alone, in job order, down to its features."""
         weights = self.loss_weights if weights is None else weights
-        self._feature_grads = {}
-        for task, feat, leaf, out in self._pending:
-            (out.loss * float(weights[task])).backward()
-            self._feature_grads[task] = (feat, leaf.grad if leaf.grad is not None else paddle.zeros_like(feat))
-        self._pending = []
+        grads = {}
+        for task, seen in forward.features.items():
+            (forward.outputs[task].loss * float(weights[task])).backward()
+            grads[task] = seen.leaf.grad if seen.leaf.grad is not None else paddle.zeros_like(seen.feature)
+        return HeadGradients(forward, grads)
 
-    def feature_gradients(self):
-        """``{task: gradient of its weighted loss w.r.t. its features}`` after :meth:`backward_heads` (this rank's
-        rows)."""
-        return {task: grad for task, (_, grad) in self._feature_grads.items()}
-
-    def shared_gradients(self):
-        """``{task: gradient of its weighted loss w.r.t. the backbone's output of its rows}`` after
-        :meth:`backward_heads`: where every task meets (Sener and Koltun's Z), before the architecture's task layers
-        (through them by one more autograd pass each, the graph kept for phase 2)."""
+    def shared_gradients(self, heads: HeadGradients) -> Dict[str, paddle.Tensor]:
+        """``{task: gradient of its weighted loss w.r.t. the backbone's output of its rows}``: where every task meets
+        (Sener and Koltun's Z), before the architecture's task layers (through them by one more autograd pass each,
+        the graph kept for phase 2)."""
         out = {}
-        for task, (feat, grad) in self._feature_grads.items():
+        for task, grad in heads.grads.items():
             if self.architecture.is_identity:
                 out[task] = grad
                 continue
-            shared = rows.select(self._shared[task], self.heads[task].reads, self.backbone.default_output)
-            (found,) = paddle.grad([feat], [shared], [grad], retain_graph=True, allow_unused=True)
+            seen = heads.forward.features[task]
+            shared = rows.select(seen.shared, self.heads[task].reads, self.backbone.default_output)
+            (found,) = paddle.grad([seen.feature], [shared], [grad], retain_graph=True, allow_unused=True)
             out[task] = paddle.zeros_like(shared) if found is None else found
         return out
 
-    def backward_backbone(self, scales=None):
+    def backward_backbone(self, heads: HeadGradients, scales=None):
         """Phase 2: each backbone pass once, from the feature gradients (times ``scales[task]`` if given)."""
-        for tasks in self._groups:
-            present = [t for t in tasks if t in self._feature_grads]
+        features = heads.forward.features
+        for tasks in heads.forward.groups:
+            present = [t for t in tasks if t in heads.grads]
             if present:
-                grads = [self._feature_grads[t][1] if scales is None else self._feature_grads[t][1] * float(scales[t])
-                         for t in present]
-                paddle.autograd.backward(*_one_gradient_each([self._feature_grads[t][0] for t in present], grads))
-        self._feature_grads = {}
+                grads = [heads.grads[t] if scales is None else heads.grads[t] * float(scales[t]) for t in present]
+                paddle.autograd.backward(*_one_gradient_each([features[t].feature for t in present], grads))
 
-    def backward_backbone_per_task(self):
+    def backward_backbone_per_task(self, heads: HeadGradients):
         """Phase 2 task by task, in job order: yields each task after the backbone's gradients hold the gradient
         of that task's weighted loss alone (the caller reads and clears them before the next one)."""
-        for tasks in self._groups:
-            present = [t for t in tasks if t in self._feature_grads]
+        for tasks in heads.forward.groups:
+            present = [t for t in tasks if t in heads.grads]
             for i, task in enumerate(present):
-                feat, grad = self._feature_grads[task]
+                feat, grad = heads.forward.features[task].feature, heads.grads[task]
                 if i < len(present) - 1:  # the pass's graph is needed again by the next task
                     self._accumulate_keeping_graph(feat, grad)
                 else:
                     paddle.autograd.backward([feat], [grad])
                 yield task
-        self._feature_grads = {}
 
     def _accumulate_keeping_graph(self, feat, grad):
         """Add the gradient of ``feat`` (seeded with ``grad``) to the backbone's and architecture's parameters,

@@ -66,15 +66,16 @@ class OptimizerStep:
         self.model.prepare_step(batch, step, self.accumulate)
         if self.accumulate > 1:
             return self._accumulated(batch, step)
-        _, outputs = self.model(batch, step=step)
-        self.optimizer.add_rows(declared_rows(outputs))  # their gradients: filled by the backward
+        forward = self.model(batch, step=step)
+        outputs = forward.outputs
+        self.optimizer.add_rows(forward.rows())  # their gradients: filled by the backward
         losses = _losses(outputs)  # global: equal on every rank; one host read for every task
         bad = NonFiniteGuard.bad_losses(losses)
         if bad:  # global losses: every rank skips the backward (and its collectives) alike
             self.optimizer.discard()
             return StepResult(outputs, losses, nonfinite=bad, loss_scale=self._scale_after())
         snapshot = self.balancer.snapshot()
-        weights = self.balancer.backward(outputs, losses, step, self.scale)
+        weights = self.balancer.backward(forward, losses, step, self.scale)
         return self._apply(StepResult(outputs, losses, weights), snapshot)
 
     def _accumulated(self, batch, step: int) -> StepResult:
@@ -87,15 +88,16 @@ class OptimizerStep:
         plan = self.balancer.accumulated(list(batch), step, self.scale, self.accumulate)
         sums = StepMeans()
         for part in micro_batches(batch, self.accumulate):
-            _, outputs = self.model(part, step=step)
+            forward = self.model(part, step=step)
+            outputs = forward.outputs
             losses = _losses(outputs)
             sums.add(outputs, losses)
             bad = NonFiniteGuard.bad_losses(losses)
             if bad:  # every rank alike: the rest of the step is not run, nothing is applied
                 self.optimizer.discard()
                 return StepResult(sums.outputs(), sums.mean_losses(), nonfinite=bad, loss_scale=self._scale_after())
-            plan.backward()
-            self.optimizer.add_rows(declared_rows(outputs), summed=True)  # the step's sum (the buffer is reused)
+            plan.backward(forward)
+            self.optimizer.add_rows(forward.rows(), summed=True)  # the step's sum (the buffer is reused)
         losses = sums.mean_losses()  # the floats the means hold: no host read
         return self._apply(StepResult(sums.outputs(), losses, plan.finish(losses)), snapshot)
 
@@ -127,11 +129,6 @@ class OptimizerStep:
 
     def _scale_after(self):
         return self.scaler.scale if self.scaler is not None else None
-
-
-def declared_rows(outputs) -> list:
-    """The row declarations of ``{task: HeadOutput}``, in job order."""
-    return [row for out in outputs.values() for row in out.rows]
 
 
 def _losses(outputs) -> Dict[str, float]:
