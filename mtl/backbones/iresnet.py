@@ -16,16 +16,11 @@ import paddle
 from paddle import nn
 
 from mtl.backbones.base import ImageBackbone
+from mtl.convert.weights import IRESNET_DEPTHS as DEPTHS
 from mtl.errors import ParameterError
 from mtl.registry import register_backbone
 
 WIDTHS = (64, 128, 256, 512)
-DEPTHS = {
-    "iresnet18": (2, 2, 2, 2),
-    "iresnet34": (3, 4, 6, 3),
-    "iresnet50": (3, 4, 14, 3),
-    "iresnet100": (3, 13, 30, 3),
-}
 BN_EPSILON = 1e-5
 
 

@@ -25,6 +25,15 @@ from mtl.convert.torch_file import read_torch_file
 from mtl.errors import DataError
 from mtl.safe_pickle import load_paddle_file, not_a_pickle
 
+# arcface_torch's IResNets by name: residual blocks per stage (the iresnet backbones are built from this table, and a
+# file's blocks per stage name its architecture in an error)
+IRESNET_DEPTHS = {
+    "iresnet18": (2, 2, 2, 2),
+    "iresnet34": (3, 4, 6, 3),
+    "iresnet50": (3, 4, 14, 3),
+    "iresnet100": (3, 13, 30, 3),
+}
+
 ARCHS = ("iresnet18", "iresnet34", "iresnet50", "iresnet100", "mobilefacenet", "vit_t", "vit_s", "vit_b")
 SOURCES = ("insightface", "plsc")
 BATCH_NORM_NAMES = {"weight": "weight", "bias": "bias", "running_mean": "_mean", "running_var": "_variance",
@@ -134,9 +143,7 @@ def describe_layout(state) -> str:
     """What the file looks like: its IResNet blocks per stage, or that it is a MobileFaceNet, or its first names."""
     stages = [len({n.split(".")[1] for n in state if n.startswith(f"layer{k}.")}) for k in range(1, 5)]
     if all(stages):
-        from mtl.backbones.iresnet import DEPTHS
-
-        arch = next((name for name, depths in DEPTHS.items() if depths == tuple(stages)), None)
+        arch = next((name for name, depths in IRESNET_DEPTHS.items() if depths == tuple(stages)), None)
         return f"the file's blocks per stage are {tuple(stages)}" + (f", an {arch}" if arch else "")
     if any(n.startswith("conv_sep.") for n in state):
         return "the file holds a MobileFaceNet"
