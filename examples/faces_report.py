@@ -184,7 +184,7 @@ def embeddings(run_dir, readers, batch_size=256):
     reader through its task's embedding when the run's architecture gives each task its own:
     :func:`mtl.evaluation.held_out.embed_tasks`)."""
     from mtl.evaluation.held_out import embed_tasks
-    from mtl.inference import open_run
+    from mtl.serving.inference import open_run
 
     return embed_tasks(open_run(run_dir), readers, batch_size)
 

@@ -26,7 +26,7 @@ from examples.faces_arms import Benchmark, Recipe  # noqa: E402
 def scores(recipe, run_dir):
     """``{way: (accuracy, TAR at FAR 1e-3)}`` of one run: through each task's layers, and each through its own."""
     from mtl.evaluation.evaluator import embed
-    from mtl.inference import open_run
+    from mtl.serving.inference import open_run
 
     run = open_run(run_dir)
     tasks = [t["name"] for t in run.cfg["tasks"]]

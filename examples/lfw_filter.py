@@ -54,7 +54,7 @@ def matcher_identities(matcher, readers, per_class):
 def screening_model(run_dir, out):
     """``(model, input field, image size)``: the run's (its export if it has one), or, with ``run_dir`` "dlib",
     the independent matcher whose descriptors are cached beside the unit's filter folder."""
-    from mtl.inference import load_model
+    from mtl.serving.inference import load_model
 
     if run_dir == "dlib":
         from lfw_matcher import DlibMatcher

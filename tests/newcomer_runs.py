@@ -43,7 +43,7 @@ def verification_set(path, pairs=10, size=16, seed=3):
 def face_run(tmp_path):
     """A trained 3-channel 16 px face-and-class run (tests/small_runs.py), its export and a verification set:
     (run folder, export folder, set path)."""
-    from mtl.export import export
+    from mtl.serving.export import export
     from tests.small_runs import train_run
 
     train_run(tmp_path, averaging=True, channels=3, size=16)

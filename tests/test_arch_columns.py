@@ -55,7 +55,7 @@ def test_a_trained_runs_export_and_eval_use_its_columns_without_the_pretrained_f
     """The copies were built from the job's backbone config, pretrained file included: once it was gone, export
     failed; ``mtl eval RUN`` scored the columns and stitches at their initial weights."""
     from mtl.commands.evaluate_run import evaluate_run
-    from mtl.export import export
+    from mtl.serving.export import export
     from mtl.train.trainer import Trainer
 
     path, _ = pretrained_file(tmp_path)

@@ -213,8 +213,8 @@ def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
     """``mtl export --task T``: the inference model's embeddings equal backbone + the architecture's layers for T
     with the run's averaged weights (in this process); naming no task, or another one, is one sentence."""
     from mtl.errors import ConfigError
-    from mtl.export import export
-    from mtl.inference import open_run
+    from mtl.serving.export import export
+    from mtl.serving.inference import open_run
 
     job, run = _train(tmp_path, architecture["type"], architecture)
     images = np.random.RandomState(0).randn(5, 1, 8, 8).astype(np.float32)
@@ -298,7 +298,7 @@ def test_overlap_embeds_each_task_through_its_own_batchnorms(tmp_path):
 
     from mtl.commands.overlap import IMAGES_PER_CLASS, chosen_images, class_templates, decide, load_run
     from mtl.data.steps import collate
-    from mtl.inference import open_run
+    from mtl.serving.inference import open_run
 
     _, run_dir = _train(tmp_path, "task_norm", {"type": "task_norm"})
     job, _ = load_run(run_dir)
@@ -332,7 +332,7 @@ def test_overlap_sets_embed_each_tasks_verification_images_through_its_own_batch
     similarities, each equal to a numpy reference (normalize(f(x) + f(flipped x)), nearest class)."""
     from mtl.commands.overlap import decide, leaks
     from mtl.data.verification_sets import load_verification_set
-    from mtl.inference import open_run
+    from mtl.serving.inference import open_run
     from tests.face_data import SIZE, make_face_data
     from tests.shared_runs import train_here
 

@@ -105,7 +105,7 @@ def test_tokenizer_says_when_the_vocabulary_is_not_the_size_asked_for(tmp_path, 
 def test_embed_and_predict_say_an_input_folder_is_a_folder(tmp_path):
     """The readers of mtl embed's inputs (images and arrays, texts); mtl predict's calls the same check."""
     from mtl.errors import DataError
-    from mtl.export import read_inputs
+    from mtl.serving.export import read_inputs
     from mtl.text.embed import read_texts
 
     (tmp_path / "faces").mkdir()

@@ -11,7 +11,7 @@ import pytest
 from mtl.commands.evaluate import evaluate
 from mtl.data.verification_sets import encode_png, write_bin
 from mtl.errors import ConfigError
-from mtl.export import export
+from mtl.serving.export import export
 from tests import warm_python
 from tests.references.folds import stratified_splits
 from tests.small_runs import train_run

@@ -8,8 +8,8 @@ import paddle
 import pytest
 
 from mtl.errors import ConfigError
-from mtl.export import embed, export
 from mtl.safe_pickle import load_paddle_file
+from mtl.serving.export import embed, export
 from mtl.train.layout import latest_checkpoint
 from tests import warm_python
 from tests.small_runs import train_run
@@ -137,7 +137,7 @@ def test_damaged_records_of_a_run_or_an_export_are_one_sentence_each(tmp_path):
     import shutil
 
     from mtl.errors import DataError
-    from mtl.inference import open_for_prediction, open_run
+    from mtl.serving.inference import open_for_prediction, open_run
 
     train_run(tmp_path, averaging=False)
     run, out = tmp_path / "run", tmp_path / "out"

@@ -11,7 +11,7 @@ import yaml
 
 from mtl.config.loading import load_job
 from mtl.evaluation.metrics import verification
-from mtl.export import embed, export
+from mtl.serving.export import embed, export
 from tests.dist_util import ROOT
 from tests.face_data import SIZE, make_face_data
 from tests.shared_runs import two_process_run

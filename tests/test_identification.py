@@ -151,7 +151,7 @@ def embedded_by(run_dir, files):
     import paddle
 
     from mtl.data.transforms import FaceTransform
-    from mtl.inference import open_run
+    from mtl.serving.inference import open_run
 
     backbone = open_run(run_dir).backbone()
     transform = FaceTransform(16)

@@ -172,7 +172,7 @@ def two_dataset_run(tmp_path):
 
 def test_a_run_its_export_and_mtl_overlap_carry_the_names(tmp_path, capsys):
     from mtl.commands.overlap import report
-    from mtl.export import export
+    from mtl.serving.export import export
 
     run, names = two_dataset_run(tmp_path)
     recorded = json.load(open(os.path.join(run, "data.json")))["label_names"]

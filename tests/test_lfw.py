@@ -209,7 +209,7 @@ def reference_distances(run, pair_sets):
     import paddle
 
     from mtl.data.transforms import FaceTransform
-    from mtl.inference import load_model
+    from mtl.serving.inference import load_model
 
     loaded = load_model(str(run))
     loaded.model.eval()

@@ -7,8 +7,8 @@ import pytest
 
 from mtl.config.loading import load_job
 from mtl.errors import ConfigError, ContractError
-from mtl.export import embed
 from mtl.job import build_job
+from mtl.serving.export import embed
 from mtl.train.trainer import Trainer
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "configs")

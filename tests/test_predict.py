@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mtl.errors import ConfigError
-from mtl.prediction import predict, prediction_table
+from mtl.serving.prediction import predict, prediction_table
 from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +34,7 @@ def train_cli(*argv):
 @pytest.fixture(scope="module")
 def four_heads(tmp_path_factory):
     """The four-head digits job (arcface, softmax, multilabel, regression) for 40 steps, and its export."""
-    from mtl.export import export
+    from mtl.serving.export import export
 
     tmp = tmp_path_factory.mktemp("predict")
     run = str(tmp / "run")
@@ -47,8 +47,8 @@ def four_heads(tmp_path_factory):
 
 def eval_split(run, task, tmp):
     """The evaluation split of ``task`` as the run's evaluator read it: (images.npy path, its samples)."""
-    from mtl.inference import open_run
     from mtl.job import build_job
+    from mtl.serving.inference import open_run
 
     job = build_job(open_run(run).cfg, announce_plan=False)
     reader = job.eval_reader(job.task(task))
@@ -119,8 +119,8 @@ def test_predict_on_a_table_reads_its_columns_by_name_and_names_the_species(tmp_
     assert result.task == "iris" and result.names == ["setosa", "versicolor", "virginica"]
     assert [result.best(i, 1)[0][0] for i in range(len(rows) - 1)] == [r[-1] for r in rows[1:]]
     assert result.inputs[0] == f"{shuffled} row 1"
-    from mtl.inference import read_run_data
-    from mtl.prediction import read_table
+    from mtl.serving.inference import read_run_data
+    from mtl.serving.prediction import read_table
 
     spec = read_run_data(run)["inputs"]["iris"]
     x = read_table(str(shuffled), spec)

@@ -8,8 +8,8 @@ import pytest
 
 from mtl.data.preprocess import Preprocess, choose, task_preprocessing
 from mtl.data.verification_sets import read_pairs
-from mtl.export import read_inputs
 from mtl.readers.image_list import ImageListReader
+from mtl.serving.export import read_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 YALE = os.path.join(ROOT, "examples", "data", "faces", "yale")

@@ -7,8 +7,8 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.export import embed, export
-from mtl.inference import open_run
+from mtl.serving.export import embed, export
+from mtl.serving.inference import open_run
 from mtl.text.tokenizer import TextTokenizer
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here

@@ -182,7 +182,7 @@ def test_a_text_export_raises_no_pir_place_warning_and_computes_what_the_layer_d
     import warnings
 
     from mtl import registry
-    from mtl.export import fields_adapter
+    from mtl.serving.export import fields_adapter
 
     registry.load_builtin()
     paddle.seed(0)
@@ -380,7 +380,7 @@ def random_model():
     """What a run gives mtl predict, with random weights: a small BiLSTM, one head per text head type (the CRF's
     transitions drawn too), the readers' input specs and label names as a run records them in data.json."""
     from mtl import registry
-    from mtl.inference import LoadedModel, PredictionModel
+    from mtl.serving.inference import LoadedModel, PredictionModel
 
     registry.load_builtin()
     paddle.seed(3)
@@ -480,7 +480,7 @@ def test_raw_text_predictions_of_every_word_head_against_their_own_logits(random
     path, HEAD/DEPREL = the best single-root tree over every head assignment and the best relation at its head, the
     genre comment = the argmax of the classifier's softmax, with its probability. Before: mtl predict refused
     text_classify and crf_tagger."""
-    from mtl.prediction_text import predict_text
+    from mtl.serving.prediction_text import predict_text
 
     model, states, readers = random_model
     lines = ["Sue likes green tea .", "Mary ran home"]
@@ -525,7 +525,7 @@ def test_raw_text_predictions_of_every_word_head_against_their_own_logits(random
 def test_iob2_and_conllu_inputs_come_back_with_their_own_lines(random_model, tmp_path):
     """An IOB2 input keeps its lines and -DOCSTART-; the IOB2 task's tags replace the tag column; a CoNLL-U input
     keeps multiword tokens, empty nodes and every column no task fills."""
-    from mtl.prediction_text import predict_text
+    from mtl.serving.prediction_text import predict_text
 
     model, _, _ = random_model
     iob2 = tmp_path / "new.iob2"
@@ -551,7 +551,7 @@ def test_pairs_and_spans_against_their_own_logits(random_model, tmp_path):
     """A TSV of pairs gets each pair's score (the matching head's MLP on the pooled vector, numpy); a SQuAD file gets
     each question's best span over all its windows (start + end logits, numpy, every span of at most
     max_answer_length pieces), written as SQuAD's prediction file."""
-    from mtl.prediction_text import predict_text
+    from mtl.serving.prediction_text import predict_text
     from mtl.text.pairs import encode_pair
 
     model, states, readers = random_model
@@ -590,7 +590,7 @@ def test_pairs_and_spans_against_their_own_logits(random_model, tmp_path):
 
 
 def test_text_prediction_errors_are_one_sentence(random_model, tmp_path):
-    from mtl.prediction_text import predict_text
+    from mtl.serving.prediction_text import predict_text
 
     model, _, _ = random_model
     with pytest.raises(ConfigError, match="task 'pairs' reads pairs of texts .text_a, text_b., which a conllu input "

@@ -67,11 +67,11 @@ def readers():
     from mtl.data.verification_sets import read_pairs
     from mtl.evaluation.conditions import light_azimuths
     from mtl.evaluation.ijb import _rows
-    from mtl.prediction import read_table
     from mtl.readers.csv_reader import read_csv
     from mtl.readers.image_list import parse_label_list, read_target_table
     from mtl.readers.label_names import read_label_file
     from mtl.readers.text_pairs import read_tsv
+    from mtl.serving.prediction import read_table
     from mtl.text.conllu import read_conllu
     from mtl.text.embed import read_texts
     from mtl.text.iob2 import read_iob2

@@ -146,7 +146,7 @@ def test_size_options_are_checked():
 def test_exports_with_a_dynamic_batch_as_mtl_export_does(tmp_path):
     """paddle.jit.save of the backbone (as ``mtl export``: ``field_adapter``, batch axis None) reloads to the eager
     forward; masking, drop path and recompute are training-only."""
-    from mtl.inference import field_adapter
+    from mtl.serving.inference import field_adapter
 
     model = small_vit(mask_ratio=0.2, drop_path_rate=0.2, recompute=True)
     model.eval()

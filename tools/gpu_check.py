@@ -192,8 +192,8 @@ def _export_difference(run_dir, trainer):
     import numpy as np
     import paddle
 
-    from mtl.export import embed, export
     from mtl.low_precision import float32, inference_autocast
+    from mtl.serving.export import embed, export
 
     out = run_dir + "_export"
     export(run_dir, out)

@@ -18,8 +18,8 @@ import numpy as np
 
 from mtl.commands.evaluate_lfw import add_lfw_arguments, check_lfw_args, run_lfw
 from mtl.errors import ConfigError
-from mtl.export import export_preprocess
-from mtl.inference import add_trust_plugins, load_model
+from mtl.serving.export import export_preprocess
+from mtl.serving.inference import add_trust_plugins, load_model
 
 
 def insightface_line(name, step, result, flip):

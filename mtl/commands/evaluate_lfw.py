@@ -9,8 +9,8 @@ import json
 import os
 
 from mtl.errors import ConfigError, DataError
-from mtl.export import export_preprocess
-from mtl.inference import load_model
+from mtl.serving.export import export_preprocess
+from mtl.serving.inference import load_model
 
 
 def embed_lfw_images(model, field, image_size, root, paths, prepare, flip, batch_size, console):

@@ -38,7 +38,7 @@ def evaluate_all_people(path, weights="auto", batch_size=256, out_dir=None, cons
     ``out_dir`` (default the run); return the figures (``accuracy``, ``tar_far_1e-2``, ``tar_far_1e-3``,
     ``identification``: ``rank1``, ``rank5``, ``cmc``, ... and what was pooled)."""
     from mtl.evaluation.held_out import embed_tasks, pool_people, score_all_people
-    from mtl.inference import open_run
+    from mtl.serving.inference import open_run
 
     if not os.path.isfile(os.path.join(path, "job.json")):
         raise ConfigError(f"'{path}' is not a training run (no job.json): --all-people scores the held-out people of "

@@ -10,8 +10,8 @@ from mtl.errors import ConfigError
 def evaluate_run(path, weights="auto", out_dir=None, console=print, trust_plugins=False) -> dict:
     """``{task: {metric: value}}`` of the run ``path`` on its own evaluation data; a table on ``console``."""
     from mtl.evaluation.evaluator import Evaluator
-    from mtl.inference import open_run
     from mtl.job import build_job
+    from mtl.serving.inference import open_run
 
     if not os.path.isfile(os.path.join(path, "job.json")):
         what = "an export" if os.path.isfile(os.path.join(path, "export.json")) else "not a training run"

@@ -1,9 +1,9 @@
-"""``mtl export RUN_DIR OUT_DIR`` and ``mtl embed EXPORT_DIR IMAGES... -o emb.npy`` (see :mod:`mtl.export`)."""
+"""``mtl export RUN_DIR OUT_DIR`` and ``mtl embed EXPORT_DIR IMAGES... -o emb.npy`` (see :mod:`mtl.serving.export`)."""
 
 import numpy as np
 
-from mtl.export import embed, export
-from mtl.inference import add_trust_plugins
+from mtl.serving.export import embed, export
+from mtl.serving.inference import add_trust_plugins
 
 
 def _cmd_export(args):

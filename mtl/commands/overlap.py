@@ -45,7 +45,7 @@ from mtl.evaluation.identities import (  # noqa: F401 (re-exported)
     match_classes,
     templates,
 )
-from mtl.inference import add_trust_plugins
+from mtl.serving.inference import add_trust_plugins
 
 
 def load_run(run_dir: str, trust_plugins: bool = False):
@@ -53,8 +53,8 @@ def load_run(run_dir: str, trust_plugins: bool = False):
     images), its backbone and architecture with the averaged weights when the checkpoint has them (else the live
     ones). Refused when the architecture embeds each task in coordinates of its own (``Architecture.one_embedding``
     false: towers, experts, stitch columns)."""
-    from mtl.inference import open_run
     from mtl.job import build_job
+    from mtl.serving.inference import open_run
 
     run = open_run(run_dir, trust_plugins=trust_plugins)
     job = build_job(run.job_config(), announce_plan=False)

@@ -1,14 +1,14 @@
 """``mtl predict RUN_OR_EXPORT INPUTS... [--task T] [--top K] [-o OUT] [--input-format F]``: what each task's head
-predicts for new inputs (classes, labels, values), with the data's names (:mod:`mtl.prediction`); for text tasks,
-the input file again with every prediction filled in (:mod:`mtl.prediction_text`)."""
-from mtl.inference import add_trust_plugins
+predicts for new inputs (classes, labels, values), with the data's names (:mod:`mtl.serving.prediction`); for text
+tasks, the input file again with every prediction filled in (:mod:`mtl.serving.prediction_text`)."""
+from mtl.serving.inference import add_trust_plugins
 
 
 def _cmd_predict(args):
     from mtl.errors import ConfigError, require_output_file
-    from mtl.inference import open_for_prediction
-    from mtl.prediction import predict, prediction_table, write_predictions
-    from mtl.prediction_text import predict_text, text_tasks
+    from mtl.serving.inference import open_for_prediction
+    from mtl.serving.prediction import predict, prediction_table, write_predictions
+    from mtl.serving.prediction_text import predict_text, text_tasks
 
     if args.top < 1:
         raise ConfigError(f"--top must be >= 1, got {args.top}")

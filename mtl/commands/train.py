@@ -103,8 +103,8 @@ def resume_command(argv=None) -> str:
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
     from mtl.errors import ConfigError, PluginError
-    from mtl.inference import write_run_data
     from mtl.job import build_job
+    from mtl.serving.inference import write_run_data
     from mtl.train.trainer import Trainer
 
     if args.until is not None and args.until < 1:

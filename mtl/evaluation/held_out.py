@@ -21,7 +21,7 @@ from mtl.union_find import DisjointSets
 
 def embed_tasks(run, readers, batch_size: int = 256) -> Dict[str, tuple]:
     """``{task: (features [N, D] float64, labels [N])}`` of every reader of ``{task: reader}``, embedded by the run
-    (:class:`mtl.inference.RunWeights`: its checkpoint's averaged weights when it averaged); when the run's
+    (:class:`mtl.serving.inference.RunWeights`: its checkpoint's averaged weights when it averaged); when the run's
     architecture gives each task its own embedding, each reader's through its task's (a run of one task: that one
     for every reader)."""
     from mtl.architectures.base import TaskEmbedder

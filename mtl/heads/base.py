@@ -46,9 +46,9 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``evaluates_batches``: evaluation runs batch by batch (variable-length text): ``predict(features, labels)`` per
   batch returns one prediction per sample and ``score(predictions, reader)`` the metrics of the split.
 * ``predicts_text`` / ``predict_text(features, inputs)``: what the head predicts for a batch of new texts, which
-  have no labels (``mtl predict``, :mod:`mtl.prediction_text`): one record per sample, ``{field: ids}`` (a class id,
-  or a list of ids or word numbers per word) with ``probability`` / ``probabilities``, ``score`` as the head has
-  them; ``inputs`` holds the text fields and the head's non-label fields (``word_index`` padded with 0).
+  have no labels (``mtl predict``, :mod:`mtl.serving.prediction_text`): one record per sample, ``{field: ids}`` (a
+  class id, or a list of ids or word numbers per word) with ``probability`` / ``probabilities``, ``score`` as the head
+  has them; ``inputs`` holds the text fields and the head's non-label fields (``word_index`` padded with 0).
 * ``planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate=1)`` (class method): the memory
   the head will hold in one process, by part, computed from its options before it is built
   (``mtl.train.memory_plan``); ``global_rows`` are those of one micro-batch when a step is read as ``accumulate``.

@@ -112,7 +112,8 @@ class TextReader(Reader):
         return self.skipped
 
     def text_spec(self, units: str, **extra) -> dict:
-        """The ``input_spec`` of a text reader (what ``mtl predict`` makes of new text, :mod:`mtl.prediction_text`):
+        """The ``input_spec`` of a text reader (what ``mtl predict`` makes of new text,
+        :mod:`mtl.serving.prediction_text`):
         ``units`` is what one sample is made of (``words``: a sentence of words; ``text``: one text; ``pair``: two
         texts; ``pairwise``: a text and two candidates; ``question``: a question and its context), with the reader's
         ``max_length``, its sizes (the head's class count) and ``extra``: ``labels`` (for words: one per ``words``,

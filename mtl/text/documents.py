@@ -1,5 +1,5 @@
 """Files of new text for ``mtl predict``: read into sentences or texts, written back in their own format with the
-predictions filled in (:mod:`mtl.prediction_text` makes the predictions).
+predictions filled in (:mod:`mtl.serving.prediction_text` makes the predictions).
 
 Formats (by the file's extension, or named with ``--input-format``):
 

@@ -3,8 +3,8 @@
 ``output_dir/checkpoints/step_N/`` (written by :mod:`mtl.train.checkpoint`) holds ``backbone.pdparams`` and the
 replicated heads (``heads/<task>.pdparams``), one file per head shard ``heads/<task>.shard<k>of<W>.pdparams``, the
 averaged weights beside them (``.averaged.pdparams``), the per-rank training state and ``state.json`` with the
-SHA-256 of every file (:mod:`mtl.train.integrity`). Training (resume) and inference (``mtl.inference``) both find
-checkpoints and head files here; only training reads the training state.
+SHA-256 of every file (:mod:`mtl.train.integrity`). Training (resume) and inference (``mtl.serving.inference``) both
+find checkpoints and head files here; only training reads the training state.
 """
 import logging
 import os

@@ -36,13 +36,13 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
     ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``.
-    The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.inference.import_plugins`).
+    The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.serving.inference.import_plugins`).
     ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
     ``onnx_opset``: also ``backbone.onnx`` (:func:`export_onnx`). Everything is written into a folder beside
     ``out_dir`` that replaces it once complete (:func:`mtl.staging.staged_folder`): a failure leaves no half export,
     and an earlier export at ``out_dir`` stays until then.
     """
-    from mtl.inference import open_run
+    from mtl.serving.inference import open_run
     from mtl.staging import staged_folder
 
     check_export_dir(out_dir)
@@ -72,7 +72,7 @@ def _write_export(run, run_dir, out_dir, task):
     """The export's files in ``out_dir``; its metadata (see :func:`export`)."""
     import paddle
 
-    from mtl.inference import field_adapter, read_run_data
+    from mtl.serving.inference import field_adapter, read_run_data
 
     backbone = run.backbone(task)
     fields = backbone.input_fields()
@@ -263,7 +263,7 @@ def embed(export_dir, inputs, batch_size=64, flip=False, normalize_output=False,
     """
     import paddle
 
-    from mtl.inference import export_meta, open_export
+    from mtl.serving.inference import export_meta, open_export
 
     meta = export_meta(export_dir)
     if flip and len(meta["input_shape"]) != 3:

@@ -154,7 +154,7 @@ def read_for_task(paths, model, task: str):
     """The inputs ``paths`` as the model's input for ``task`` and a name for each sample (``file``, ``file row 2``,
     ``file[3]``): ``.csv`` rows prepared as the task's table was, ``.npy`` arrays as they are, image files as the
     task's training images were prepared."""
-    from mtl.export import export_preprocess, read_inputs
+    from mtl.serving.export import export_preprocess, read_inputs
 
     shape, spec = model.loaded.input_shape, (model.data.get("inputs") or {}).get(task)
     out = []
@@ -237,8 +237,8 @@ def chosen_tasks(model, inputs, task=None) -> List[str]:
 def predict(path: str, inputs, task=None, weights="auto", trust_plugins=False, model=None) -> List[Prediction]:
     """Every chosen task's :class:`Prediction` for the input files ``inputs`` of the run or export ``path`` (or of
     ``model``, the same opened already)."""
-    from mtl.inference import open_for_prediction
     from mtl.readers.label_names import field_names
+    from mtl.serving.inference import open_for_prediction
 
     model = model or open_for_prediction(path, weights, trust_plugins)
     results = []

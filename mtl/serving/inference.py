@@ -400,7 +400,7 @@ def _export_head_state(folder: str, task: str) -> dict:
 
 
 def open_for_prediction(path: str, weights: str = "auto", trust_plugins: bool = False) -> PredictionModel:
-    """A run folder or an export folder, ready for :mod:`mtl.prediction`: the same backbone :func:`load_model`
+    """A run folder or an export folder, ready for :mod:`mtl.serving.prediction`: the same backbone :func:`load_model`
     gives, and the heads' weights of the same checkpoint (a run) or the export's ``heads/<task>.npz``."""
     from mtl.data.preprocess import task_preprocessing
 

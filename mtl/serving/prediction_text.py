@@ -93,11 +93,11 @@ class Encoder:
 
 
 def _text_program(folder: str):
-    """The export's text program (:data:`mtl.export.TEXT_PROGRAM`), loaded, or None when it has none (an export
+    """The export's text program (:data:`mtl.serving.export.TEXT_PROGRAM`), loaded, or None when it has none (an export
     written before it existed, or of an encoder without a sequence)."""
     import paddle
 
-    from mtl.export import TEXT_PROGRAM
+    from mtl.serving.export import TEXT_PROGRAM
 
     if not os.path.isfile(os.path.join(folder, f"{TEXT_PROGRAM}.json")):
         return None
