@@ -63,9 +63,9 @@ def run(args):
     import paddle
 
     from mtl import arrays, registry
+    from mtl.optimizer.sparse import RowSparseOptimizer
     from mtl.parallel import distributed
     from mtl.runtime import init_distributed, select_device
-    from mtl.train.sparse import RowSparseOptimizer
 
     arrays.HOST_PATHS = not args.device_passes
     device = select_device("auto")

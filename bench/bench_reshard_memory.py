@@ -7,7 +7,7 @@ shard's momentum velocity and a small replicated part), then, each in a fresh pr
 reads rank 0's new shard and optimizer state two ways and prints each one's peak resident memory (``ru_maxrss``) and
 the ratio:
 
-* ``streamed``: ``mtl.train.reshard`` as the trainer calls it: only the saved ranks holding rank 0's rows, one file
+* ``streamed``: ``mtl.store.reshard`` as the trainer calls it: only the saved ranks holding rank 0's rows, one file
   at a time, keeping the overlapping rows;
 * ``all files``: the way it was read before (every shard and every rank's optimizer file loaded, concatenated into
   the full head, then cut), written out here as the baseline.
@@ -49,7 +49,7 @@ def write_checkpoint(folder, classes, dim, saved):
 
 
 def read_streamed(folder, classes, saved, world):
-    from mtl.train import reshard
+    from mtl.store import reshard
 
     head = reshard.head_state(folder, "ids", saved, world, 0, total=classes)
     state = reshard.rank_state(folder, saved, world, 0, {"ids": classes})

@@ -5,7 +5,7 @@
 Starts ``examples/train_joint.py`` on synthetic 64-d inputs, an MLP to ``--dim`` features and one ArcFace head of
 ``--classes`` classes (momentum, no averaging), waits until it has logged a few steps, sends SIGTERM and times the
 exit (the step in flight, one checkpoint written and hashed, the stop sentence). It then times one verification pass
-of that checkpoint (``mtl.train.integrity.verify``): the second hash the stop path used to run before exiting, which
+of that checkpoint (``mtl.store.integrity.verify``): the second hash the stop path used to run before exiting, which
 it no longer does. Prints both and their ratio.
 """
 import argparse
@@ -41,7 +41,7 @@ def main():
     parser.add_argument("--classes", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=128)
     args = parser.parse_args()
-    from mtl.train import integrity, layout
+    from mtl.store import integrity, layout
 
     with tempfile.TemporaryDirectory(prefix="mtl_stop_bench_") as folder:
         config = job(folder, args.classes, args.dim)

@@ -120,7 +120,7 @@ class ArcFaceHead(ShardedClassHead):
     @classmethod
     def planned_bytes(cls, options, global_rows, world_size, rank, optimizer_slots, accumulate=1):
         """The sharded head's plan; with Partial FC under AdamW (2 optimizer slots) also the rows' own step counts
-        (``[C_k]`` int32, ``mtl.train.sparse``), and over ``accumulate`` > 1 micro-batches the sampled rows'
+        (``[C_k]`` int32, ``mtl.optimizer.sparse``), and over ``accumulate`` > 1 micro-batches the sampled rows'
         gradient summed over them (``[K_k, D]``, as the step's sample)."""
         plan = super().planned_bytes(options, global_rows, world_size, rank, optimizer_slots, accumulate)
         ratio = float(options.get("sample_ratio", 1.0))

@@ -111,7 +111,7 @@ def test_partial_fc_draws_one_sample_over_all_micro_batches_and_sums_the_rows_gr
     gradient the optimizer sums over two micro-batches (each loss halved; ``StepRows.add(..., summed=True)``) is
     the gradient of the head run on the whole batch."""
     from mtl.heads.row_gradients import dense_gradient
-    from mtl.train.sparse import StepRows
+    from mtl.optimizer.sparse import StepRows
 
     rng = np.random.RandomState(0)
     x, y = rng.randn(8, 6).astype("float32"), rng.randint(0, 50, size=8)

@@ -384,10 +384,10 @@ def test_each_ranks_own_batchnorm_statistics_come_back_and_reshard_with_backbone
 
     from mtl.config.loading import load_job
     from mtl.job import build_job
+    from mtl.optimizer.joint import JointOptimizer
     from mtl.parallel.strategy import ParallelStrategy
     from mtl.safe_pickle import load_paddle_file
-    from mtl.train import checkpoint, reshard
-    from mtl.train.optim import JointOptimizer
+    from mtl.store import checkpoint, reshard
 
     raw = architectures_all.job(str(tmp_path / "run"), "cross_stitch_backbone_imtl", 2)
     cfg = load_job(data=raw)

@@ -1,8 +1,10 @@
 """Structural rules of the code base, checked by reading the source (ast): the reshaped core must stay reshaped.
 
 * Generic code never probes plug-ins: no ``getattr``/``hasattr`` whose object is a head, reader or backbone.
-* The loop (every module of ``mtl/train``) never talks to ``paddle.distributed``: the parallel strategy does; the
-  trainer has no Partial FC code path.
+* The loop (every module of ``mtl/train``, ``mtl/optimizer``, ``mtl/store``) never talks to ``paddle.distributed``:
+  the parallel strategy does; the trainer has no Partial FC code path; the step's modules name no feature (cross-head
+  negatives, Partial FC): step hooks and declared rows carry them.
+* No head counts steps, and no head imports a layer above the heads.
 * No function in ``mtl/`` or ``heads/`` reaches 45 lines.
 """
 import ast
@@ -60,13 +62,18 @@ def _code_only(text: str) -> str:
     return "".join(t.string for t in tokens if t.type not in (tokenize.COMMENT, tokenize.STRING))
 
 
+LOOP_PACKAGES = ("train", "optimizer", "store")  # the loop, its optimizer and the run's files
+
+
 def _loop_modules():
-    return [p for p in sorted((ROOT / "mtl" / "train").rglob("*.py")) if p.name not in LOOP_EXCEPTIONS]
+    return [p for package in LOOP_PACKAGES for p in sorted((ROOT / "mtl" / package).rglob("*.py"))
+            if p.name not in LOOP_EXCEPTIONS]
 
 
 def test_the_loop_communicates_only_through_the_parallel_strategy():
-    """No module of mtl/train (the loop, checkpoints, the run folder, averaging, ...) issues a collective or imports
-    a process-group module: everything that involves other processes is the strategy's."""
+    """No module of mtl/train, mtl/optimizer or mtl/store (the loop, the optimizer, checkpoints, the run folder,
+    averaging, ...) issues a collective or imports a process-group module: everything that involves other processes
+    is the strategy's."""
     found = []
     for path in _loop_modules():
         text = path.read_text()
@@ -99,7 +106,8 @@ def test_trainer_has_no_partial_fc_branch():
 
 
 # the loop and the weighting: what a step does, which sees heads' features only through declared rows and step hooks
-STEP_MODULES = ("trainer.py", "step.py", "loop.py", "balancing.py", "state.py", "model.py", "optim.py")
+STEP_MODULES = ("train/trainer.py", "train/step.py", "train/loop.py", "train/balancing.py", "train/state.py",
+                "train/model.py", "optimizer/joint.py")  # not optimizer/sparse.py: the row-sparse update itself
 FEATURE_WORDS = ("cross", "sample_ratio", "partial_fc", "row_sparse")
 
 
@@ -112,8 +120,7 @@ def _feature_words(code: str):
 def test_the_loop_and_the_weighting_have_no_feature_branch():
     """No code of the step's modules names cross-head negatives or Partial FC: the model's step hooks and the
     heads' row declarations carry them (docstrings may explain)."""
-    found = [f"mtl/train/{name}: {_feature_words(_code_only((ROOT / 'mtl' / 'train' / name).read_text()))}"
-             for name in STEP_MODULES]
+    found = [f"mtl/{name}: {_feature_words(_code_only((ROOT / 'mtl' / name).read_text()))}" for name in STEP_MODULES]
     found = [f for f in found if not f.endswith("[]")]
     assert not found, f"feature branches in the loop or the weighting: {found}"
 
@@ -157,7 +164,8 @@ def _imports_of(tree):
             yield from ((node.lineno, a.name) for a in node.names)
 
 
-def _upward(tree, higher=("mtl.train", "mtl.job", "mtl.commands", "mtl.cli")):
+def _upward(tree, higher=("mtl.train", "mtl.optimizer", "mtl.store", "mtl.serving", "mtl.job", "mtl.commands",
+                          "mtl.cli")):
     return [f"{line} {module}" for line, module in _imports_of(tree) if module.startswith(higher)]
 
 
@@ -170,8 +178,8 @@ def test_heads_never_import_the_training_layer():
 
 
 def test_upward_import_check_would_catch_one():
-    planted = ast.parse("def f():\n    from mtl.train.sparse import RowGradient\n")
-    assert _upward(planted) == ["2 mtl.train.sparse"]
+    planted = ast.parse("def f():\n    from mtl.optimizer.sparse import RowGradient\n")
+    assert _upward(planted) == ["2 mtl.optimizer.sparse"]  # the row update's module (RowGradient lived there)
 
 
 @pytest.mark.parametrize("folder", ["mtl", "heads"])

@@ -18,8 +18,8 @@ from mtl import arrays
 from mtl.heads import class_rows
 from mtl.heads.cross_negatives import CrossNegatives
 from mtl.heads.row_gradients import dense_gradient
+from mtl.optimizer.sparse import StepRows
 from mtl.registry import plugin_class
-from mtl.train.sparse import StepRows
 from tests.references.margin import assert_close
 
 ArcFaceHead = plugin_class("head", "arcface")

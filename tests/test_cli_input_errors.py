@@ -76,7 +76,7 @@ def test_train_names_an_output_dir_that_cannot_be_a_folder_before_reading_any_da
 def test_an_output_dir_without_write_permission_is_named_and_nothing_is_created(tmp_path, monkeypatch):
     """(The suite may run as root, for whom every folder is writable: the permission answer is the test's.)"""
     from mtl.errors import ConfigError
-    from mtl.train.rundir import check_output_dir, make_output_dir
+    from mtl.store.rundir import check_output_dir, make_output_dir
 
     check_output_dir(str(tmp_path / "new" / "run"))  # a folder that can be made: no error, nothing made
     assert not (tmp_path / "new").exists()
@@ -227,7 +227,7 @@ def test_a_warning_of_a_tool_is_printed_once():
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-c", "from mtl.train.layout import report_damaged; "
+    run = subprocess.run([sys.executable, "-c", "from mtl.store.layout import report_damaged; "
                                                 "report_damaged(\"checkpoint 'c' is damaged\")"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and run.stderr.splitlines() == ["warning: checkpoint 'c' is damaged"], run.stderr

@@ -13,8 +13,8 @@ import pytest
 from mtl import arrays
 from mtl.heads import class_rows
 from mtl.heads.cross_negatives import CrossNegatives, normal_quantile, planned_bytes
+from mtl.optimizer.sparse import StepRows
 from mtl.registry import plugin_class
-from mtl.train.sparse import StepRows
 from tests import equivalence
 from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi
 from tests.shared_runs import one_process_run, train_here, two_process_run

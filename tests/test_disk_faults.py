@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from mtl.errors import DiskError
-from mtl.train import checkpoint, integrity, layout, reporting
+from mtl.store import checkpoint, integrity, layout
+from mtl.train import reporting
 from tests.dist_util import ROOT, run_distributed
 from tests.shared_runs import train_here, two_process_run
 

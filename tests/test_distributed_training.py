@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mtl.safe_pickle import load_paddle_file
-from mtl.train.layout import merged_head_state
+from mtl.store.layout import merged_head_state
 from tests import equivalence
 from tests.shared_runs import train_here
 

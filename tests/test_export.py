@@ -10,7 +10,7 @@ import pytest
 from mtl.errors import ConfigError
 from mtl.safe_pickle import load_paddle_file
 from mtl.serving.export import embed, export
-from mtl.train.layout import latest_checkpoint
+from mtl.store.layout import latest_checkpoint
 from tests import warm_python
 from tests.small_runs import train_run
 

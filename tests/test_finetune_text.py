@@ -78,7 +78,7 @@ def test_first_piece_pooling_equals_a_loop_over_the_words(checkpoint, tmp_path):
 def test_warmup_then_linear_decay_is_berts_schedule():
     from mtl.config.keys import OPTIMIZER
     from mtl.config.schema import validate
-    from mtl.train.optim import build_lr
+    from mtl.optimizer.joint import build_lr
 
     cfg = validate(OPTIMIZER, {"lr": 1e-3, "warmup_steps": 4, "decay": "linear"}, "<test>")
     sched, got = build_lr(cfg, 20), []

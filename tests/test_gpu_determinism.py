@@ -9,7 +9,7 @@ import pytest
 from mtl import arrays
 from mtl.heads import class_rows
 from mtl.runtime import on_host_generator
-from mtl.train import checkpoint
+from mtl.store import checkpoint
 
 
 def test_the_device_backward_scatters_target_terms_without_index_add(monkeypatch):

@@ -16,8 +16,9 @@ import pytest
 from mtl import arrays, registry
 from mtl.config.loading import load_job
 from mtl.heads import sharded
-from mtl.train import memory_plan, sparse
-from mtl.train.sparse import RowSparseOptimizer
+from mtl.optimizer import sparse
+from mtl.optimizer.sparse import RowSparseOptimizer
+from mtl.train import memory_plan
 from tests.dist_util import ROOT
 
 ArcFaceHead = registry.plugin_class("head", "arcface")

@@ -8,8 +8,8 @@ import pytest
 
 from mtl.config.keys import OPTIMIZER
 from mtl.config.schema import validate
+from mtl.optimizer.joint import build_lr, build_optimizer
 from mtl.parallel.strategy import global_grad_norm, scale_to_norm
-from mtl.train.optim import build_lr, build_optimizer
 
 
 def cfg(**kw):

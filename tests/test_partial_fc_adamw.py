@@ -13,9 +13,9 @@ from mtl import arrays
 from mtl.config.loading import load_job
 from mtl.data.steps import StepDataset
 from mtl.job import build_job
+from mtl.optimizer.sparse import row_sparse_adamw_
 from mtl.safe_pickle import load_paddle_file
-from mtl.train import layout
-from mtl.train.sparse import row_sparse_adamw_
+from mtl.store import layout
 from mtl.train.trainer import Trainer
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run

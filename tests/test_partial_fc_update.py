@@ -56,7 +56,7 @@ def test_only_sampled_rows_and_their_momentum_change(tmp_path):
 def test_sparse_update_equals_paddle_momentum_on_the_sampled_rows(monkeypatch, host):
     """Independent reference: Paddle's own Momentum on a parameter holding just the sampled rows (our update in
     numpy on the host and in Paddle ops)."""
-    from mtl.train.sparse import row_sparse_momentum_
+    from mtl.optimizer.sparse import row_sparse_momentum_
 
     monkeypatch.setattr(arrays, "HOST_PATHS", host)
     rng = np.random.RandomState(0)
@@ -75,7 +75,7 @@ def test_sparse_update_equals_paddle_momentum_on_the_sampled_rows(monkeypatch, h
 
 
 def test_partial_fc_with_an_optimizer_without_a_row_update_is_a_start_up_error(tmp_path, monkeypatch):
-    from mtl.train import sparse
+    from mtl.optimizer import sparse
 
     monkeypatch.setattr(sparse, "SPARSE_OPTIMIZERS", ("sgd", "momentum"))
     with pytest.raises(ConfigError, match="optimizer.type.*sgd, momentum, not 'adamw'"):
@@ -103,7 +103,7 @@ def test_clipping_sees_the_sampled_rows(tmp_path):
 def test_host_update_takes_the_same_float_steps_as_the_device_update(monkeypatch, momentum, weight_decay, grad_dtype):
     """Bit for bit: the numpy update on the host and the Paddle-op update (a float64 gradient is first rounded to the
     weight's float32, as the device path does), and the gradient is left as it was."""
-    from mtl.train.sparse import row_sparse_momentum_
+    from mtl.optimizer.sparse import row_sparse_momentum_
 
     rng = np.random.RandomState(1)
     start, grads = rng.randn(12, 5).astype("float32"), [rng.randn(4, 5).astype(grad_dtype) for _ in range(3)]

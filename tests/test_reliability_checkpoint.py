@@ -12,7 +12,7 @@ import pytest
 from mtl.errors import ConfigError
 from mtl.job import build_job
 from mtl.safe_pickle import load_paddle_file
-from mtl.train import checkpoint, integrity, layout
+from mtl.store import checkpoint, integrity, layout
 from mtl.train.trainer import Trainer
 from tests.small_runs import TASKS, job_cfg
 

@@ -41,7 +41,7 @@ def two_nodes(out, timeout=240):
 
 
 def records(out):
-    from mtl.train.rundir import read_jsonl
+    from mtl.store.rundir import read_jsonl
 
     return [r for r in read_jsonl(os.path.join(out, "metrics.jsonl")) if "loss" in r]
 

@@ -17,10 +17,10 @@ import pytest
 from mtl.cli import build_parser
 from mtl.config.loading import load_job
 from mtl.job import build_job
+from mtl.optimizer.joint import JointOptimizer
 from mtl.safe_pickle import load_paddle_file
-from mtl.train import checkpoint
-from mtl.train.layout import merged_head_state
-from mtl.train.optim import JointOptimizer
+from mtl.store import checkpoint
+from mtl.store.layout import merged_head_state
 from tests import equivalence
 from tests.shared_runs import train_here, two_process_run
 
@@ -216,7 +216,7 @@ def test_a_damaged_checkpoint_is_refused_by_info_and_reshard_and_nothing_is_writ
 def test_a_reshard_that_fails_midway_leaves_no_folder(uninterrupted, tmp_path, monkeypatch):
     """A failure while the new files are written (here: the second rank's optimizer state) removes what was written:
     the output folder is the whole checkpoint or nothing, and the same command then succeeds."""
-    from mtl.train import reshard as reshard_module
+    from mtl.store import reshard as reshard_module
 
     ckpt, out = os.path.join(uninterrupted, "checkpoints", "step_20"), tmp_path / "out"
     real, calls = reshard_module.rank_state, []
@@ -233,6 +233,6 @@ def test_a_reshard_that_fails_midway_leaves_no_folder(uninterrupted, tmp_path, m
     assert calls == [0, 1] and os.listdir(tmp_path) == []
     monkeypatch.setattr(reshard_module, "rank_state", real)
     assert f"written: {out}" in mtl("checkpoint", "reshard", ckpt, "--world", "2", out)
-    from mtl.train import integrity
+    from mtl.store import integrity
 
     assert integrity.verify(str(out)) == "" and sorted(os.listdir(tmp_path)) == ["out"]

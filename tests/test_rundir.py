@@ -1,7 +1,7 @@
 """The run directory: logs cut short by a crash, resume bookkeeping."""
 import json
 
-from mtl.train import rundir
+from mtl.store import rundir
 
 
 def test_a_line_cut_short_by_a_crash_is_dropped(tmp_path):

@@ -144,7 +144,7 @@ def test_contract_mismatch_names_task_components_and_field(tmp_path):
 
 
 def test_half_written_checkpoints_are_ignored(tmp_path):
-    from mtl.train.layout import latest_checkpoint, list_checkpoints
+    from mtl.store.layout import latest_checkpoint, list_checkpoints
 
     job = build_job(job_cfg(tmp_path, checkpoint={"every": 3}))
     Trainer(job, console=lambda *a: None).run()
@@ -168,7 +168,7 @@ def test_device_selection():
 
 def test_a_new_run_does_not_overwrite_an_earlier_runs_checkpoints(tmp_path):
     from mtl.errors import ConfigError
-    from mtl.train.layout import list_checkpoints
+    from mtl.store.layout import list_checkpoints
 
     Trainer(build_job(job_cfg(tmp_path, checkpoint={"every": 3})), console=lambda *a: None).run()
     with pytest.raises(ConfigError, match="already holds checkpoints.*--resume.*--overwrite"):

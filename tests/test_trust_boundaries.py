@@ -17,7 +17,7 @@ import time
 import pytest
 
 from mtl.errors import ConfigError, MtlError, PluginError
-from mtl.train import integrity
+from mtl.store import integrity
 from tests import warm_python
 from tests.cli_run import cli
 from tests.dist_util import ROOT
@@ -379,7 +379,7 @@ def test_a_job_killed_while_taking_the_hold_leaves_none_or_a_complete_one(tmp_pa
     """CI killed a job right after the hold was created and before its record was written: the empty hold was
     judged alive for a minute and the next run refused (``host None, process None``). The hold now appears with its
     record or not at all; a hold that is there is read whole."""
-    from mtl.train import run_lock
+    from mtl.store import run_lock
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies while writing the record

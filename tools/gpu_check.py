@@ -219,7 +219,7 @@ def check_resume(device, sizes, args):
     """Stopped half-way and resumed (a new Trainer) against uninterrupted: every step's loss and the final weights."""
     import numpy as np
 
-    from mtl.train.layout import latest_checkpoint
+    from mtl.store.layout import latest_checkpoint
 
     runs = {}
     for name in ("uninterrupted", "resumed"):

@@ -1,9 +1,9 @@
 """``mtl checkpoint info CKPT|RUN_DIR`` and ``mtl checkpoint reshard CKPT|RUN_DIR --world W OUT``
-(see :mod:`mtl.train.reshard`)."""
+(see :mod:`mtl.store.reshard`)."""
 import os
 
 from mtl.errors import ConfigError, DataError
-from mtl.train.reshard import describe, reshard
+from mtl.store.reshard import describe, reshard
 
 
 def resolve_checkpoint(path, console=print):
@@ -11,8 +11,8 @@ def resolve_checkpoint(path, console=print):
     checksums (a damaged one is a DataError: reshard would give its damage new checksums), a run folder (its
     ``output_dir``) by its latest complete checkpoint that verifies, announced on ``console``; anything else is a
     ConfigError."""
-    from mtl.train import integrity
-    from mtl.train.layout import checkpoint_root, latest_checkpoint
+    from mtl.store import integrity
+    from mtl.store.layout import checkpoint_root, latest_checkpoint
 
     if os.path.isfile(os.path.join(path, "state.json")):
         problem = integrity.verify(path)

@@ -206,7 +206,7 @@ def run_baselines(cfg: dict, console=print, overwrite: bool = False) -> dict:
     """Run (or reuse, :func:`reusable`) the joint job and every single-task job of ``cfg``; write and return
     ``baseline.json``. Every job's folder is checked before any of them trains."""
     from mtl.job import build_job
-    from mtl.train.rundir import check_output_dir
+    from mtl.store.rundir import check_output_dir
     from mtl.train.trainer import Trainer
 
     jobs = baseline_jobs(cfg)

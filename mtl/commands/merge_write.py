@@ -9,7 +9,7 @@ from mtl.commands.pack import _make_folders, _remove
 from mtl.data.transforms import DecodeError, decode_rgb
 from mtl.errors import DataError
 from mtl.readers.label_names import write_label_file
-from mtl.train.integrity import fsync_file
+from mtl.store.integrity import fsync_file
 
 
 def _temporary(path: str) -> str:

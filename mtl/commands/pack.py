@@ -19,7 +19,7 @@ from mtl.errors import DataError
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.label_names import complete, label_file, names_from_paths, read_label_file, write_label_file
 from mtl.readers.recordio_reader import read_property
-from mtl.train.integrity import fsync_file
+from mtl.store.integrity import fsync_file
 
 # every format both decoders (Pillow, OpenCV) read; images are stored as they are, so packing is lossless
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".pgm", ".ppm", ".pbm", ".pnm", ".tif", ".tiff")

@@ -148,7 +148,7 @@ def prepare_job(args):
     _early_threads(args.config, args.overrides)
     from mtl.config.loading import load_job
     from mtl.runtime import die_with_launcher, init_distributed, select_device
-    from mtl.train.rundir import check_output_dir
+    from mtl.store.rundir import check_output_dir
     from mtl.train.scalars import check_available
     from mtl.train.watchdog import set_collective_timeouts
 

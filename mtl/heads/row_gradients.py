@@ -2,7 +2,7 @@
 centres, and the rows of another head's centres that a loss gave a gradient under cross-head negatives).
 
 A head puts its declarations in its :class:`mtl.heads.base.HeadOutput` (``rows``); its backward fills their
-``grad``; the optimizer takes them (``mtl.train.sparse.StepRows``), sums a step's micro-batches, merges the
+``grad``; the optimizer takes them (``mtl.optimizer.sparse.StepRows``), sums a step's micro-batches, merges the
 declarations of one parameter (:func:`merge_rows`) and updates those rows only. Nothing of a step's rows is kept
 in a head.
 """

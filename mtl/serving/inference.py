@@ -124,7 +124,7 @@ class RunWeights:
         return f"{self.checkpoint} ({'averaged' if self.averaged else 'live'} weights)"
 
     def _file(self, name: str) -> str:
-        from mtl.train import integrity
+        from mtl.store import integrity
 
         problem = integrity.verify(self.checkpoint, [name])
         if problem:
@@ -216,7 +216,7 @@ class RunWeights:
 
     def head_state(self, task: str) -> dict:
         """A head's full weights as numpy (shards merged along the class axis), each file verified first."""
-        from mtl.train import layout
+        from mtl.store import layout
 
         for path in layout.head_files(self.checkpoint, task, self.averaged):
             self._file(os.path.relpath(path, self.checkpoint).replace(os.sep, "/"))
@@ -228,7 +228,7 @@ def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "aut
     """A run's weights for inference: the newest checkpoint that verifies (or ``checkpoint``), the averaged weights
     when it has them and ``weights`` is ``auto`` (``averaged`` requires them, ``live`` takes the live ones); its
     plug-ins registered (:func:`import_plugins`)."""
-    from mtl.train import layout
+    from mtl.store import layout
 
     job_json = os.path.join(run_dir, "job.json")
     if not os.path.isfile(job_json):

@@ -139,7 +139,7 @@ class TaskBalancer:
         self.weighting = weighting
         self.strategy = strategy
         self.model = model
-        self.rows = rows  # the step's row declarations (mtl.train.sparse.StepRows, the optimizer's), rescaled alike
+        self.rows = rows  # the step's row declarations (mtl.optimizer.sparse.StepRows, the optimizer's), rescaled alike
         self.same_rows = bool(same_rows)  # row r of every task is the same input (schedule.same_rows)
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)

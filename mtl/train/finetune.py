@@ -3,7 +3,7 @@ per-module learning-rate multipliers (``backbone.freeze``, ``backbone.freeze_bn`
 
 A prefix names a module or a parameter by its dotted name (``layer1`` covers ``layer1.0.conv1.weight`` but not
 ``layer10.*``). A frozen parameter is ``stop_gradient``: it gets no gradient, so no gradient sync, no norm share, no
-update, and the optimizer never holds state for it (:class:`mtl.train.optim.JointOptimizer` leaves it out).
+update, and the optimizer never holds state for it (:class:`mtl.optimizer.joint.JointOptimizer` leaves it out).
 A multiplier m scales a parameter's learning rate (Paddle's per-parameter ``optimize_attr['learning_rate']``, which
 its SGD / Momentum / AdamW kernels multiply into the step, weight decay included; the row-sparse update reads it too).
 """

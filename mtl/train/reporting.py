@@ -88,7 +88,7 @@ class MetricsLog:
     ``log.every`` steps), plus one per evaluation (``eval/<task>/<metric>`` ...). They are not kept in memory (they
     grew a long run by about a kilobyte a step, bench/bench_soak.py): :attr:`records` reads them back.
 
-    ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.train.rundir``).
+    ``records``: what a resumed run keeps of the earlier file (the file itself is prepared by ``mtl.store.rundir``).
     With ``visualdl`` (the job's ``log.visualdl``) every record also goes to VisualDL (:mod:`mtl.train.scalars`)
     under ``<folder of path>/vdl``, the kept records first. ``problem``: why the first record that could not be
     written was not (nothing is written after it).
@@ -108,7 +108,7 @@ class MetricsLog:
     @property
     def records(self):
         """Every record written so far (from the file; none on a rank that writes none)."""
-        from mtl.train.rundir import read_jsonl
+        from mtl.store.rundir import read_jsonl
 
         return read_jsonl(self.path) if self.enabled else []
 

@@ -4,14 +4,14 @@ A :class:`TrainingState` holds the pieces of a run whose state must come back fo
 never stopped: the joint model (backbone, heads, each rank's BatchNorm statistics), the optimizer (with the
 learning-rate schedule and Partial FC's row state), the averager, the random state, the step schedule, the task
 weighting, the non-finite guard, the fp16 loss scale and the model's step hooks. :meth:`save` writes a checkpoint of
-a step (:mod:`mtl.train.checkpoint` lays out the files), :meth:`restore` reads one back; nothing else saves or
+a step (:mod:`mtl.store.checkpoint` lays out the files), :meth:`restore` reads one back; nothing else saves or
 restores.
 """
 import logging
 from typing import NamedTuple, Optional
 
 from mtl.errors import ConfigError
-from mtl.train import checkpoint
+from mtl.store import checkpoint
 
 log = logging.getLogger("mtl")
 

@@ -20,18 +20,18 @@ from mtl.contracts import check_batch
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
 from mtl.errors import ConfigError, DiskError, MtlError
 from mtl.evaluation.evaluator import Evaluator
+from mtl.optimizer.joint import JointOptimizer
 from mtl.parallel.strategy import ParallelStrategy
-from mtl.train import layout, rundir
+from mtl.store import layout, rundir
+from mtl.store.run_lock import RunLock
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
 from mtl.train.eval_check import check_eval_samples, evaluation_error, small_set_warnings
 from mtl.train.guard import NonFiniteGuard
 from mtl.train.loop import AveragedWeights, Loop, StepRecord, log_stop, read_records, timed_steps
-from mtl.train.optim import JointOptimizer
 from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
 from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
-from mtl.train.run_lock import RunLock
 from mtl.train.state import TrainingState
 from mtl.train.step import OptimizerStep, StepResult, as_tensors
 from mtl.train.watchdog import for_run
@@ -61,7 +61,7 @@ class Trainer:
             raise
 
     def _hold(self):
-        """Rank 0 takes the output folder's hold (:mod:`mtl.train.run_lock`); every rank learns if it was refused."""
+        """Rank 0 takes the output folder's hold (:mod:`mtl.store.run_lock`); every rank learns if it was refused."""
         lock, refusal = RunLock(self.output_dir), None
         if self.is_main:
             try:
@@ -380,7 +380,7 @@ class Trainer:
             raise evaluation_error(exc, self.job, "the final evaluation, after training,", self.saved,
                                    self.output_dir, self.strategy.rank) from exc
         final = eval_record(step, live, "eval")
-        final["final"] = True  # a run continued later drops this record (mtl.train.rundir.keep_until)
+        final["final"] = True  # a run continued later drops this record (mtl.store.rundir.keep_until)
         final.update(eval_record(step, averaged or {}, "eval_averaged"))
         self.metrics.write(final)
         if problem := write_problem_text(self.metrics):  # (records kept whole: summary.json is not written)

@@ -1,7 +1,7 @@
 """What the trainer does when the run's files cannot be written (a full disk, a read-only filesystem, no permission,
 an I/O error): one sentence naming the file and why, agreed by every rank, and exit status 74 (``DiskError``).
 
-* A checkpoint that fails on any rank leaves nothing of itself (:func:`mtl.train.checkpoint.save`); the previous one
+* A checkpoint that fails on any rank leaves nothing of itself (:func:`mtl.store.checkpoint.save`); the previous one
   stays the one ``--resume`` continues from. ``on_save_error: stop`` (default) ends the job there; ``retry`` trains
   on and tries again at the next ``checkpoint.every`` (:func:`save_failed`); the last step's checkpoint and the one of
   a stop (a pre-emption, ``--until``) are never skipped.

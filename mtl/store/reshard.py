@@ -1,6 +1,6 @@
 """A checkpoint written by W processes, read by W' processes: head shards re-split by class range.
 
-What is per rank in a checkpoint and how it moves (``mtl/train/checkpoint.py`` has the layout):
+What is per rank in a checkpoint and how it moves (``mtl/store/checkpoint.py`` has the layout):
 
 * class-sharded head weights (``heads/<task>.shard<k>of<W>.pdparams``, also ``.averaged``): concatenated along the
   class axis in rank order (the full ``[C, ...]`` arrays), then cut again with the balanced split
@@ -204,7 +204,7 @@ def rank_state(path, saved_world, world, rank, classes=None):
 def checkpoint_state(path):
     """``state.json`` of the checkpoint ``path``, its ``step`` and ``world_size`` checked (a DataError names the file
     and what is wrong)."""
-    from mtl.train import integrity
+    from mtl.store import integrity
 
     state, problem = integrity.read_state(path)
     if problem:
@@ -237,7 +237,7 @@ def _write_resharded(path, state, world, out):
 
     import paddle
 
-    from mtl.train import integrity
+    from mtl.store import integrity
 
     saved = state["world_size"]
     totals = class_totals(path)

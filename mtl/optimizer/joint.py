@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 
 from mtl.config.keys import resolve_milestones
-from mtl.train.sparse import RowSparseOptimizer, StepRows
+from mtl.optimizer.sparse import RowSparseOptimizer, StepRows
 
 
 def _decay(cfg: dict, total_steps: int):
@@ -147,7 +147,7 @@ def runtime_optimizer_state(state, model):
 class JointOptimizer:
     """The job's optimizer: Paddle's for dense gradients, :class:`RowSparseOptimizer` for the rows heads declare.
 
-    It owns the step's row declarations (``rows``, a :class:`mtl.train.sparse.StepRows`: ``add_rows`` per
+    It owns the step's row declarations (``rows``, a :class:`mtl.optimizer.sparse.StepRows`: ``add_rows`` per
     micro-batch and from the step hooks, summed and merged once). One ``step()`` applies both with the same learning
     rate, clears the gradients and the rows and advances the schedule. Its state (``state_dict``) is keyed by
     structured parameter names and includes the row velocities.
@@ -162,7 +162,7 @@ class JointOptimizer:
         self.rows = StepRows()
 
     def add_rows(self, rows, summed: bool = False):
-        """Take row declarations of this step (:meth:`mtl.train.sparse.StepRows.add`)."""
+        """Take row declarations of this step (:meth:`mtl.optimizer.sparse.StepRows.add`)."""
         self.rows.add(rows, summed)
 
     def get_lr(self) -> float:

@@ -10,7 +10,7 @@ import os
 import shutil
 
 from mtl.errors import ConfigError
-from mtl.train import layout
+from mtl.store import layout
 
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")
 

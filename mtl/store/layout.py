@@ -1,9 +1,9 @@
 """What a run folder holds and where: its checkpoint folders and the weight files inside one.
 
-``output_dir/checkpoints/step_N/`` (written by :mod:`mtl.train.checkpoint`) holds ``backbone.pdparams`` and the
+``output_dir/checkpoints/step_N/`` (written by :mod:`mtl.store.checkpoint`) holds ``backbone.pdparams`` and the
 replicated heads (``heads/<task>.pdparams``), one file per head shard ``heads/<task>.shard<k>of<W>.pdparams``, the
 averaged weights beside them (``.averaged.pdparams``), the per-rank training state and ``state.json`` with the
-SHA-256 of every file (:mod:`mtl.train.integrity`). Training (resume) and inference (``mtl.serving.inference``) both
+SHA-256 of every file (:mod:`mtl.store.integrity`). Training (resume) and inference (``mtl.serving.inference``) both
 find checkpoints and head files here; only training reads the training state.
 """
 import logging
@@ -15,7 +15,7 @@ import numpy as np
 
 from mtl.errors import ConfigError
 from mtl.safe_pickle import load_paddle_file
-from mtl.train import integrity
+from mtl.store import integrity
 
 log = logging.getLogger("mtl")
 

@@ -6,7 +6,7 @@ Partial FC row velocities included), ``averager.rank<k>.pdparams``, ``rng.rank<k
 ``state.json`` (step, world size, schedule); with averaging on, also the averaged weights themselves
 (``backbone.averaged.pdparams``, ``heads/<task>...averaged.pdparams``) for export.
 Every rank writes into ``.step_N.tmp`` and fsyncs its files; after a barrier rank 0 writes ``state.json`` with the
-SHA-256 and size of every file (:mod:`mtl.train.integrity`), fsyncs the folders and renames it to ``step_N`` (a rename
+SHA-256 and size of every file (:mod:`mtl.store.integrity`), fsyncs the folders and renames it to ``step_N`` (a rename
 is atomic), so a crash mid-save never leaves a half checkpoint; old ones beyond ``keep`` are removed. ``--resume``
 verifies: a damaged newest checkpoint (truncated or altered file) is reported in one line and the newest one that
 verifies is used.
@@ -25,7 +25,7 @@ from mtl.errors import ConfigError, DiskError, write_problem
 from mtl.low_precision import portable_state, state_for
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC
 from mtl.safe_pickle import GeneratorRecord, generator_state, load_paddle_file
-from mtl.train import integrity, layout, reshard
+from mtl.store import integrity, layout, reshard
 
 log = logging.getLogger("mtl")
 
@@ -253,7 +253,7 @@ def load(path, model, optimizer, schedule, averager=None, rank=0, world=1):
     """Restore a checkpoint into the model, optimizer and averager; return its state dict (with ``step``).
 
     The files this rank reads are verified against the checksums of ``state.json`` first. A checkpoint of another
-    process count is re-split by class range (``mtl.train.reshard``). ``rank`` / ``world``: this process among
+    process count is re-split by class range (``mtl.store.reshard``). ``rank`` / ``world``: this process among
     the job's (the parallel strategy's).
     """
     state, problem = integrity.read_state(path)
