@@ -56,16 +56,17 @@ def reset_peak() -> bool:
 
 def run(args):
     """Build the head, run ``warmup + steps`` steps and return the measurements."""
-    from mtl.runtime import tune_malloc
+    from mtl.core.runtime import tune_malloc
 
     tune_malloc()  # as `mtl train` does before Paddle allocates anything
     import numpy as np
     import paddle
 
-    from mtl import arrays, registry
+    from mtl import registry
+    from mtl.core import arrays
+    from mtl.core.runtime import init_distributed, select_device
     from mtl.optimizer.sparse import RowSparseOptimizer
     from mtl.parallel import distributed
-    from mtl.runtime import init_distributed, select_device
 
     arrays.HOST_PATHS = not args.device_passes
     device = select_device("auto")

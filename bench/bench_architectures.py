@@ -83,7 +83,7 @@ def measure(setting, name, sets, steps, out):
 
 def run(settings, steps, out):
     """``{setting: {architecture: measure(...)}}``."""
-    from mtl.runtime import select_device
+    from mtl.core.runtime import select_device
 
     select_device("cpu")
     results = {}
@@ -117,7 +117,7 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join("runs", "bench_architectures"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    from mtl.runtime import set_threads, tune_malloc
+    from mtl.core.runtime import set_threads, tune_malloc
 
     set_threads(1)  # one intra-op thread, before Paddle starts its pool (a no-op once Paddle is imported)
     tune_malloc()  # as `mtl train` does (the job's default): without it every buffer past 32 MiB is a fresh mmap

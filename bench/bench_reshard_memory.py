@@ -58,8 +58,8 @@ def read_streamed(folder, classes, saved, world):
 
 def read_all_files(folder, classes, saved, world):
     """The earlier way: every saved rank's files loaded, the full arrays assembled, then rank 0's block cut."""
+    from mtl.core.safe_pickle import load_paddle_file
     from mtl.parallel.distributed import shard_range
-    from mtl.safe_pickle import load_paddle_file
 
     start, count = shard_range(classes, world, 0)
     shards = [load_paddle_file(os.path.join(folder, "heads", f"ids.shard{k}of{saved}.pdparams")) for k in range(saved)]

@@ -2,7 +2,7 @@
 
 A 100k-class ArcFace head's weight [100000, 128] and its momentum (what ``heads/<task>.shard0of1.pdparams`` and the
 optimizer file hold) are written with ``paddle.save`` into a temporary folder, then read ``--rounds`` times each way,
-alternating: :func:`mtl.safe_pickle.load_paddle_file` (numpy arrays, no code from the file) and ``paddle.load``
+alternating: :func:`mtl.core.safe_pickle.load_paddle_file` (numpy arrays, no code from the file) and ``paddle.load``
 (the reference; these files are the benchmark's own). Printed: the median time of each and the ratio safe / paddle.
 
     .venv/bin/python bench/bench_safe_load.py [--classes 100000] [--dim 128] [--rounds 7]
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 def main():
     import paddle
 
-    from mtl.safe_pickle import load_paddle_file
+    from mtl.core.safe_pickle import load_paddle_file
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--classes", type=int, default=100_000)

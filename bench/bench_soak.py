@@ -162,7 +162,7 @@ def main():
     parser.add_argument("--jobs", default="demo,partial_fc")
     parser.add_argument("--cnn", action="store_true", help="the demo's own CNN backbone (slower) instead of an MLP")
     args = parser.parse_args()
-    from mtl.runtime import set_threads, tune_malloc
+    from mtl.core.runtime import set_threads, tune_malloc
 
     set_threads()
     tune_malloc()

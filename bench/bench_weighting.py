@@ -44,9 +44,9 @@ def child_timing(name, steps, out):
     import numpy as np
 
     from mtl.config.loading import load_job
+    from mtl.core.runtime import select_device
     from mtl.data.steps import StepDataset
     from mtl.job import build_job
-    from mtl.runtime import select_device
     from mtl.train.step import as_tensors
     from mtl.train.trainer import Trainer
 

@@ -42,8 +42,8 @@ BEGIN, END = "<!-- faces-weighting -->", "<!-- /faces-weighting -->"
 def child(args):
     """In a child process: train one run, then print its peak resident memory (MiB) as JSON."""
     from mtl.config.loading import load_job
+    from mtl.core.runtime import select_device
     from mtl.job import build_job
-    from mtl.runtime import select_device
     from mtl.train.trainer import Trainer
 
     select_device("cpu")

@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from mtl.errors import DataError  # noqa: E402
 
-SECTION = "architectures-tables"  # the markers of the generated section (mtl.generated_pages)
+SECTION = "architectures-tables"  # the markers of the generated section (mtl.core.generated_pages)
 
 
 def paired(a, b):
@@ -163,7 +163,7 @@ def screen_table(screen, noise):
     from multimnist_report import PAPER, TASKS, delta_m
     from tabulate import tabulate
 
-    from mtl.progress import spread
+    from mtl.core.progress import spread
 
     configs = screen["configurations"]
     order = sorted((n for n in configs if n != "single"), key=lambda n: -delta_m(configs[n], configs["single"]))
@@ -288,7 +288,7 @@ def report(args):
 
 def write(doc, text):
     """Replace the text between the markers of ``doc``."""
-    from mtl.generated_pages import write_section
+    from mtl.core.generated_pages import write_section
 
     write_section(doc, SECTION, text)  # a page without the markers: a ConfigError, one line (run_script)
 

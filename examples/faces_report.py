@@ -14,7 +14,7 @@ config whose schema lacks it fails, in one line, before anything trains. ``--onl
 report) is ``--arms separate,alone,merged``. Every run trains in its own process, ``--jobs`` at a time and at
 ``--threads`` intra-op threads (1 unless given: the thread count changes a run's figures); a line per
 run says which of how many, the time so far and the time left (estimated), and a running run's step every
-30 s (:mod:`mtl.progress`).
+30 s (:mod:`mtl.core.progress`).
 
 Scores, on the held-out people, by each run's backbone (averaged weights when the run averaged):
 
@@ -56,8 +56,8 @@ sys.path.insert(0, ROOT)
 from examples import faces_arms  # noqa: E402
 from examples.faces_arms import ARMS, LEGACY, MERGED, ORACLE, Benchmark, Recipe, task_overrides  # noqa: E402
 from examples.faces_tables import PLOT_FARS, plot, tables  # noqa: E402
+from mtl.core.progress import Progress  # noqa: E402
 from mtl.errors import ConfigError, DataError  # noqa: E402
-from mtl.progress import Progress  # noqa: E402
 
 
 def load_cfg(config, sets=(), task_sets=()):
@@ -354,7 +354,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     """Train every arm, score, print the tables (also into ``OUT/report.md``), write ``--json`` and the plot."""
-    from mtl.console import configure_console
+    from mtl.core.console import configure_console
 
     configure_console()  # Paddle's start-up warnings ("No ccache found") stay off the console
     args = parse_args(argv)

@@ -44,8 +44,8 @@ def scores(recipe, run_dir):
 
 def main(argv=None):
     """Score every run, print one line per way (mean ± std over the runs), write ``--json``."""
-    from mtl.console import configure_console
-    from mtl.runtime import select_device
+    from mtl.core.console import configure_console
+    from mtl.core.runtime import select_device
 
     configure_console()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from mtl.progress import spread
+from mtl.core.progress import spread
 
 PLOT_FARS = np.logspace(-4, 0, 121)  # the FARs at which every run's all-people ROC is kept and plotted
 

@@ -68,7 +68,7 @@ def plot(path, lfw_dir):
 
 
 def main(argv=None):
-    from mtl.generated_pages import markers, write_section
+    from mtl.core.generated_pages import markers, write_section
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", nargs="*", default=[], help="pages whose lfw-view1/lfw-view2 sections to write")

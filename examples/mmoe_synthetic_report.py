@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from architecture_variants import SYNTHETIC as MODELS  # noqa: E402
 
-from mtl.progress import Progress  # noqa: E402
+from mtl.core.progress import Progress  # noqa: E402
 
 
 def overrides(model, correlation, run, steps, out_dir):
@@ -70,7 +70,7 @@ def train_one(config, sets):
 def run_all(args):
     """Train every (correlation, model, run) not yet in ``OUT/results.jsonl``; return every result line."""
     from mtl.config.loading import load_job
-    from mtl.runtime import select_device
+    from mtl.core.runtime import select_device
 
     select_device("cpu")
     for model in args.models:  # every setting checked before anything is written or trained
@@ -181,7 +181,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     """Train (or read) every run, print the table, write ``--json`` and ``--plot``."""
-    from mtl.console import configure_console
+    from mtl.core.console import configure_console
 
     configure_console()  # Paddle's start-up warnings stay off the console
     args = parse_args(argv)

@@ -39,8 +39,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from architecture_variants import MULTIMNIST as ARCHITECTURES  # noqa: E402
 from bench_weighting import STRATEGIES  # noqa: E402  (the 20 strategies, as the weighting benchmarks name them)
 
+from mtl.core.progress import Progress, spread  # noqa: E402
 from mtl.errors import DataError  # noqa: E402
-from mtl.progress import Progress, spread  # noqa: E402
 
 PAPER = {"single task": (97.23, 95.90), "uniform scaling": (96.46, 94.99), "MGDA-UB": (97.26, 95.90)}
 TASKS = ("left", "right")
@@ -109,7 +109,7 @@ def trained_as(folder):
 
 def run_all(args):
     """Train every run of every configuration and seed (a run whose summary exists is read, not trained again), a
-    progress line per run (:mod:`mtl.progress`); return the report's JSON content."""
+    progress line per run (:mod:`mtl.core.progress`); return the report's JSON content."""
     from mtl.config.loading import load_job
     from mtl.job import planned_steps
 
@@ -195,7 +195,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     """Train (or read) every run, print the table, write ``--json``."""
-    from mtl.console import configure_console
+    from mtl.core.console import configure_console
 
     configure_console()  # Paddle's start-up warnings stay off the console
     args = parse_args(argv)

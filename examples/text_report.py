@@ -39,7 +39,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "examples", "configs", "text_ewt.yaml")
 sys.path.insert(0, ROOT)
-from mtl.progress import Progress, spread  # noqa: E402
+from mtl.core.progress import Progress, spread  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from text_arms import ARMS, arm_configs, arm_runs, arms_table, collect_arms  # noqa: E402
@@ -165,7 +165,7 @@ def main(argv=None):
                         "(examples/text_arms.py) instead of --config's joint/alone/noaux")
     parser.add_argument("--arm-config", nargs="*", default=[], help="ARM=CFG: train an arm from another config")
     args = parser.parse_args(argv)
-    from mtl.console import configure_console
+    from mtl.core.console import configure_console
 
     configure_console()  # Paddle's start-up warnings stay off the console
     from mtl.config.loading import load_job

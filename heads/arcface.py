@@ -32,7 +32,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from mtl.arrays import tensor_from, to_numpy, unit_rows
+from mtl.core.arrays import tensor_from, to_numpy, unit_rows
 from mtl.errors import ParameterError
 from mtl.evaluation.pairs import score_pairs, verification_pairs
 from mtl.heads.base import HeadOutput

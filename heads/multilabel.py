@@ -3,8 +3,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from mtl.arrays import to_numpy
 from mtl.contracts import Field
+from mtl.core.arrays import to_numpy
 from mtl.errors import ParameterError
 from mtl.evaluation.metrics import multilabel_scores
 from mtl.heads.base import Head, HeadOutput, label_tensor

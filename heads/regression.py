@@ -2,8 +2,8 @@
 import numpy as np
 import paddle
 
-from mtl.arrays import to_numpy
 from mtl.contracts import Field
+from mtl.core.arrays import to_numpy
 from mtl.errors import ParameterError
 from mtl.evaluation.metrics import regression_scores
 from mtl.heads.base import Head, HeadOutput, label_tensor

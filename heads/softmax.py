@@ -2,7 +2,7 @@
 import numpy as np
 import paddle
 
-from mtl.arrays import to_numpy
+from mtl.core.arrays import to_numpy
 from mtl.heads.base import HeadOutput
 from mtl.heads.sharded import ShardedClassHead, positive_int
 from mtl.heads.sharded_loss import sharded_softmax_cross_entropy

@@ -1,7 +1,7 @@
 """The ``mtl`` command: one sub-command per module of :mod:`mtl.commands`, registered explicitly in ``COMMANDS``.
 
 User errors (:class:`mtl.errors.MtlError`) print one line and exit with status 2; nothing else is swallowed.
-Paddle's own console noise is silenced before Paddle is imported (:func:`mtl.console.configure_console`);
+Paddle's own console noise is silenced before Paddle is imported (:func:`mtl.core.console.configure_console`);
 ``--verbose`` on any sub-command shows it. A command module imports Paddle only inside its functions.
 ``mtl launch`` takes its arguments unparsed (they are ``paddle.distributed.launch``'s, see :mod:`mtl.commands.launch`).
 """
@@ -149,7 +149,7 @@ def _preempted_under_launcher(line):
     if "PADDLE_TRAINER_ID" not in os.environ:
         return
     from mtl.commands.launch import report_preempted
-    from mtl.console import to_launcher_console
+    from mtl.core.console import to_launcher_console
 
     rank = os.environ["PADDLE_TRAINER_ID"]
     report_preempted(rank)
@@ -190,10 +190,10 @@ def require_paddle():
 
 def main(argv=None):
     """Entry point of the ``mtl`` console command. Without ``argv`` (the command itself: the arguments are
-    ``sys.argv``) it ends the process when done, without Paddle's module teardown (:func:`mtl.runtime.exit_process`);
-    with ``argv`` it returns (or raises ``SystemExit``) as a function does."""
+    ``sys.argv``) it ends the process when done, without Paddle's module teardown
+    (:func:`mtl.core.runtime.exit_process`); with ``argv`` it returns (or raises ``SystemExit``) as a function does."""
     if argv is None:
-        from mtl.runtime import run_as_process
+        from mtl.core.runtime import run_as_process
 
         run_as_process(_main, sys.argv[1:])  # (does not return)
     else:
@@ -213,7 +213,7 @@ def train_main(argv=None):
     """Entry point of ``examples/train_joint.py``: ``[CONFIG | -c CONFIG] [--set k=v ... | -o k=v ...] [--resume]``.
     Without ``argv`` (the script itself) it ends the process when done, as :func:`main` does."""
     if argv is None:
-        from mtl.runtime import run_as_process
+        from mtl.core.runtime import run_as_process
 
         run_as_process(_train_main, sys.argv[1:])  # (does not return)
     else:
@@ -231,7 +231,7 @@ def _train_main(argv):
 
 def configure_console(verbose):
     """Quiet Paddle's console noise unless ``verbose`` (before anything imports Paddle)."""
-    from mtl.console import configure_console as configure
+    from mtl.core.console import configure_console as configure
 
     configure(verbose)
 

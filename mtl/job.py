@@ -16,12 +16,12 @@ from mtl.architectures.build import build_architecture
 from mtl.backbones.base import build_backbone
 from mtl.config.checks import check_milestones
 from mtl.config.overrides import blame_set
+from mtl.core.runtime import on_host_generator
 from mtl.data.scheduler import build_schedule, steps_for_epochs
 from mtl.data.steps import check_labels, task_seed
 from mtl.errors import ConfigError, DataError
 from mtl.optimizer.sparse import check_sparse_optimizer
 from mtl.parallel import distributed, sync_bn
-from mtl.runtime import on_host_generator
 from mtl.train.finetune import apply_layer_decay, apply_lr_multipliers, freeze_batchnorm, freeze_parameters
 from mtl.train.memory_plan import check_job_memory
 from mtl.train.model import JointModel

@@ -2,7 +2,7 @@
 backbone and the heads, :mod:`mtl.architectures`) register under a name with a decorator.
 
 Plug-in files are found by importing every ``.py`` of a folder (``heads/``, ``tasks/``, any folder a job lists under
-``plugins:``) and through the entry-point group ``mtl.plugins`` (:mod:`mtl.plugin_loading`, whose functions are
+``plugins:``) and through the entry-point group ``mtl.plugins`` (:mod:`mtl.core.plugin_loading`, whose functions are
 re-exported here: ``registry.load_builtin()``, ``registry.load_folder(...)``, ...). ``build(kind, cfg)`` turns
 ``{"type": name, ...}`` into an instance, checking parameter names against the constructor before anything runs.
 """
@@ -13,8 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from mtl.errors import ConfigError, DataError, MtlError, PluginError
-from mtl.plugin_loading import (  # noqa: F401  (re-exported: how plug-ins are found is part of the registry's API)
+from mtl.core.plugin_loading import (  # noqa: F401  (re-exported: how plug-ins are found is part of the registry's API)
     ENTRY_POINT_GROUP,
     builtin_heads_folder,
     import_error,
@@ -24,6 +23,7 @@ from mtl.plugin_loading import (  # noqa: F401  (re-exported: how plug-ins are f
     load_file,
     load_folder,
 )
+from mtl.errors import ConfigError, DataError, MtlError, PluginError
 
 KINDS = ("reader", "backbone", "head", "weighting", "architecture")
 # Constructor arguments the runner supplies at build time (not required in configs).

@@ -17,7 +17,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
-from mtl.console import QUIET_ENV  # noqa: E402
+from mtl.core.console import QUIET_ENV  # noqa: E402
 from tests import warm_python  # noqa: E402
 from tests.references.peers import LIVE_SKIP_REASON  # noqa: E402
 from tests.shared_runs import one_process, two_process  # noqa: E402,F401  (session fixtures)
@@ -87,9 +87,9 @@ def _read_at_import():
 @pytest.fixture(autouse=True)
 def environment_left_as_found():
     """A test that leaves such a variable changed (a run in the test's own process that sets one) changes every later
-    test of its worker: their commands no longer fork from the warm Python, and their runs inherit it. The
-    variables are put back and the test fails, naming them. mtl's quiet glog levels (``mtl.console.QUIET_ENV``), which
-    an entry point called in the test's process sets, may stay: every command forked from the warm Python has them."""
+    test of its worker: their commands no longer fork from the warm Python, and their runs inherit it. The variables are
+    put back and the test fails, naming them. mtl's quiet glog levels (``mtl.core.console.QUIET_ENV``), which an entry
+    point called in the test's process sets, may stay: every command forked from the warm Python has them."""
     before = _read_at_import()
     yield
     after = _read_at_import()

@@ -25,6 +25,18 @@ BACKBONES = {"mlp": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [16], "e
              "cnn": {"type": "cnn", "channels": [4, 8], "embedding_size": 8}}
 
 
+
+def ground_module(name):
+    """``mtl.core.<name>`` in a checkout after issue 56's moves, else ``mtl.<name>`` (the code before them). Chosen
+    by the checkout's folders, not by trying: the editable install of this checkout would otherwise hand an older
+    checkout on PYTHONPATH this checkout's module."""
+    import importlib
+
+    import mtl
+
+    moved = os.path.isdir(os.path.join(os.path.dirname(mtl.__file__), "core"))
+    return importlib.import_module(f"mtl.core.{name}" if moved else f"mtl.{name}")
+
 def job(out, weighting, backbone, extra=None):
     """The raw config of one job."""
     return {"seed": 7, "device": "cpu", "output_dir": out, "weighting": weighting, "backbone": backbone,
@@ -70,7 +82,7 @@ def _floats(tree):
 
 def model_weights(folder):
     """Every array of the final checkpoint's backbone and head files, by file and name."""
-    from mtl.safe_pickle import load_paddle_file
+    load_paddle_file = ground_module("safe_pickle").load_paddle_file
 
     ckpt = os.path.join(folder, "checkpoints", "step_6")
     out = {}
@@ -83,7 +95,7 @@ def model_weights(folder):
 
 if __name__ == "__main__":
     import mtl
-    from mtl.runtime import select_device
+    select_device = ground_module("runtime").select_device
 
     print(f"mtl from {os.path.dirname(mtl.__file__)}")  # which checkout trained (tests/test_arch_training.py checks)
 

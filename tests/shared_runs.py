@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from mtl.safe_pickle import BUILTINS, NUMPY, load_pickle
+from mtl.core.safe_pickle import BUILTINS, NUMPY, load_pickle
 from tests.dist_util import ROOT, run_distributed
 
 # what the records of the session's runs hold (numbers, paths, arrays), read back with the safe reader

@@ -2,7 +2,7 @@
 heads' output, accumulation owned by the optimizer, cross-head negatives as a step hook, the step as an argument)
 changed nothing in what the code computes (tests/test_step_reference.py).
 
-It imports only what every checkout since 842ea44 has (``mtl.commands.train``, ``mtl.safe_pickle``) and reads the
+It imports only what every checkout since 842ea44 has (``mtl.commands.train``, the safe reader) and reads the
 job files of the checkout it sits in, so the code on PYTHONPATH decides what is computed, not the jobs:
 
     mkdir /tmp/mtl_before && git archive 842ea44 | tar -x -C /tmp/mtl_before
@@ -51,6 +51,18 @@ ONE = {
 TWO = {name: ONE[name] for name in ("demo", "cross_both_accumulate", "accumulate_famo_adamw")}
 
 
+
+def ground_module(name):
+    """``mtl.core.<name>`` in a checkout after issue 56's moves, else ``mtl.<name>`` (the code before them). Chosen
+    by the checkout's folders, not by trying: the editable install of this checkout would otherwise hand an older
+    checkout on PYTHONPATH this checkout's module."""
+    import importlib
+
+    import mtl
+
+    moved = os.path.isdir(os.path.join(os.path.dirname(mtl.__file__), "core"))
+    return importlib.import_module(f"mtl.core.{name}" if moved else f"mtl.{name}")
+
 def train(*argv):
     """Train in this process as ``examples/train_joint.py ARGV`` does."""
     from mtl.commands.train import add_train_args
@@ -81,7 +93,7 @@ def step_records(folder):
 
 def checkpoint_arrays(folder):
     """Every array of the newest checkpoint's files, by file and name."""
-    from mtl.safe_pickle import load_paddle_file
+    load_paddle_file = ground_module("safe_pickle").load_paddle_file
 
     root = os.path.join(folder, "checkpoints")
     newest = max((d for d in os.listdir(root) if d.startswith("step_")), key=lambda d: int(d.split("_")[1]))

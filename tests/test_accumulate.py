@@ -12,12 +12,12 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.data.scheduler import JointSchedule
 from mtl.data.steps import check_divisible
 from mtl.errors import ConfigError
 from mtl.heads.sharded import sample_classes_globally
 from mtl.registry import plugin_class
-from mtl.safe_pickle import load_paddle_file
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run
 

@@ -66,8 +66,8 @@ def test_a_trained_runs_export_and_eval_use_its_columns_without_the_pretrained_f
     os.remove(path)
     meta = export(str(tmp_path / "run"), str(tmp_path / "export"), task="soft3")
     assert meta["architecture"]["type"] == "cross_stitch_backbone"
+    from mtl.core.safe_pickle import load_paddle_file
     from mtl.evaluation import evaluator
-    from mtl.safe_pickle import load_paddle_file
 
     scored, evaluate = {}, evaluator.Evaluator.evaluate
 

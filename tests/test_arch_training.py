@@ -86,7 +86,7 @@ def test_hard_is_bit_identical_to_the_model_before_architectures(tmp_path):
     """Six jobs (MLP and CNN with BatchNorm; static, PCGrad, MGDA-UB) trained with ``architecture: hard``: every
     step's losses, the final evaluation and every final weight equal, bit for bit, those of commit 26a3f02 (main's
     code before the architecture layer) on the same machine (:func:`reference_before`)."""
-    from mtl.runtime import select_device
+    from mtl.core.runtime import select_device
 
     select_device("cpu")
     got = hard_reference.train_all(str(tmp_path / "now"), {"architecture": "hard"})
@@ -113,7 +113,7 @@ def test_every_architecture_agrees_between_one_and_two_processes(single_runs, tw
 
 
 def checkpoint_arrays(folder):
-    from mtl.safe_pickle import load_paddle_file
+    from mtl.core.safe_pickle import load_paddle_file
 
     ckpt = os.path.join(folder, "checkpoints", f"step_{STEPS}")
     files = [os.path.join(ckpt, f) for f in sorted(os.listdir(ckpt)) if f.endswith((".pdparams", ".pdopt"))]
@@ -383,10 +383,10 @@ def test_each_ranks_own_batchnorm_statistics_come_back_and_reshard_with_backbone
     import contextlib
 
     from mtl.config.loading import load_job
+    from mtl.core.safe_pickle import load_paddle_file
     from mtl.job import build_job
     from mtl.optimizer.joint import JointOptimizer
     from mtl.parallel.strategy import ParallelStrategy
-    from mtl.safe_pickle import load_paddle_file
     from mtl.store import checkpoint, reshard
 
     raw = architectures_all.job(str(tmp_path / "run"), "cross_stitch_backbone_imtl", 2)

@@ -14,7 +14,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
+from mtl.core import arrays
 from mtl.heads import class_rows
 from mtl.heads.cross_negatives import CrossNegatives
 from mtl.heads.row_gradients import dense_gradient

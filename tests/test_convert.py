@@ -24,8 +24,8 @@ from mtl import registry
 from mtl.backbones.base import build_backbone
 from mtl.cli import main as mtl_main
 from mtl.convert.torch_file import read_torch_file
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.errors import DataError
-from mtl.safe_pickle import load_paddle_file
 from tests.references import peers
 from tests.references.torch_format import Storage, Tensor, insightface_names, randomized, torch_layout, write_torch_file
 

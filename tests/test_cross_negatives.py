@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
+from mtl.core import arrays
 from mtl.heads import class_rows
 from mtl.heads.cross_negatives import CrossNegatives, normal_quantile, planned_bytes
 from mtl.optimizer.sparse import StepRows

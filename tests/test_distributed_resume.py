@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from mtl.safe_pickle import load_paddle_file
+from mtl.core.safe_pickle import load_paddle_file
 from tests.dist_util import ROOT, run_distributed
 from tests.shared_runs import two_process_run
 

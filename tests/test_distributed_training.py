@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from mtl.safe_pickle import load_paddle_file
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.store.layout import merged_head_state
 from tests import equivalence
 from tests.shared_runs import train_here

@@ -121,7 +121,7 @@ def test_optimizer_betas_are_checked_at_load_time():
 PROBE = r'''
 import ctypes, ctypes.util, json, os, sys
 
-from mtl import runtime
+from mtl.core import runtime
 from mtl.commands import train
 
 before_paddle = []
@@ -177,10 +177,10 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, e
 @pytest.mark.distributed
 def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
     """``mtl launch --ips HOST --nproc_per_node 2`` (docs/distributed.md: the same command on every node listed):
-    one node here, so 2 ranks of one group, both on this host (local processes 2, which the thread default divides
-    the cores by), and a collective across them. Rank 0 starts the group a second late, and rank 1, there first,
-    waits for its store instead of Paddle's 3 s retry (mtl.runtime.wait_for_master; the glog lines of the connection
-    are on, to see it). Each rank's connection to the store sends at once (TCP_NODELAY, mtl.runtime.store_without_delay;
+    one node here, so 2 ranks of one group, both on this host (local processes 2, which the thread default divides the
+    cores by), and a collective across them. Rank 0 starts the group a second late, and rank 1, there first, waits for
+    its store instead of Paddle's 3 s retry (mtl.core.runtime.wait_for_master; the glog lines of the connection are on,
+    to see it). Each rank's connection to the store sends at once (TCP_NODELAY, mtl.core.runtime.store_without_delay;
     without it every store request waited 40 ms for a delayed acknowledgement)."""
     script = os.path.join(ROOT, "tests", "dist_scripts", "launch_probe.py")
     done = warm_python.run([sys.executable, "-m", "mtl.cli", "launch", "--ips", "127.0.0.1", "--start_port",

@@ -21,7 +21,7 @@ JOB = os.path.join(ROOT, "tests", "dist_scripts", "text_job.yaml")
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """The text job of every text head (untrained: its predictions are those of its initial weights)."""
-    from mtl.runtime import select_device
+    from mtl.core.runtime import select_device
 
     select_device("cpu")
     built = build_job(load_job(JOB, overrides=[f"output_dir={tmp_path_factory.mktemp('eval_order')}"]))

@@ -7,8 +7,8 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.errors import ConfigError
-from mtl.safe_pickle import load_paddle_file
 from mtl.serving.export import embed, export
 from mtl.store.layout import latest_checkpoint
 from tests import warm_python
@@ -191,7 +191,7 @@ def test_damaged_records_of_a_run_or_an_export_are_one_sentence_each(tmp_path):
 def test_a_staged_folder_that_cannot_be_renamed_into_place_puts_the_former_one_back(tmp_path, monkeypatch):
     """A review found the swap lost the earlier export when its second rename failed (or was interrupted): the
     former folder stayed under a hidden name and nothing was at OUT."""
-    from mtl import staging
+    from mtl.core import staging
 
     out = tmp_path / "out"
     out.mkdir()

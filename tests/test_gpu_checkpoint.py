@@ -6,8 +6,8 @@ import paddle
 import pytest
 from paddle.amp.auto_cast import amp_initialize
 
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.optimizer.joint import JointOptimizer
-from mtl.safe_pickle import load_paddle_file
 
 CFG = {"type": "momentum", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0, "warmup_steps": 0, "decay": "none"}
 

@@ -6,9 +6,9 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
+from mtl.core import arrays
+from mtl.core.runtime import on_host_generator
 from mtl.heads import class_rows
-from mtl.runtime import on_host_generator
 from mtl.store import checkpoint
 
 

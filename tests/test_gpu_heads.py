@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
+from mtl.core import arrays
 from mtl.heads import class_rows
 from mtl.heads.class_rows import CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS, chunk_rows
 from mtl.registry import plugin_class

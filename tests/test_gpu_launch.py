@@ -8,8 +8,8 @@ import pytest
 
 from mtl import cli
 from mtl.commands import launch
+from mtl.core.runtime import gpu_index, resolve_device
 from mtl.errors import ConfigError
-from mtl.runtime import gpu_index, resolve_device
 
 
 @pytest.fixture

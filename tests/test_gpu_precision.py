@@ -11,8 +11,8 @@ import paddle
 import pytest
 from paddle.amp.auto_cast import amp_initialize
 
-from mtl import low_precision as precision  # running, reading, saving low-precision weights
-from mtl.arrays import to_numpy
+from mtl.core import low_precision as precision  # running, reading, saving low-precision weights
+from mtl.core.arrays import to_numpy
 from mtl.evaluation.evaluator import embed
 from mtl.parallel.sync_bn import SyncBatchNorm, convert_sync_batchnorm
 

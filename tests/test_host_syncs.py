@@ -28,7 +28,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.arrays import host_floats
+from mtl.core.arrays import host_floats
 from tests.dist_scripts import host_syncs as job
 from tests.host_syncs import HostSyncCounter
 from tests.shared_runs import two_process_run

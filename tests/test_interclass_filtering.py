@@ -8,7 +8,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
+from mtl.core import arrays
 from mtl.heads import class_rows
 from mtl.heads.filtering import same_person_pairs
 from mtl.registry import plugin_class

@@ -256,13 +256,13 @@ def test_the_registry_is_under_400_lines_and_every_name_others_use_is_still_impo
     import ast
     import os
 
-    import mtl.plugin_loading as loading
+    import mtl.core.plugin_loading as loading
     from mtl import registry
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "mtl", "registry.py")) as f:
         assert len(f.read().splitlines()) <= 400
-    with open(os.path.join(root, "mtl", "plugin_loading.py")) as f:  # the lower piece never imports the registry
+    with open(os.path.join(root, "mtl", "core", "plugin_loading.py")) as f:  # the lower piece never imports the registry
         tree = ast.parse(f.read())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
         {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -295,8 +295,8 @@ def _components(nodes, joins):
 
 def test_union_find_groups_as_a_brute_force_count_and_both_its_users_go_through_it(monkeypatch):
     from mtl.commands.merge import Source, joined_classes
+    from mtl.core.union_find import DisjointSets
     from mtl.evaluation.held_out import pool_people
-    from mtl.union_find import DisjointSets
 
     rng = np.random.default_rng(3)
     nodes = list(range(40))
@@ -326,8 +326,8 @@ def test_one_safetensors_test_for_the_reader_and_for_what_a_file_is_instead_of_a
     import struct
 
     from mtl.convert import safetensors_file
+    from mtl.core.safe_pickle import looks_like_safetensors, not_a_pickle
     from mtl.errors import DataError
-    from mtl.safe_pickle import looks_like_safetensors, not_a_pickle
 
     assert safetensors_file.looks_like_safetensors is looks_like_safetensors
     header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'

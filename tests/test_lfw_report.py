@@ -254,7 +254,7 @@ def test_the_pages_tables_are_what_the_committed_results_give():
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from lfw_tables import load, section
 
-    from mtl.generated_pages import read_section
+    from mtl.core.generated_pages import read_section
 
     found = 0
     for view in (1, 2):

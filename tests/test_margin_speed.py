@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
+from mtl.core import arrays
 from mtl.heads import class_rows
 from mtl.registry import plugin_class
 from tests.references.margin import MARGINS, assert_close, np_margin_head, run_head

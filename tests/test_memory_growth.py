@@ -1,7 +1,7 @@
 """Memory over a long run (issue 55): a training step leaves nothing behind. A run's Python allocations (tracemalloc)
 must not grow from one step to the next: they grew by about 3 KB a step, the step records kept in memory for the
 summary and the plot (now read back from metrics.jsonl) and the tensors built from host arrays with Paddle 3.3's
-``to_tensor``, which keeps about 100 bytes for good each time (now ``mtl.arrays.tensor_from``). The resident memory
+``to_tensor``, which keeps about 100 bytes for good each time (now ``mtl.core.arrays.tensor_from``). The resident memory
 of a long run is bench/bench_soak.py's."""
 import gc
 import tracemalloc
@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.arrays import tensor_from
+from mtl.core.arrays import tensor_from
 from mtl.job import build_job
 from mtl.train.trainer import Trainer
 from tests.small_runs import job_cfg

@@ -381,7 +381,7 @@ def fake_run(folder, tasks):
 
 
 # ---- 11. matplotlib's font-cache notice ----------------------------------------------------------------------------
-FONT_NOTICE = ("import logging, sys\nfrom mtl.console import configure_console\nconfigure_console({verbose})\n"
+FONT_NOTICE = ("import logging, sys\nfrom mtl.core.console import configure_console\nconfigure_console({verbose})\n"
                "logging.getLogger('matplotlib.font_manager').warning("
                "'Matplotlib is building the font cache; this may take a moment.')\n"
                "logging.getLogger('matplotlib.font_manager').warning('another warning')\n")

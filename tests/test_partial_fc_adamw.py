@@ -9,12 +9,12 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
 from mtl.config.loading import load_job
+from mtl.core import arrays
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.data.steps import StepDataset
 from mtl.job import build_job
 from mtl.optimizer.sparse import row_sparse_adamw_
-from mtl.safe_pickle import load_paddle_file
 from mtl.store import layout
 from mtl.train.trainer import Trainer
 from tests.dist_util import ROOT

@@ -5,8 +5,8 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import arrays
 from mtl.config.loading import load_job
+from mtl.core import arrays
 from mtl.data.steps import StepDataset
 from mtl.errors import ConfigError
 from mtl.job import build_job

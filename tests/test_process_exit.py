@@ -1,5 +1,5 @@
 """mtl's entry points end the process as Python's shutdown does, without tearing the modules down one by one
-(mtl.runtime.run_as_process / exit_process): everything a command prints, its atexit handlers and its non-daemon
+(mtl.core.runtime.run_as_process / exit_process): everything a command prints, its atexit handlers and its non-daemon
 threads come out as under plain Python (the reference: the same program without it), with the same exit status;
 only the finalisation of what is still referenced at exit is skipped."""
 import os
@@ -31,7 +31,7 @@ ENDS = {"returns": "pass", "exit 3": "sys.exit(3)", "exit None": "sys.exit()", "
 
 def run_program(command, quick):
     body = PROGRAM.format(command=command)
-    body += ("from mtl.runtime import run_as_process\nrun_as_process(command)\n" if quick else "command()\n")
+    body += ("from mtl.core.runtime import run_as_process\nrun_as_process(command)\n" if quick else "command()\n")
     return subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PYTHONPATH=ROOT))
 
@@ -49,7 +49,7 @@ def test_a_quick_exit_prints_and_exits_as_python_does(end):
 def test_a_quick_exit_skips_the_finalisation_of_what_is_still_referenced(tmp_path, form):
     """As the process's own program (``python -c``, ``python -m``, ``python SCRIPT``, the console script)."""
     body = ("class Held:\n    def __del__(self):\n        print('finalised')\nheld = Held()\n"
-            "from mtl.runtime import run_as_process\nrun_as_process(lambda: print('done'))\n")
+            "from mtl.core.runtime import run_as_process\nrun_as_process(lambda: print('done'))\n")
     plain_body = body.replace("run_as_process(lambda: print('done'))", "print('done')")
 
     def run(text):
@@ -66,7 +66,7 @@ def test_the_commands_end_the_process_only_when_they_are_the_process(monkeypatch
     """``mtl`` and ``examples/train_joint.py`` (argv from sys.argv) end through run_as_process; called with argv
     (tests, other code) they return or raise SystemExit as functions do."""
     ended = []
-    monkeypatch.setattr("mtl.runtime.run_as_process", lambda func, *args: ended.append((func, args)))
+    monkeypatch.setattr("mtl.core.runtime.run_as_process", lambda func, *args: ended.append((func, args)))
     monkeypatch.setattr(sys, "argv", ["mtl", "launch", "--help"])
     cli.main()
     cli.train_main()
@@ -92,7 +92,7 @@ def test_under_a_profiler_the_process_goes_on_to_write_the_profile(tmp_path):
     leaves that to the profiler, and ends as the same script without the quick exit does under it."""
     def profiled(name, last_line):
         script = tmp_path / f"{name}.py"
-        script.write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom mtl.runtime import run_as_process\n"
+        script.write_text(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom mtl.core.runtime import run_as_process\n"
                           f"{last_line}\n")
         profile = tmp_path / f"{name}.prof"
         done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), str(script)],

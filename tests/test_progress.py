@@ -1,4 +1,4 @@
-"""The report scripts' progress lines (mtl/progress.py, issue 30 item 7 and "a progress line for every step of the
+"""The report scripts' progress lines (mtl/core/progress.py, issue 30 item 7 and "a progress line for every step of the
 reports"): which run of how many, times so far and left, a running run's step; one seed is said, not '± 0.0000'."""
 import io
 import json
@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from mtl import progress as progress_module
-from mtl.progress import Progress, duration, run_step, spread
+from mtl.core import progress as progress_module
+from mtl.core.progress import Progress, duration, run_step, spread
 
 
 def test_duration_reads_as_minutes_and_hours():

@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.errors import ConfigError
 from mtl.job import build_job
-from mtl.safe_pickle import load_paddle_file
 from mtl.store import checkpoint, integrity, layout
 from mtl.train.trainer import Trainer
 from tests.small_runs import TASKS, job_cfg

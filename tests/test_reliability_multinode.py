@@ -10,7 +10,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from mtl.safe_pickle import load_paddle_file
+from mtl.core.safe_pickle import load_paddle_file
 from tests import equivalence
 from tests.dist_util import _read_logs, _stop, free_port, start_launcher
 

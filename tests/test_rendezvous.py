@@ -1,4 +1,4 @@
-"""Rank 0's store, as the other ranks find it and wait for it (mtl.runtime.master_endpoint, wait_for_master): the
+"""Rank 0's store, as the other ranks find it and wait for it (mtl.core.runtime.master_endpoint, wait_for_master): the
 endpoint in the order ``paddle.distributed.init_parallel_env`` reads it, and a wait that ends at the first
 connection a listening socket accepts, or after its timeout when nobody listens. The launch that shows the 3 s retry
 gone, and each rank's store connection with TCP_NODELAY:
@@ -6,7 +6,7 @@ tests/test_documented_keys.py::test_mtl_launch_with_ips_starts_one_group_of_the_
 import os
 import socket
 
-from mtl.runtime import master_endpoint, store_without_delay, wait_for_master
+from mtl.core.runtime import master_endpoint, store_without_delay, wait_for_master
 from tests.dist_util import free_port
 
 

@@ -16,9 +16,9 @@ import pytest
 
 from mtl.cli import build_parser
 from mtl.config.loading import load_job
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.job import build_job
 from mtl.optimizer.joint import JointOptimizer
-from mtl.safe_pickle import load_paddle_file
 from mtl.store import checkpoint
 from mtl.store.layout import merged_head_state
 from tests import equivalence

@@ -1,4 +1,4 @@
-"""Files from elsewhere are data, never code: the one restricted unpickler (mtl.safe_pickle) and the torch reader.
+"""Files from elsewhere are data, never code: the one restricted unpickler (mtl.core.safe_pickle) and the torch reader.
 
 * No ``paddle.load`` / ``pickle.load`` / ``torch.load`` / ``pickle.Unpickler`` anywhere outside the safe reader (the
   code is walked for them).
@@ -25,13 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtl.convert.torch_file import MAX_EXPANSION, read_torch_file
+from mtl.core.safe_pickle import GeneratorRecord, load_paddle_file, load_pickle
 from mtl.errors import DataError
-from mtl.safe_pickle import GeneratorRecord, load_paddle_file, load_pickle
 from tests import equivalence  # noqa: F401  (registers the 1-process run read here)
 from tests.references.torch_format import Storage, Tensor, write_torch_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SAFE_READERS = {"mtl/safe_pickle.py"}  # the one place that unpickles
+SAFE_READERS = {"mtl/core/safe_pickle.py"}  # the one place that unpickles
 FORBIDDEN = {("paddle", "load"), ("pickle", "load"), ("pickle", "loads"), ("torch", "load"), ("pickle", "Unpickler"),
              ("pickle", "_Unpickler")}
 # an in-memory round trip of an object the test itself made (what a spawned DataLoader worker receives)
@@ -66,7 +66,7 @@ def test_no_unpickling_outside_the_safe_reader():
             rel = path.relative_to(ROOT).as_posix()
             if rel not in SAFE_READERS:
                 found += list(_forbidden_calls(ast.parse(path.read_text()), rel))
-    assert not found, "unpickling outside mtl/safe_pickle.py: " + "; ".join(found)
+    assert not found, "unpickling outside mtl/core/safe_pickle.py: " + "; ".join(found)
 
 
 def test_the_walk_would_catch_each_way_of_unpickling():
@@ -202,7 +202,7 @@ def test_build_cannot_change_the_readers_own_classes_or_functions(tmp_path, targ
     """BUILD ``(None, {name: value})`` on an allowed global set that attribute on the reader's own stand-in for the
     rest of the process (Python's unpickler: setattr of the slot state); found by a fuzzing helper. Nothing ran,
     but a file could have replaced DtypeBuilder.__init__, which checks every dtype of every later file."""
-    from mtl import safe_pickle
+    from mtl.core import safe_pickle
 
     before = {k: dict(vars(v)) if isinstance(v, type) else dict(v.__dict__) for k, v in safe_pickle.NUMPY.items()
               if k[0] == "numpy"}

@@ -65,8 +65,8 @@ def test_mgda_ub_on_same_rows_is_sener_and_koltuns_min_norm_of_the_paired_gram(t
     import json
     import os
 
+    from mtl.core.runtime import select_device
     from mtl.data.steps import StepDataset
-    from mtl.runtime import select_device
     from mtl.train.trainer import Trainer
 
     select_device("cpu")

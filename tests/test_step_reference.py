@@ -79,7 +79,7 @@ def assert_same(got: dict, expected: dict):
 
 @pytest.mark.slow
 def test_one_process_is_bit_identical_to_the_code_before(before, tmp_path):
-    from mtl.runtime import select_device
+    from mtl.core.runtime import select_device
 
     select_device("cpu")
     got = digests(step_reference.train_all(str(tmp_path / "now"), step_reference.ONE))

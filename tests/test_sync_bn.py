@@ -15,8 +15,8 @@ import paddle
 import pytest
 
 from mtl.backbones.small import SmallCNN
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.parallel.sync_bn import SyncBatchNorm, convert_sync_batchnorm
-from mtl.safe_pickle import load_paddle_file
 from mtl.store.layout import merged_head_state
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run

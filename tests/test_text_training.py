@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from mtl.safe_pickle import load_paddle_file
+from mtl.core.safe_pickle import load_paddle_file
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run
 

@@ -7,9 +7,9 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.errors import ContractError
 from mtl.job import build_job
-from mtl.safe_pickle import load_paddle_file
 from mtl.train.trainer import Trainer
 from tests.small_runs import TASKS, job_cfg
 
@@ -156,8 +156,8 @@ def test_half_written_checkpoints_are_ignored(tmp_path):
 
 
 def test_device_selection():
+    from mtl.core.runtime import select_device
     from mtl.errors import ConfigError
-    from mtl.runtime import select_device
 
     if paddle.device.is_compiled_with_cuda():
         pytest.skip("CPU-build behaviour")

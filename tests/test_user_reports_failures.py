@@ -641,7 +641,7 @@ def test_make_s_editable_install_hides_setuptools_editable_installation_box():
 
 
 def test_make_demo_faces_and_the_readme_say_how_often_the_report_prints():
-    from mtl.progress import WATCH_EVERY
+    from mtl.core.progress import WATCH_EVERY
 
     for name in ("Makefile", "README.md"):
         with open(os.path.join(ROOT, name)) as f:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mtl.core.utf8 import open_utf8
 from mtl.errors import DataError
-from mtl.utf8 import open_utf8
 
 GBK = "中文".encode("gbk")  # b"\xd6\xd0\xce\xc4": not UTF-8
 

@@ -15,7 +15,7 @@ import time
 import pytest
 import yaml
 
-from mtl import activity as activity_module
+from mtl.core import activity as activity_module
 from mtl.data.reading import ReadingBoard
 from mtl.data.scheduler import JointSchedule
 from mtl.data.steps import StepDataset

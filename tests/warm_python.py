@@ -12,7 +12,7 @@ process of its own) goes to the same server under the same rules: the multimnist
 24.5 to 4.3 CPU-seconds.
 
 What a child inherits beyond a new interpreter: the modules of :data:`PRELOAD`, imported under mtl's quiet glog
-(``mtl.console.QUIET_ENV``, which every entry point of mtl sets before it imports Paddle), the interpreter's own
+(``mtl.core.console.QUIET_ENV``, which every entry point of mtl sets before it imports Paddle), the interpreter's own
 warning filters, and the server's hash seed.
 
 A command that a fork could run differently starts a new interpreter through ``subprocess.run``, unchanged: an
@@ -340,8 +340,8 @@ def _main():
     before = dict(os.environ)
     filters = list(warnings.filters)
     # Paddle's glog reads its level once, at import: the server imports Paddle as every entry point of mtl does,
-    # under mtl.console's quiet glog; a command with --verbose or MTL_VERBOSE=1 starts a new interpreter instead
-    from mtl.console import QUIET_ENV
+    # under mtl.core.console's quiet glog; a command with --verbose or MTL_VERBOSE=1 starts a new interpreter instead
+    from mtl.core.console import QUIET_ENV
 
     os.environ.update({k: v for k, v in QUIET_ENV.items() if k.startswith("GLOG_")})
     with warnings.catch_warnings():
@@ -351,7 +351,7 @@ def _main():
     warnings.filters[:] = filters  # what the imports added; the children start from the interpreter's own
     base_environ = dict(os.environ)
     set_by_import = {k: v for k, v in os.environ.items() if before.get(k) != v}
-    from mtl.runtime import exit_process, exit_status
+    from mtl.core.runtime import exit_process, exit_status
 
     request, fds = _serve(sys.argv[1], before)
     _become(request, fds)

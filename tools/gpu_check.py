@@ -30,7 +30,7 @@ import tempfile
 import time
 import traceback
 
-from mtl.safe_pickle import load_paddle_file
+from mtl.core.safe_pickle import load_paddle_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -78,7 +78,7 @@ def _head_step(device, x, y, weight, sample_ratio=1.0, fused=False, host=True, m
     """Loss, feature gradient, dense class-centre gradient and top-1 of one margin-head step on ``device``."""
     import paddle
 
-    from mtl import arrays
+    from mtl.core import arrays
     from mtl.registry import plugin_class
 
     ArcFaceHead = plugin_class("head", "arcface")
@@ -152,8 +152,8 @@ def job_data(folder, device, sizes, precision="fp32", amp_level="O1", dropout=0.
 def train(data, resume=False, until=None):
     """Build and train the job ``data`` in this process; returns (trainer, per-step records)."""
     from mtl.config.loading import load_job
+    from mtl.core.runtime import select_device
     from mtl.job import build_job
-    from mtl.runtime import select_device
     from mtl.train.trainer import Trainer
 
     cfg = load_job(data=data)
@@ -192,7 +192,7 @@ def _export_difference(run_dir, trainer):
     import numpy as np
     import paddle
 
-    from mtl.low_precision import float32, inference_autocast
+    from mtl.core.low_precision import float32, inference_autocast
     from mtl.serving.export import embed, export
 
     out = run_dir + "_export"
@@ -256,9 +256,9 @@ def check_throughput(device, sizes, args):
     import paddle
 
     from mtl.config.loading import load_job
+    from mtl.core.runtime import select_device
     from mtl.data.steps import make_loader
     from mtl.job import build_job
-    from mtl.runtime import select_device
     from mtl.train.trainer import Trainer
     from tests.host_syncs import HostSyncCounter
 
@@ -343,7 +343,7 @@ def main(argv=None):
     args = parse_args(argv)
     import paddle
 
-    from mtl.runtime import resolve_device
+    from mtl.core.runtime import resolve_device
 
     compiled = paddle.device.is_compiled_with_cuda()
     device, _ = resolve_device(args.device, compiled and paddle.device.cuda.device_count() > 0, compiled)

@@ -18,7 +18,7 @@ def _backbone_copy(cfg: dict, index: int, backbone):
 
     from mtl import registry
     from mtl.backbones.base import constructor_config
-    from mtl.runtime import on_host_generator
+    from mtl.core.runtime import on_host_generator
 
     spec = registry.as_component(cfg["backbone"])
     paddle.seed(task_seed(cfg["seed"], f"backbone copy {index + 1}"))

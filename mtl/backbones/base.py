@@ -140,8 +140,8 @@ def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
 
     if not os.path.isfile(path):
         raise ConfigError(f"pretrained weights '{path}' do not exist", source, key)
+    from mtl.core.safe_pickle import load_state_dict
     from mtl.errors import DataError
-    from mtl.safe_pickle import load_state_dict
 
     try:
         state = load_state_dict(path, "pretrained weights")

@@ -20,8 +20,8 @@ import numpy as np
 import paddle
 from paddle import nn
 
-from mtl.arrays import tensor_from
 from mtl.backbones.text import TextBackbone, fill_where, masked_max, masked_mean
+from mtl.core.arrays import tensor_from
 from mtl.errors import ConfigError
 from mtl.registry import register_backbone
 from mtl.text.tokenizer import TextTokenizer

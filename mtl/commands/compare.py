@@ -18,9 +18,9 @@ from typing import Dict, List
 
 from tabulate import tabulate
 
-from mtl.charts import check_chart_path
+from mtl.core.charts import check_chart_path
+from mtl.core.utf8 import read_json
 from mtl.errors import ConfigError, DataError
-from mtl.utf8 import read_json
 
 BASELINE_FILE = "baseline.json"
 BASELINE_DIR = "baselines"  # the single-task runs, one folder per task, under the joint job's output_dir

@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 
-from mtl.charts import check_chart_path
 from mtl.commands.data_pairs import add_pairs_cli
 from mtl.commands.merge import add_merge_cli
 from mtl.commands.pack import pack
+from mtl.core.charts import check_chart_path
 from mtl.data.recordio import RecordIOReader, unpack
 from mtl.data.transforms import DecodeError, decode_rgb
 from mtl.errors import ConfigError, DataError

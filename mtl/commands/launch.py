@@ -103,7 +103,7 @@ def launcher_environment(status_path, verbose, args=(), signal_path=None):
     stops when it ends, even by SIGKILL), ``MTL_VERBOSE``, the warning filter, the command as typed (``mtl launch
     ARGS``: what a worker's stop sentence tells to run again) and the file this command writes the name of a
     stopping signal into (the launcher passes every stop on as SIGTERM)."""
-    from mtl.console import LAUNCH_COMMAND_ENV, LAUNCH_SIGNAL_ENV
+    from mtl.core.console import LAUNCH_COMMAND_ENV, LAUNCH_SIGNAL_ENV
 
     env = dict(os.environ, **{STATUS_ENV: status_path, PARENT_ENV: str(os.getpid())})
     env[LAUNCH_COMMAND_ENV] = shlex.join(["mtl", "launch", *(["--verbose"] if verbose else []), *args])

@@ -182,7 +182,7 @@ def stop_with_mtl_launch():
     rerun does not find the output folder held by ranks training on, re-parented."""
     import signal
 
-    from mtl.runtime import die_with_parent
+    from mtl.core.runtime import die_with_parent
 
     parent = os.environ.get("MTL_LAUNCH_PID", "")
     if parent.isdigit():
@@ -208,6 +208,6 @@ def main():
 
 
 if __name__ == "__main__":
-    from mtl.runtime import run_as_process
+    from mtl.core.runtime import run_as_process
 
     run_as_process(main)  # Paddle's launcher ends with sys.exit(status); no module teardown after it

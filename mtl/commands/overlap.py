@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from mtl.arrays import unit_rows
+from mtl.core.arrays import unit_rows
 from mtl.data.same_person import People, written
 from mtl.errors import ConfigError, require_output_file
 from mtl.evaluation.identities import (  # noqa: F401 (re-exported)

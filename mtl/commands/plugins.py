@@ -6,9 +6,9 @@ that the page is current."""
 import os
 import sys
 
-from mtl.generated_pages import read_section, write_section
+from mtl.core.generated_pages import read_section, write_section
 
-SECTION = "plugin-reference"  # the markers of the generated section (mtl.generated_pages)
+SECTION = "plugin-reference"  # the markers of the generated section (mtl.core.generated_pages)
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                     "plugins.md")
 HEADERS = ["parameter", "type", "default", "meaning"]

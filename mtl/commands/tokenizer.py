@@ -32,9 +32,9 @@ def tsv_texts(path):
 
 
 def _texts(args):
+    from mtl.core.utf8 import open_utf8
     from mtl.text.conllu import read_conllu
     from mtl.text.iob2 import read_iob2
-    from mtl.utf8 import open_utf8
 
     texts = []
     sources = (("--conllu", args.conllu), ("--iob2", args.iob2), ("--tsv", args.tsv), ("--text", args.text))

@@ -8,7 +8,7 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os
 
 def _early_threads(config_path, overrides):
     """Read ``threads`` and ``tune_malloc`` from the raw config before Paddle is imported, and apply them."""
-    from mtl.runtime import set_threads, tune_malloc
+    from mtl.core.runtime import set_threads, tune_malloc
 
     threads, tune = None, True
     try:
@@ -94,7 +94,7 @@ def resume_command(argv=None) -> str:
     """The command that continues this run from its latest checkpoint: under a launcher the launch command (``mtl
     launch ...`` as typed, or Paddle's launcher's), else this process's (``argv``, default ``sys.argv``), with
     ``--resume`` and without ``--until``/``--overwrite`` (:func:`continue_command`)."""
-    from mtl.console import launch_command
+    from mtl.core.console import launch_command
 
     launched = launch_command()
     return continue_command(shlex.split(launched) if launched else list(argv or sys.argv))
@@ -147,7 +147,7 @@ def prepare_job(args):
     args.config = resolve_config(args)
     _early_threads(args.config, args.overrides)
     from mtl.config.loading import load_job
-    from mtl.runtime import die_with_launcher, init_distributed, select_device
+    from mtl.core.runtime import die_with_launcher, init_distributed, select_device
     from mtl.store.rundir import check_output_dir
     from mtl.train.scalars import check_available
     from mtl.train.watchdog import set_collective_timeouts
@@ -165,7 +165,7 @@ def prepare_job(args):
 def until_notice(cfg, step, ckpt):
     """The line a run stopped by ``--until`` ends with: where it stopped, its checkpoint ``ckpt`` (of that step) and
     the command that continues it."""
-    from mtl.console import launch_command
+    from mtl.core.console import launch_command
 
     start = f"checkpoint {ckpt}" if ckpt else "step 0 (no step was trained)"
     launcher = " under the same launch command" if "PADDLE_TRAINERS_NUM" in os.environ and not launch_command() \

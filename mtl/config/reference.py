@@ -12,9 +12,9 @@ from tabulate import tabulate
 from mtl.config.keys import BACKBONE, JOB, TASK
 from mtl.config.paths import REPO_ROOT
 from mtl.config.schema import describe
-from mtl.generated_pages import read_section, write_section
+from mtl.core.generated_pages import read_section, write_section
 
-SECTION = "config-reference"  # the markers of the generated section (mtl.generated_pages)
+SECTION = "config-reference"  # the markers of the generated section (mtl.core.generated_pages)
 PAGE = os.path.join(REPO_ROOT, "docs", "configuration.md")
 
 

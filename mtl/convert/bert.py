@@ -2,7 +2,7 @@
 
 Files: a Hugging Face checkpoint (``model.safetensors``, read by :mod:`mtl.convert.safetensors_file`, or
 ``pytorch_model.bin``, read by :mod:`mtl.convert.torch_file`; ``BertModel`` or a task model whose encoder is under
-``bert.``) or a PaddleNLP ERNIE ``model_state.pdparams`` (read by :func:`mtl.safe_pickle.load_paddle_file`; under
+``bert.``) or a PaddleNLP ERNIE ``model_state.pdparams`` (read by :func:`mtl.core.safe_pickle.load_paddle_file`; under
 ``ernie.`` in a task model). Names map as below; torch ``Linear`` weights are ``[out, in]`` and are transposed,
 Paddle's are ``[in, out]`` already. Tensors of the task heads (``cls.*``, ``classifier.*``) and buffers
 (``position_ids``) are left out; every weight of the backbone must be given.
@@ -14,8 +14,8 @@ import numpy as np
 
 from mtl.convert.safetensors_file import looks_like_safetensors, read_safetensors
 from mtl.convert.torch_file import read_torch_file
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.errors import DataError
-from mtl.safe_pickle import load_paddle_file
 
 # (pattern of the source name, our name, transpose?) -- Hugging Face BertModel
 HUGGINGFACE = [

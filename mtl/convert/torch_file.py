@@ -5,7 +5,7 @@ tensor storage ``<name>/data/<key>`` (little-endian unless ``<name>/byteorder`` 
 is ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])`` and its
 storage a persistent id ``("storage", torch.FloatStorage, key, location, numel)``. This reader rebuilds exactly that
 as numpy arrays, plus ``collections.OrderedDict`` and the built-in containers, through the project's one restricted
-unpickler (:mod:`mtl.safe_pickle`); any other global the pickle names (a whole pickled model, a class, a function)
+unpickler (:mod:`mtl.core.safe_pickle`); any other global the pickle names (a whole pickled model, a class, a function)
 is refused with one sentence, so nothing in the file can run code.
 
 A crafted archive cannot make the reader read outside a storage or allocate without bound: offsets, sizes and
@@ -19,9 +19,9 @@ import zipfile
 
 import numpy as np
 
-from mtl import safe_pickle
+from mtl.core import safe_pickle
+from mtl.core.safe_pickle import Refused
 from mtl.errors import DataError
-from mtl.safe_pickle import Refused
 
 MAX_EXPANSION = safe_pickle.MAX_EXPANSION  # all tensors together, at most this many times the storages' bytes
 MAX_COMPRESSION = 20  # uncompressed / compressed size of one member (torch.save stores members uncompressed)

@@ -17,8 +17,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from mtl.core.utf8 import open_utf8
 from mtl.errors import DataError, absent
-from mtl.utf8 import open_utf8
 
 VIEW_FILES = {1: ("pairsDevTrain.txt", "pairsDevTest.txt"), 2: ("pairs.txt",)}
 

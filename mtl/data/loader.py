@@ -22,7 +22,7 @@ import traceback
 import numpy as np
 import paddle
 
-from mtl.arrays import to_numpy
+from mtl.core.arrays import to_numpy
 
 ERROR_KEY = "__mtl_error__"
 log = logging.getLogger("mtl")
@@ -82,9 +82,9 @@ def format_fault(exc) -> str:
 # ---- worker processes die with their trainer -------------------------------------------------------------------
 def die_with_parent(parent_pid, worker_id=None):
     """DataLoader worker init: make this worker exit when its trainer process (``parent_pid``) dies, even by SIGKILL
-    (:func:`mtl.runtime.die_with_parent` with SIGKILL: ``prctl(PR_SET_PDEATHSIG)`` on Linux, a thread that polls
+    (:func:`mtl.core.runtime.die_with_parent` with SIGKILL: ``prctl(PR_SET_PDEATHSIG)`` on Linux, a thread that polls
     ``os.getppid()`` once a second elsewhere)."""
-    from mtl.runtime import die_with_parent as ask
+    from mtl.core.runtime import die_with_parent as ask
 
     ask(parent_pid, signal.SIGKILL)
 

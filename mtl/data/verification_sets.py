@@ -7,14 +7,14 @@ normalised float32 batches (optionally mirrored, for the ``f(x) + f(flip x)`` em
 """
 import io
 import os
-import pickle  # writing .bin sets; they are read through mtl.safe_pickle
+import pickle  # writing .bin sets; they are read through mtl.core.safe_pickle
 
 import numpy as np
 
-from mtl import safe_pickle
+from mtl.core import safe_pickle
+from mtl.core.utf8 import open_utf8
 from mtl.data.transforms import DecodeError, FaceTransform, normalize
 from mtl.errors import DataError, absent
-from mtl.utf8 import open_utf8
 
 
 class ImageBatches:
@@ -66,7 +66,7 @@ class VerificationSet(ImageBatches):
         return len(self.issame)
 
 
-# what an InsightFace ``.bin`` set holds: bytes, lists, numpy arrays and booleans (mtl.safe_pickle)
+# what an InsightFace ``.bin`` set holds: bytes, lists, numpy arrays and booleans (mtl.core.safe_pickle)
 BIN_ALLOWED = {**safe_pickle.BUILTINS, **safe_pickle.NUMPY,
                ("__builtin__", "bytes"): bytes, ("__builtin__", "bytearray"): bytearray, ("__builtin__", "bool"): bool}
 

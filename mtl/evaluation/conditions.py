@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from mtl.utf8 import open_utf8
+from mtl.core.utf8 import open_utf8
 
 INDEX_FILE = "index.tsv"
 AZIMUTH_COLUMN = "light azimuth (deg)"

@@ -29,7 +29,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from mtl.arrays import unit_rows
+from mtl.core.arrays import unit_rows
 from mtl.evaluation.identities import (
     PERCENTILE,
     calibrated_threshold,

@@ -10,9 +10,9 @@ import os
 import numpy as np
 import paddle
 
-from mtl.arrays import to_numpy
+from mtl.core.arrays import to_numpy
+from mtl.core.low_precision import float32, inference_autocast
 from mtl.data.steps import check_labels, iterate_eval
-from mtl.low_precision import float32, inference_autocast
 from mtl.parallel import distributed
 
 

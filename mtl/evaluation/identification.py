@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mtl.arrays import unit_rows
+from mtl.core.arrays import unit_rows
 from mtl.errors import DataError
 
 MAX_RANK = 20  # the CMC curve is kept for ranks 1..20 (or the gallery's size, if smaller)

@@ -20,7 +20,7 @@ plants as duplicates.
 """
 import numpy as np
 
-from mtl.arrays import unit_rows
+from mtl.core.arrays import unit_rows
 from mtl.errors import ConfigError
 
 CENTRES_THRESHOLD = 0.5  # mtl overlap --centres without --threshold

@@ -16,7 +16,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from mtl.arrays import unit_rows
+from mtl.core.arrays import unit_rows
 from mtl.errors import DataError
 from mtl.evaluation.metrics import DEFAULT_THRESHOLDS, _accept_counts, roc_curve
 
@@ -93,7 +93,7 @@ def write_roc(path: str, tpr, fpr):
 
 def read_roc(path: str):
     """``(tpr, fpr)`` of an LFW ROC file (published or ours); lines with NaN are skipped."""
-    from mtl.utf8 import open_utf8
+    from mtl.core.utf8 import open_utf8
 
     rows = []
     with open_utf8(path, "ROC file") as f:

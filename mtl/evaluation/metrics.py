@@ -7,7 +7,7 @@ Nothing here imports Paddle: heads hand over numpy arrays (embeddings, scores, l
 """
 import numpy as np
 
-from mtl.arrays import unit_rows
+from mtl.core.arrays import unit_rows
 
 DEFAULT_THRESHOLDS = np.arange(0.0, 4.0, 0.01)
 

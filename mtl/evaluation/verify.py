@@ -11,10 +11,10 @@ import os
 import numpy as np
 import paddle
 
-from mtl.arrays import unit_rows
+from mtl.core.arrays import unit_rows
+from mtl.core.low_precision import float32, inference_autocast
 from mtl.errors import DataError
 from mtl.evaluation.metrics import contiguous_folds, pair_distances, roc_curve, stratified_folds, verification
-from mtl.low_precision import float32, inference_autocast
 
 FOLD_ORDERS = ("stratified", "file")
 

@@ -38,7 +38,7 @@ row's best own logit and its column (the head settles the training top-1 across 
 (the online same-person rule of :mod:`mtl.heads.cross_negatives` is calibrated on them).
 
 The passes exist twice, with the same math, buffer layout and chunk order: in Paddle ops (``_online_pass``,
-``_gradient_pass``: GPU, and CPU when ``mtl.arrays.HOST_PATHS`` is off) and in numpy on the CPU tensors' memory
+``_gradient_pass``: GPU, and CPU when ``mtl.core.arrays.HOST_PATHS`` is off) and in numpy on the CPU tensors' memory
 (:mod:`mtl.heads.host_chunks`, the CPU default). The tests run both against the numpy reference.
 """
 from dataclasses import dataclass
@@ -48,7 +48,7 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
-from mtl.arrays import NORM_FLOOR_SQUARED, on_host, tensor_from
+from mtl.core.arrays import NORM_FLOOR_SQUARED, on_host, tensor_from
 from mtl.heads import host_chunks
 from mtl.heads.class_rows import ScoredRows, chunk_order
 from mtl.parallel import distributed

@@ -54,7 +54,7 @@ from typing import Dict, List
 import numpy as np
 import paddle
 
-from mtl.arrays import host_floats, tensor_from
+from mtl.core.arrays import host_floats, tensor_from
 from mtl.data.same_person import People
 from mtl.errors import ConfigError
 from mtl.heads.class_rows import RowSource

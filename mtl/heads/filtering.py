@@ -36,9 +36,9 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from mtl.core.utf8 import NotUtf8, open_utf8
 from mtl.data.same_person import ENDS, People, class_in_sources, end_problem
 from mtl.errors import ParameterError
-from mtl.utf8 import NotUtf8, open_utf8
 
 MODES = ("zero", "remove")
 

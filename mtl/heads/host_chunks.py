@@ -13,7 +13,7 @@ and against each other (tests/test_margin_speed.py).
 """
 import numpy as np
 
-from mtl.arrays import NORM_FLOOR_SQUARED, host_view, tensor_from
+from mtl.core.arrays import NORM_FLOOR_SQUARED, host_view, tensor_from
 from mtl.heads.class_rows import chunk_order
 
 _LOW = np.float32(-1e30)

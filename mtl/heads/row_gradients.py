@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 import paddle
 
-from mtl.arrays import tensor_from
+from mtl.core.arrays import tensor_from
 
 
 @dataclass

@@ -10,7 +10,7 @@ draws only the blocks its range touches. Every head gathers the rows of all rank
 import numpy as np
 import paddle
 
-from mtl.arrays import to_numpy
+from mtl.core.arrays import to_numpy
 from mtl.errors import ParameterError
 from mtl.heads.base import Head
 from mtl.parallel import collective, distributed

@@ -119,7 +119,7 @@ def _runtime_masters(masters, lookup):
 
 
 def _as_tensors(value):
-    """A state read from a file (numpy arrays: :mod:`mtl.safe_pickle`) with tensors in their place, as Paddle's
+    """A state read from a file (numpy arrays: :mod:`mtl.core.safe_pickle`) with tensors in their place, as Paddle's
     optimizer wants them (its master weights are kept as the tensors given)."""
     if isinstance(value, dict):
         return {k: _as_tensors(v) for k, v in value.items()}

@@ -27,7 +27,7 @@ sampled), so every row's moments decay, every row keeps moving on its old moment
 import numpy as np
 import paddle
 
-from mtl.arrays import host_view, on_host, tensor_from
+from mtl.core.arrays import host_view, on_host, tensor_from
 from mtl.errors import ConfigError
 from mtl.heads.row_gradients import merge_rows
 

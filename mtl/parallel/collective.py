@@ -10,8 +10,8 @@ import paddle
 import paddle.distributed as dist
 from paddle.autograd import PyLayer
 
-from mtl import activity
-from mtl.arrays import tensor_from
+from mtl.core import activity
+from mtl.core.arrays import tensor_from
 from mtl.parallel import distributed
 
 

@@ -13,8 +13,8 @@ import time
 import paddle
 import paddle.distributed as dist
 
-from mtl import activity
-from mtl.arrays import tensor_from
+from mtl.core import activity
+from mtl.core.arrays import tensor_from
 
 
 def world_size() -> int:

@@ -19,8 +19,8 @@ from typing import Optional
 
 import paddle
 
-from mtl import activity
-from mtl.arrays import tensor_from
+from mtl.core import activity
+from mtl.core.arrays import tensor_from
 from mtl.data.steps import check_divisible, task_seed
 from mtl.parallel import distributed
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC, is_running_statistic

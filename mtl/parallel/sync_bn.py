@@ -32,7 +32,7 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
-from mtl import activity
+from mtl.core import activity
 from mtl.parallel import distributed
 
 BATCH_NORM_TYPES = (paddle.nn.BatchNorm1D, paddle.nn.BatchNorm2D, paddle.nn.BatchNorm3D, paddle.nn.BatchNorm,

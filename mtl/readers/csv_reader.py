@@ -4,11 +4,11 @@ import os
 
 import numpy as np
 
+from mtl.core.utf8 import open_utf8
 from mtl.errors import ConfigError, DataError
 from mtl.readers._tabular import TableReader
 from mtl.readers.base import MissingFile
 from mtl.registry import did_you_mean, register_reader
-from mtl.utf8 import open_utf8
 
 
 def read_csv(path: str, delimiter: str = ","):

@@ -4,12 +4,12 @@ import os
 import numpy as np
 
 from mtl.contracts import Field
+from mtl.core.utf8 import open_utf8
 from mtl.errors import ConfigError, DataError, absent
 from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
 from mtl.readers.label_names import label_file, names_from_paths, read_label_file
 from mtl.registry import register_reader
-from mtl.utf8 import open_utf8
 
 
 def parse_label_list(list_path: str):

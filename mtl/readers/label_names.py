@@ -13,8 +13,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mtl.core.utf8 import open_utf8
 from mtl.errors import DataError
-from mtl.utf8 import open_utf8
 
 LABELS_FILE = "labels.json"
 

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from mtl.arrays import load_problem, unit_rows
+from mtl.core.arrays import load_problem, unit_rows
 from mtl.data.preprocess import task_preprocessing
 from mtl.errors import ConfigError, DataError, require_input_file
 
@@ -35,15 +35,14 @@ def check_export_dir(out_dir):
 def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins=False, task=None, onnx_opset=None):
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
-    ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``.
-    The run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.serving.inference.import_plugins`).
+    ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``. The
+    run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.serving.inference.import_plugins`).
     ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
-    ``onnx_opset``: also ``backbone.onnx`` (:func:`export_onnx`). Everything is written into a folder beside
-    ``out_dir`` that replaces it once complete (:func:`mtl.staging.staged_folder`): a failure leaves no half export,
-    and an earlier export at ``out_dir`` stays until then.
-    """
+    ``onnx_opset``: also ``backbone.onnx`` (:func:`export_onnx`). Everything is written into a folder beside ``out_dir``
+    that replaces it once complete (:func:`mtl.core.staging.staged_folder`): a failure leaves no half export, and an
+    earlier export at ``out_dir`` stays until then."""
+    from mtl.core.staging import staged_folder
     from mtl.serving.inference import open_run
-    from mtl.staging import staged_folder
 
     check_export_dir(out_dir)
     run = open_run(run_dir, checkpoint_path, weights, trust_plugins)
@@ -130,7 +129,7 @@ def export_onnx(out_dir, opset=13):
     path = os.path.join(out_dir, "backbone.onnx")
     if os.path.exists(path):
         os.remove(path)
-    from mtl.console import NativeOutput
+    from mtl.core.console import NativeOutput
 
     native = NativeOutput()  # its C++ part prints "[Paddle2ONNX] ..." progress lines: shown only on a failure
     try:

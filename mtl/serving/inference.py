@@ -1,10 +1,10 @@
 """A trained model for inference, read through one small loader: a run's weights, an export, or converted weights.
 
-Inference never goes through the training checkpoint's loader: no optimizer, averager sums, random state or
-re-sharding. A run is read as the weight files of one checkpoint folder (the newest that verifies, or the one given),
-each checked against the folder's manifest before it is read with the safe reader (:mod:`mtl.safe_pickle`); an export
-as its Paddle inference program (``export.json`` beside it); converted weights (``mtl convert``) as their
-``.pdparams`` with the backbone config beside them.
+Inference never goes through the training checkpoint's loader: no optimizer, averager sums, random state or re-sharding.
+A run is read as the weight files of one checkpoint folder (the newest that verifies, or the one given), each checked
+against the folder's manifest before it is read with the safe reader (:mod:`mtl.core.safe_pickle`); an export as its
+Paddle inference program (``export.json`` beside it); converted weights (``mtl convert``) as their ``.pdparams`` with
+the backbone config beside them.
 
 Plug-in code of a run (the ``.py`` files of the plug-in folders and the Python task files its ``job.json`` names) is
 code from elsewhere: it is imported only with ``trust_plugins`` (``--trust-plugins``), or when every such file is one
@@ -18,10 +18,10 @@ from typing import List, Optional
 
 import numpy as np
 
-from mtl.arrays import load_problem
+from mtl.core.arrays import load_problem
+from mtl.core.safe_pickle import load_paddle_file
+from mtl.core.utf8 import read_json
 from mtl.errors import ConfigError, DataError
-from mtl.safe_pickle import load_paddle_file
-from mtl.utf8 import read_json
 
 WEIGHTS = ("auto", "averaged", "live")
 
@@ -152,7 +152,7 @@ class RunWeights:
 
     def load_into(self, backbone):
         """Load this checkpoint's backbone weights into ``backbone`` (cast to its dtypes) and set eval mode."""
-        from mtl.low_precision import state_for
+        from mtl.core.low_precision import state_for
 
         name = "backbone.averaged.pdparams" if self.averaged else "backbone.pdparams"
         backbone.set_state_dict(state_for(backbone, load_paddle_file(self._file(name), "backbone weights")))
@@ -177,7 +177,7 @@ class RunWeights:
     def load_architecture_into(self, architecture):
         """Load this checkpoint's weights of the architecture's own layers (towers, experts, gates; none for layers
         inside the backbone, which :meth:`load_into` loads) into ``architecture`` and set eval mode."""
-        from mtl.low_precision import state_for
+        from mtl.core.low_precision import state_for
 
         if any(True for _ in architecture.parameters()):
             name = "architecture.averaged.pdparams" if self.averaged else "architecture.pdparams"
@@ -208,7 +208,7 @@ class RunWeights:
     def load_heads_into(self, heads: dict):
         """Load this checkpoint's weights of every head of ``{task: head}`` (heads built in one process, which hold
         every class: the shards are merged) and set eval mode."""
-        from mtl.low_precision import state_for
+        from mtl.core.low_precision import state_for
 
         for task, head in heads.items():
             head.set_state_dict(state_for(head, self.head_state(task)))

@@ -21,8 +21,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from mtl.core.utf8 import open_utf8
 from mtl.errors import ConfigError, DataError, require_input_file
-from mtl.utf8 import open_utf8
 
 PREDICTORS: Dict[str, Callable] = {}  # head type -> function(state, features, head config) -> (kind, score, values)
 

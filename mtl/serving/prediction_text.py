@@ -120,7 +120,7 @@ def build_task(model, name: str, encoder: Encoder) -> TextTask:
 
 def _build(model, name: str, encoder: Encoder) -> TextTask:
     from mtl import registry
-    from mtl.low_precision import state_for
+    from mtl.core.low_precision import state_for
 
     cfg, spec = model.head_configs[name], model.data["inputs"][name]
     entry = registry.get("head", cfg["type"], "<run>", f"{name}.head")

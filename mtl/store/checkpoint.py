@@ -20,11 +20,11 @@ import warnings
 
 import paddle
 
-from mtl import activity
+from mtl.core import activity
+from mtl.core.low_precision import portable_state, state_for
+from mtl.core.safe_pickle import GeneratorRecord, generator_state, load_paddle_file
 from mtl.errors import ConfigError, DiskError, write_problem
-from mtl.low_precision import portable_state, state_for
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC
-from mtl.safe_pickle import GeneratorRecord, generator_state, load_paddle_file
 from mtl.store import integrity, layout, reshard
 
 log = logging.getLogger("mtl")
@@ -201,7 +201,7 @@ def _plain(states):
 
 def _generators(states):
     """Paddle's ``GeneratorState`` objects of saved states: plain tuples (this module writes them), the records of
-    older files (:class:`mtl.safe_pickle.GeneratorRecord`), or Paddle's objects themselves (a state in memory)."""
+    older files (:class:`mtl.core.safe_pickle.GeneratorRecord`), or Paddle's objects themselves (a state in memory)."""
     return [s.to_paddle() if isinstance(s, GeneratorRecord) else generator_state(s) if isinstance(s, (tuple, list))
             else s for s in states]
 

@@ -24,12 +24,12 @@ import re
 
 import numpy as np
 
-from mtl.arrays import to_numpy
+from mtl.core.arrays import to_numpy
+from mtl.core.safe_pickle import load_paddle_file
 from mtl.errors import ConfigError, DataError
-from mtl.safe_pickle import load_paddle_file
 
 # Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
-# before the console is configured (mtl.console.configure_console).
+# before the console is configured (mtl.core.console.configure_console).
 
 _SHARD_FILE = re.compile(r"^(?P<task>.+)\.shard(?P<rank>\d+)of(?P<world>\d+)(?P<suffix>(\.averaged)?\.pdparams)$")
 _SCALAR_ACCUMULATORS = ("pow_acc",)
@@ -221,7 +221,7 @@ def reshard(path, world, out):
     """Write the checkpoint ``path`` again for ``world`` processes into the new folder ``out`` (1 merges). The files
     are written into a temporary folder beside ``out``, renamed to ``out`` once complete; on any failure it is
     removed, so ``out`` is the whole checkpoint or nothing."""
-    from mtl.staging import staged_folder
+    from mtl.core.staging import staged_folder
 
     state = checkpoint_state(path)
     if os.path.exists(out):

@@ -22,10 +22,10 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence
 
+from mtl.core.utf8 import open_utf8
 from mtl.errors import ConfigError, DataError
 from mtl.text.conllu import COLUMNS, read_conllu
 from mtl.text.iob2 import DOCUMENT_MARKER
-from mtl.utf8 import open_utf8
 
 FORMATS = ("conllu", "iob2", "tsv", "squad", "text")
 EXTENSIONS = {".conllu": "conllu", ".iob2": "iob2", ".bio": "iob2", ".iob": "iob2", ".conll": "iob2", ".tsv": "tsv",

@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 
+from mtl.core.utf8 import open_utf8
 from mtl.data.padding import pad_stack
 from mtl.errors import DataError, require_input_file
 from mtl.text.tokenizer import TextTokenizer
-from mtl.utf8 import open_utf8
 
 
 def read_texts(paths):

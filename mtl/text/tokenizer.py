@@ -16,8 +16,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mtl.core.utf8 import open_utf8
 from mtl.errors import ConfigError, DataError
-from mtl.utf8 import open_utf8
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

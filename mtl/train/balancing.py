@@ -42,7 +42,7 @@ from typing import Dict
 import numpy as np
 import paddle
 
-from mtl.arrays import tensor_from
+from mtl.core.arrays import tensor_from
 
 INLINE_ELEMENTS = 4096  # arrays up to this size are JSON lists in state.json, larger ones base64
 

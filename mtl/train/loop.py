@@ -10,8 +10,8 @@ from typing import Dict
 import numpy as np
 import paddle
 
-from mtl import activity
-from mtl.arrays import host_floats, tensor_from
+from mtl.core import activity
+from mtl.core.arrays import host_floats, tensor_from
 from mtl.errors import MtlError
 from mtl.train.preemption import Preempted
 
@@ -158,7 +158,7 @@ TRAINING = "training (forward, backward and update)"
 
 
 def timed_steps(loader, start_step: int, board=None, current=None):
-    """The loader's step batches, the training thread's activity (:mod:`mtl.activity`) told where it is: reading
+    """The loader's step batches, the training thread's activity (:mod:`mtl.core.activity`) told where it is: reading
     the data of a step (which sample and file: ``board``, :class:`mtl.data.reading.ReadingBoard`), then training
     on it. The run's first step is a long wait (start-up, first reads and compilations)."""
     current = current or activity.CURRENT

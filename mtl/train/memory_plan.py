@@ -162,7 +162,7 @@ def available_bytes() -> int:
     """Memory one process may use: the device's on GPU, else ``MemAvailable`` / processes on this machine."""
     if paddle.get_device().startswith("gpu"):
         return int(paddle.device.cuda.get_device_properties().total_memory)
-    from mtl.runtime import local_process_count
+    from mtl.core.runtime import local_process_count
 
     with open("/proc/meminfo") as meminfo:
         for line in meminfo:

@@ -13,7 +13,7 @@ import logging
 import signal
 import threading
 
-from mtl.console import launch_signal
+from mtl.core.console import launch_signal
 
 PREEMPTED_EXIT_STATUS = 75
 log = logging.getLogger("mtl")

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 import paddle
 
-from mtl.arrays import host_floats, tensor_from
+from mtl.core.arrays import host_floats, tensor_from
 from mtl.train.guard import NonFiniteGuard
 from mtl.train.loop import StepMeans
 from mtl.train.model import micro_batches

@@ -14,9 +14,10 @@ import time
 
 import paddle
 
-from mtl import activity, registry
+from mtl import registry
 from mtl.config.overrides import key_source
 from mtl.contracts import check_batch
+from mtl.core import activity
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
 from mtl.errors import ConfigError, DiskError, MtlError
 from mtl.evaluation.evaluator import Evaluator

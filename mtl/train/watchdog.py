@@ -1,7 +1,7 @@
 """The progress watchdog: a process whose step makes no progress within a timeout stops the job, with one sentence
 naming the process that stopped answering (its rank, host, process), the step and what it was doing.
 
-Each rank's training thread records its step and phase (:mod:`mtl.activity`); a thread of the rank (this module)
+Each rank's training thread records its step and phase (:mod:`mtl.core.activity`); a thread of the rank (this module)
 looks twice a second. The step's timeout (``watchdog.timeout``) is by default measured from the job's own steps:
 ``multiple`` x the slowest step seen so far, at least ``floor`` seconds (``watchdog.multiple``, ``watchdog.floor``)
 and at most ``long_timeout``; the long legitimate waits (start-up and the first step, saving a checkpoint,
@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from mtl import activity as activity_module
+from mtl.core import activity as activity_module
 from mtl.train import blame
 
 log = logging.getLogger("mtl")

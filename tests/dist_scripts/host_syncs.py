@@ -1,5 +1,5 @@
 """The host synchronisations of each training step, counted (tests/host_syncs.py) on the device path (the Paddle-op
-passes a GPU runs; ``mtl.arrays.HOST_PATHS`` off) for the job of ``JOB``: ``main(OUT_DIR)`` writes
+passes a GPU runs; ``mtl.core.arrays.HOST_PATHS`` off) for the job of ``JOB``: ``main(OUT_DIR)`` writes
 ``OUT_DIR/rank{k}.json`` ({"counts": [per step], "sites": [per step {site: count}]}). Runs at 1 process in the test
 process and at 2 in the session's launch (tests/shared_runs.py)."""
 import json
@@ -41,10 +41,10 @@ def count_steps(output_dir, log_every=1, variant="plain"):
     """Train ``STEPS`` steps of the job (``until``: no final evaluation) and count every step's syncs: the step's
     agreement (``Trainer._agree``) and the step itself (``Trainer._step``: forward, backward, update, its record).
     Returns ``{"counts": [...], "sites": [...]}``."""
-    from mtl import arrays
     from mtl.config.loading import load_job
+    from mtl.core import arrays
+    from mtl.core.runtime import init_distributed, select_device
     from mtl.job import build_job
-    from mtl.runtime import init_distributed, select_device
     from mtl.train.trainer import Trainer
     from tests.host_syncs import HostSyncCounter
 

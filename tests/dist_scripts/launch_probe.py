@@ -1,6 +1,6 @@
 """Run by ``mtl launch`` (tests/test_documented_keys.py): each rank starts the process group as a job does, sums
 its rank + 1 over the group and prints what it sees as one ``PROBE {json}`` line (with ``store_nodelay``: the
-``TCP_NODELAY`` option of each of its connections to the store, found independently of mtl.runtime).
+``TCP_NODELAY`` option of each of its connections to the store, found independently of mtl.core.runtime).
 ``PROBE_RANK0_DELAY`` seconds: rank 0 waits that long before it starts the group (so that rank 1 comes first, as it
 often does)."""
 import json
@@ -41,7 +41,7 @@ def main():
     import paddle
     import paddle.distributed as dist
 
-    from mtl.runtime import init_distributed, local_process_count, master_endpoint
+    from mtl.core.runtime import init_distributed, local_process_count, master_endpoint
 
     if os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
         time.sleep(float(os.environ.get("PROBE_RANK0_DELAY", "0")))

@@ -10,7 +10,7 @@ import numpy as np
 def main(out_dir):
     import paddle
 
-    from mtl.runtime import init_distributed
+    from mtl.core.runtime import init_distributed
 
     rank, _ = init_distributed()
     from mtl.architectures.hard import Hard

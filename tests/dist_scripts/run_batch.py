@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from mtl.console import configure_console  # noqa: E402
+from mtl.core.console import configure_console  # noqa: E402
 
 configure_console(False)  # as examples/train_joint.py does, before Paddle is imported
 
@@ -54,6 +54,6 @@ def main(spec_path):
 
 
 if __name__ == "__main__":
-    from mtl.runtime import run_as_process
+    from mtl.core.runtime import run_as_process
 
     run_as_process(main, sys.argv[1])  # as examples/train_joint.py ends

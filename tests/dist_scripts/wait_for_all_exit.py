@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 def main():
     """The two ranks' parts."""
+    from mtl.core.runtime import init_distributed
     from mtl.parallel import distributed
-    from mtl.runtime import init_distributed
 
     rank, _ = init_distributed()
     if rank == 0:

@@ -34,8 +34,8 @@ def main(*argv):
     out_root, steps = argv[0], int(argv[1]) if len(argv) > 1 else 20
     until = int(argv[2]) if len(argv) > 2 and argv[2] != "-" else None
     from mtl.config.loading import load_job
+    from mtl.core.runtime import init_distributed, select_device
     from mtl.job import build_job
-    from mtl.runtime import init_distributed, select_device
     from mtl.train.trainer import Trainer
     from tests.dist_scripts.weighting_all import job
 

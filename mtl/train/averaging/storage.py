@@ -7,7 +7,7 @@ float32 and cast back to their own dtype only when written into the parameter.
 import numpy as np
 import paddle
 
-from mtl.arrays import to_numpy
+from mtl.core.arrays import to_numpy
 
 FLOAT_DTYPES = (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64)
 

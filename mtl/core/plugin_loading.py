@@ -19,7 +19,8 @@ _ENTRY_POINTS_LOADED = False
 
 def builtin_heads_folder() -> str:
     """The folder of the built-in head plug-ins: ``heads/`` of the checkout, or where an installed wheel put it."""
-    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "heads")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # mtl/core/ -> the checkout
+    checkout = os.path.join(root, "heads")
     return checkout if os.path.isdir(checkout) else os.path.join(sys.prefix, "share", "mtl", "heads")
 
 

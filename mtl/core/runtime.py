@@ -247,7 +247,7 @@ def die_with_launcher() -> bool:
     started by a launcher."""
     import signal
 
-    from mtl.console import launcher_pid
+    from mtl.core.console import launcher_pid
 
     parent = launcher_pid()
     return parent is not None and die_with_parent(parent, signal.SIGTERM)
@@ -264,7 +264,7 @@ def init_distributed():
     if world > 1 and not dist.is_initialized():
         from paddle.distributed import fleet
 
-        from mtl.console import fleet_log_level
+        from mtl.core.console import fleet_log_level
 
         endpoint = master_endpoint()
         if os.environ.get("PADDLE_TRAINER_ID", "0") != "0" and endpoint is not None:

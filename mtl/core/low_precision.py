@@ -45,7 +45,7 @@ def portable_state(state: dict) -> dict:
 
 
 def state_for(layer, state: dict) -> dict:
-    """``state`` (tensors or the numpy arrays of :mod:`mtl.safe_pickle`) with every entry cast to the dtype of
+    """``state`` (tensors or the numpy arrays of :mod:`mtl.core.safe_pickle`) with every entry cast to the dtype of
     ``layer``'s own entry of the same key (``set_state_dict`` refuses another dtype: "Variable dtype not match"):
     float32 files into an O2 (bfloat16) backbone, and the bfloat16 files older O2 checkpoints hold (their uint16 bit
     patterns, as a numpy array) into a float32 one."""
