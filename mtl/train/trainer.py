@@ -19,20 +19,20 @@ from mtl.config.overrides import key_source
 from mtl.contracts import check_batch
 from mtl.core import activity
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
-from mtl.errors import ConfigError, DiskError, MtlError
-from mtl.evaluation.evaluator import Evaluator
+from mtl.errors import ConfigError, DiskError
 from mtl.optimizer.joint import JointOptimizer
 from mtl.parallel.strategy import ParallelStrategy
 from mtl.store import layout, rundir
 from mtl.store.run_lock import RunLock
 from mtl.train.averaging import build_averager
 from mtl.train.balancing import TaskBalancer
-from mtl.train.eval_check import check_eval_samples, evaluation_error, small_set_warnings
+from mtl.train.eval_check import check_eval_samples, small_set_warnings
 from mtl.train.guard import NonFiniteGuard
-from mtl.train.loop import AveragedWeights, Loop, StepRecord, log_stop, read_records, timed_steps
+from mtl.train.loop import Loop, StepRecord, log_stop, read_records, timed_steps
 from mtl.train.precision import build_precision
 from mtl.train.preemption import Preempted, StopRequest
-from mtl.train.reporting import MetricsLog, eval_record, setup_logging, write_summary
+from mtl.train.reporting import MetricsLog, setup_logging
+from mtl.train.run_evaluation import RunEvaluation
 from mtl.train.state import TrainingState
 from mtl.train.step import OptimizerStep, StepResult, as_tensors
 from mtl.train.watchdog import for_run
@@ -113,7 +113,8 @@ class Trainer:
                 rundir.start_fresh(self.output_dir)
         self.metrics = MetricsLog(os.path.join(self.output_dir, "metrics.jsonl"), self.is_main, kept,
                                   visualdl=self.cfg["log"]["visualdl"])
-        self.evaluator = Evaluator(job, self.output_dir)
+        self.evaluation = RunEvaluation(job, self.strategy, self.averager, self.metrics, self.output_dir, self.console,
+                                        self.cfg["log"]["plot"])
         write_job_file(self.output_dir, self.cfg, self.strategy)  # a full or read-only disk: every rank stops alike
         if self.is_main:
             job.backbone.save_assets(self.output_dir)  # a text encoder's tokenizer.json: the run tokenises as it did
@@ -330,24 +331,9 @@ class Trainer:
             loop.progress.set_postfix({k.split("/", 1)[1]: f"{v:.3f}" for k, v in record.items()
                                        if k.startswith("loss/")}, refresh=False)
 
-    def _averaged(self):
-        """Context: the averaged weights when the run averages, else the live ones; either way with BatchNorm
-        statistics agreed by every rank (averaged once)."""
-        return AveragedWeights(self.averager, self.strategy)
-
     def _evaluate(self, step):
-        try:
-            with activity.long_wait(f"evaluating after step {step}"), self._averaged():
-                results = self.evaluator.evaluate()
-        except MtlError as exc:
-            raise evaluation_error(exc, self.job, f"the evaluation after step {step}", self.saved, self.output_dir,
-                                   self.strategy.rank) from exc
-        record = {"step": step, "eval": results, "averaged": self.averager is not None}
-        self.metrics.write(eval_record(step, results, "eval_averaged" if self.averager is not None else "eval"))
-        if self.is_main:
-            self.metrics.append(os.path.join(self.output_dir, "eval.jsonl"), record)
-        log.info("eval %s", json.dumps(record))
-        return results
+        """The evaluation after ``step`` (:meth:`mtl.train.run_evaluation.RunEvaluation.during`)."""
+        return self.evaluation.during(step, self.saved)
 
     def _save(self, step, periodic=False):
         """Checkpoint ``step`` (every rank): the one ``--resume`` continues from (a failure: :mod:`.write_faults`)."""
@@ -367,37 +353,10 @@ class Trainer:
                 self.console(line)
 
     def finish(self, seconds, step=None):
-        """Final evaluation (live and averaged weights), ``summary.json``, the table and the loss plot. When the
-        evaluation fails, ``summary.json`` still holds the training (``evaluation_failed`` says why) and the error
-        names the task, the stage and the checkpoint (:func:`mtl.train.eval_check.evaluation_error`)."""
+        """The step hooks' end, then the final evaluation (live and averaged weights), ``summary.json``, the table
+        and the loss plot (:meth:`mtl.train.run_evaluation.RunEvaluation.final`); the summary dict."""
         step = self.steps if step is None else step
         self._finish_hooks()
         run = {"steps": step, "world_size": self.strategy.world, "seconds": round(seconds, 2),
                "resumed_from": self.resumed_from, "nonfinite_steps_skipped": self.guard.skipped}
-        try:
-            live, averaged = self._final_evaluation()
-        except MtlError as exc:
-            self._summarise(dict(run, evaluation_failed=exc.bare_message), {}, None)
-            raise evaluation_error(exc, self.job, "the final evaluation, after training,", self.saved,
-                                   self.output_dir, self.strategy.rank) from exc
-        final = eval_record(step, live, "eval")
-        final["final"] = True  # a run continued later drops this record (mtl.store.rundir.keep_until)
-        final.update(eval_record(step, averaged or {}, "eval_averaged"))
-        self.metrics.write(final)
-        if problem := write_problem_text(self.metrics):  # (records kept whole: summary.json is not written)
-            raise DiskError(problem.split("\n", 1)[1])
-        return self._summarise(run, live, averaged)
-
-    def _final_evaluation(self):
-        """(live results, averaged results or None) of the final evaluation."""
-        with self.strategy.agreed_statistics():
-            live = self.evaluator.evaluate()
-        if self.averager is None:
-            return live, None
-        with self._averaged():
-            return live, self.evaluator.evaluate()
-
-    def _summarise(self, run, live, averaged):
-        """``summary.json``, the table and the loss plot (rank 0 writes them); the summary dict."""
-        return write_summary(self.job, self.metrics.records, live, averaged, run, self.output_dir,
-                             self.console if self.is_main else None, self.cfg["log"]["plot"])
+        return self.evaluation.final(run, step, self.saved)
