@@ -177,10 +177,12 @@ class ArcFaceHead(ShardedClassHead):
             sampled = self._step_sample[1]  # an accumulated step: the sample drawn over all its micro-batches
         else:
             sampled = sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed, step)
-        index = tensor_from(shard_of_sample(sampled, self.shard_start, self.shard_size), dtype="int64")
+        local = shard_of_sample(sampled, self.shard_start, self.shard_size)
+        index = tensor_from(local, dtype="int64")
         column = paddle.searchsorted(index, paddle.clip(target, min=0))
         target = paddle.where(target >= 0, column, paddle.full_like(column, -1))
-        return RowSource(self.weight, index, self.shard_start, self.task), index + self.shard_start, target
+        return (RowSource(self.weight, index, self.shard_start, self.task, host_index=local), index + self.shard_start,
+                target)
 
     def prepare_step(self, step: int, labels, accumulate: int):
         """Partial FC over ``accumulate`` micro-batches: one class sample for the step, drawn from (seed, step) with
@@ -203,8 +205,12 @@ class ArcFaceHead(ShardedClassHead):
 
     def forward(self, features, labels, step=None) -> HeadOutput:
         """Loss of the gathered batch (equal on every rank) and top-1 accuracy of the cosine logits; ``step``: the
-        global 0-based step (Partial FC's sample; None: 0). Partial FC in training declares its sampled rows
-        (``HeadOutput.rows``): the optimizer updates them only."""
+        global 0-based step (Partial FC draws its sample from it: required in training; outside training None is
+        step 0). Partial FC in training declares its sampled rows (``HeadOutput.rows``): the optimizer updates them
+        only."""
+        if step is None and self.training and self.sample_ratio < 1.0:
+            raise ValueError("a Partial FC head draws its class sample from the training step: call "
+                             "forward(features, labels, step) (the joint model passes it)")
         step = 0 if step is None else int(step)
         x, y = self.gather_batch(features, labels)  # 1. gather
         own, class_ids, target = self.sample_classes(y, step)  # 2. sample
@@ -217,7 +223,7 @@ class ArcFaceHead(ShardedClassHead):
         mask = self.negative_mask(y.numpy(), rows) if self.filtering.active or others else None
         stats, declared = Statistics(), []
         if self.training and own.index is not None:  # Partial FC: the optimizer updates the sampled rows
-            stats.gradient = RowGradient(self.weight, own.index, source=self.task)
+            stats.gradient = RowGradient(self.weight, own.index, source=self.task, host_index=own.host_index)
             declared.append(stats.gradient)
         loss = chunked_margin_softmax(x_hat, rows, target, self.scale, self._margin, mask=mask, stats=stats)  # 3-6
         if self.cross is not None and self.training:

@@ -145,8 +145,8 @@ def test_a_second_forward_before_backward_is_refused_with_partial_fc():
     head = ArcFaceHead(num_classes=50, feature_size=4, sample_ratio=0.2, seed=1)
     x = paddle.randn([3, 4])
     x.stop_gradient = False
-    first = head(x, paddle.to_tensor([1, 2, 3]))
-    head(x, paddle.to_tensor([4, 5, 6]))
+    first = head(x, paddle.to_tensor([1, 2, 3]), 0)
+    head(x, paddle.to_tensor([4, 5, 6]), 1)
     # Paddle wraps an error raised in a PyLayer backward into an OSError that keeps its message
     with pytest.raises((RuntimeError, OSError), match="ran forward again before this step.s backward"):
         first.loss.backward()

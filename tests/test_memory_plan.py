@@ -38,7 +38,7 @@ def test_head_plan_is_the_hand_computation_and_the_built_head():
     assert head.weight.numel() * head.weight.element_size() == plan["weight"]
     features = paddle.randn([4, 16])
     features.stop_gradient = False
-    out = head(features, paddle.to_tensor([1, 5, 5, 999]))
+    out = head(features, paddle.to_tensor([1, 5, 5, 999]), 0)
     out.loss.backward()
     optimizer = RowSparseOptimizer({"type": "momentum", "momentum": 0.9, "weight_decay": 0.0})
     optimizer.step(out.rows, 0.1)

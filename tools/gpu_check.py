@@ -90,7 +90,7 @@ def _head_step(device, x, y, weight, sample_ratio=1.0, fused=False, host=True, m
                            sample_ratio=sample_ratio, fused="true" if fused else "false", seed=0)
         head.weight.set_value(paddle.to_tensor(weight))
         features = paddle.to_tensor(x, stop_gradient=False)
-        out = head(features, paddle.to_tensor(y))
+        out = head(features, paddle.to_tensor(y), 0)
         out.loss.backward()
         return (float(out.loss), features.grad.numpy(), head.weight_gradient(out), float(out.metrics["accuracy"]))
     finally:

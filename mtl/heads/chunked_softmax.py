@@ -145,7 +145,8 @@ class _ChunkedMarginSoftmax(PyLayer):
         rows.check_buffer()
         owned, column, slope, w_t, inv_t, cos_t = ctx.target
         # the graph (and this ctx) outlives the step while the caller holds the loss: drop what points at the
-        # buffer, so that the next step's buffer does not coexist with this one (the rows' gradient is the head's)
+        # buffer, so that the next step's buffer does not coexist with this one (the rows' gradient goes to the
+        # optimizer through the head's output, which drops it when the step is applied)
         ctx.work = ctx.rows = ctx.target = ctx.stats = None
         coefficient = (grad * (scale / n)) / exp_sum  # dL/dcos_jn = coefficient_n * exp(z_jn - m_n)
         # the target terms: g_t = dL/dcos_t = (coefficient exp(z_t - m) - scale / N) psi'(cos_t), on the owner

@@ -72,11 +72,13 @@ class RowSource:
     """One set of class rows: ``weight [C_k, D]`` whole (``index`` None) or at the sorted local ids ``index``; the
     global class id of weight row r is ``first_id + r``. ``task``: the head the rows belong to. ``sink``: for
     another head's rows that learn from this head's samples, ``sink(source, grad [count, D])`` takes their gradient
-    (a copy: the buffer it lives in is reused); None: negatives without a gradient of their own."""
+    (a copy: the buffer it lives in is reused); None: negatives without a gradient of their own. ``host_index``: the
+    same ids as a numpy array, when the rows were drawn on the host (a sample), so that who declares them need not read
+    the device to name them."""
 
-    def __init__(self, weight, index=None, first_id: int = 0, task: str = "", sink=None):
+    def __init__(self, weight, index=None, first_id: int = 0, task: str = "", sink=None, host_index=None):
         self.weight, self.index, self.first_id, self.task = weight, index, int(first_id), task
-        self.sink = sink
+        self.sink, self.host_index = sink, host_index
         self.count = int(weight.shape[0] if index is None else index.shape[0])
 
     def local_rows(self):

@@ -19,13 +19,16 @@ from mtl.core.arrays import tensor_from
 class RowGradient:
     """Rows of ``parameter`` that a loss scored this step, at local row ids ``index [K]``, and their gradient
     ``grad [K, D]`` (set by the backward; None before it, or for a step whose backward did not run). ``source``: the
-    task whose loss the gradient is of (a weighting strategy that rescales that task rescales it). Only these rows
-    (and their optimizer state) change."""
+    task whose loss the gradient is of (a weighting strategy that rescales that task rescales it; the joint model
+    names the head's task when the head leaves it empty). ``host_index``: ``index`` as a numpy array when the head
+    drew the rows on the host (the micro-batches of an accumulated step that declare the same rows are summed in
+    place; others are merged as a union). Only these rows (and their optimizer state) change."""
 
     parameter: paddle.Tensor
     index: paddle.Tensor
     grad: Optional[paddle.Tensor] = None
     source: str = ""
+    host_index: Optional[np.ndarray] = None
 
 
 def merge_rows(row_gradients) -> list:

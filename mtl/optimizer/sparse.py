@@ -37,10 +37,13 @@ ADAM_EPSILON = 1e-8  # Paddle's AdamW default (the dense optimizer of the job us
 
 class StepRows:
     """The row declarations of one optimizer step (:class:`mtl.heads.row_gradients.RowGradient`), as the optimizer
-    takes them: ``add`` each micro-batch's (a step read as K > 1 micro-batches: ``summed``, each added into the same
-    parameter's and task's declaration of the step's first micro-batch, whose rows every micro-batch shares), then
-    the step hooks' (``add`` after the weighting), ``scale`` a task's, and ``merged()`` once: one declaration per
-    parameter (:func:`mtl.heads.row_gradients.merge_rows`), what clipping, the norm and the update read."""
+    takes them: ``add`` each micro-batch's (a step read as K > 1 micro-batches: ``summed``, each added in place into
+    the earlier declaration of the same parameter, task and rows, which Partial FC's one sample per step gives every
+    micro-batch; other rows are kept apart and merged as a union), then the step hooks' (``add`` after the
+    weighting), ``scale`` a task's, and ``merged()`` once: one declaration per parameter
+    (:func:`mtl.heads.row_gradients.merge_rows`), what clipping, the norm and the update read. ``clear()`` drops the
+    gradients it took: a declaration's gradient can be a view of a head's reused buffer, which nothing may hold
+    after the step (the step's result keeps the heads' outputs)."""
 
     def __init__(self):
         self._rows, self._merged = [], None
@@ -49,15 +52,23 @@ class StepRows:
         """Take ``rows``; ``summed``: a micro-batch's of an accumulated step, after its backward (its gradient is
         copied: the head reuses its buffer in the next micro-batch)."""
         for row in rows:
-            first = next((r for r in self._rows if r.parameter is row.parameter and r.source == row.source),
-                         None) if summed else None
+            first = self._same_rows(row) if summed else None
             if row.grad is None or first is None:
                 if summed and row.grad is not None:
                     row.grad = row.grad.clone()
                 self._rows.append(row)
+            elif first.grad is None:
+                first.grad = row.grad.clone()
             else:
                 first.grad.add_(row.grad)
         self._merged = None
+
+    def _same_rows(self, row):
+        """The earlier declaration of ``row``'s parameter, task and rows (known on the host), or None."""
+        if row.host_index is None:
+            return None
+        return next((r for r in self._rows if r.parameter is row.parameter and r.source == row.source
+                     and r.host_index is not None and np.array_equal(r.host_index, row.host_index)), None)
 
     @paddle.no_grad()
     def scale(self, task: str, factor: float):
@@ -65,6 +76,7 @@ class StepRows:
         for row in self._rows:
             if row.source == task and row.grad is not None:
                 row.grad.scale_(factor)
+        self._merged = None
 
     def merged(self) -> list:
         """One declaration per parameter (computed once a step)."""
@@ -73,7 +85,9 @@ class StepRows:
         return self._merged
 
     def clear(self):
-        """The step is applied or dropped."""
+        """The step is applied or dropped: the gradients taken are let go (module docstring of the class)."""
+        for row in self._rows + (self._merged or []):
+            row.grad = None
         self._rows, self._merged = [], None
 
 

@@ -202,6 +202,8 @@ class JointModel(paddle.nn.Layer):
             leaf.stop_gradient = False
             labels = head.labels_of(batch[task])
             out = head(leaf, labels, step) if head.uses_step else head(leaf, labels)
+            for row in out.rows:  # the weighting rescales a declaration by the task whose loss it is
+                row.source = row.source or task
             outputs[task] = out
             term = out.loss * self.loss_weights[task]
             features[task] = TaskFeatures(feature, leaf, shared[task])

@@ -63,6 +63,7 @@ class OptimizerStep:
 
     def __call__(self, batch, step: int) -> StepResult:
         """Train on ``batch`` (this rank's rows of step ``step``, 0-based) and return what happened."""
+        self.optimizer.rows.clear()  # nothing of a step that ended in an error reaches this one
         self.model.prepare_step(batch, step, self.accumulate)
         if self.accumulate > 1:
             return self._accumulated(batch, step)
@@ -98,6 +99,7 @@ class OptimizerStep:
                 return StepResult(sums.outputs(), sums.mean_losses(), nonfinite=bad, loss_scale=self._scale_after())
             plan.backward(forward)
             self.optimizer.add_rows(forward.rows(), summed=True)  # the step's sum (the buffer is reused)
+            del forward  # its features and leaves: not alive during the next micro-batch's forward
         losses = sums.mean_losses()  # the floats the means hold: no host read
         return self._apply(StepResult(sums.outputs(), losses, plan.finish(losses)), snapshot)
 

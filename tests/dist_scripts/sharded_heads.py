@@ -64,7 +64,8 @@ def run_case(name, registry, paddle, rank):
     begin, end = split_rows(split, rank)
     out = {"weight_init": head.weight.numpy().copy(), "param_count": np.array(sum(p.size for p in head.parameters()))}
     feats = paddle.to_tensor(features[begin:end], stop_gradient=False)
-    result = head(feats, paddle.to_tensor(labels[begin:end]))
+    labels_t = paddle.to_tensor(labels[begin:end])
+    result = head(feats, labels_t, 0) if head.uses_step else head(feats, labels_t)
     result.loss.backward()
     softmax = cfg["type"] == "softmax"  # else a margin head (arcface, cosface)
     weight_grad = head.weight.grad.numpy() if softmax else head.weight_gradient(result)
