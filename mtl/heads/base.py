@@ -21,7 +21,10 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``primary_metric`` and ``higher_is_better``: the metric shown first (and compared across runs) and its direction.
 * ``row_sparse``: training hands the optimizer row gradients (the optimizer must support a row-sparse update):
   the head declares them in its output (``HeadOutput.rows``, :class:`mtl.heads.row_gradients.RowGradient`) and
-  the optimizer applies them to those rows only;
+  the optimizer applies them to those rows only. A declaration's ``source`` (empty: the joint model names the
+  head's task) is what the weighting rescales it by; its ``host_index`` (the rows as numpy ids, when the head drew
+  them on the host) lets an accumulated step sum the micro-batches that declare the same rows in place. The
+  optimizer lets the gradient go after the step (it may be a view of a buffer the head reuses);
 * ``reader_sizes``: which constructor parameter takes which of the reader's sizes (``Reader.sizes()``) when the
   config does not give it, e.g. ``{"num_classes": "num_labels"}`` for a multi-label head;
 * ``reads_people``: the constructor takes ``people``, who the classes of each source of the task's reader are
