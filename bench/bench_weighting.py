@@ -86,8 +86,8 @@ def timing(steps, out_root):
 
 def delta_ms(steps, out_root):
     """``{name: Δm%}``: ``mtl baseline`` of the demo under every strategy (the single-task runs are shared)."""
-    from mtl.commands.compare import run_baselines, single_task_config, sub_batches
     from mtl.config.loading import load_job
+    from mtl.studies.comparison import run_baselines, single_task_config, sub_batches
 
     values, singles_dir = {}, os.path.join(out_root, "singles")
     for name in STRATEGIES:

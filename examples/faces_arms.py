@@ -102,10 +102,10 @@ class Recipe:
     def __init__(self, cfg, benchmark=None):
         from mtl import registry
         from mtl.backbones.base import constructor_config
-        from mtl.commands.compare import sub_batches
         from mtl.commands.evaluate_people import held_out_readers
         from mtl.errors import ConfigError
         from mtl.job import build_reader, reader_context, steps_override
+        from mtl.studies.comparison import sub_batches
 
         self.cfg, self.benchmark = cfg, benchmark
         context = reader_context(registry.build("backbone", constructor_config(registry.as_component(cfg["backbone"])),

@@ -130,7 +130,7 @@ def separate_pairs(out, seed):
 def write_separate_pairs(args, runs):
     """The two-stage option's middle stage: ``mtl overlap``'s calibrated decision on each seed's separate run,
     written where its two_stage run reads it."""
-    from mtl.commands import overlap
+    from mtl.studies import overlap
 
     for seed in sorted({seed for seed, arm, *_ in runs if arm == "two_stage"}):
         folder = os.path.dirname(separate_pairs(args.out, seed))
@@ -238,8 +238,8 @@ def collect_arms(args, recipe, arms, runs):
 
 def estimated_pairs(run_dir):
     """``(pairs, how)``: the run's online mask (``same_person.json``) or ``mtl overlap``'s calibrated decision."""
-    from mtl.commands import overlap
     from mtl.evaluation.duplicates import read_pairs
+    from mtl.studies import overlap
 
     path = os.path.join(run_dir, "same_person.json")
     if os.path.isfile(path):

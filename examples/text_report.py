@@ -49,7 +49,7 @@ AUXILIARY_HEADS = ("masked_lm",)
 
 def plan(cfg):
     """(main tasks, auxiliary tasks, sub-batch of every task) of a validated config."""
-    from mtl.commands.compare import sub_batches
+    from mtl.studies.comparison import sub_batches
 
     auxiliary = [t for t in cfg["tasks"] if t["head"]["type"] in AUXILIARY_HEADS]
     main = [t for t in cfg["tasks"] if t not in auxiliary]
@@ -196,9 +196,9 @@ def main(argv=None):
 def train_all(args, sets, todo):
     """Train ``todo`` [(seed, run name, config, overrides)] one run at a time (``--reuse``: keep finished runs);
     (``done[seed][name] = run folder``, ``{name: [seconds per seed]}``)."""
-    from mtl.commands.compare import finished
     from mtl.config.loading import load_job
     from mtl.job import planned_steps
+    from mtl.studies.comparison import finished
 
     done = {seed: {} for seed in args.seeds}
     seconds = {}

@@ -282,8 +282,8 @@ def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
 def test_overlap_refuses_a_run_whose_tasks_embed_apart(tmp_path):
     """mtl overlap compares class centres of several tasks in one embedding: a run with per-task embeddings is one
     sentence, not a comparison across spaces."""
-    from mtl.commands.overlap import load_run
     from mtl.errors import ConfigError
+    from mtl.studies.overlap import load_run
 
     _, run = _train(tmp_path, "mmoe", {"type": "mmoe", "experts": 2, "expert_layers": [8]})
     with pytest.raises(ConfigError, match="gives each task its own"):
@@ -296,9 +296,9 @@ def test_overlap_embeds_each_task_through_its_own_batchnorms(tmp_path):
     (``RunWeights.backbone(task)``, its averaged weights); another task's BatchNorms give other embeddings."""
     import paddle
 
-    from mtl.commands.overlap import IMAGES_PER_CLASS, chosen_images, class_templates, decide, load_run
     from mtl.data.steps import collate
     from mtl.serving.inference import open_run
+    from mtl.studies.overlap import IMAGES_PER_CLASS, chosen_images, class_templates, decide, load_run
 
     _, run_dir = _train(tmp_path, "task_norm", {"type": "task_norm"})
     job, _ = load_run(run_dir)
@@ -330,9 +330,9 @@ def test_overlap_sets_embed_each_tasks_verification_images_through_its_own_batch
     as embedded through the BatchNorms of the task whose set it is, with the run's averaged weights (as ``mtl export
     --task`` embeds it: ``RunWeights.backbone(task)``). The same ``.bin`` set under two tasks gives two sets of
     similarities, each equal to a numpy reference (normalize(f(x) + f(flipped x)), nearest class)."""
-    from mtl.commands.overlap import decide, leaks
     from mtl.data.verification_sets import load_verification_set
     from mtl.serving.inference import open_run
+    from mtl.studies.overlap import decide, leaks
     from tests.face_data import SIZE, make_face_data
     from tests.shared_runs import train_here
 

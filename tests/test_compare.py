@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mtl.commands.compare import delta_m, single_task_config, sub_batches
+from mtl.studies.comparison import delta_m, single_task_config, sub_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(ROOT, "examples", "configs", "demo.yaml")
@@ -140,8 +140,8 @@ def test_compare_checks_the_chart_path_before_reading_the_runs(tmp_path, plot, w
 def test_compare_tells_runs_of_one_folder_name_apart_and_refuses_a_run_given_twice(tmp_path):
     """Two runs called run1 (a/run1, b/run1) had two columns both headed 'run1'; a run given twice (run, run/) had
     two columns of the same figures."""
-    from mtl.commands.compare import run_names
     from mtl.errors import ConfigError
+    from mtl.studies.comparison import run_names
 
     for parent, value in (("a", 0.5), ("b", 0.75)):
         (tmp_path / parent / "run1").mkdir(parents=True)

@@ -155,7 +155,7 @@ def test_milestones_are_checked_again_against_the_steps_the_epochs_make(tmp_path
 def test_single_task_baselines_take_the_steps_the_epochs_give_the_joint_job(tmp_path):
     """``mtl baseline`` of a job in epochs: every task alone trains the joint job's steps with its sub-batch (the
     samples it reads in the joint job), not epochs over its own split."""
-    from mtl.commands.compare import baseline_jobs
+    from mtl.studies.comparison import baseline_jobs
 
     cfg = load_job(data=job(tmp_path, {"batch_size": 8, "epochs": 2}))
     jobs = baseline_jobs(cfg)

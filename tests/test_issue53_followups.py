@@ -60,7 +60,7 @@ def _by_hand():
 
 
 def test_a_merged_head_masks_the_people_mtl_overlap_json_names(tmp_path):
-    from mtl.commands.overlap import report
+    from mtl.studies.overlap import report
 
     run, out = finished_run(tmp_path), str(tmp_path / "overlap.json")
     report(run, centres=True, threshold=0.9, json_path=out)
@@ -156,8 +156,8 @@ def test_a_trainer_made_directly_checks_the_evaluation_images_before_anything_is
 
 
 def test_mtl_compares_baseline_runs_check_the_evaluation_images_before_training(tmp_path):
-    from mtl.commands.compare import run_baselines
     from mtl.errors import DataError
+    from mtl.studies.comparison import run_baselines
 
     lines = []
     with pytest.raises(DataError) as info:
@@ -220,7 +220,7 @@ def test_a_small_verification_set_of_a_training_run_is_warned_about_once_on_the_
 
 # ---- 4. counts are declared, not guessed from the value ----------------------------------------------------------
 def test_a_count_prints_whole_whatever_its_value_and_anything_else_keeps_four_digits():
-    from mtl.commands.compare import baseline_table
+    from mtl.studies.comparison import baseline_table
     from mtl.train.reporting import format_value, metrics_table
 
     assert format_value(1.0, "verification_pairs") == "1" and format_value(630.0, "identification_probes") == "630"

@@ -1,7 +1,7 @@
 """Fixes found reviewing issue 53's changes, each checked against a hand-written expectation."""
 from types import SimpleNamespace
 
-from mtl.commands.overlap import next_step
+from mtl.studies.overlap import next_step
 
 FOUND = [{"task_a": "a", "task_b": "b"}]
 

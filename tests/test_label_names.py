@@ -171,8 +171,8 @@ def two_dataset_run(tmp_path):
 
 
 def test_a_run_its_export_and_mtl_overlap_carry_the_names(tmp_path, capsys):
-    from mtl.commands.overlap import report
     from mtl.serving.export import export
+    from mtl.studies.overlap import report
 
     run, names = two_dataset_run(tmp_path)
     recorded = json.load(open(os.path.join(run, "data.json")))["label_names"]

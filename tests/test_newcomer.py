@@ -353,7 +353,7 @@ def test_mtl_eval_shows_the_far_it_reached_and_names_the_rocs_number(face_run, t
 
 
 def test_mtl_compare_tick_labels_never_overlap(tmp_path):
-    from mtl.commands.compare import compare_runs, comparison_figure
+    from mtl.studies.comparison import compare_runs, comparison_figure
 
     tasks = {"t": ("softmax", "accuracy", True, 0.5)}
     names = ["weighting_uncertainty_seed0", "weighting_famo_seed0", "weighting_static_seed1", "a",

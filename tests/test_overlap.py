@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from mtl.cli import build_parser
-from mtl.commands.overlap import calibrated_threshold, chosen_images, match_classes, overlaps, templates
 from mtl.config.loading import load_job
 from mtl.errors import ConfigError
 from mtl.job import build_job
+from mtl.studies.overlap import calibrated_threshold, chosen_images, match_classes, overlaps, templates
 
 SHARED = {5: 0, 2: 1, 7: 2, 0: 3}  # class of A -> class of B
 

@@ -153,7 +153,7 @@ def table_cells(table):
 
 
 def test_compare_shows_each_primary_metric_under_its_own_name_and_direction(tmp_path):
-    from mtl.commands.compare import compare_runs, compare_table, comparison_figure
+    from mtl.studies.comparison import compare_runs, compare_table, comparison_figure
 
     cls = fake_run(tmp_path / "cls", {"t": ("softmax", "accuracy", True, 0.75), "u": ("softmax", "accuracy", True,
                                                                                       0.5)})

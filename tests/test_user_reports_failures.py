@@ -504,7 +504,7 @@ def compare_run(folder, value, pairs=630.0):
 
 
 def test_compare_bars_show_their_values_and_a_range_where_close_values_differ(tmp_path):
-    from mtl.commands.compare import compare_runs, comparison_figure
+    from mtl.studies.comparison import compare_runs, comparison_figure
 
     runs = compare_runs([compare_run(tmp_path / "a", 0.862), compare_run(tmp_path / "b", 0.865)])
     fig = comparison_figure(runs)

@@ -151,7 +151,7 @@ def test_a_merged_heads_same_person_refuses_people_by_name_or_label(pair):
 
 
 def test_mtl_overlap_gives_names_and_the_datasets_labels_and_its_json_masks_those_people(tmp_path, capsys):
-    from mtl.commands.overlap import report
+    from mtl.studies.overlap import report
 
     run, out = finished_run(tmp_path), str(tmp_path / "overlap.json")
     report(run, centres=True, threshold=0.9, json_path=out)
@@ -199,9 +199,9 @@ CFG_ONLINE = {"rate": 1.0, "tasks": "all", "mask": "online", "pairs": None, "upd
 def test_mtl_overlap_ends_with_the_next_command_and_that_command_masks_the_pairs(tmp_path, capsys):
     import shlex
 
-    from mtl.commands.overlap import report
     from mtl.config.loading import load_job
     from mtl.job import build_job
+    from mtl.studies.overlap import report
 
     run, out = finished_run(tmp_path), str(tmp_path / "overlap.json")
     report(run, centres=True, threshold=0.9)
