@@ -15,7 +15,10 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# scikit-learn sets KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK when first imported: imported now, so that every test
+# and every process the tests start see them alike, whichever test imports it first
 import pytest  # noqa: E402
+import sklearn  # noqa: E402,F401
 
 from mtl.core.console import QUIET_ENV  # noqa: E402
 from tests import warm_python  # noqa: E402
