@@ -3,7 +3,7 @@
 import numpy as np
 
 from mtl.serving.export import embed, export
-from mtl.serving.inference import add_trust_plugins
+from mtl.serving.run_plugins import add_trust_plugins
 
 
 def _cmd_export(args):

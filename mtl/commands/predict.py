@@ -1,7 +1,7 @@
 """``mtl predict RUN_OR_EXPORT INPUTS... [--task T] [--top K] [-o OUT] [--input-format F]``: what each task's head
 predicts for new inputs (classes, labels, values), with the data's names (:mod:`mtl.serving.prediction`); for text
 tasks, the input file again with every prediction filled in (:mod:`mtl.serving.prediction_text`)."""
-from mtl.serving.inference import add_trust_plugins
+from mtl.serving.run_plugins import add_trust_plugins
 
 
 def _cmd_predict(args):

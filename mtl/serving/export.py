@@ -36,7 +36,7 @@ def export(run_dir, out_dir, checkpoint_path=None, weights="auto", trust_plugins
     """Export the latest (or the given) checkpoint of ``run_dir`` to ``out_dir``; return the export metadata.
 
     ``weights``: ``auto`` = averaged weights when the checkpoint has them, ``averaged`` = require them, ``live``. The
-    run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.serving.inference.import_plugins`).
+    run's plug-in files are imported only with ``trust_plugins`` (:func:`mtl.serving.run_plugins.import_plugins`).
     ``task``: the task the exported model embeds for, when the run's architecture gives each its own embedding.
     ``onnx_opset``: also ``backbone.onnx`` (:func:`export_onnx`). Everything is written into a folder beside ``out_dir``
     that replaces it once complete (:func:`mtl.core.staging.staged_folder`): a failure leaves no half export, and an

@@ -6,9 +6,7 @@ against the folder's manifest before it is read with the safe reader (:mod:`mtl.
 Paddle inference program (``export.json`` beside it); converted weights (``mtl convert``) as their ``.pdparams`` with
 the backbone config beside them.
 
-Plug-in code of a run (the ``.py`` files of the plug-in folders and the Python task files its ``job.json`` names) is
-code from elsewhere: it is imported only with ``trust_plugins`` (``--trust-plugins``), or when every such file is one
-the project installs itself (its ``heads/`` and ``tasks/``).
+Plug-in code of a run is imported only when trusted (:mod:`mtl.serving.run_plugins`).
 """
 import json
 import os
@@ -22,54 +20,9 @@ from mtl.core.arrays import load_problem
 from mtl.core.safe_pickle import load_paddle_file
 from mtl.core.utf8 import read_json
 from mtl.errors import ConfigError, DataError
+from mtl.serving.run_plugins import import_plugins
 
 WEIGHTS = ("auto", "averaged", "live")
-
-
-def installed_plugin_folders() -> List[str]:
-    """The plug-in folders the project installs itself: its head plug-ins and its task files."""
-    from mtl import registry
-    from mtl.config.paths import REPO_ROOT
-
-    return [os.path.abspath(registry.builtin_heads_folder()), os.path.abspath(os.path.join(REPO_ROOT, "tasks"))]
-
-
-def plugin_files(cfg: dict) -> List[str]:
-    """The ``.py`` files importing a run's ``job.json`` would run: every plug-in file of its ``plugin_folders`` and
-    its Python task files, except the ones the project installs itself; sorted."""
-    installed = installed_plugin_folders()
-    found = set()
-    for folder in cfg.get("plugin_folders") or []:
-        if os.path.isdir(folder):
-            found.update(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py") and
-                         not n.startswith("_"))
-    found.update(t["source"] for t in cfg.get("tasks", []) if str(t.get("source", "")).endswith(".py"))
-    return sorted(os.path.abspath(f) for f in found
-                  if not any(os.path.dirname(os.path.abspath(f)) == folder for folder in installed))
-
-
-def import_plugins(cfg: dict, where: str, trust_plugins: bool):
-    """Register what a finished run needs: the built-in plug-ins always; the run's own plug-in files only when
-    trusted (else a ConfigError naming them)."""
-    from mtl import registry
-
-    registry.load_builtin()
-    files = plugin_files(cfg)
-    if files and not trust_plugins:
-        raise ConfigError(f"'{where}' was trained with plug-in code ({', '.join(files)}); importing it runs that "
-                          f"code: pass --trust-plugins if you trust these files")
-    if files:
-        registry.load_all(cfg.get("plugin_folders") or [])
-        for task in cfg.get("tasks", []):
-            if str(task.get("source", "")).endswith(".py"):
-                registry.load_file(task["source"])
-
-
-def add_trust_plugins(parser):
-    """The ``--trust-plugins`` option of the commands that read a finished run (eval, export, overlap)."""
-    parser.add_argument("--trust-plugins", action="store_true",
-                        help="import the plug-in files the run's job.json names (their code runs); without it a run "
-                             "trained with plug-ins of its own is refused, naming the files")
 
 
 RUN_DATA = "data.json"  # a run's label names and input preparation, per task (written when training starts)
@@ -227,7 +180,7 @@ def open_run(run_dir: str, checkpoint: Optional[str] = None, weights: str = "aut
              trust_plugins: bool = False) -> RunWeights:
     """A run's weights for inference: the newest checkpoint that verifies (or ``checkpoint``), the averaged weights
     when it has them and ``weights`` is ``auto`` (``averaged`` requires them, ``live`` takes the live ones); its
-    plug-ins registered (:func:`import_plugins`)."""
+    plug-ins registered (:func:`mtl.serving.run_plugins.import_plugins`)."""
     from mtl.store import layout
 
     job_json = os.path.join(run_dir, "job.json")
