@@ -15,10 +15,13 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# scikit-learn sets KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK when first imported: imported now, so that every test
-# and every process the tests start see them alike, whichever test imports it first
+# scikit-learn sets these (setdefault) when first imported: set now, to its values, so that every test and every
+# process the tests start see them alike, whichever test imports it first (importing it here would cost every worker
+# 1.3 s: tests/lazy.py)
+os.environ.setdefault("KMP_DUPLICATE_LIB_OK", "True")
+os.environ.setdefault("KMP_INIT_AT_FORK", "FALSE")
+
 import pytest  # noqa: E402
-import sklearn  # noqa: E402,F401
 
 from mtl.core.console import QUIET_ENV  # noqa: E402
 from tests import warm_python  # noqa: E402

@@ -164,8 +164,8 @@ def _imports_of(tree):
             yield from ((node.lineno, a.name) for a in node.names)
 
 
-def _upward(tree, higher=("mtl.train", "mtl.optimizer", "mtl.store", "mtl.serving", "mtl.job", "mtl.commands",
-                          "mtl.cli")):
+def _upward(tree, higher=("mtl.train", "mtl.optimizer", "mtl.store", "mtl.serving", "mtl.studies", "mtl.job",
+                          "mtl.commands", "mtl.cli")):
     return [f"{line} {module}" for line, module in _imports_of(tree) if module.startswith(higher)]
 
 

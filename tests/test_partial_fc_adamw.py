@@ -18,6 +18,7 @@ from mtl.optimizer.sparse import row_sparse_adamw_
 from mtl.store import layout
 from mtl.train.trainer import Trainer
 from tests.dist_util import ROOT
+from tests.row_updates import recorded_updates
 from tests.shared_runs import train_here, two_process_run
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "partial_fc_job.yaml")
@@ -25,21 +26,6 @@ ADAMW = ["optimizer.type=adamw", "optimizer.lr=0.01", "optimizer.weight_decay=0.
          "optimizer.warmup_steps=2", "checkpoint.every=6", "checkpoint.keep=3"]
 BETAS, EPS = (0.9, 0.999), 1e-8
 
-
-
-def recorded_updates(trainer) -> list:
-    """Per step, ``{parameter name: dense gradient}`` of the rows the optimizer's row-sparse update receives (read
-    at that seam, before the step lets its rows go)."""
-    from mtl.heads.row_gradients import dense_gradient
-
-    seen, update = [], trainer.optimizer.sparse.step
-
-    def recording(rows, lr):
-        seen.append({r.parameter.name: dense_gradient(r.parameter, [r]) for r in rows if r.grad is not None})
-        return update(rows, lr)
-
-    trainer.optimizer.sparse.step = recording
-    return seen
 
 def numpy_adamw(w, m, v, g, t, lr, wd):
     """One dense AdamW step of Paddle's formula (decoupled decay first) at step count t, float64."""

@@ -11,6 +11,7 @@ from mtl.data.steps import StepDataset
 from mtl.errors import ConfigError
 from mtl.job import build_job
 from mtl.train.trainer import Trainer
+from tests.row_updates import recorded_updates
 
 LR, MOMENTUM, WD = 0.05, 0.9, 5e-4
 
@@ -26,21 +27,6 @@ def job_cfg(tmp_path, optimizer="momentum", clip=None):
                       "clip_norm": clip},
         "log": {"progress": False, "plot": False}, "data": {"num_workers": 0}})
 
-
-
-def recorded_updates(trainer) -> list:
-    """Per step, ``{parameter name: dense gradient}`` of the rows the optimizer's row-sparse update receives (read
-    at that seam, before the step lets its rows go)."""
-    from mtl.heads.row_gradients import dense_gradient
-
-    seen, update = [], trainer.optimizer.sparse.step
-
-    def recording(rows, lr):
-        seen.append({r.parameter.name: dense_gradient(r.parameter, [r]) for r in rows if r.grad is not None})
-        return update(rows, lr)
-
-    trainer.optimizer.sparse.step = recording
-    return seen
 
 def test_only_sampled_rows_and_their_momentum_change(tmp_path):
     job = build_job(job_cfg(tmp_path))
