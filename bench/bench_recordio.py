@@ -21,7 +21,7 @@ from PIL import Image
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mtl import recordio  # noqa: E402
+from mtl.data import recordio  # noqa: E402
 from mtl.data.transforms import opencv, resolve_decoder  # noqa: E402
 from mtl.readers.recordio_reader import RecordIOFaceReader  # noqa: E402
 
