@@ -1,7 +1,8 @@
 """Installs the ``mtl`` library, the built-in head plug-ins and the ``mtl`` console command.
 
 ``heads/`` is a folder of plug-in files (loaded by path, like ``tasks/``), not a package: a wheel puts it under
-``share/mtl/heads`` (see ``mtl.registry.builtin_heads_folder``), so nothing called ``heads`` lands in site-packages.
+``share/mtl/heads`` (see ``mtl.core.plugin_loading.builtin_heads_folder``), so nothing called ``heads`` lands in
+site-packages.
 
 Paddle is not a requirement here: the CPU wheel ``paddlepaddle`` and the GPU wheel ``paddlepaddle-gpu`` install the
 same ``paddle`` package, and a requirement on one would make ``pip install .`` replace the other. The build is

@@ -62,8 +62,7 @@ def run(args):
     import numpy as np
     import paddle
 
-    from mtl import registry
-    from mtl.core import arrays
+    from mtl.core import arrays, registry
     from mtl.core.runtime import init_distributed, select_device
     from mtl.optimizer.sparse import RowSparseOptimizer
     from mtl.parallel import distributed

@@ -45,7 +45,7 @@ def job(backbone, batch, accumulate, out):
 def worker(backbone, batch, accumulate, steps):
     """Train ``steps`` + 1 steps at ``accumulate`` in this process; print one JSON line."""
     from mtl.data.steps import StepDataset
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.memory_plan import plan_job
     from mtl.train.step import as_tensors
     from mtl.train.trainer import Trainer

@@ -60,7 +60,7 @@ def batch_for(job, shape, field, seed=0):
 def measure(setting, name, sets, steps, out):
     """``{parameters, shared, median_s}`` of one architecture in one setting."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     spec = SETTINGS[setting]

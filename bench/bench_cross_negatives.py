@@ -81,7 +81,7 @@ def job(arm, scale, backbone, out):
 def worker(arm, scale, backbone, steps):
     """Train 3 warm-up + ``steps`` timed steps of one arm in this process; print one JSON line."""
     from mtl.data.steps import StepDataset
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.step import as_tensors
     from mtl.train.trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""The margin head's chunk passes in numpy on the CPU tensors' memory (``mtl/heads/host_chunks.py``, the CPU default)
+"""The margin head's chunk passes in numpy on the CPU tensors' memory (``mtl/headkit/host_chunks.py``, the CPU default)
 against the same passes in Paddle ops (the device path, forced on CPU): step time, one process, same run.
 
 One step = forward + backward + momentum update of the ``arcface`` head (``bench/_margin_worker.py``), D = 128,

@@ -151,7 +151,7 @@ def report(results, classes):
 
 def memory_run(classes: int, ratio: float, steps: int, log=print):
     """One process at ``classes`` classes: step time, peak head memory, bytes per class, against the plan."""
-    from mtl.registry import plugin_class
+    from mtl.core.registry import plugin_class
 
     ArcFaceHead = plugin_class("head", "arcface")
     from mtl.train.memory_plan import available_bytes, gib

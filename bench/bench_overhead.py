@@ -20,7 +20,7 @@ import paddle.nn.functional as F  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from mtl.config.loading import load_job  # noqa: E402
-from mtl.job import build_job  # noqa: E402
+from mtl.train.job import build_job  # noqa: E402
 from mtl.train.step import as_tensors  # noqa: E402
 from mtl.train.trainer import Trainer  # noqa: E402
 

@@ -102,7 +102,7 @@ class Sampler:
 def train(cfg, sampler):
     """Train ``cfg`` in this process, calling ``sampler(step)`` after every step."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     class Sampled(Trainer):

@@ -25,8 +25,8 @@ from tabulate import tabulate  # noqa: E402
 
 from mtl.config.loading import load_job  # noqa: E402
 from mtl.data.steps import StepDataset  # noqa: E402
-from mtl.heads.text import gather_words  # noqa: E402
-from mtl.job import build_job  # noqa: E402
+from mtl.headkit.text import gather_words  # noqa: E402
+from mtl.train.job import build_job  # noqa: E402
 from mtl.train.trainer import Trainer  # noqa: E402
 
 DATA = os.path.join(ROOT, "examples", "data", "text")

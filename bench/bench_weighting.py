@@ -46,7 +46,7 @@ def child_timing(name, steps, out):
     from mtl.config.loading import load_job
     from mtl.core.runtime import select_device
     from mtl.data.steps import StepDataset
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.step import as_tensors
     from mtl.train.trainer import Trainer
 

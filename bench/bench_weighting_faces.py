@@ -43,7 +43,7 @@ def child(args):
     """In a child process: train one run, then print its peak resident memory (MiB) as JSON."""
     from mtl.config.loading import load_job
     from mtl.core.runtime import select_device
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     select_device("cpu")

@@ -34,7 +34,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from mtl.errors import DataError  # noqa: E402
+from mtl.core.errors import DataError  # noqa: E402
 
 SECTION = "architectures-tables"  # the markers of the generated section (mtl.core.generated_pages)
 

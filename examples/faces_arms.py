@@ -100,12 +100,12 @@ class Recipe:
     """What the report derives from the config: identity tasks, their readers, sub-batches, the arms' runs."""
 
     def __init__(self, cfg, benchmark=None):
-        from mtl import registry
         from mtl.backbones.base import constructor_config
         from mtl.commands.evaluate_people import held_out_readers
-        from mtl.errors import ConfigError
-        from mtl.job import build_reader, reader_context, steps_override
+        from mtl.core import registry
+        from mtl.core.errors import ConfigError
         from mtl.studies.comparison import sub_batches
+        from mtl.train.job import build_reader, reader_context, steps_override
 
         self.cfg, self.benchmark = cfg, benchmark
         context = reader_context(registry.build("backbone", constructor_config(registry.as_component(cfg["backbone"])),

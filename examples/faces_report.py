@@ -56,8 +56,8 @@ sys.path.insert(0, ROOT)
 from examples import faces_arms  # noqa: E402
 from examples.faces_arms import ARMS, LEGACY, MERGED, ORACLE, Benchmark, Recipe, task_overrides  # noqa: E402
 from examples.faces_tables import PLOT_FARS, plot, tables  # noqa: E402
+from mtl.core.errors import ConfigError, DataError  # noqa: E402
 from mtl.core.progress import Progress  # noqa: E402
-from mtl.errors import ConfigError, DataError  # noqa: E402
 
 
 def load_cfg(config, sets=(), task_sets=()):
@@ -83,7 +83,7 @@ def plan(args, recipe, arms):
     """``[(seed, arm, run name, run folder, overrides)]`` of every run; writes the merged and oracle task files and
     loads every arm's config once, so that a bad arm fails before anything trains."""
     from mtl.config.loading import load_job
-    from mtl.errors import MtlError
+    from mtl.core.errors import MtlError
 
     created = not os.path.exists(args.out)  # removed again when an arm's config is refused
     os.makedirs(args.out, exist_ok=True)

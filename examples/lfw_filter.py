@@ -14,7 +14,7 @@ import shutil
 import numpy as np
 from lfw_arms import LFW, OUTSIDE
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 
 
 def build_reader(root, people, image_size, task, **more):

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 INSTALL = "pip install -r requirements-lfw.txt"
 BOX = (30, 30, 194, 194)  # the face's box in the 224 x 224 upsampled crop, where the landmark search starts

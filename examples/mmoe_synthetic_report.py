@@ -57,7 +57,7 @@ def curve(out_dir, tasks):
 def train_one(config, sets):
     """Train one run in this process; return (its folder, its task names, its parameter count)."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     cfg = load_job(config, sets)

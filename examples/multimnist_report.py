@@ -39,8 +39,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from architecture_variants import MULTIMNIST as ARCHITECTURES  # noqa: E402
 from bench_weighting import STRATEGIES  # noqa: E402  (the 20 strategies, as the weighting benchmarks name them)
 
+from mtl.core.errors import DataError  # noqa: E402
 from mtl.core.progress import Progress, spread  # noqa: E402
-from mtl.errors import DataError  # noqa: E402
 
 PAPER = {"single task": (97.23, 95.90), "uniform scaling": (96.46, 94.99), "MGDA-UB": (97.26, 95.90)}
 TASKS = ("left", "right")
@@ -75,7 +75,7 @@ def runs(name, config, seed, out, sets, eval_split="val"):
         return [(folder, [*base, *configurations()[name], *split_sets(eval_split, len(TASKS)), f"output_dir={folder}"],
                  TASKS)]
     from mtl.config.loading import load_job
-    from mtl.job import steps_override
+    from mtl.train.job import steps_override
 
     cfg = load_job(config, [*sets, *split_sets(eval_split, len(TASKS))])
     size = cfg["schedule"]["batch_size"] // len(cfg["tasks"])
@@ -111,7 +111,7 @@ def run_all(args):
     """Train every run of every configuration and seed (a run whose summary exists is read, not trained again), a
     progress line per run (:mod:`mtl.core.progress`); return the report's JSON content."""
     from mtl.config.loading import load_job
-    from mtl.job import planned_steps
+    from mtl.train.job import planned_steps
 
     # the runs' steps: --steps, or those the recipe's epochs make on the training digits of the evaluation split
     cfg = load_job(args.config, [*args.sets, *split_sets(args.eval_split, len(TASKS))])

@@ -43,7 +43,7 @@ def arm_runs(arm, config, runs, load_job, sets):
 
 def pinned_steps(cfg):
     """The overrides that give a run with other tasks the joint job's steps (a config in epochs)."""
-    from mtl.job import planned_steps
+    from mtl.train.job import planned_steps
 
     return [f"schedule.steps={planned_steps(cfg)}"] if cfg["schedule"]["epochs"] is not None else []
 

@@ -58,7 +58,7 @@ def plan(cfg):
 
 def runs(cfg, kinds, pinned=()):
     """``[(name, overrides)]`` of one seed: joint, alone_TASK, noaux; ``pinned``: the overrides that give the runs
-    with other tasks the joint job's steps (:func:`mtl.job.steps_override`)."""
+    with other tasks the joint job's steps (:func:`mtl.train.job.steps_override`)."""
     main, auxiliary, sizes = plan(cfg)
     out = [("joint", [])] if "joint" in kinds else []
     if "alone" in kinds:
@@ -169,7 +169,7 @@ def main(argv=None):
 
     configure_console()  # Paddle's start-up warnings stay off the console
     from mtl.config.loading import load_job
-    from mtl.job import planned_steps
+    from mtl.train.job import planned_steps
 
     sets = list(args.set) + ([f"schedule.steps={args.steps}"] if args.steps is not None else [])
     if args.arms:
@@ -197,8 +197,8 @@ def train_all(args, sets, todo):
     """Train ``todo`` [(seed, run name, config, overrides)] one run at a time (``--reuse``: keep finished runs);
     (``done[seed][name] = run folder``, ``{name: [seconds per seed]}``)."""
     from mtl.config.loading import load_job
-    from mtl.job import planned_steps
     from mtl.studies.comparison import finished
+    from mtl.train.job import planned_steps
 
     done = {seed: {} for seed in args.seeds}
     seconds = {}

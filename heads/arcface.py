@@ -7,17 +7,17 @@ One step, as named pieces:
 3. cosine: ``cos = normalize(x) W^T * (1 / ||W_row||)`` on the kept rows of the shard (cheaper to differentiate
    than normalising W, see docs/paddle-notes.md);
 4. margin: on the owner rank of each label only, the target cosine becomes ``cos(m1*theta + m2) - m3``
-   (``mtl.heads.margin``), then everything is multiplied by ``scale``;
-5. negatives of other heads (cross-head negatives, ``mtl.heads.cross_negatives``): the rows of the job's other face
+   (``mtl.headkit.margin``), then everything is multiplied by ``scale``;
+5. negatives of other heads (cross-head negatives, ``mtl.headkit.cross_negatives``): the rows of the job's other face
    heads on this rank, scored after the own ones, without their same-person classes;
-6. loss: the softmax cross-entropy across shards, loss only (``mtl.heads.chunked_softmax``: one MAX and one SUM
+6. loss: the softmax cross-entropy across shards, loss only (``mtl.headkit.chunked_softmax``: one MAX and one SUM
    all-reduce); steps 3-6 run in one autograd function over blocks of class rows: the per-class work stays in cache,
    and Partial FC allocates nothing of size ``[K, D]`` but the sampled rows' gradient, declared in the head's output
-   for the optimizer (:class:`mtl.heads.row_gradients.RowGradient`, ``HeadOutput.rows``). On CPU tensors the chunk
-   passes run in numpy on the tensors' own memory (``mtl.heads.host_chunks``: Paddle's CPU element-wise and matmul
+   for the optimizer (:class:`mtl.headkit.row_gradients.RowGradient`, ``HeadOutput.rows``). On CPU tensors the chunk
+   passes run in numpy on the tensors' own memory (``mtl.headkit.host_chunks``: Paddle's CPU element-wise and matmul
    kernels are 2-15x slower there). Inter-class filtering (``interclass_filtering_threshold``,
    ``interclass_filtering_mode``) and known same-person class pairs (``same_person``) take negatives out of a
-   sample's softmax inside those passes (``mtl.heads.filtering``);
+   sample's softmax inside those passes (``mtl.headkit.filtering``);
 7. top-1: the training accuracy, from the best own logit each rank saw in the passes, settled across shards outside
    the loss (``mtl.parallel.topk.top1_across_shards``).
 The fused path (``fused: true``) replaces 4-5 by Paddle's ``margin_cross_entropy`` (CUDA only, no Partial FC, no
@@ -33,20 +33,20 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.core.arrays import tensor_from, to_numpy, unit_rows
-from mtl.errors import ParameterError
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_head
 from mtl.evaluation.pairs import score_pairs, verification_pairs
-from mtl.heads.base import HeadOutput
-from mtl.heads.chunked_softmax import Statistics, chunked_margin_softmax, inverse_norm
-from mtl.heads.class_rows import RowSource, ScoredRows, Workspace, chunk_rows
-from mtl.heads.filtering import ChunkMask, check_filtering, own_segment
-from mtl.heads.margin import check_margin, margin_transform
-from mtl.heads.row_gradients import RowGradient, dense_gradient
-from mtl.heads.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
-from mtl.heads.sharded_loss import local_targets
+from mtl.headkit.base import HeadOutput
+from mtl.headkit.chunked_softmax import Statistics, chunked_margin_softmax, inverse_norm
+from mtl.headkit.class_rows import RowSource, ScoredRows, Workspace, chunk_rows
+from mtl.headkit.filtering import ChunkMask, check_filtering, own_segment
+from mtl.headkit.margin import check_margin, margin_transform
+from mtl.headkit.row_gradients import RowGradient, dense_gradient
+from mtl.headkit.sharded import ShardedClassHead, sample_classes_globally, shard_of_sample
+from mtl.headkit.sharded_loss import local_targets
 from mtl.parallel import distributed
 from mtl.parallel.collective import all_gather_rows
 from mtl.parallel.topk import sharded_topk, top1_across_shards
-from mtl.registry import register_head
 
 
 @register_head("arcface")
@@ -97,11 +97,11 @@ class ArcFaceHead(ShardedClassHead):
         self.last_sampled_classes = None  # global ids of the classes scored at the last step (for inspection)
         self._workspace = Workspace()  # Partial FC: the step's work buffer, reused from step to step
         self._step_sample = None  # accumulated step: (step, sorted global ids) drawn over all its micro-batches
-        self.cross = None  # the job's CrossNegatives (mtl.heads.cross_negatives), attached when built
+        self.cross = None  # the job's CrossNegatives (mtl.headkit.cross_negatives), attached when built
 
     @classmethod
     def step_bytes(cls, options, shard, global_rows, dim, item):
-        """One ``[K_k, max(N, D)]`` buffer (exp values, then the gradient: ``mtl.heads.chunked_softmax``) and its
+        """One ``[K_k, max(N, D)]`` buffer (exp values, then the gradient: ``mtl.headkit.chunked_softmax``) and its
         chunk buffers (about four ``[chunk rows, max(N, D)]`` blocks, ``chunk_rows`` of the device). K_k = C_k, or
         with Partial FC ``ceil(r * C_k)`` expected plus one per batch row (positives), in the head's reused
         :class:`Workspace` (with its headroom)."""
@@ -165,7 +165,7 @@ class ArcFaceHead(ShardedClassHead):
         with ``target`` = the label's column among the rows, or -1 (another rank's class).
 
         Without sampling K_k = C_k. With sampling, the sample is drawn over all C classes from (seed, step)
-        (:func:`mtl.heads.sharded.sample_classes_globally`: every positive of the gathered batch, negatives up to
+        (:func:`mtl.headkit.sharded.sample_classes_globally`: every positive of the gathered batch, negatives up to
         ``ceil(sample_ratio * C)`` in all) and this rank keeps those in its range, so the run does not depend on the
         process count. The labels are read on the host (N ids) to find the positives.
         """
@@ -232,7 +232,7 @@ class ArcFaceHead(ShardedClassHead):
         return HeadOutput(loss=loss, metrics={"accuracy": (predicted == y).astype("float32").mean()}, rows=declared)
 
     def negative_mask(self, labels: np.ndarray, rows: ScoredRows):
-        """What the passes filter (:class:`mtl.heads.filtering.ChunkMask`): the head's own filtering on its rows,
+        """What the passes filter (:class:`mtl.headkit.filtering.ChunkMask`): the head's own filtering on its rows,
         the same-person classes of the other heads on theirs; None when nothing can be."""
         index = None if rows.index is None else rows.index.numpy()
         segment, columns, batch = own_segment(self.filtering if self.filtering.active else None, labels, self.scale,

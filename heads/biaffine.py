@@ -14,9 +14,9 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from mtl.contracts import Field
-from mtl.heads.text import TextHead, gather_words, global_mean, mlp, to_numpy, word_counts
-from mtl.registry import register_head
+from mtl.core.contracts import Field
+from mtl.core.registry import register_head
+from mtl.headkit.text import TextHead, gather_words, global_mean, mlp, to_numpy, word_counts
 from mtl.text.metrics import attachment_scores
 from mtl.text.trees import decode_tree
 

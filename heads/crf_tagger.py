@@ -1,10 +1,10 @@
-"""Word tagging with a linear-chain CRF (:mod:`mtl.heads.crf`): sentence log-likelihood, Viterbi at prediction."""
+"""Word tagging with a linear-chain CRF (:mod:`mtl.headkit.crf`): sentence log-likelihood, Viterbi at prediction."""
 import paddle
 
-from mtl.heads.crf import log_partition, path_scores, viterbi
-from mtl.heads.tagging import WordTagger
-from mtl.heads.text import global_mean, to_numpy
-from mtl.registry import register_head
+from mtl.core.registry import register_head
+from mtl.headkit.crf import log_partition, path_scores, viterbi
+from mtl.headkit.tagging import WordTagger
+from mtl.headkit.text import global_mean, to_numpy
 
 
 @register_head("crf_tagger")

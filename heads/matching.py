@@ -4,9 +4,9 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from mtl.contracts import Field
-from mtl.heads.text import TextHead, class_records, global_mean, mlp, to_numpy
-from mtl.registry import register_head
+from mtl.core.contracts import Field
+from mtl.core.registry import register_head
+from mtl.headkit.text import TextHead, class_records, global_mean, mlp, to_numpy
 
 
 @register_head("matching")

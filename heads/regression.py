@@ -2,13 +2,13 @@
 import numpy as np
 import paddle
 
-from mtl.contracts import Field
 from mtl.core.arrays import to_numpy
-from mtl.errors import ParameterError
+from mtl.core.contracts import Field
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_head
 from mtl.evaluation.metrics import regression_scores
-from mtl.heads.base import Head, HeadOutput, label_tensor
+from mtl.headkit.base import Head, HeadOutput, label_tensor
 from mtl.parallel.distributed import all_reduce_sum, world_size
-from mtl.registry import register_head
 
 LOSSES = ("mse", "l1", "smooth_l1")
 

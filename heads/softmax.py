@@ -1,12 +1,13 @@
-"""Model-parallel softmax classifier: weight and bias sharded by class (:class:`mtl.heads.sharded.ShardedClassHead`)."""
+"""Model-parallel softmax classifier: weight and bias sharded by class
+(:class:`mtl.headkit.sharded.ShardedClassHead`)."""
 import numpy as np
 import paddle
 
 from mtl.core.arrays import to_numpy
-from mtl.heads.base import HeadOutput
-from mtl.heads.sharded import ShardedClassHead, positive_int
-from mtl.heads.sharded_loss import sharded_softmax_cross_entropy
-from mtl.registry import register_head
+from mtl.core.registry import register_head
+from mtl.headkit.base import HeadOutput
+from mtl.headkit.sharded import ShardedClassHead, positive_int
+from mtl.headkit.sharded_loss import sharded_softmax_cross_entropy
 
 
 @register_head("softmax")

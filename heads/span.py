@@ -4,10 +4,10 @@ from collections import defaultdict
 import paddle
 import paddle.nn.functional as F
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError
-from mtl.heads.text import TextHead, global_mean, to_numpy
-from mtl.registry import register_head
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_head
+from mtl.headkit.text import TextHead, global_mean, to_numpy
 from mtl.text.squad import SpanExamples, best_span, squad_scores
 
 

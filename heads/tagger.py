@@ -1,6 +1,6 @@
 """Word tagging with a softmax per word (parts of speech, morphology, IOB2 entities)."""
-from mtl.heads.tagging import WordTagger
-from mtl.registry import register_head
+from mtl.core.registry import register_head
+from mtl.headkit.tagging import WordTagger
 
 
 @register_head("tagger")

@@ -15,7 +15,7 @@ logging.getLogger("mtl").addHandler(logging.NullHandler())
 
 
 def _build(kind, cfg, **context):
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_all()
     return registry.build(kind, cfg, **context)

@@ -1,6 +1,6 @@
 """The ``mtl`` command: one sub-command per module of :mod:`mtl.commands`, registered explicitly in ``COMMANDS``.
 
-User errors (:class:`mtl.errors.MtlError`) print one line and exit with status 2; nothing else is swallowed.
+User errors (:class:`mtl.core.errors.MtlError`) print one line and exit with status 2; nothing else is swallowed.
 Paddle's own console noise is silenced before Paddle is imported (:func:`mtl.core.console.configure_console`);
 ``--verbose`` on any sub-command shows it. A command module imports Paddle only inside its functions.
 ``mtl launch`` takes its arguments unparsed (they are ``paddle.distributed.launch``'s, see :mod:`mtl.commands.launch`).
@@ -104,7 +104,7 @@ def run_script(main):
 def run(func, args):
     """Call ``func(args)``; a user error becomes one line on stderr and exit status 2 (74: a file of the run could not
     be written)."""
-    from mtl.errors import MtlError
+    from mtl.core.errors import MtlError
     from mtl.train.preemption import PREEMPTED_EXIT_STATUS, Preempted
 
     try:

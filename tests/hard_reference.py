@@ -26,16 +26,22 @@ BACKBONES = {"mlp": {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [16], "e
 
 
 
-def ground_module(name):
-    """``mtl.core.<name>`` in a checkout after issue 56's moves, else ``mtl.<name>`` (the code before them). Chosen
-    by the checkout's folders, not by trying: the editable install of this checkout would otherwise hand an older
-    checkout on PYTHONPATH this checkout's module."""
+def checkout_module(new, old):
+    """Module ``new`` in a checkout after issue 56's moves, else ``old`` (the code before them). Chosen by the
+    checkout's files, not by trying: the editable install of this checkout would otherwise hand an older checkout on
+    PYTHONPATH this checkout's module."""
     import importlib
 
     import mtl
 
-    moved = os.path.isdir(os.path.join(os.path.dirname(mtl.__file__), "core"))
-    return importlib.import_module(f"mtl.core.{name}" if moved else f"mtl.{name}")
+    here = os.path.join(os.path.dirname(mtl.__file__), *new.split(".")[1:]) + ".py"
+    return importlib.import_module(new if os.path.isfile(here) else old)
+
+
+def ground_module(name):
+    """``mtl.core.<name>`` after issue 56's moves, else ``mtl.<name>``."""
+    return checkout_module(f"mtl.core.{name}", f"mtl.{name}")
+
 
 def job(out, weighting, backbone, extra=None):
     """The raw config of one job."""
@@ -55,7 +61,7 @@ def job(out, weighting, backbone, extra=None):
 def train_all(root, extra=None):
     """``{key: array}``: losses per step, final evaluation and final weights of every (backbone, weighting) job."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    build_job = checkout_module("mtl.train.job", "mtl.job").build_job
     from mtl.train.trainer import Trainer
 
     out = {}

@@ -1,6 +1,6 @@
 """The rows the optimizer's row-sparse update receives, recorded per step (tests/test_partial_fc_update.py,
 tests/test_partial_fc_adamw.py): read at that seam, before the step lets its rows go."""
-from mtl.heads.row_gradients import dense_gradient
+from mtl.headkit.row_gradients import dense_gradient
 
 
 def recorded_updates(trainer) -> list:

@@ -57,7 +57,7 @@ def finished_run(tmp_path):
     (by the hand renumbering), plus noise; the others point elsewhere."""
     import paddle
 
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     cfg = named_job(tmp_path, out="finished")
     job = build_job(cfg, announce_plan=False)

@@ -4,7 +4,7 @@ tests/test_training.py, tests/test_reliability_checkpoint.py) and a small traine
 import copy
 
 from mtl.config.loading import load_job
-from mtl.job import build_job
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 
 TASKS = [

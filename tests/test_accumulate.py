@@ -12,12 +12,12 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
+from mtl.core.errors import ConfigError
+from mtl.core.registry import plugin_class
 from mtl.core.safe_pickle import load_paddle_file
 from mtl.data.scheduler import JointSchedule
 from mtl.data.steps import check_divisible
-from mtl.errors import ConfigError
-from mtl.heads.sharded import sample_classes_globally
-from mtl.registry import plugin_class
+from mtl.headkit.sharded import sample_classes_globally
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run
 
@@ -110,7 +110,7 @@ def test_partial_fc_draws_one_sample_over_all_micro_batches_and_sums_the_rows_gr
     """A head given the step's labels (prepare_step) scores the sample of all of them in each micro-batch; the rows'
     gradient the optimizer sums over two micro-batches (each loss halved; ``StepRows.add(..., summed=True)``) is
     the gradient of the head run on the whole batch."""
-    from mtl.heads.row_gradients import dense_gradient
+    from mtl.headkit.row_gradients import dense_gradient
     from mtl.optimizer.sparse import StepRows
 
     rng = np.random.RandomState(0)
@@ -195,7 +195,7 @@ def test_the_memory_plan_counts_one_micro_batch():
                          "schedule.batch_size=128",
                          "tasks.0.reader.shape=[3, 18, 18]", "tasks.1.reader.shape=[3, 18, 18]",
                          "tasks.2.reader.shape=[3, 18, 18]"])
-    from mtl.job import _build_backbone
+    from mtl.train.job import _build_backbone
 
     backbone = _build_backbone(cfg)
     plans = {}

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from mtl.evaluation.all_pairs import (
     PairSet,
     all_people,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 from mtl.readers.mmoe_synthetic import MMoESyntheticReader
 from mtl.readers.multimnist import MultiMNISTReader, read_idx
 from tests.dist_util import ROOT

@@ -9,8 +9,8 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError
-from mtl.job import build_job
+from mtl.core.errors import ConfigError
+from mtl.train.job import build_job
 from tests.dist_scripts import architectures_all
 
 STITCHED = {"type": "cross_stitch_backbone"}

@@ -8,9 +8,9 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
+from mtl.core.errors import ConfigError
 from mtl.data.steps import collate
-from mtl.errors import ConfigError
-from mtl.job import build_job
+from mtl.train.job import build_job
 
 TASKS = ("a", "b", "c")
 MLP = {"type": "mlp", "input_shape": [1, 8, 8], "hidden": [16], "embedding_size": 8}

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from mtl.config.loading import load_job
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from tests import warm_python
 from tests.dist_util import ROOT
 

@@ -146,7 +146,7 @@ def test_stopped_and_resumed_runs_are_bit_identical(single_runs, tmp_path):
 
 def test_the_memory_plan_counts_the_architecture():
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.memory_plan import plan_job
 
     cfg = load_job(data=architectures_all.job("unused", "mmoe", 2))
@@ -164,7 +164,7 @@ def test_the_memory_plan_counts_backbone_copies_and_task_layers_inside_the_backb
     """A copy of the backbone per task counts in the architecture's line (the columns and the stitch units, by
     their shapes); task BatchNorms and adapters, which live inside the backbone, in the backbone's line."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.memory_plan import plan_job
 
     cfg = load_job(data=architectures_all.job("unused", name, 2))
@@ -192,7 +192,7 @@ def test_the_memory_plan_counts_backbone_copies_and_task_layers_inside_the_backb
 
 def _train(tmp_path, name, architecture):
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     raw = architectures_all.job(str(tmp_path / name), "mmoe", 4)
@@ -212,7 +212,7 @@ def _train(tmp_path, name, architecture):
 def test_an_export_embeds_for_the_named_task(tmp_path, architecture):
     """``mtl export --task T``: the inference model's embeddings equal backbone + the architecture's layers for T
     with the run's averaged weights (in this process); naming no task, or another one, is one sentence."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
     from mtl.serving.export import export
     from mtl.serving.inference import open_run
 
@@ -257,7 +257,7 @@ def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
     import sys
 
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -282,7 +282,7 @@ def test_every_weighting_strategy_trains_with_an_architecture(tmp_path, name):
 def test_overlap_refuses_a_run_whose_tasks_embed_apart(tmp_path):
     """mtl overlap compares class centres of several tasks in one embedding: a run with per-task embeddings is one
     sentence, not a comparison across spaces."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
     from mtl.studies.overlap import load_run
 
     _, run = _train(tmp_path, "mmoe", {"type": "mmoe", "experts": 2, "expert_layers": [8]})
@@ -384,10 +384,10 @@ def test_each_ranks_own_batchnorm_statistics_come_back_and_reshard_with_backbone
 
     from mtl.config.loading import load_job
     from mtl.core.safe_pickle import load_paddle_file
-    from mtl.job import build_job
     from mtl.optimizer.joint import JointOptimizer
     from mtl.parallel.strategy import ParallelStrategy
     from mtl.store import checkpoint, reshard
+    from mtl.train.job import build_job
 
     raw = architectures_all.job(str(tmp_path / "run"), "cross_stitch_backbone_imtl", 2)
     cfg = load_job(data=raw)

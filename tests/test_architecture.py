@@ -4,7 +4,7 @@
 * The loop (every module of ``mtl/train``, ``mtl/optimizer``, ``mtl/store``) never talks to ``paddle.distributed``:
   the parallel strategy does; the trainer has no Partial FC code path; the step's modules name no feature (cross-head
   negatives, Partial FC): step hooks and declared rows carry them.
-* No head counts steps, and no head imports a layer above the heads.
+* No head counts steps. No module imports a package beside or above its floor (``LAYERS``).
 * No function in ``mtl/`` or ``heads/`` reaches 45 lines.
 """
 import ast
@@ -50,8 +50,9 @@ def test_probe_check_would_catch_a_probe(tmp_path):
     assert any(word in name for name in _names_in(call.args[0]) for word in PLUGIN_WORDS)
 
 
-# start-up checks that run before the strategy exists (the memory plan agrees on the smallest free memory)
-LOOP_EXCEPTIONS = {"memory_plan.py"}
+# what runs before the strategy exists: the memory plan agrees on the smallest free memory; the job assembles the
+# model (synchronised BatchNorm when there are several processes, the plan printed by rank 0)
+LOOP_EXCEPTIONS = {"memory_plan.py", "job.py"}
 COLLECTIVE_WORDS = ("paddle.distributed", "all_reduce", "all_gather", "lowest_rank_text", "min_over_ranks",
                     "distributed.barrier", "distributed.agree", "broadcast")
 
@@ -145,7 +146,7 @@ def _step_counters(tree):
 
 def test_no_head_counts_its_own_steps():
     """The step comes in as an argument (``Head.uses_step``): no head keeps a step counter."""
-    found = [f"{path.relative_to(ROOT)}:{where}" for path, tree in _sources("heads", "mtl/heads")
+    found = [f"{path.relative_to(ROOT)}:{where}" for path, tree in _sources("heads", "mtl/headkit")
              for where in _step_counters(tree)]
     assert not found, f"heads counting steps: {found}"
 
@@ -164,22 +165,67 @@ def _imports_of(tree):
             yield from ((node.lineno, a.name) for a in node.names)
 
 
-def _upward(tree, higher=("mtl.train", "mtl.optimizer", "mtl.store", "mtl.serving", "mtl.studies", "mtl.job",
-                          "mtl.commands", "mtl.cli")):
-    return [f"{line} {module}" for line, module in _imports_of(tree) if module.startswith(higher)]
+# The floors of the house, lowest first (docs/architecture.md draws them). A module imports only its own package or
+# a package of a lower floor: never one beside it, never one above.
+LAYERS = (
+    ("mtl.core",),
+    ("mtl", "mtl.data", "mtl.pretrained", "mtl.weighting", "mtl.convert"),
+    ("mtl.text", "mtl.parallel"),
+    ("mtl.headkit", "mtl.readers", "mtl.backbones", "mtl.store"),
+    ("mtl.architectures", "mtl.config"),
+    ("mtl.evaluation", "mtl.serving", "mtl.optimizer"),
+    ("mtl.train", "heads"),
+    ("mtl.studies",),
+    ("mtl.commands",),
+    ("mtl.cli",),
+)
+FLOOR = {package: floor for floor, packages in enumerate(LAYERS) for package in packages}
 
 
-def test_heads_never_import_the_training_layer():
-    """The heads' core and the head plug-ins sit below the loop: their row declarations are their own
-    (:mod:`mtl.heads.row_gradients`), never the optimizer's."""
-    found = [f"{path.relative_to(ROOT)}:{where}" for path, tree in _sources("heads", "mtl/heads")
-             for where in _upward(tree)]
-    assert not found, f"heads importing a higher layer: {found}"
+def _package(module):
+    """The listed package a dotted module belongs to (``mtl.headkit.base`` -> ``mtl.headkit``), or None."""
+    parts = module.split(".")
+    return next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in FLOOR), None)
 
 
-def test_upward_import_check_would_catch_one():
-    planted = ast.parse("def f():\n    from mtl.optimizer.sparse import RowGradient\n")
-    assert _upward(planted) == ["2 mtl.optimizer.sparse"]  # the row update's module (RowGradient lived there)
+def _wrong_way(package, tree):
+    """The imports of one module of ``package`` that reach a package beside or above its floor."""
+    return [f"{line} {module}" for line, module in _imports_of(tree)
+            if (to := _package(module)) is not None and to != package and FLOOR[to] >= FLOOR[package]]
+
+
+def _module_of(path):
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def test_every_package_of_mtl_has_a_floor():
+    packages = {f"mtl.{p.name}" for p in (ROOT / "mtl").iterdir() if (p / "__init__.py").exists()} | \
+        {f"mtl.{p.stem}" for p in (ROOT / "mtl").glob("*.py") if p.stem != "__init__"}
+    assert packages - set(FLOOR) == set(), "a package of mtl/ that tests/test_architecture.py LAYERS does not place"
+
+
+def test_no_import_runs_sideways_or_up_a_floor():
+    """The heads' core and the head plug-ins sit below the loop (their row declarations are their own,
+    :mod:`mtl.headkit.row_gradients`, never the optimizer's); the ground floor imports nothing above it; ..."""
+    found = []
+    for path, tree in _sources("mtl", "heads"):
+        module = _module_of(path)
+        package = "heads" if module.startswith("heads") else _package(module)
+        found += [f"{path.relative_to(ROOT)}:{where}" for where in _wrong_way(package, tree)]
+    assert not found, f"imports against the floors: {found}"
+
+
+@pytest.mark.parametrize("package, code, wrong", [
+    ("mtl.headkit", "def f():\n    from mtl.optimizer.sparse import RowGradient\n", ["2 mtl.optimizer.sparse"]),
+    ("heads", "from mtl.train.model import JointModel\n", ["1 mtl.train.model"]),
+    ("mtl.core", "import mtl.data.loader\n", ["1 mtl.data.loader"]),
+    ("mtl.readers", "from mtl.backbones.base import Backbone\n", ["1 mtl.backbones.base"]),  # beside it
+    ("mtl.readers", "from mtl.text.words import x\nfrom mtl.readers.base import Reader\n", []),
+])
+def test_the_floor_check_catches_a_planted_import(package, code, wrong):
+    assert _wrong_way(package, ast.parse(code)) == wrong
 
 
 @pytest.mark.parametrize("folder", ["mtl", "heads"])

@@ -7,8 +7,8 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl.core.errors import ConfigError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import ConfigError
 from mtl.train.averaging import EMA, WindowAverage, build_averager
 from tests import warm_python
 from tests.shared_runs import two_process_run

@@ -9,10 +9,10 @@ import pytest
 import mtl.backbones.iresnet as iresnet
 import mtl.backbones.mobilefacenet as mobilefacenet
 import mtl.backbones.small as small
-from mtl import registry
 from mtl.backbones.base import Backbone, load_pretrained
-from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
 
 # Small configurations of every backbone these modules register: config, per-sample input shape, feature size.
 SMALL_CONFIGS = {

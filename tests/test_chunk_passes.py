@@ -1,5 +1,5 @@
-"""The two back-ends of the margin softmax's chunk passes (``mtl.heads.chunked_softmax``: Paddle ops, what a GPU
-runs; ``mtl.heads.host_chunks``: numpy on the CPU tensors' memory) on the same inputs at every chunk boundary.
+"""The two back-ends of the margin softmax's chunk passes (``mtl.headkit.chunked_softmax``: Paddle ops, what a GPU
+runs; ``mtl.headkit.host_chunks``: numpy on the CPU tensors' memory) on the same inputs at every chunk boundary.
 
 Why two definitions (docs/architecture.md, "One loss, several executions"): the host passes work in place on the
 tensors' memory with numpy's BLAS and ufuncs (``out=``), 0.40x (full) and 0.71x (Partial FC 0.1) the CPU step time
@@ -15,11 +15,11 @@ import paddle
 import pytest
 
 from mtl.core import arrays
-from mtl.heads import class_rows
-from mtl.heads.cross_negatives import CrossNegatives
-from mtl.heads.row_gradients import dense_gradient
+from mtl.core.registry import plugin_class
+from mtl.headkit import class_rows
+from mtl.headkit.cross_negatives import CrossNegatives
+from mtl.headkit.row_gradients import dense_gradient
 from mtl.optimizer.sparse import StepRows
-from mtl.registry import plugin_class
 from tests.references.margin import assert_close
 
 ArcFaceHead = plugin_class("head", "arcface")
@@ -85,7 +85,7 @@ def test_host_and_device_passes_agree_at_every_chunk_boundary(float64, setting, 
 
 def test_the_comparison_sees_a_planted_difference(float64, monkeypatch):
     """Host passes whose inverse row norms are off by 1e-7 (relative) fail the comparison above."""
-    from mtl.heads import host_chunks
+    from mtl.headkit import host_chunks
 
     exact = host_chunks.inverse_norm
     monkeypatch.setattr(host_chunks, "inverse_norm", lambda block: exact(block) * (1 + 1e-7))

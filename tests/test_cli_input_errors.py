@@ -7,7 +7,7 @@ import pytest
 
 from mtl.cli import main as mtl_main
 from mtl.commands import launch
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from tests.cli_run import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,9 +60,9 @@ def test_launch_refuses_fewer_than_one_process_before_starting_the_launcher(monk
 
 
 def test_train_names_an_output_dir_that_cannot_be_a_folder_before_reading_any_data(tmp_path, capsys, monkeypatch):
-    import mtl.job
+    import mtl.train.job
 
-    monkeypatch.setattr(mtl.job, "build_job", lambda *a, **k: pytest.fail("the job was built"))
+    monkeypatch.setattr(mtl.train.job, "build_job", lambda *a, **k: pytest.fail("the job was built"))
     (tmp_path / "afile").write_text("mine\n")
     demo = os.path.join(ROOT, "examples", "configs", "demo.yaml")
     for out, words in ((tmp_path / "afile", f"'{tmp_path / 'afile'}' is a file, not a folder"),
@@ -75,7 +75,7 @@ def test_train_names_an_output_dir_that_cannot_be_a_folder_before_reading_any_da
 
 def test_an_output_dir_without_write_permission_is_named_and_nothing_is_created(tmp_path, monkeypatch):
     """(The suite may run as root, for whom every folder is writable: the permission answer is the test's.)"""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
     from mtl.store.rundir import check_output_dir, make_output_dir
 
     check_output_dir(str(tmp_path / "new" / "run"))  # a folder that can be made: no error, nothing made
@@ -104,7 +104,7 @@ def test_tokenizer_says_when_the_vocabulary_is_not_the_size_asked_for(tmp_path, 
 
 def test_embed_and_predict_say_an_input_folder_is_a_folder(tmp_path):
     """The readers of mtl embed's inputs (images and arrays, texts); mtl predict's calls the same check."""
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
     from mtl.serving.export import read_inputs
     from mtl.text.embed import read_texts
 
@@ -279,7 +279,7 @@ def test_an_earlier_output_beside_a_runs_records_may_be_written_again(tmp_path):
     """The README writes `mtl embed ... -o runs/own_data/two.npy` into the run folder: running it twice must work
     (a review found the first rule refused every existing file there); a file in a run's sub-folders stays
     protected."""
-    from mtl.errors import ConfigError, require_output_file
+    from mtl.core.errors import ConfigError, require_output_file
 
     run = tmp_path / "run"
     (run / "checkpoints" / "step_1").mkdir(parents=True)

@@ -76,7 +76,7 @@ def test_baseline_and_compare_on_the_digits_demo(tmp_path):
 def _baseline_never_trains_over_another_job(tmp_path, quick):
     """A changed config was 'reused' (only the step count was compared) and a folder of another run was trained over
     without a word; now both are refused before anything trains, naming the key, and --overwrite trains again."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     static = tmp_path / "static"
     stamp = os.path.getmtime(static / "summary.json")
@@ -107,7 +107,7 @@ def _baseline_never_trains_over_another_job(tmp_path, quick):
     ('{"tasks": {"a": {"primary_metric": "acc", "eval": {"acc": "big"}}}}', "task 'a' has acc = 'big', not a number"),
 ])
 def test_compare_names_a_summary_that_is_not_a_runs(tmp_path, content, words):
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "summary.json").write_text(content)
@@ -119,7 +119,7 @@ def test_compare_names_a_summary_that_is_not_a_runs(tmp_path, content, words):
 @pytest.mark.parametrize("content, words", [("{", "is not valid JSON"), ('{"x": 1}', "no number under 'delta_m'"),
                                             ('{"delta_m": "big"}', "got 'big'")])
 def test_compare_names_a_baseline_file_that_is_not_mtl_baselines(tmp_path, content, words):
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "summary.json").write_text('{"tasks": {"a": {"primary_metric": "acc", "eval": {"acc": 1}}}}')
@@ -131,7 +131,7 @@ def test_compare_names_a_baseline_file_that_is_not_mtl_baselines(tmp_path, conte
 @pytest.mark.parametrize("plot, words", [("nodir/x.png", "does not exist"), ("keep.txt", "does not end in a chart"),
                                          (".", "is a folder")])
 def test_compare_checks_the_chart_path_before_reading_the_runs(tmp_path, plot, words):
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=words):  # the run folder does not exist either: the path is checked first
         mtl("compare", tmp_path / "missing", "--plot", tmp_path / plot)
@@ -140,7 +140,7 @@ def test_compare_checks_the_chart_path_before_reading_the_runs(tmp_path, plot, w
 def test_compare_tells_runs_of_one_folder_name_apart_and_refuses_a_run_given_twice(tmp_path):
     """Two runs called run1 (a/run1, b/run1) had two columns both headed 'run1'; a run given twice (run, run/) had
     two columns of the same figures."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
     from mtl.studies.comparison import run_names
 
     for parent, value in (("a", 0.5), ("b", 0.75)):

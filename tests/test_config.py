@@ -7,7 +7,7 @@ import yaml
 
 from mtl.config.loading import load_job
 from mtl.config.overrides import apply_overrides
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,9 +89,9 @@ def test_python_task_file_registers_its_own_head(tmp_path):
     plug = tmp_path / "myplugins"
     plug.mkdir()
     (plug / "custom_task.py").write_text(
-        "from mtl.registry import plugin_class\n"
+        "from mtl.core.registry import plugin_class\n"
         "RegressionHead = plugin_class('head', 'regression')\n"
-        "from mtl.registry import register_head\n"
+        "from mtl.core.registry import register_head\n"
         "@register_head('my_regression')\n"
         "class MyRegression(RegressionHead):\n"
         "    '''A custom head from a plug-in file.'''\n"

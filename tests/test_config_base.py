@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIX = os.path.join(ROOT, "examples", "configs", "faces_six.yaml")

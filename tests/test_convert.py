@@ -20,12 +20,12 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import registry
 from mtl.backbones.base import build_backbone
 from mtl.cli import main as mtl_main
 from mtl.convert.torch_file import read_torch_file
+from mtl.core import registry
+from mtl.core.errors import DataError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import DataError
 from tests.references import peers
 from tests.references.torch_format import Storage, Tensor, insightface_names, randomized, torch_layout, write_torch_file
 

@@ -1,4 +1,4 @@
-"""Cross-head negatives (mtl/heads/cross_negatives.py) against a float64 numpy reference of the masked softmax, its
+"""Cross-head negatives (mtl/headkit/cross_negatives.py) against a float64 numpy reference of the masked softmax, its
 loss and gradients: the other heads' classes as plain negatives (no margin; no gradient of their own, or with
 ``update: both`` the gradient a merged head's rows would get), the
 same-person classes out of the sample's softmax; with masks from pairs and from the online rule, a sampled rate,
@@ -11,10 +11,10 @@ import paddle
 import pytest
 
 from mtl.core import arrays
-from mtl.heads import class_rows
-from mtl.heads.cross_negatives import CrossNegatives, normal_quantile, planned_bytes
+from mtl.core.registry import plugin_class
+from mtl.headkit import class_rows
+from mtl.headkit.cross_negatives import CrossNegatives, normal_quantile, planned_bytes
 from mtl.optimizer.sparse import StepRows
-from mtl.registry import plugin_class
 from tests import equivalence
 from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi
 from tests.shared_runs import one_process_run, train_here, two_process_run
@@ -402,7 +402,7 @@ def test_a_stopped_and_resumed_online_run_is_bit_identical(tmp_path):
 ])
 def test_a_bad_same_person_file_is_refused_at_load_time_naming_the_key(tmp_path, content, words):
     from mtl.config.loading import load_job
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     path = tmp_path / "pairs.json"
     if content is not None:
@@ -417,7 +417,7 @@ def test_a_bad_same_person_file_is_refused_at_load_time_naming_the_key(tmp_path,
 def _arch_job(architecture, backbone, cross=None):
     """Two ArcFace heads (7 and 5 classes) on synthetic images with ``architecture``; ``cross``: the section."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     tasks = [{"name": n, "reader": {"type": "synthetic", "num_samples": 30, "num_classes": c, "seed": s},
               "head": {"type": "arcface", "scale": SCALE, "margin": list(ARC)}, "eval": None}
@@ -441,7 +441,7 @@ CNN = {"type": "cnn", "channels": [4, 8], "embedding_size": 8}
 def test_cross_negatives_need_every_task_in_one_embedding(architecture, backbone, accepted):
     """Shared weights with task BatchNorms or adapters (no towers) give one embedding: accepted; towers, experts
     and stitch columns give each task coordinates of its own: refused before training, naming the key."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     if accepted:
         job = _arch_job(architecture, backbone)

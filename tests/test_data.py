@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
+from mtl.core.errors import ConfigError
 from mtl.data.scheduler import JointSchedule, SampleSchedule
 from mtl.data.steps import SampleOrder, StepDataset, check_divisible
-from mtl.errors import ConfigError
 from mtl.readers.synthetic import SyntheticReader
 from tests.references.steps import step_samples
 

@@ -15,7 +15,7 @@ import time
 import pytest
 import yaml
 
-from mtl.errors import DiskError
+from mtl.core.errors import DiskError
 from mtl.store import checkpoint, integrity, layout
 from mtl.train import reporting
 from tests.dist_util import ROOT, run_distributed

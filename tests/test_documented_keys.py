@@ -13,19 +13,19 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError, ContractError
+from mtl.core.errors import ConfigError, ContractError
 from mtl.evaluation.evaluator import Evaluator
-from mtl.job import build_job
 from mtl.readers.synthetic import SyntheticReader
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests import warm_python
 from tests.dist_util import ROOT, free_port, launcher_env
 
 INT32_LABELS = '''
 import numpy as np
-from mtl.contracts import Field
+from mtl.core.contracts import Field
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
+from mtl.core.registry import register_reader
 
 
 @register_reader("dk_int32_labels")

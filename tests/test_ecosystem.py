@@ -9,7 +9,7 @@ import pytest
 
 from mtl.cli import build_parser
 from mtl.commands.train import continue_command, resolve_config
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,8 +9,8 @@ import paddle
 import pytest
 
 from mtl.commands.evaluate import evaluate
+from mtl.core.errors import ConfigError
 from mtl.data.verification_sets import encode_png, write_bin
-from mtl.errors import ConfigError
 from mtl.serving.export import export
 from tests import warm_python
 from tests.references.folds import stratified_splits

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from mtl.config.loading import load_job
-from mtl.job import build_job
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 
 pytest.importorskip("visualdl")

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from mtl.config.loading import load_job
+from mtl.core.errors import ConfigError
 from mtl.data.scheduler import JointSchedule, SampleSchedule, steps_for_epochs
-from mtl.errors import ConfigError
 
 
 def task(name, samples, ratio=1.0):
@@ -46,7 +46,7 @@ def test_sample_mode_counts_the_expected_rows_of_the_task():
 def test_a_job_given_epochs_trains_the_steps_they_make(tmp_path):
     """The job resolves the steps from the first task's training split (or ``epochs_of``), trains them, and its
     ``job.json`` records them beside the epochs; the announcement says how they were counted."""
-    from mtl.job import build_job, planned_steps
+    from mtl.train.job import build_job, planned_steps
     from mtl.train.trainer import Trainer
 
     cfg = load_job(data=job(tmp_path, {"batch_size": 8, "epochs": 1.5}))  # sub-batches 2 and 6
@@ -110,8 +110,8 @@ def test_steps_replace_the_task_the_epochs_counted_and_null_replaces_nothing(tmp
 
 def test_the_runs_a_report_derives_take_the_joint_jobs_steps(tmp_path):
     """Each task alone (a report's ``tasks=[...]`` and its sub-batch) would count the epochs over its own split;
-    :func:`mtl.job.steps_override` pins the joint job's steps, which a later --set may give over the epochs."""
-    from mtl.job import planned_steps, steps_override
+    :func:`mtl.train.job.steps_override` pins the joint job's steps, which a later --set may give over the epochs."""
+    from mtl.train.job import planned_steps, steps_override
 
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job(tmp_path, {"batch_size": 8, "epochs": 2})))
@@ -142,7 +142,7 @@ def test_a_budget_that_cannot_be_read_is_refused_at_load_naming_the_key(tmp_path
 
 def test_milestones_are_checked_again_against_the_steps_the_epochs_make(tmp_path):
     """Fractions of a budget in epochs are fine at load time; built, 0.3 and 0.4 of 3 steps are both step 1."""
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     data = job(tmp_path, {"batch_size": 8, "epochs": 0.2}, optimizer={"decay": "multistep", "milestones": [0.3, 0.4],
                                                                                 "lr": 0.001})
@@ -169,7 +169,7 @@ def test_single_task_baselines_take_the_steps_the_epochs_give_the_joint_job(tmp_
 def test_a_resume_whose_steps_moved_says_so(tmp_path):
     """A run in epochs resumed after its training split changed size trains other steps: the learning-rate schedule
     and the averaging then follow the new count. The checkpoint records its run's steps; the resume says both."""
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     data = job(tmp_path, {"batch_size": 8, "epochs": 1.0})  # ceil(30 / 2) = 15 steps

@@ -9,10 +9,10 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
+from mtl.core.errors import PluginError
 from mtl.data.steps import collate, iterate_eval, length_order
-from mtl.errors import PluginError
 from mtl.evaluation.batches import backbone_output, evaluate_batches
-from mtl.job import build_job
+from mtl.train.job import build_job
 from tests.dist_util import ROOT
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "text_job.yaml")

@@ -7,8 +7,8 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl.core.errors import ConfigError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import ConfigError
 from mtl.serving.export import embed, export
 from mtl.store.layout import latest_checkpoint
 from tests import warm_python
@@ -90,7 +90,7 @@ def test_export_errors(tmp_path):
 def test_an_export_is_written_whole_or_not_at_all(tmp_path):
     """A damaged data.json was named (exit 2), but backbone.json, backbone.pdiparams and heads/ were left without an
     export.json; an export over a folder of other files wrote into it. Found by a fuzzing helper."""
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
 
     train_run(tmp_path, averaging=False)
     run, out = tmp_path / "run", tmp_path / "out"
@@ -136,7 +136,7 @@ def test_damaged_records_of_a_run_or_an_export_are_one_sentence_each(tmp_path):
     a fuzzing helper), or numpy's advice to load a pickled file unsafely."""
     import shutil
 
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
     from mtl.serving.inference import open_for_prediction, open_run
 
     train_run(tmp_path, averaging=False)

@@ -14,10 +14,10 @@ import pytest
 from PIL import Image
 
 from mtl.commands import data as datatools
+from mtl.core.errors import ConfigError, DataError
 from mtl.data import recordio, transforms
 from mtl.data.transforms import flip_coin
 from mtl.data.verification_sets import load_verification_set, read_bin, read_pairs, write_bin
-from mtl.errors import ConfigError, DataError
 from mtl.readers.image_list import ImageListReader
 from mtl.readers.recordio_reader import RecordIOFaceReader
 

@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from mtl.commands import data as datatools
+from mtl.core.errors import ConfigError
 from mtl.data.recordio import RecordIOReader, unpack
 from mtl.data.transforms import Augment, normalize, to_pixels
-from mtl.errors import ConfigError
 from mtl.evaluation.pairs import open_set_pairs, open_set_verification
 from mtl.readers.image_list import ImageListReader
 from mtl.readers.recordio_reader import image_rows

@@ -16,7 +16,7 @@ from mtl.config.loading import load_job
 from mtl.config.overrides import parse_override
 from mtl.data.scheduler import build_schedule
 from mtl.data.steps import StepDataset
-from mtl.job import build_reader
+from mtl.train.job import build_reader
 from tests.references.steps import step_samples
 from tools import make_overlap_benchmark
 
@@ -134,7 +134,7 @@ def test_command_line_arms(bench, capsys):
 def test_every_arm_trains_the_steps_the_epochs_give_the_joint_job(bench):
     """A config given in epochs: each dataset alone and the merged arms would count the epochs over their own first
     task (other steps, the review of 2026-12-04 found); every arm's runs take the joint job's steps instead."""
-    from mtl.job import planned_steps
+    from mtl.train.job import planned_steps
 
     config, _ = bench
     recipe = Recipe(load_job(config, ["schedule.epochs=2"]), Benchmark.beside(config))

@@ -14,9 +14,9 @@ import yaml
 from PIL import Image
 
 from mtl.config.loading import load_job
+from mtl.core.errors import ConfigError, DataError
 from mtl.data.preprocess import Preprocess, crop_pixels, equalize_grey, equalize_pixels, standardize_image
 from mtl.data.steps import StepDataset
-from mtl.errors import ConfigError, DataError
 from mtl.readers.concat import ConcatReader
 from mtl.readers.image_list import ImageListReader
 from tests import warm_python
@@ -82,7 +82,7 @@ def test_held_out_people_never_reach_a_training_batch():
     """Every sample of the first 60 steps (more than an epoch of every dataset) belongs to a training person, and
     every training person shows up."""
     from mtl.data.scheduler import build_schedule
-    from mtl.job import build_reader
+    from mtl.train.job import build_reader
 
     cfg = load_job(SIX, ["schedule.steps=60"])
     readers = {t["name"]: build_reader(t, None, {"image_size": 8, "channels": 3}) for t in cfg["tasks"]}

@@ -10,10 +10,10 @@ import pytest
 
 from mtl.cli import main as mtl_main
 from mtl.config.loading import load_job
+from mtl.core.errors import ConfigError
 from mtl.core.safe_pickle import load_paddle_file
 from mtl.data.steps import StepDataset
-from mtl.errors import ConfigError
-from mtl.job import build_job
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests.references.torch_format import insightface_names, randomized, torch_layout, write_torch_file
 

@@ -11,8 +11,8 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError
-from mtl.job import build_job
+from mtl.core.errors import ConfigError
+from mtl.train.job import build_job
 from tests.minilm_shaped import write_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +51,7 @@ def test_a_tokenizer_json_with_truncation_and_padding_keeps_every_piece(tmp_path
 
 
 def test_first_piece_pooling_equals_a_loop_over_the_words(checkpoint, tmp_path):
-    from mtl.heads.text import gather_words
+    from mtl.headkit.text import gather_words
 
     job = build_job(job_config(checkpoint, tmp_path), announce_plan=False)
     reader, tokenizer = job.task("upos").reader, job.backbone.tokenizer

@@ -1,8 +1,8 @@
 """The generated sections of the docs (mtl.core.generated_pages): read and replaced between their markers only."""
 import pytest
 
+from mtl.core.errors import ConfigError
 from mtl.core.generated_pages import read_section, write_section
-from mtl.errors import ConfigError
 
 
 def test_a_section_is_replaced_between_its_markers_and_nothing_else_moves(tmp_path):

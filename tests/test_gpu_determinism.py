@@ -8,7 +8,7 @@ import pytest
 
 from mtl.core import arrays
 from mtl.core.runtime import on_host_generator
-from mtl.heads import class_rows
+from mtl.headkit import class_rows
 from mtl.store import checkpoint
 
 
@@ -16,7 +16,7 @@ def test_the_device_backward_scatters_target_terms_without_index_add(monkeypatch
     """Root cause: Paddle's GPU ``index_add`` is an atomic add (``CudaAtomicAdd`` in phi's index_add_kernel.cu;
     with FLAGS_cudnn_deterministic it runs on one GPU thread). Rows that share a target class now write their own
     (class, row) entry of G' once; the gradients still match numpy's (float64, duplicated targets)."""
-    from mtl.registry import plugin_class
+    from mtl.core.registry import plugin_class
 
     ArcFaceHead = plugin_class("head", "arcface")
 

@@ -8,9 +8,9 @@ import paddle
 import pytest
 
 from mtl.core import arrays
-from mtl.heads import class_rows
-from mtl.heads.class_rows import CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS, chunk_rows
-from mtl.registry import plugin_class
+from mtl.core.registry import plugin_class
+from mtl.headkit import class_rows
+from mtl.headkit.class_rows import CHUNK_ROWS, DEVICE_CHUNK_ELEMENTS, chunk_rows
 
 ArcFaceHead = plugin_class("head", "arcface")  # the one way head plug-ins are imported
 

@@ -8,8 +8,8 @@ import pytest
 
 from mtl import cli
 from mtl.commands import launch
+from mtl.core.errors import ConfigError
 from mtl.core.runtime import gpu_index, resolve_device
-from mtl.errors import ConfigError
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ def test_the_strategy_stops_a_step_with_uneven_rows_before_any_head_gathers(monk
     """On NCCL an all-gather of unequal shapes hangs or writes past its buffer before a check after it could
     report; the strategy's per-step agreement (already one all-reduce) carries every task's row count."""
     from mtl.architectures.hard import Hard
-    from mtl.heads.base import Head
+    from mtl.headkit.base import Head
     from mtl.parallel.strategy import ParallelStrategy
 
     model = paddle.nn.Layer()

@@ -76,7 +76,7 @@ class _O2Backbone(paddle.nn.Layer):
         self.recorder = recorder
 
     def input_fields(self):
-        from mtl.contracts import Field
+        from mtl.core.contracts import Field
 
         return [Field("image", (2,), "float32")]
 
@@ -127,9 +127,9 @@ def test_an_o2_state_is_written_in_float32_and_loads_into_either_precision():
 def test_export_of_an_o2_run_reads_float32_weights(tmp_path):
     """A run whose backbone was cast as O2 casts it (checkpoint written by the trainer), then ``mtl export``."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
     from mtl.serving.export import export
     from mtl.serving.inference import open_run
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     data = {"seed": 0, "output_dir": str(tmp_path / "run"),

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from mtl.evaluation import identification as ident
 from mtl.evaluation.held_out import pool_people
 from tests.cli_run import cli
@@ -138,7 +138,7 @@ def held_out_images():
 @pytest.fixture(scope="module")
 def orl_run(tmp_path_factory):
     """A 2-step run of the ORL recipe: (run folder, its summary)."""
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     folder = tmp_path_factory.mktemp("orl")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mtl.cli import main as mtl_main
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from mtl.evaluation.ijb import ARCFACE_TEMPLATE, align_face, read_ijb, similarity_transform
 from mtl.evaluation.ijb_protocol import evaluate_variants, pair_scores, tar_at_far, template_features
 from tests.references import peers

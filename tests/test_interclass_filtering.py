@@ -1,4 +1,4 @@
-"""Inter-class filtering and known same-person pairs of the margin head (mtl/heads/filtering.py) against a numpy
+"""Inter-class filtering and known same-person pairs of the margin head (mtl/headkit/filtering.py) against a numpy
 reference of the masked loss and its gradients, with the chunk passes in numpy (host) and in Paddle ops (device),
 over several chunks, with the full softmax and Partial FC; 2 processes with sharded centres in
 tests/test_sharded_heads.py's shared run (cases ``filter*``)."""
@@ -9,9 +9,9 @@ import paddle
 import pytest
 
 from mtl.core import arrays
-from mtl.heads import class_rows
-from mtl.heads.filtering import same_person_pairs
-from mtl.registry import plugin_class
+from mtl.core.registry import plugin_class
+from mtl.headkit import class_rows
+from mtl.headkit.filtering import same_person_pairs
 from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi, run_head
 from tests.sharded_heads_run import script  # registers the shared 2-process run "sharded_heads"
 

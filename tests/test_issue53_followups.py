@@ -9,7 +9,7 @@
    before it starts, once.
 4. Counts are declared (``COUNT_METRICS``), not guessed from a whole value: 2.0 of an RMSE is ``2.0000``, a count of
    1 is ``1``.
-5. ``mtl/registry.py`` split along its seam (finding plug-in files apart), every import path kept.
+5. ``mtl/core/registry.py`` split along its seam (finding plug-in files apart), every import path kept.
 6. One union-find, one safetensors test, one TSV reading.
 """
 import json
@@ -17,7 +17,7 @@ import json
 import numpy as np
 import pytest
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from tests.same_person_jobs import SAME, finished_run, head_ids_by_hand, named_job, pairs_by
 
 # ---- 1. a merged head's same_person reads people by name and by the dataset's label -------------------------------
@@ -46,7 +46,7 @@ def _merged_job(tmp_path, pairs, offsets=OFFSETS, sources=None, shared=False):
 
 def _masked(tmp_path, pairs, **kw):
     """The merged head's same-person class pairs (both directions), sorted."""
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     head = build_job(_merged_job(tmp_path, pairs, **kw), announce_plan=False).tasks[0].head
     return sorted(map(tuple, head.filtering.pairs.tolist()))
@@ -90,7 +90,7 @@ def test_a_merged_head_reads_pairs_by_name_and_by_the_datasets_label_as_cross_ne
      "its offset 2 (they start at 0, 3)"),
 ])
 def test_what_names_nobody_of_its_source_is_refused_naming_the_entry(tmp_path, pair, offsets, words):
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     with pytest.raises(ConfigError) as info:
         build_job(_merged_job(tmp_path, [pair], offsets=offsets), announce_plan=False)
@@ -100,7 +100,7 @@ def test_what_names_nobody_of_its_source_is_refused_naming_the_entry(tmp_path, p
 def test_sources_sharing_one_label_space_are_refused_only_where_they_disagree(tmp_path):
     """shared_labels: both sources start at class 0. teamA's list read twice with ann and cid held out numbers its
     people alike (eve is class 2 in both); held out in one source only, eve is class 2 in one and 4 in the other."""
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     named_job(tmp_path)
     a_list = str(tmp_path / "teamA" / "list.txt")
@@ -117,8 +117,8 @@ def test_sources_sharing_one_label_space_are_refused_only_where_they_disagree(tm
 
 
 def test_a_head_built_alone_still_reads_class_numbers_and_refuses_names():
-    from mtl.errors import ParameterError
-    from mtl.heads.filtering import same_person_pairs
+    from mtl.core.errors import ParameterError
+    from mtl.headkit.filtering import same_person_pairs
 
     found = same_person_pairs({"pairs": [{"task_a": "a", "class_a": 1, "task_b": "b", "class_b": 2}],
                                "offsets": {"a": 0, "b": 5}}, 10)
@@ -144,8 +144,8 @@ CHECKED = "task 'faces': its evaluation split (checked before training"
 
 
 def test_a_trainer_made_directly_checks_the_evaluation_images_before_anything_is_written(tmp_path):
-    from mtl.errors import DataError
-    from mtl.job import build_job
+    from mtl.core.errors import DataError
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     job = build_job(_bad_held_out_image(tmp_path), announce_plan=False)
@@ -156,7 +156,7 @@ def test_a_trainer_made_directly_checks_the_evaluation_images_before_anything_is
 
 
 def test_mtl_compares_baseline_runs_check_the_evaluation_images_before_training(tmp_path):
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
     from mtl.studies.comparison import run_baselines
 
     lines = []
@@ -196,7 +196,7 @@ def _pairs_list(path, same, different):
 
 def test_a_small_verification_set_of_a_training_run_is_warned_about_once_on_the_console_and_in_the_log(tmp_path):
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
     from tests.face_folders import face_folder, face_job
 
@@ -257,16 +257,16 @@ def test_the_registry_is_under_400_lines_and_every_name_others_use_is_still_impo
     import os
 
     import mtl.core.plugin_loading as loading
-    from mtl import registry
+    from mtl.core import registry
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "mtl", "registry.py")) as f:
+    with open(os.path.join(root, "mtl", "core", "registry.py")) as f:
         assert len(f.read().splitlines()) <= 400
     with open(os.path.join(root, "mtl", "core", "plugin_loading.py")) as f:  # the lower piece: never the registry
         tree = ast.parse(f.read())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
         {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert "mtl.registry" not in imported and "mtl" not in imported, imported
+    assert "mtl.core.registry" not in imported and "mtl" not in imported, imported
     for name in ("load_builtin", "load_folder", "load_file", "load_all", "load_entry_points", "import_error",
                  "builtin_heads_folder"):
         assert getattr(registry, name) is getattr(loading, name)
@@ -326,8 +326,8 @@ def test_one_safetensors_test_for_the_reader_and_for_what_a_file_is_instead_of_a
     import struct
 
     from mtl.convert import safetensors_file
+    from mtl.core.errors import DataError
     from mtl.core.safe_pickle import looks_like_safetensors, not_a_pickle
-    from mtl.errors import DataError
 
     assert safetensors_file.looks_like_safetensors is looks_like_safetensors
     header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'

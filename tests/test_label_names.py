@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from mtl import registry
 from mtl.commands import data as datatools
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 from tests.newcomer_runs import write_images
 
 PEOPLE = ["s1", "s10", "s2", "s12"]  # sorted as text: s1, s10, s12, s2
@@ -123,7 +123,7 @@ def test_inspect_decodes_every_image_and_names_the_bad_ones(tmp_path, capsys):
 
 def test_a_run_that_skips_bad_images_says_so_and_names_them(tmp_path):
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     rels = people_folder(tmp_path / "faces", per_person=3, corrupt=["s10/bad.png"])

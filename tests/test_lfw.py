@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.data import lfw
-from mtl.errors import ConfigError, DataError
 from mtl.evaluation import lfw as protocol
 from tests.dist_util import ROOT
 from tests.lazy import LazyModule
@@ -187,7 +187,7 @@ def test_lfws_standard_error_divides_by_nine():
 def subset_run(tmp_path_factory):
     """A few steps of one ArcFace head over the subset's people of every View 2 set but 3 (the reader in a job)."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     tmp = tmp_path_factory.mktemp("lfw_run")

@@ -48,8 +48,8 @@ def digests(paths):
 
 def training_files(job_file):
     """Every image file the job's tasks train on, built as the job builds its readers."""
-    from mtl import registry
     from mtl.config.loading import load_job
+    from mtl.core import registry
 
     job = load_job(job_file)
     files = []

@@ -9,11 +9,11 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import registry
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 from mtl.evaluation.pairs import verification_pairs
-from mtl.heads.margin import MIN_SIN_THETA, check_margin, margin_value_and_slope
-from mtl.heads.sharded import INIT_BLOCK, initial_class_rows
+from mtl.headkit.margin import MIN_SIN_THETA, check_margin, margin_value_and_slope
+from mtl.headkit.sharded import INIT_BLOCK, initial_class_rows
 from mtl.parallel import distributed
 from tests.references.margin import MARGINS, assert_close, np_ce, np_dpsi, np_margin_head, np_psi, run_head
 

@@ -8,8 +8,8 @@ import paddle
 import pytest
 
 from mtl.core import arrays
-from mtl.heads import class_rows
-from mtl.registry import plugin_class
+from mtl.core.registry import plugin_class
+from mtl.headkit import class_rows
 from tests.references.margin import MARGINS, assert_close, np_margin_head, run_head
 
 ArcFaceHead = plugin_class("head", "arcface")

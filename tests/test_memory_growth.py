@@ -11,7 +11,7 @@ import paddle
 import pytest
 
 from mtl.core.arrays import tensor_from
-from mtl.job import build_job
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests.small_runs import job_cfg
 

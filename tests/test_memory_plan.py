@@ -13,10 +13,9 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import registry
 from mtl.config.loading import load_job
-from mtl.core import arrays
-from mtl.heads import sharded
+from mtl.core import arrays, registry
+from mtl.headkit import sharded
 from mtl.optimizer import sparse
 from mtl.optimizer.sparse import RowSparseOptimizer
 from mtl.train import memory_plan

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from mtl.evaluation import metrics
 from mtl.evaluation.pairs import verification_pairs
 from tests.lazy import LazyModule

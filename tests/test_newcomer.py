@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError
-from mtl.job import build_job
+from mtl.core.errors import ConfigError
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests import warm_python
 
@@ -108,7 +108,7 @@ def write_task_job(folder, head, averaging=None, backbone=None):
 
 def refusal(path, overrides=(), available=1000):
     """The ConfigError of the memory plan of ``path`` with ``available`` bytes per process."""
-    from mtl import registry
+    from mtl.core import registry
     from mtl.train import memory_plan
 
     cfg = load_job(path, list(overrides))
@@ -160,12 +160,12 @@ def test_the_memory_plans_advice_for_the_averager_is_a_set_command_the_job_accep
 
 # ---- 11. the memory plan of a small job is not printed -------------------------------------------------------------
 def test_a_small_jobs_memory_plan_is_not_printed_a_large_ones_is(tmp_path, capsys, monkeypatch):
-    import mtl.job
+    import mtl.train.job
 
     data = image_job(tmp_path / "run")
     build_job(load_job(data=data))
     assert "memory plan" not in capsys.readouterr().out
-    monkeypatch.setattr(mtl.job, "PLAN_SHOWN_FROM", 1)
+    monkeypatch.setattr(mtl.train.job, "PLAN_SHOWN_FROM", 1)
     build_job(load_job(data=data))
     out = capsys.readouterr().out
     assert out.startswith("memory plan per process") and "task 'ids' head 'arcface'" in out, out
@@ -407,7 +407,7 @@ def test_every_strategy_the_weighting_page_names_in_a_table_is_registered_or_sai
     that config loads)."""
     import re
 
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_builtin()
     registered = {e.name for e in registry.entries("weighting")}

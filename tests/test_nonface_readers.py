@@ -4,8 +4,8 @@ import functools
 import numpy as np
 import pytest
 
-from mtl.contracts import Field, check_task, conversion_problem, convert
-from mtl.errors import ConfigError, ContractError, DataError
+from mtl.core.contracts import Field, check_task, conversion_problem, convert
+from mtl.core.errors import ConfigError, ContractError, DataError
 from mtl.readers.csv_reader import CsvReader
 from mtl.readers.digits import DigitsReader, load_digits_arrays
 from mtl.readers.numpy_reader import NumpyReader
@@ -173,7 +173,7 @@ def test_numpy_reader_converts_multi_hot_and_float64_and_refuses_float_labels(tm
 
 
 def test_plugins_table_describes_the_new_readers():
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_builtin()
     described = {e.name: e.description for e in registry.entries("reader")}

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError, ContractError
-from mtl.job import build_job
+from mtl.core.errors import ConfigError, ContractError
 from mtl.serving.export import embed
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "configs")

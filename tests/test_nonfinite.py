@@ -11,8 +11,8 @@ import yaml
 from mtl.config.loading import load_job
 from mtl.core.safe_pickle import load_paddle_file
 from mtl.data.steps import StepDataset
-from mtl.job import build_job
 from mtl.train.guard import NonFiniteError, ordinal
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests import warm_python
 from tests.references.steps import step_samples

@@ -153,7 +153,7 @@ def test_multistep_decay_by_steps_and_by_fractions(warmup):
 
 def test_schedule_errors_are_caught_at_load_time_naming_the_key():
     from mtl.config.loading import load_job
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     def job(**optimizer):
         return {"tasks": [{"name": "a", "reader": {"type": "synthetic"}, "head": "softmax"}], "backbone": "mlp",

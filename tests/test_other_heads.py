@@ -5,8 +5,8 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import registry
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 from mtl.evaluation import metrics
 from tests.lazy import LazyModule
 

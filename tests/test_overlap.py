@@ -14,9 +14,9 @@ import yaml
 
 from mtl.cli import build_parser
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError
-from mtl.job import build_job
+from mtl.core.errors import ConfigError
 from mtl.studies.overlap import calibrated_threshold, chosen_images, match_classes, overlaps, templates
+from mtl.train.job import build_job
 
 SHARED = {5: 0, 2: 1, 7: 2, 0: 3}  # class of A -> class of B
 

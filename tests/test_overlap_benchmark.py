@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError
-from mtl.job import build_reader
+from mtl.core.errors import ConfigError
 from mtl.readers.concat import ConcatReader
+from mtl.train.job import build_reader
 from tools import make_overlap_benchmark as tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

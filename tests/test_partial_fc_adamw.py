@@ -13,9 +13,9 @@ from mtl.config.loading import load_job
 from mtl.core import arrays
 from mtl.core.safe_pickle import load_paddle_file
 from mtl.data.steps import StepDataset
-from mtl.job import build_job
 from mtl.optimizer.sparse import row_sparse_adamw_
 from mtl.store import layout
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests.dist_util import ROOT
 from tests.row_updates import recorded_updates

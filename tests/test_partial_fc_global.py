@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from mtl.heads.sharded import sample_classes_globally, shard_of_sample
+from mtl.headkit.sharded import sample_classes_globally, shard_of_sample
 from mtl.parallel import distributed
 from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run

@@ -7,9 +7,9 @@ import pytest
 
 from mtl.config.loading import load_job
 from mtl.core import arrays
+from mtl.core.errors import ConfigError
 from mtl.data.steps import StepDataset
-from mtl.errors import ConfigError
-from mtl.job import build_job
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests.row_updates import recorded_updates
 

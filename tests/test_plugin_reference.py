@@ -4,14 +4,14 @@ import inspect
 
 import pytest
 
-from mtl import registry
 from mtl.commands import plugins as reference
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 
 PLUGIN = '''
-from mtl.contracts import Field
+from mtl.core.contracts import Field
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
+from mtl.core.registry import register_reader
 
 
 class Base(Reader):

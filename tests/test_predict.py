@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from mtl.serving.prediction import predict, prediction_table
 from tests import warm_python
 
@@ -47,8 +47,8 @@ def four_heads(tmp_path_factory):
 
 def eval_split(run, task, tmp):
     """The evaluation split of ``task`` as the run's evaluator read it: (images.npy path, its samples)."""
-    from mtl.job import build_job
     from mtl.serving.inference import open_run
+    from mtl.train.job import build_job
 
     job = build_job(open_run(run).cfg, announce_plan=False)
     reader = job.eval_reader(job.task(task))

@@ -14,7 +14,7 @@ import paddle
 import pytest
 
 from mtl.config.loading import load_job
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 from mtl.pretrained import cache
 from mtl.pretrained.catalogue import BERT, CATALOGUE, WORD_VECTORS, Model
 from mtl.pretrained.fetch import fetch

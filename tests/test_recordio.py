@@ -5,8 +5,8 @@ import struct
 import numpy as np
 import pytest
 
+from mtl.core.errors import DataError
 from mtl.data import recordio
-from mtl.errors import DataError
 
 MAGIC = 0xCED7230A
 M = struct.pack("<I", MAGIC)

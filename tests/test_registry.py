@@ -5,8 +5,8 @@ import sys
 import pytest
 
 import mtl
-from mtl import registry
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,11 +21,11 @@ def test_build_functions():
 
 @pytest.mark.subprocess
 def test_the_registry_finds_a_builtin_head_in_a_fresh_interpreter():
-    """``registry.build`` straight after ``from mtl import registry`` (no job, no plug-in loading first): the
+    """``registry.build`` straight after ``from mtl.core import registry`` (no job, no plug-in loading first): the
     built-ins are loaded on the first name it does not know (a new interpreter: the warm one has them loaded)."""
     import subprocess
 
-    code = ("from mtl import registry\n"
+    code = ("from mtl.core import registry\n"
             "head = registry.build('head', {'type': 'regression', 'feature_size': 3}, feature_size=3)\n"
             "print(type(head).__name__)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
@@ -42,7 +42,7 @@ def test_unknown_name_and_parameter():
 
 def test_plugin_folder_is_discovered(tmp_path):
     (tmp_path / "p1.py").write_text(
-        "from mtl.registry import register_backbone\n"
+        "from mtl.core.registry import register_backbone\n"
         "from mtl.backbones.small import MLP\n"
         "@register_backbone('tiny_test_mlp')\n"
         "class Tiny(MLP):\n"
@@ -55,7 +55,7 @@ def test_plugin_folder_is_discovered(tmp_path):
 def test_a_plugin_that_ends_the_process_when_imported_is_a_plugin_error(tmp_path):
     """sys.exit(0) in a plug-in file ended `mtl train` with status 0, no output and nothing trained (found by a
     fuzzing helper)."""
-    from mtl.errors import PluginError
+    from mtl.core.errors import PluginError
 
     (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
     with pytest.raises(PluginError, match=r"quits.py' line 2: SystemExit: 0 when it was imported; this is a bug"):
@@ -67,7 +67,7 @@ def test_entry_point_group(tmp_path):
     pkg = tmp_path / "site"
     (pkg / "mtl_ep_demo").mkdir(parents=True)
     (pkg / "mtl_ep_demo" / "__init__.py").write_text(
-        "from mtl.registry import register_reader\n"
+        "from mtl.core.registry import register_reader\n"
         "from mtl.readers.synthetic import SyntheticReader\n"
         "@register_reader('ep_synthetic')\n"
         "class EP(SyntheticReader):\n"
@@ -87,7 +87,7 @@ def test_entry_point_group(tmp_path):
                    if ln.count("|") > 3), name
 
 
-TYPED_PLUGIN = '''from mtl.registry import register_backbone
+TYPED_PLUGIN = '''from mtl.core.registry import register_backbone
 from mtl.backbones.small import MLP
 
 
@@ -110,7 +110,7 @@ def test_a_value_of_another_type_than_declared_is_a_config_error_not_a_plugin_bu
     """``classes: "x"`` reached the digits reader's int() and was reported as "a bug in the plug-in, not a mistake
     in the config" (found by a fuzzing helper). When a plug-in raises something other than a user error, a value not
     of the type its docstring declares is named as the config's mistake; with the declared types it stays a bug."""
-    from mtl.errors import PluginError
+    from mtl.core.errors import PluginError
 
     (tmp_path / "typed.py").write_text(TYPED_PLUGIN)
     registry.load_folder(str(tmp_path))

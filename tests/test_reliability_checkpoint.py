@@ -9,10 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
+from mtl.core.errors import ConfigError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import ConfigError
-from mtl.job import build_job
 from mtl.store import checkpoint, integrity, layout
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests.small_runs import TASKS, job_cfg
 

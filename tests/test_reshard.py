@@ -17,10 +17,10 @@ import pytest
 from mtl.cli import build_parser
 from mtl.config.loading import load_job
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.job import build_job
 from mtl.optimizer.joint import JointOptimizer
 from mtl.store import checkpoint
 from mtl.store.layout import merged_head_state
+from mtl.train.job import build_job
 from tests import equivalence
 from tests.shared_runs import train_here, two_process_run
 
@@ -204,7 +204,7 @@ def test_a_damaged_checkpoint_is_refused_by_info_and_reshard_and_nothing_is_writ
                                                                                      words):
     """Given as a checkpoint folder (not a run folder), a damaged checkpoint was resharded into new files with new
     checksums (the damage laundered), or left a half-written output; now one sentence, and no output folder."""
-    from mtl.errors import MtlError
+    from mtl.core.errors import MtlError
 
     copy = _damaged_copy(os.path.join(uninterrupted, "checkpoints", "step_20"), tmp_path, how)
     for args in (("info", copy), ("reshard", copy, "--world", "2", tmp_path / "out")):

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mtl.convert.torch_file import MAX_EXPANSION, read_torch_file
+from mtl.core.errors import DataError
 from mtl.core.safe_pickle import GeneratorRecord, load_paddle_file, load_pickle
-from mtl.errors import DataError
 from tests import equivalence  # noqa: F401  (registers the 1-process run read here)
 from tests.references.torch_format import Storage, Tensor, write_torch_file
 

@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import registry
+from mtl.core import registry
 from mtl.parallel import distributed
 from tests.references.margin import np_margin_head
 from tests.sharded_heads_run import script

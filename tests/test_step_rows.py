@@ -6,9 +6,9 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.heads.row_gradients import RowGradient, dense_gradient
+from mtl.core.registry import plugin_class
+from mtl.headkit.row_gradients import RowGradient, dense_gradient
 from mtl.optimizer.sparse import StepRows
-from mtl.registry import plugin_class
 
 WEIGHT = paddle.zeros([6, 2])
 
@@ -77,7 +77,7 @@ def test_a_training_step_keeps_no_view_of_a_heads_buffer(tmp_path):
     buffer (which the declared gradient is a view of) is not held past the step."""
     from mtl.config.loading import load_job
     from mtl.data.steps import StepDataset
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     cfg = {"seed": 0, "output_dir": str(tmp_path), "device": "cpu",

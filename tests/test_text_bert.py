@@ -14,7 +14,7 @@ from mtl.backbones.bert import Bert
 from mtl.convert.bert import bert_options, read_checkpoint
 from mtl.convert.safetensors_file import read_safetensors
 from mtl.convert.torch_file import read_torch_file
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "bert_tiny")
 SIZES = dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=64, dropout=0.1,

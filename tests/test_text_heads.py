@@ -10,8 +10,8 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl import registry
-from mtl.heads.crf import log_partition, path_scores, viterbi
+from mtl.core import registry
+from mtl.headkit.crf import log_partition, path_scores, viterbi
 from mtl.readers.squad_reader import SquadReader
 from mtl.text.metrics import attachment_scores, entity_scores
 from mtl.text.squad import exact_match, f1_score, normalize_answer, squad_scores

@@ -7,10 +7,10 @@ import os
 import numpy as np
 import pytest
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.data.buckets import BucketedOrder
 from mtl.data.padding import collate_padded, pad_stack
 from mtl.data.steps import SampleOrder
-from mtl.errors import ConfigError, DataError
 from mtl.readers.conllu_reader import ConlluReader
 from mtl.readers.iob2_reader import Iob2Reader
 from mtl.readers.masked_lm import MaskedLmReader

@@ -7,9 +7,9 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl.core.errors import ContractError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import ContractError
-from mtl.job import build_job
+from mtl.train.job import build_job
 from mtl.train.trainer import Trainer
 from tests.small_runs import TASKS, job_cfg
 
@@ -156,8 +156,8 @@ def test_half_written_checkpoints_are_ignored(tmp_path):
 
 
 def test_device_selection():
+    from mtl.core.errors import ConfigError
     from mtl.core.runtime import select_device
-    from mtl.errors import ConfigError
 
     if paddle.device.is_compiled_with_cuda():
         pytest.skip("CPU-build behaviour")
@@ -167,7 +167,7 @@ def test_device_selection():
 
 
 def test_a_new_run_does_not_overwrite_an_earlier_runs_checkpoints(tmp_path):
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
     from mtl.store.layout import list_checkpoints
 
     Trainer(build_job(job_cfg(tmp_path, checkpoint={"every": 3})), console=lambda *a: None).run()

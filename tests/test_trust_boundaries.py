@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from mtl.errors import ConfigError, MtlError, PluginError
+from mtl.core.errors import ConfigError, MtlError, PluginError
 from mtl.store import integrity
 from tests import warm_python
 from tests.cli_run import cli
@@ -156,7 +156,7 @@ def test_an_export_folder_with_a_planted_parameter_info_pickle_runs_nothing(run,
 # ---- plug-in code of a run folder ------------------------------------------------------------------------------
 PLUGIN = '''
 import os
-from mtl.registry import register_reader, plugin_class
+from mtl.core.registry import register_reader, plugin_class
 open(os.path.join(os.path.dirname(__file__), "imported"), "w").close()
 Synthetic = plugin_class("reader", "synthetic")
 
@@ -223,7 +223,7 @@ def test_resume_and_overwrite_together_are_refused(run):
 
 # ---- bugs are bugs -------------------------------------------------------------------------------------------------
 BUGGY = '''
-from mtl.registry import register_reader, plugin_class
+from mtl.core.registry import register_reader, plugin_class
 Synthetic = plugin_class("reader", "synthetic")
 
 
@@ -257,12 +257,12 @@ def test_a_plugin_that_raises_is_a_bug_with_its_file_and_traceback_in_the_log(tm
 
 
 def test_a_taken_registry_name_is_refused_naming_both_files(tmp_path):
-    from mtl import registry
+    from mtl.core import registry
 
     for folder in ("one", "two"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "same_name.py").write_text(
-            "from mtl.registry import register_reader, plugin_class\n"
+            "from mtl.core.registry import register_reader, plugin_class\n"
             "@register_reader('tb_same_name')\nclass Same(plugin_class('reader', 'synthetic')):\n"
             "    '''Registered twice.'''\n")
     registry.load_file(str(tmp_path / "one" / "same_name.py"))
@@ -281,7 +281,7 @@ def test_a_taken_registry_name_is_refused_naming_both_files(tmp_path):
 def test_a_plug_in_file_that_fails_to_import_is_one_sentence_with_its_line(tmp_path, code, line, words):
     """Reference: the line Python's own traceback (or the syntax error) points at in the file; the file is not left
     half-imported (fixed, it loads)."""
-    from mtl import registry
+    from mtl.core import registry
 
     path = tmp_path / "task_plugin.py"
     path.write_text(code)
@@ -303,7 +303,7 @@ def _train(config, *extra):
 HELD = '''
 import os
 import time
-from mtl.registry import register_reader, plugin_class
+from mtl.core.registry import register_reader, plugin_class
 
 RELEASE = {release!r}
 

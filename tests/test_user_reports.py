@@ -27,7 +27,7 @@ import paddle
 import pytest
 import yaml
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 from tests import warm_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -174,9 +174,9 @@ def test_compare_shows_each_primary_metric_under_its_own_name_and_direction(tmp_
 # ---- 6. reserved names of reader plug-ins ------------------------------------------------------------------------
 READER_PLUGIN = '''
 import numpy as np
-from mtl.contracts import Field
+from mtl.core.contracts import Field
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
+from mtl.core.registry import register_reader
 
 
 @register_reader("ur_labelled")
@@ -211,7 +211,7 @@ def one_task_job(tmp_path, reader, head="softmax", plugins=(), eval_cfg=None):
 def build(tmp_path, job, training=False):
     """Build ``job`` (``training``: as a training run does, announcing the memory plan and warnings)."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -219,8 +219,8 @@ def build(tmp_path, job, training=False):
 
 
 def test_a_reader_attribute_hiding_a_reader_method_is_refused_with_one_sentence(tmp_path):
+    from mtl.core.registry import register_reader
     from mtl.readers.base import Reader
-    from mtl.registry import register_reader
 
     with pytest.raises(ConfigError) as refused:
         @register_reader("ur_class_attribute")
@@ -241,8 +241,8 @@ def test_a_reader_attribute_hiding_a_reader_method_is_refused_with_one_sentence(
 
 
 def test_a_reader_may_override_a_method_with_a_method_or_a_settable_property():
+    from mtl.core.registry import register_reader
     from mtl.readers.base import Reader
-    from mtl.registry import register_reader
 
     @register_reader("ur_overrides")
     class Overrides(Reader):
@@ -284,7 +284,7 @@ def test_more_head_classes_than_the_data_warn_fewer_are_refused(tmp_path, capsys
 # ---- 8. a missing label list -------------------------------------------------------------------------------------
 def test_a_missing_label_list_names_task_file_key_and_both_paths(tmp_path, monkeypatch):
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from tests import warm_python
 from tests.face_folders import GARBAGE, face_folder, face_job, write_png
 from tests.shared_runs import two_process_run
@@ -67,7 +67,7 @@ def test_a_bad_image_of_the_held_out_people_fails_before_training_naming_the_tas
 def test_an_evaluation_that_fails_after_training_names_task_and_stage_and_keeps_the_run(tmp_path):
     from mtl.commands.evaluate_run import evaluate_run
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     list_path = face_folder(str(tmp_path / "faces"))
@@ -108,8 +108,8 @@ def small_job(out, steps=4):
 
 def test_a_failed_resume_leaves_no_run_folder_and_keeps_an_existing_one(tmp_path):
     from mtl.config.loading import load_job
-    from mtl.errors import ConfigError
-    from mtl.job import build_job
+    from mtl.core.errors import ConfigError
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     out = tmp_path / "new" / "run"
@@ -195,7 +195,7 @@ def resume_lines(text):
 
 def test_a_resume_says_which_checkpoint_and_on_how_many_processes(tmp_path):
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     def job():
@@ -239,7 +239,7 @@ def build_face_job(tmp_path, list_path=None, **reader):
     """Build :func:`face_job` on ``list_path`` (default: four new people, labels 0..3) with the reader keys
     ``reader``."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     data = face_job(tmp_path / "run", list_path or face_folder(str(tmp_path / "faces")))
     data["tasks"][0]["reader"].pop("holdout_classes")
@@ -251,7 +251,7 @@ def build_face_job(tmp_path, list_path=None, **reader):
 @pytest.mark.parametrize("reader", [{}, {"on_bad_sample": "skip"}, {"on_bad_sample": "skip", "holdout_classes": [3]},
                                     {"holdout_classes": [1]}])
 def test_a_too_small_num_classes_is_named_as_such_whatever_on_bad_sample_says(tmp_path, reader):
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as refused:
         build_face_job(tmp_path, num_classes=3, **reader)
@@ -274,7 +274,7 @@ def test_a_stray_label_past_num_classes_is_still_a_bad_sample(tmp_path):
 def test_a_training_split_of_one_class_warns_that_its_loss_is_0_from_the_start(tmp_path, capsys):
     """(Not refused: a 1-class head is how the distributed tests give a rank an empty shard.)"""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     data = face_job(tmp_path / "run", face_folder(str(tmp_path / "faces")))
     data["tasks"][0]["reader"]["holdout_classes"] = [1, 2, 3]
@@ -315,8 +315,8 @@ def test_the_loss_plot_of_losses_that_are_all_zero_has_no_warning_and_shows_them
 def test_a_too_small_num_classes_of_a_recordio_pack_names_its_record(tmp_path):
     from mtl.commands.pack import pack
     from mtl.config.loading import load_job
-    from mtl.errors import ConfigError
-    from mtl.job import build_job
+    from mtl.core.errors import ConfigError
+    from mtl.train.job import build_job
 
     face_folder(str(tmp_path / "faces"))
     pack(str(tmp_path / "faces"), str(tmp_path / "packed" / "train"))
@@ -366,7 +366,7 @@ NOT_WEIGHTS = {
 @pytest.mark.parametrize("name", sorted(NOT_WEIGHTS))
 def test_backbone_pretrained_of_a_file_without_weights_says_what_the_file_is(tmp_path, name):
     from mtl.backbones.base import build_backbone
-    from mtl.errors import MtlError
+    from mtl.core.errors import MtlError
 
     content, kind = NOT_WEIGHTS[name]
     path = tmp_path / name
@@ -451,8 +451,8 @@ def test_the_readme_does_not_say_convert_insightface_reads_plsc_files():
 # ---- 17. an output_dir that holds checkpoints, and the commands of the docs after make demo ----------------------
 def test_an_output_dir_with_checkpoints_is_blamed_on_where_output_dir_came_from(tmp_path):
     from mtl.config.loading import load_job
-    from mtl.errors import ConfigError
-    from mtl.job import build_job
+    from mtl.core.errors import ConfigError
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     config = tmp_path / "job.yaml"
@@ -565,7 +565,7 @@ def argparse_data(argv):
 
 
 def test_mtl_plugins_shows_whole_first_sentences():
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_builtin()
     entries = {(e.kind, e.name): e.description for e in registry.entries()

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from tests import equivalence
 from tests.same_person_jobs import PEOPLE, SAME, finished_run, head_ids_by_hand, named_job, pairs_by
 
@@ -42,7 +42,7 @@ def test_a_task_name_typed_wrong_is_refused_naming_the_file_the_entry_and_the_ta
 @pytest.mark.parametrize("task, cls, classes", [("cos5", 5, 5), ("arc1", 1, 1), ("arc7", 70, 7)])
 def test_a_class_outside_its_head_is_refused(tmp_path, task, cls, classes):
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     other = "arc7" if task != "arc7" else "cos5"
     path = _write(tmp_path, [{"task_a": other, "class_a": 0, "task_b": task, "class_b": cls}])
@@ -57,7 +57,7 @@ def test_a_class_outside_its_head_is_refused(tmp_path, task, cls, classes):
 def test_the_pairs_in_use_are_counted_on_the_console_and_in_the_log(tmp_path):
     """Listed twice, or either way round, a pair counts once; a pair of one head's classes is not used here."""
     from mtl.config.loading import load_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     pairs = [{"task_a": "arc7", "class_a": 1, "task_b": "cos5", "class_b": 4},
@@ -90,7 +90,7 @@ def test_the_pairs_in_use_are_counted_on_the_console_and_in_the_log(tmp_path):
 # ---- 4. the same person, one name --------------------------------------------------------------------------------
 def _masked_table(tmp_path, pairs):
     """The (teamA class, teamB class) pairs the built job masks, sorted."""
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     path = _write(tmp_path, pairs, f"pairs{len(list(tmp_path.glob('pairs*.json')))}.json")
     job = build_job(named_job(tmp_path, path), announce_plan=False)
@@ -125,7 +125,7 @@ def test_mtl_overlaps_older_form_head_class_with_its_name_is_read_by_the_name(tm
     ({"name_a": "eve", "class_a": 3}, "is label 4 (class 2 of the head), but class_a says 3"),
 ])
 def test_a_file_in_the_wrong_convention_is_refused_naming_the_entry(tmp_path, end_a, words):
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     pairs = [{"task_a": "teamA", "name_a": "dan", "task_b": "teamB", "name_b": "dan"},
              {"task_a": "teamA", **end_a, "task_b": "teamB", "class_b": 1}]  # teamB holds nobody out: 1 is eve
@@ -143,8 +143,8 @@ def test_a_merged_heads_same_person_refuses_people_by_name_or_label(pair):
     """A head built outside a job (no reader's people given) cannot know which people a source held out: a pair by
     name or label is refused, not read as a class id (built by a job it is resolved:
     tests/test_issue53_followups.py)."""
-    from mtl.errors import ParameterError
-    from mtl.heads.filtering import same_person_pairs
+    from mtl.core.errors import ParameterError
+    from mtl.headkit.filtering import same_person_pairs
 
     with pytest.raises(ParameterError, match="built without its reader's people"):
         same_person_pairs({"pairs": [pair], "offsets": {"a": 0, "b": 5}}, 10)
@@ -172,10 +172,10 @@ def test_mtl_overlap_gives_names_and_the_datasets_labels_and_its_json_masks_thos
 
 
 def test_the_online_rules_same_person_json_names_the_people(tmp_path):
-    from mtl.heads.cross_negatives import CrossNegatives
+    from mtl.headkit.cross_negatives import CrossNegatives
 
     cfg = named_job(tmp_path)
-    from mtl.job import build_job
+    from mtl.train.job import build_job
 
     job = build_job(cfg, announce_plan=False)
     heads = {t.name: t.head for t in job.tasks}
@@ -200,8 +200,8 @@ def test_mtl_overlap_ends_with_the_next_command_and_that_command_masks_the_pairs
     import shlex
 
     from mtl.config.loading import load_job
-    from mtl.job import build_job
     from mtl.studies.overlap import report
+    from mtl.train.job import build_job
 
     run, out = finished_run(tmp_path), str(tmp_path / "overlap.json")
     report(run, centres=True, threshold=0.9)
@@ -315,8 +315,8 @@ def test_merge_of_an_lfw_folder_and_a_label_list_writes_a_list_against_brute_for
 
 
 def test_merge_with_a_pack_writes_a_pack_against_brute_force_components(tmp_path):
-    from mtl import registry
     from mtl.commands.merge import merge
+    from mtl.core import registry
     from mtl.data.recordio import RecordIOReader, unpack
     from mtl.readers.recordio_reader import image_rows
 
@@ -359,7 +359,7 @@ def test_merge_with_a_pack_writes_a_pack_against_brute_force_components(tmp_path
 ])
 def test_merge_refuses_a_pair_that_names_nobody_and_writes_nothing(tmp_path, pairs, words):
     from mtl.commands.merge import merge
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
 
     _three_sources(tmp_path)
     _image(str(tmp_path / "lst" / "p5" / "0.png"), 98)  # label 5 has an image, label 4 (p4) none
@@ -376,7 +376,7 @@ def test_merge_refuses_a_pair_that_names_nobody_and_writes_nothing(tmp_path, pai
 
 def test_merge_overwrites_nothing_and_a_failed_pack_leaves_nothing(tmp_path):
     from mtl.commands.merge import merge
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
 
     _three_sources(tmp_path)
     specs = [f"lfw={tmp_path / 'lfw'}", f"lst={tmp_path / 'lst' / 'list.txt'}"]

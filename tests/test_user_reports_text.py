@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 import pytest
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 from mtl.readers.iob2_reader import Iob2Reader
 from mtl.text.iob2 import read_iob2
 from mtl.text.tokenizer import TextTokenizer
@@ -72,7 +72,7 @@ def test_an_unknown_format_is_refused_by_key():
 
 def test_text_heads_report_rates_as_fractions_like_the_image_heads():
     """Hand-counted: 3 of 4 words right, 1 of 2 sentences right; before, the text heads said 75.0 and 50.0."""
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_builtin()
     tagger = registry.get("head", "tagger").cls(feature_size=4, num_classes=3)
@@ -181,7 +181,7 @@ def test_a_text_export_raises_no_pir_place_warning_and_computes_what_the_layer_d
     embedding) warned under ``paddle.jit.to_static``; the saved program gives the dygraph layer's outputs."""
     import warnings
 
-    from mtl import registry
+    from mtl.core import registry
     from mtl.serving.export import fields_adapter
 
     registry.load_builtin()
@@ -379,7 +379,7 @@ WORD_TASKS = {  # task -> (reader, head config)
 def random_model():
     """What a run gives mtl predict, with random weights: a small BiLSTM, one head per text head type (the CRF's
     transitions drawn too), the readers' input specs and label names as a run records them in data.json."""
-    from mtl import registry
+    from mtl.core import registry
     from mtl.serving.inference import LoadedModel, PredictionModel
 
     registry.load_builtin()

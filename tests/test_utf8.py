@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mtl.core.errors import DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import DataError
 
 GBK = "中文".encode("gbk")  # b"\xd6\xd0\xce\xc4": not UTF-8
 
@@ -112,7 +112,7 @@ def test_every_reader_of_a_users_text_file_names_a_non_utf8_line(tmp_path, case)
 
 def test_a_config_or_task_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
     from mtl.config.loading import load_job
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     path = _write(tmp_path, "job.yaml", "seed: 0\n# @\ntasks: []\n")
     with pytest.raises(ConfigError, match="is not UTF-8 text: line 2, byte 3 of the line .0xd6.; save it as UTF-8"):
@@ -120,8 +120,8 @@ def test_a_config_or_task_file_that_is_not_utf8_is_named_with_its_line(tmp_path)
 
 
 def test_a_same_person_pairs_file_that_is_not_utf8_or_not_json_names_the_key(tmp_path):
-    from mtl.errors import ParameterError
-    from mtl.heads.filtering import same_person_pairs
+    from mtl.core.errors import ParameterError
+    from mtl.headkit.filtering import same_person_pairs
 
     for text, words in (("[\n@]", "is not UTF-8 text: line 2, byte 1"), ("[{", "is not JSON")):
         path = _write(tmp_path, "pairs.json", text)

@@ -10,8 +10,8 @@ import numpy as np
 import paddle
 import pytest
 
+from mtl.core.errors import DataError
 from mtl.data.verification_sets import encode_png, read_pairs
-from mtl.errors import DataError
 from mtl.evaluation import metrics
 from mtl.evaluation.verify import evaluate_sets, set_folds
 from tests.references.folds import stratified_splits

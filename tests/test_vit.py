@@ -10,7 +10,7 @@ import paddle
 import pytest
 
 from mtl.convert.torch_file import read_torch_file
-from mtl.registry import plugin_class
+from mtl.core.registry import plugin_class
 from tests.references import peers
 
 SIZES = {"vit_t": (256, 12), "vit_s": (512, 12), "vit_b": (512, 24)}  # (embed_dim, depth) in the peer's get_model

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize, minimize_scalar
 
-from mtl import registry
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 
 registry.load_builtin()
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy.optimize import least_squares, minimize
 
-from mtl import registry
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 from mtl.weighting.matrix_based import GradientMatrixWeighting
 from mtl.weighting.upgrad import dual_cone_weights
 from tests.dist_scripts import weighting_more

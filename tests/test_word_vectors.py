@@ -9,7 +9,7 @@ import paddle
 import pytest
 
 from mtl.backbones.base import build_backbone
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 WORDS = ["the", ",", "n't", "u.s.", "cat", "café", "sat"]
 

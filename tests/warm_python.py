@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 
-PRELOAD = ("numpy", "yaml", "sklearn", "paddle", "mtl.cli", "mtl.job", "mtl.train.trainer")
+PRELOAD = ("numpy", "yaml", "sklearn", "paddle", "mtl.cli", "mtl.train.job", "mtl.train.trainer")
 # environment variables whose value at ``import paddle`` (or at Python's start) decides how the process behaves
 READ_AT_IMPORT = ("FLAGS_", "GLOG_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "CUDA", "NVIDIA_", "PADDLE_", "PYTHON",
                   "LD_", "MALLOC_", "LC_", "LANG")

@@ -79,7 +79,7 @@ def _head_step(device, x, y, weight, sample_ratio=1.0, fused=False, host=True, m
     import paddle
 
     from mtl.core import arrays
-    from mtl.registry import plugin_class
+    from mtl.core.registry import plugin_class
 
     ArcFaceHead = plugin_class("head", "arcface")
 
@@ -153,7 +153,7 @@ def train(data, resume=False, until=None):
     """Build and train the job ``data`` in this process; returns (trainer, per-step records)."""
     from mtl.config.loading import load_job
     from mtl.core.runtime import select_device
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     cfg = load_job(data=data)
@@ -258,7 +258,7 @@ def check_throughput(device, sizes, args):
     from mtl.config.loading import load_job
     from mtl.core.runtime import select_device
     from mtl.data.steps import make_loader
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
     from tests.host_syncs import HostSyncCounter
 

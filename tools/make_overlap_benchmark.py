@@ -48,7 +48,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mtl.errors import ConfigError  # noqa: E402
+from mtl.core.errors import ConfigError  # noqa: E402
 
 SOURCES = ("a", "b")
 OUTPUT_DIR = "runs/faces_overlap"
@@ -145,7 +145,7 @@ def split_dataset(task, fraction, seed) -> DatasetSplit:
 
 def held_out_people(task) -> np.ndarray:
     """The task's held-out people (data labels), as its reader resolves ``holdout_classes`` (none: empty)."""
-    from mtl.job import build_reader
+    from mtl.train.job import build_reader
 
     if task["reader"].get("holdout_classes") is None:
         return np.zeros(0, dtype=np.int64)

@@ -13,8 +13,8 @@ once per task (``per_task_backbone``).
 import paddle
 
 from mtl.architectures.task_norm import TaskLayers, replace_layers
-from mtl.errors import ConfigError
-from mtl.registry import register_architecture
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_architecture
 
 
 class AdaptedConv(paddle.nn.Layer):

@@ -22,7 +22,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def positive_ints(value, key) -> tuple:

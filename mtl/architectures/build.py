@@ -1,7 +1,7 @@
 """Building a job's architecture (``architecture:`` in the job, default ``hard``) for its backbone."""
-from mtl import registry
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 from mtl.data.steps import task_seed
-from mtl.errors import ConfigError
 
 
 def architecture_config(cfg: dict) -> dict:
@@ -16,8 +16,8 @@ def _backbone_copy(cfg: dict, index: int, backbone):
     evaluation, whose checkpoint holds every weight, does not need it any more)."""
     import paddle
 
-    from mtl import registry
     from mtl.backbones.base import constructor_config
+    from mtl.core import registry
     from mtl.core.runtime import on_host_generator
 
     spec = registry.as_component(cfg["backbone"])

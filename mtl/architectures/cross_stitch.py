@@ -18,8 +18,8 @@ import paddle
 import paddle.nn.functional as F
 
 from mtl.architectures.base import Architecture, SeededLinear, positive_ints
-from mtl.errors import ConfigError
-from mtl.registry import register_architecture
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_architecture
 
 
 def check_init(init):

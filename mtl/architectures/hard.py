@@ -1,7 +1,7 @@
 """Hard parameter sharing (the default): every head reads the backbone's features; optionally shared layers on top
 of the backbone (``bottom``) and a tower per task."""
 from mtl.architectures.base import Architecture, Tower, positive_ints
-from mtl.registry import register_architecture
+from mtl.core.registry import register_architecture
 
 
 @register_architecture("hard")

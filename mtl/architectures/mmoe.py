@@ -8,8 +8,8 @@ gate per task that sees only task k's rows.
 ``gates: one`` uses a single gate g for every task (the paper's one-gate MoE, "OMoE", eq. 5).
 """
 from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_int, positive_ints
-from mtl.errors import ConfigError
-from mtl.registry import register_architecture
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_architecture
 
 
 @register_architecture("mmoe")

@@ -21,7 +21,7 @@ output feeds task k's experts of the next level, which a shared gate reads). The
 import paddle
 
 from mtl.architectures.base import Architecture, ExpertBank, Gate, mix_experts, positive_int, positive_ints
-from mtl.registry import register_architecture
+from mtl.core.registry import register_architecture
 
 
 class ExtractionLevel(paddle.nn.Layer):

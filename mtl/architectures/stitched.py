@@ -22,8 +22,8 @@ import paddle
 
 from mtl.architectures.base import Architecture
 from mtl.architectures.cross_stitch import check_init
-from mtl.errors import ConfigError
-from mtl.registry import register_architecture
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_architecture
 
 
 @register_architecture("cross_stitch_backbone")

@@ -11,8 +11,8 @@ each copy is synchronised over the processes like any BatchNorm.
 import paddle
 
 from mtl.architectures.base import Architecture
-from mtl.errors import ConfigError
-from mtl.registry import register_architecture
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_architecture
 
 BATCH_NORMS = (paddle.nn.BatchNorm1D, paddle.nn.BatchNorm2D, paddle.nn.BatchNorm3D)
 

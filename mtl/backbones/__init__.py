@@ -1,1 +1,1 @@
-"""Built-in backbones; every module of this package is imported by ``mtl.registry.load_builtin``."""
+"""Built-in backbones; every module of this package is imported by ``mtl.core.registry.load_builtin``."""

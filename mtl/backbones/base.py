@@ -3,8 +3,8 @@ from typing import List, Optional
 
 import paddle
 
-from mtl.contracts import Field
-from mtl.errors import ParameterError
+from mtl.core.contracts import Field
+from mtl.core.errors import ParameterError
 
 
 class Backbone(paddle.nn.Layer):
@@ -122,7 +122,7 @@ def build_backbone(cfg: dict, source=None, key="backbone") -> Backbone:
     its ``pretrained`` weights loaded (:func:`load_pretrained`): the one way a backbone gets pretrained weights. A
     pretrained model or checkpoint folder (``pretrained: minilm``) gives constructor keys instead
     (:func:`mtl.pretrained.cache.expand_backbone`), which load it."""
-    from mtl import registry
+    from mtl.core import registry
     from mtl.pretrained.cache import expand_backbone
 
     cfg, loaded = expand_backbone(registry.as_component(cfg), source, key)
@@ -136,12 +136,12 @@ def load_pretrained(backbone: Backbone, path: str, source=None, key=None):
     """Load ``path`` (a ``.pdparams`` file) into ``backbone``; every parameter must match by name and shape."""
     import os
 
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     if not os.path.isfile(path):
         raise ConfigError(f"pretrained weights '{path}' do not exist", source, key)
+    from mtl.core.errors import DataError
     from mtl.core.safe_pickle import load_state_dict
-    from mtl.errors import DataError
 
     try:
         state = load_state_dict(path, "pretrained weights")

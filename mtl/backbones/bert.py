@@ -21,8 +21,8 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from mtl.backbones.text import TextBackbone, constant_ids
-from mtl.errors import ConfigError
-from mtl.registry import register_backbone
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_backbone
 
 ACTIVATIONS = {"gelu": lambda x: F.gelu(x, approximate=False), "relu": F.relu}
 

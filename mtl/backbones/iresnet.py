@@ -17,8 +17,8 @@ from paddle import nn
 
 from mtl.backbones.base import ImageBackbone
 from mtl.convert.weights import IRESNET_DEPTHS as DEPTHS
-from mtl.errors import ParameterError
-from mtl.registry import register_backbone
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_backbone
 
 WIDTHS = (64, 128, 256, 512)
 BN_EPSILON = 1e-5

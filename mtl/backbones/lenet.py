@@ -13,7 +13,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from mtl.backbones.base import ImageBackbone, load_pretrained
-from mtl.registry import register_backbone
+from mtl.core.registry import register_backbone
 
 
 @register_backbone("lenet")

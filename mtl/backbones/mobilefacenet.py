@@ -27,8 +27,8 @@ from typing import Sequence
 from paddle import nn
 
 from mtl.backbones.base import ImageBackbone
-from mtl.errors import ParameterError
-from mtl.registry import register_backbone
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_backbone
 
 LAST_CHANNELS = 512
 

@@ -20,9 +20,9 @@ import paddle
 from paddle import nn
 
 from mtl.backbones.base import Backbone, ImageBackbone
-from mtl.contracts import Field
-from mtl.errors import ParameterError
-from mtl.registry import register_backbone
+from mtl.core.contracts import Field
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_backbone
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 

@@ -11,8 +11,8 @@ import os
 import paddle
 
 from mtl.backbones.base import Backbone
-from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
 from mtl.text.tokenizer import TextTokenizer
 
 TOKENIZER_FILE = "tokenizer.json"

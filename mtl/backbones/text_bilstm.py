@@ -22,8 +22,8 @@ from paddle import nn
 
 from mtl.backbones.text import TextBackbone, fill_where, masked_max, masked_mean
 from mtl.core.arrays import tensor_from
-from mtl.errors import ConfigError
-from mtl.registry import register_backbone
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_backbone
 from mtl.text.tokenizer import TextTokenizer
 from mtl.text.word_vectors import initial_embeddings, read_word_vectors
 

@@ -29,8 +29,8 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from mtl.backbones.base import ImageBackbone
-from mtl.errors import ParameterError
-from mtl.registry import register_backbone
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_backbone
 
 INIT_STD = 0.02
 FEATURE_BN_EPSILON = 2e-5

@@ -2,7 +2,7 @@
 (see :mod:`mtl.store.reshard`)."""
 import os
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 from mtl.store.reshard import describe, reshard
 
 

@@ -9,9 +9,9 @@ from mtl.commands.data_pairs import add_pairs_cli
 from mtl.commands.merge import add_merge_cli
 from mtl.commands.pack import pack
 from mtl.core.charts import check_chart_path
+from mtl.core.errors import ConfigError, DataError
 from mtl.data.recordio import RecordIOReader, unpack
 from mtl.data.transforms import DecodeError, decode_rgb
-from mtl.errors import ConfigError, DataError
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.label_names import complete, label_file, names_from_paths, read_label_file
 from mtl.readers.recordio_reader import image_rows, read_property, resolve_paths

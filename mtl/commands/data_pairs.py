@@ -24,7 +24,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 
 TASK_FILES = (".yaml", ".yml", ".py")
 
@@ -49,7 +49,7 @@ class HeldOut:
 def task_held_out(path: str) -> HeldOut:
     """The held-out people of the task file ``path``: its evaluation split's images and their dataset labels."""
     from mtl.config.loading import load_task
-    from mtl.job import build_reader
+    from mtl.train.job import build_reader
 
     task = load_task(path, os.path.dirname(os.path.abspath(path)), [], path, "")
     reader = build_reader(task, dict(task["eval"]["reader"] or {}, split="eval"))
@@ -90,7 +90,7 @@ def read_held_out(path: str) -> HeldOut:
 
 def choose_people(held: HeldOut, people) -> HeldOut:
     """``held`` kept to the ``people`` given by name or dataset label (None: all of them)."""
-    from mtl.registry import did_you_mean
+    from mtl.core.registry import did_you_mean
 
     if not people:
         return held

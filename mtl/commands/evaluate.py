@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from mtl.commands.evaluate_lfw import add_lfw_arguments, check_lfw_args, run_lfw
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from mtl.serving.export import export_preprocess
 from mtl.serving.inference import load_model
 from mtl.serving.run_plugins import add_trust_plugins

@@ -8,7 +8,7 @@ one model (LFW's protocol only for a model that trained on none of LFW's people)
 import json
 import os
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 from mtl.serving.export import export_preprocess
 from mtl.serving.inference import load_model
 

@@ -6,7 +6,7 @@ Writes ``eval_all_people.json``."""
 import json
 import os
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 ALL_PEOPLE_NOTE = ("(accuracy: 10-fold balanced accuracy over every pair of images, people capped at 20 images by "
                    "weight; TAR at FAR: on every pair; rank-k: share of probes whose own person is among the k "
@@ -16,9 +16,9 @@ ALL_PEOPLE_NOTE = ("(accuracy: 10-fold balanced accuracy over every pair of imag
 def held_out_readers(cfg) -> dict:
     """``{task: evaluation reader}`` of every task of the job config ``cfg`` whose evaluation split holds people
     no head trained on (``holdout_classes``), its samples sized for the job's backbone."""
-    from mtl import registry
     from mtl.backbones.base import constructor_config
-    from mtl.job import build_reader, reader_context
+    from mtl.core import registry
+    from mtl.train.job import build_reader, reader_context
 
     backbone = registry.build("backbone", constructor_config(registry.as_component(cfg["backbone"])),
                               cfg.get("source"), "backbone")

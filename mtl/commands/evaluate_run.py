@@ -4,14 +4,14 @@ with the checkpoint's averaged weights (``--weights``) in one process. Writes ``
 import json
 import os
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def evaluate_run(path, weights="auto", out_dir=None, console=print, trust_plugins=False) -> dict:
     """``{task: {metric: value}}`` of the run ``path`` on its own evaluation data; a table on ``console``."""
     from mtl.evaluation.evaluator import Evaluator
-    from mtl.job import build_job
     from mtl.serving.inference import open_run
+    from mtl.train.job import build_job
 
     if not os.path.isfile(os.path.join(path, "job.json")):
         what = "an export" if os.path.isfile(os.path.join(path, "export.json")) else "not a training run"

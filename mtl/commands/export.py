@@ -16,7 +16,7 @@ def _cmd_export(args):
 
 
 def _cmd_embed(args):
-    from mtl.errors import ConfigError, require_output_file
+    from mtl.core.errors import ConfigError, require_output_file
 
     require_output_file(args.output, "--output", suffix=".npy")
     if args.batch_size < 1:

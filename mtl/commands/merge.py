@@ -22,9 +22,9 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.union_find import DisjointSets
 from mtl.data.same_person import People, check_tasks, read_pairs, resolve
-from mtl.errors import ConfigError, DataError
 
 
 @dataclass

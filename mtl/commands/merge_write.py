@@ -6,8 +6,8 @@ import os
 import numpy as np
 
 from mtl.commands.pack import _make_folders, _remove
+from mtl.core.errors import DataError
 from mtl.data.transforms import DecodeError, decode_rgb
-from mtl.errors import DataError
 from mtl.readers.label_names import write_label_file
 from mtl.store.integrity import fsync_file
 

@@ -1,6 +1,6 @@
 """``mtl overlap RUN_DIR``: the command line of :mod:`mtl.studies.overlap` (which identities of one task's classifier
 are likely the same people as another's)."""
-from mtl.errors import ConfigError, require_output_file
+from mtl.core.errors import ConfigError, require_output_file
 from mtl.serving.run_plugins import add_trust_plugins
 from mtl.studies.overlap import CENTRES_THRESHOLD, IMAGES_PER_CLASS, PERCENTILE, report
 

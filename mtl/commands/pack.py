@@ -12,10 +12,10 @@ import sys
 
 import numpy as np
 
+from mtl.core.errors import DataError
 from mtl.data.recordio import RecordIOWriter
 from mtl.data.recordio import pack as pack_record
 from mtl.data.transforms import DecodeError, decode_rgb
-from mtl.errors import DataError
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.label_names import complete, label_file, names_from_paths, read_label_file, write_label_file
 from mtl.readers.recordio_reader import read_property
@@ -130,7 +130,7 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
 def _check_options(resize, quality):
     """ConfigError (key ``--resize`` / ``--quality``) for a side below one pixel or a JPEG quality outside 1..100
     (Pillow raised a ValueError from deep inside, or took 500 without a word)."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < 1):
         raise ConfigError(f"the side of the re-encoded images must be a whole number of pixels, at least 1; got "

@@ -1,7 +1,7 @@
 """``mtl plugins [FOLDER ...] [--describe NAME]``: every registered reader, backbone, head and task-weighting
 strategy, or one plug-in's parameters; ``python -m mtl.commands.plugins [--write]``: the reference page
 ``docs/plugins.md`` of every built-in plug-in and averager, generated from the same declarations (constructor
-signatures and the ``Parameters:`` sections of their docstrings: :func:`mtl.registry.parameters`); a test checks
+signatures and the ``Parameters:`` sections of their docstrings: :func:`mtl.core.registry.parameters`); a test checks
 that the page is current."""
 import os
 import sys
@@ -32,16 +32,16 @@ def source_of(cls) -> str:
 
 
 def parameter_rows(params):
-    """Table rows of :class:`mtl.registry.Parameter` values."""
+    """Table rows of :class:`mtl.core.registry.Parameter` values."""
     return [(p.name, p.type, p.default, p.meaning or "(not documented yet)") for p in params]
 
 
 def averagers():
     """``[(name, class, parameters)]`` of the averagers (``averaging: {type: NAME}``): their config keys, typed and
     defaulted by their constructors, meant as the job schema says (``mtl.config.keys.AVERAGING``)."""
-    from mtl import registry
     from mtl.config.averaging import KEYS
     from mtl.config.keys import AVERAGING
+    from mtl.core import registry
     from mtl.train.averaging.config import KINDS
 
     found = []
@@ -59,8 +59,8 @@ def describe(name, kind=None) -> str:
     its one-line description and a table of its parameters."""
     from tabulate import tabulate
 
-    from mtl import registry
-    from mtl.errors import ConfigError
+    from mtl.core import registry
+    from mtl.core.errors import ConfigError
 
     found = [(n, c, p) for n, c, p in averagers() if n == name] if kind in (None, "averager") else []
     entries = [("averager", n, registry.origin_of(c), summary(c), p) for n, c, p in found]
@@ -85,7 +85,7 @@ def reference() -> str:
     in ``mtl/`` and ``heads/``, whatever else this process registered."""
     from tabulate import tabulate
 
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_builtin()
     out = []
@@ -117,8 +117,8 @@ def plugins(args):
     one plug-in's parameters."""
     from tabulate import tabulate
 
-    from mtl import registry
     from mtl.config.loading import task_folders
+    from mtl.core import registry
 
     folders = list(args.plugins) + [f for f in task_folders(None, args.plugins) if f not in args.plugins]
     registry.load_all(folders)  # the same folders a job loads: given ones, ./tasks and the repository's tasks/

@@ -5,7 +5,7 @@ from mtl.serving.run_plugins import add_trust_plugins
 
 
 def _cmd_predict(args):
-    from mtl.errors import ConfigError, require_output_file
+    from mtl.core.errors import ConfigError, require_output_file
     from mtl.serving.inference import open_for_prediction
     from mtl.serving.prediction import predict, prediction_table, write_predictions
     from mtl.serving.prediction_text import predict_text, text_tasks

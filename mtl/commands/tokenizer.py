@@ -10,7 +10,7 @@ paragraph per line). Training is not bit-reproducible across runs of ``tokenizer
 pairs), so a recipe keeps the file it trained once."""
 import os
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 TSV_TEXT_COLUMNS = ("text_a", "text_b", "text_c")  # the text columns of the TSV readers (mtl.readers.text_pairs)
 
@@ -19,7 +19,7 @@ def tsv_texts(path):
     """The cells of every text column (``text_a``, ``text_b``, ``text_c``) of a TSV file read as the TSV readers
     read it (:func:`mtl.readers.text_pairs.read_tsv`: a header, every record as many cells); a DataError naming the
     file when its header names none of them."""
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
     from mtl.readers.text_pairs import read_tsv
 
     records = read_tsv(path, ())

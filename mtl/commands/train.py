@@ -61,7 +61,7 @@ def add_train_args(parser):
 
 def resolve_config(args):
     """The job config of ``args``: ``-c CONFIG`` or the positional one (not two different ones), else the demo."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     given = getattr(args, "config_option", None)
     if given and args.config and os.path.abspath(given) != os.path.abspath(args.config):
@@ -102,9 +102,9 @@ def resume_command(argv=None) -> str:
 
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
-    from mtl.errors import ConfigError, PluginError
-    from mtl.job import build_job
+    from mtl.core.errors import ConfigError, PluginError
     from mtl.serving.inference import write_run_data
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     if args.until is not None and args.until < 1:
@@ -130,7 +130,7 @@ def train(args):
 
 def logged_plugin_error(exc, output_dir):
     """A plug-in's bug with its traceback written to ``output_dir/logs/rank<k>.log``, the console line saying where."""
-    from mtl.errors import PluginError
+    from mtl.core.errors import PluginError
     from mtl.parallel import distributed
 
     folder = os.path.join(output_dir, "logs")

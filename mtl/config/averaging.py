@@ -5,7 +5,7 @@ is refused before anything (Paddle included) starts.
 """
 from collections.abc import Mapping
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 COMMON_KEYS = ("offload", "average_batchnorm")
 KEYS = {

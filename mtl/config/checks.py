@@ -2,12 +2,12 @@
 negatives, the learning-rate milestones, gradient accumulation), each a ConfigError naming the key, at load time."""
 import os
 
-from mtl import registry
 from mtl.config.keys import BACKBONE, resolve_milestones
 from mtl.config.overrides import blame_set
 from mtl.config.paths import resolve_path
 from mtl.config.schema import validate
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
 
 
 def check_job(job, tasks, base_dir, source):
@@ -105,7 +105,7 @@ def _check_cross_negatives(job, tasks, base_dir, source):
         if not cross["pairs"]:
             raise ConfigError("mask: pairs needs the same-person JSON in cross_negatives.pairs", source,
                               "cross_negatives.pairs")
-        from mtl.heads.cross_negatives import read_pairs
+        from mtl.headkit.cross_negatives import read_pairs
 
         cross["pairs"] = os.path.abspath(resolve_path(cross["pairs"], base_dir))
         read_pairs(cross["pairs"], source, tasks=names)
@@ -113,7 +113,7 @@ def _check_cross_negatives(job, tasks, base_dir, source):
 
 def check_milestones(job, source):
     """The learning-rate schedule fits the job: multistep names milestones that resolve to increasing steps (with
-    ``schedule.epochs`` the steps are known once the job is built, :func:`mtl.job.build_job` checks again; here
+    ``schedule.epochs`` the steps are known once the job is built, :func:`mtl.train.job.build_job` checks again; here
     integer milestones, and fractions of a long run, are checked)."""
     opt = job["optimizer"]
     if opt["decay"] != "multistep":

@@ -6,7 +6,7 @@ reference (``docs/configuration.md``, generated from them by :mod:`mtl.config.re
 import re
 
 from mtl.config.schema import Opt, Section
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 _TASK_NAME = re.compile(r"^\w[\w-]{0,99}$")
 
@@ -259,7 +259,7 @@ JOB = {
         "keep": Opt(int, 3, min=1, doc="how many checkpoints to keep"),
     }, doc="checkpoints"),
     "cross_negatives": Section(CROSS_NEGATIVES, doc="cross-head negatives: face heads score each other's classes as "
-                                                    "negatives, except the same person (mtl.heads.cross_negatives)"),
+                                                    "negatives, except the same person (mtl.headkit.cross_negatives)"),
     "averaging": Section(AVERAGING, check=_check_averaging,
                          doc="averaged weights for evaluation, checkpoints and export"),
     "data": Section({

@@ -8,14 +8,14 @@ import os
 
 import yaml
 
-from mtl import registry
 from mtl.config.checks import check_job
 from mtl.config.keys import ALTERNATIVES, JOB, TASK
 from mtl.config.overrides import SET_MARK, apply_overrides, blame_set, set_keys, split_task_overrides
 from mtl.config.paths import BACKBONE_PATH_KEYS, REPO_ROOT, resolve_path, resolve_reader_paths
 from mtl.config.schema import validate
+from mtl.core import registry
+from mtl.core.errors import ConfigError, MtlError, absent
 from mtl.core.utf8 import NotUtf8, open_utf8
-from mtl.errors import ConfigError, MtlError, absent
 
 
 def duplicate_key(node, seen=None):

@@ -3,7 +3,7 @@ import copy
 
 import yaml
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def parse_override(text: str):

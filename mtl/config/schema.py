@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from mtl.errors import ConfigError
-from mtl.registry import did_you_mean
+from mtl.core.errors import ConfigError
+from mtl.core.registry import did_you_mean
 
 REQUIRED = object()
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from mtl.convert.safetensors_file import looks_like_safetensors, read_safetensors
 from mtl.convert.torch_file import read_torch_file
+from mtl.core.errors import DataError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import DataError
 
 # (pattern of the source name, our name, transpose?) -- Hugging Face BertModel
 HUGGINGFACE = [

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError
 
 CONFIG_FILES = ("config.json", "model_config.json")  # Hugging Face (and PaddleNLP >= 2.5), PaddleNLP's older name
 # the bert backbone's option -> the checkpoint config's key (Hugging Face and PaddleNLP name them alike)

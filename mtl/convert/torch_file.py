@@ -20,8 +20,8 @@ import zipfile
 import numpy as np
 
 from mtl.core import safe_pickle
+from mtl.core.errors import DataError
 from mtl.core.safe_pickle import Refused
-from mtl.errors import DataError
 
 MAX_EXPANSION = safe_pickle.MAX_EXPANSION  # all tensors together, at most this many times the storages' bytes
 MAX_COMPRESSION = 20  # uncompressed / compressed size of one member (torch.save stores members uncompressed)

@@ -22,8 +22,8 @@ import zipfile
 import numpy as np
 
 from mtl.convert.torch_file import read_torch_file
+from mtl.core.errors import DataError
 from mtl.core.safe_pickle import load_paddle_file, not_a_pickle
-from mtl.errors import DataError
 
 # arcface_torch's IResNets by name: residual blocks per stage (the iresnet backbones are built from this table, and a
 # file's blocks per stage name its architecture in an error)
@@ -206,7 +206,7 @@ def check_destination(dst: str, overwrite: bool = False):
     """ConfigError (key ``DST``) unless ``dst`` is a ``.pdparams`` path (its folder created if needed) whose weights
     and config (``sidecar_path``) may be written: a ``model.json`` destination had its weights replaced by their own
     config, and an existing ``r50.pdparams`` or ``r50.json`` was replaced without a word (``overwrite`` allows it)."""
-    from mtl.errors import ConfigError
+    from mtl.core.errors import ConfigError
 
     folder = os.path.dirname(os.path.abspath(dst))
     if not dst.endswith(".pdparams") or os.path.isdir(dst):
@@ -247,7 +247,7 @@ def convert(source: str, src: str, dst: str, arch: str, overwrite: bool = False)
     ``dst`` is checked first (:func:`check_destination`)."""
     import paddle
 
-    from mtl import registry
+    from mtl.core import registry
 
     if arch not in ARCHS:
         raise DataError(f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")

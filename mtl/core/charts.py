@@ -2,7 +2,7 @@
 ``--plot`` or ``--sheet`` path is one sentence, not a traceback from matplotlib after the work is done."""
 import os
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 # the file types matplotlib's Agg canvas writes, by extension
 CHART_TYPES = ("png", "pdf", "svg", "jpg", "jpeg", "webp", "eps", "ps", "tif", "tiff")

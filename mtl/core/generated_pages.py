@@ -4,7 +4,7 @@ The configuration reference (``mtl.config.reference``), the plug-in reference (`
 architectures' tables (``examples/architectures_report.py``) are written between their markers by their generator;
 a test compares the page's section with what the generator gives now.
 """
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def markers(name: str):

@@ -1,8 +1,8 @@
 """Finding plug-in files: the built-in readers, backbones, weighting strategies, architectures and the ``heads/``
 folder, any folder of ``.py`` files (``tasks/``, a job's ``plugins:``), and the entry-point group ``mtl.plugins``.
 
-Importing a plug-in file is what registers it (its decorators call :func:`mtl.registry.register`); this module only
-imports, and never imports the registry. :mod:`mtl.registry` re-exports every function here.
+Importing a plug-in file is what registers it (its decorators call :func:`mtl.core.registry.register`); this module only
+imports, and never imports the registry. :mod:`mtl.core.registry` re-exports every function here.
 """
 import importlib
 import importlib.util
@@ -10,7 +10,7 @@ import os
 import sys
 from importlib import metadata
 
-from mtl.errors import ConfigError, MtlError, PluginError
+from mtl.core.errors import ConfigError, MtlError, PluginError
 
 ENTRY_POINT_GROUP = "mtl.plugins"
 _LOADED_FOLDERS = set()

@@ -1,7 +1,7 @@
 """Process set-up and end: intra-op threads, device selection, the collective process group, a quick exit."""
 import os
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def local_process_count() -> int:

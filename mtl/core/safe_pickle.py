@@ -30,7 +30,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from mtl.errors import DataError, absent
+from mtl.core.errors import DataError, absent
 
 MAX_EXPANSION = 4  # arrays counted per reference, at most this many times the bytes of the file
 MAX_GENERATOR_STATE = 1 << 20  # characters of one serialised random generator state

@@ -8,7 +8,7 @@ becomes :class:`NotUtf8`; only then is the file scanned again, as bytes, for the
 breaks as text mode splits lines (``\\n``, ``\\r\\n`` and a lone ``\\r``)."""
 import contextlib
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 
 
 class NotUtf8(DataError):

@@ -9,7 +9,7 @@ Formats (LFW's README, section 3 and 4; unchanged in every copy of LFW):
   set); each set is ``n`` same-person lines ``Name<TAB>i<TAB>j`` followed by ``n`` different-person lines
   ``Name1<TAB>i<TAB>Name2<TAB>j``. Image numbers count from 1: image ``i`` of ``Name`` is ``Name/Name_%04d.jpg``.
 
-Every malformed line is a :class:`mtl.errors.DataError` naming the file, the line and what was expected.
+Every malformed line is a :class:`mtl.core.errors.DataError` naming the file, the line and what was expected.
 """
 import os
 from dataclasses import dataclass
@@ -17,8 +17,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from mtl.core.errors import DataError, absent
 from mtl.core.utf8 import open_utf8
-from mtl.errors import DataError, absent
 
 VIEW_FILES = {1: ("pairsDevTrain.txt", "pairsDevTest.txt"), 2: ("pairs.txt",)}
 

@@ -68,7 +68,7 @@ def error_text(batch):
 def raise_error_text(text):
     """Raise the user error described by :func:`error_text` (the same class: DataError, ConfigError, ...)."""
     kind, message = text.split("\n", 1)
-    from mtl import errors
+    from mtl.core import errors
 
     cls = vars(errors).get(kind, errors.DataError)
     raise (cls if isinstance(cls, type) and issubclass(cls, errors.MtlError) else errors.DataError)(message)
@@ -150,7 +150,7 @@ class WorkerLoader:
 
 def _worker_fault(iterator, exc):
     """The user error for a loader that stopped with ``exc``: which worker died and how, when that is known."""
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
 
     dead = [w for w in getattr(iterator, "_workers", []) if w.exitcode is not None and w.exitcode != 0]
     if not dead:

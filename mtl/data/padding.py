@@ -7,7 +7,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 
 
 def pad_stack(arrays, pad, name: str = "field") -> np.ndarray:

@@ -64,8 +64,8 @@ class Preprocess:
 def check_option_keys(cfg: dict, keys):
     """A :class:`ParameterError` keyed by the first key of the option mapping ``cfg`` that is not one of ``keys``,
     with a "did you mean" (the caller adds the mapping's own key path: ``preprocess``, ``augment``)."""
-    from mtl.errors import ParameterError
-    from mtl.registry import did_you_mean
+    from mtl.core.errors import ParameterError
+    from mtl.core.registry import did_you_mean
 
     for key in cfg:
         if key not in keys:
@@ -74,8 +74,8 @@ def check_option_keys(cfg: dict, keys):
 
 def option_error(exc, section: str):
     """A reader's ConfigError for the bad ``section`` mapping (``preprocess``, ``augment``) of ``exc`` (a ValueError),
-    keyed by the exact key path when ``exc`` names one; :func:`mtl.registry.build` adds the task file."""
-    from mtl.errors import ConfigError, MtlError
+    keyed by the exact key path when ``exc`` names one; :func:`mtl.core.registry.build` adds the task file."""
+    from mtl.core.errors import ConfigError, MtlError
 
     key, message = (exc.key, exc.bare_message) if isinstance(exc, MtlError) else (None, str(exc))
     return ConfigError(message, None, f"{section}.{key}" if key else section)

@@ -17,7 +17,7 @@ from typing import Iterator, Tuple, Union
 
 import numpy as np
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 
 MAGIC = 0xCED7230A
 MAGIC_BYTES = struct.pack("<I", MAGIC)

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 
 KEYS = ("task_a", "class_a", "task_b", "class_b")  # the older form's keys (the face report compares by class_a)
 ENDS = ("a", "b")
@@ -76,7 +76,7 @@ def read_pairs(path: str) -> list:
 
 def closest_task(word: str, tasks: Sequence[str]) -> str:
     """`` (did you mean 'x'?)`` for the task of ``tasks`` closest to ``word`` (case, ``_`` and ``-`` aside first)."""
-    from mtl.registry import did_you_mean
+    from mtl.core.registry import did_you_mean
 
     def plain(text):
         return str(text).lower().replace("_", "").replace("-", "").replace(" ", "")
@@ -122,7 +122,7 @@ class People:
         return label, (self.names[label] if self.names is not None and label < len(self.names) else None)
 
     def _label_of_name(self, name: str) -> int:
-        from mtl.registry import did_you_mean
+        from mtl.core.registry import did_you_mean
 
         if self.names is None:
             raise ValueError(f"names the person '{name}', but the data has no names (no labels.json beside it, and "

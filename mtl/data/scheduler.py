@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def largest_remainder(total: int, weights: Sequence[float], minimum: int = 1) -> List[int]:

@@ -15,11 +15,11 @@ import zlib
 import numpy as np
 import paddle
 
+from mtl.core.errors import ConfigError, DataError, MtlError
 from mtl.data.buckets import BucketedOrder
 from mtl.data.loader import ERROR_KEY, error_item, error_text, format_fault, make_loader, raise_error_text
 from mtl.data.padding import collate_padded
 from mtl.data.reading import ReadingBoard
-from mtl.errors import ConfigError, DataError, MtlError
 
 __all__ = ["ERROR_KEY", "StepDataset", "SampleOrder", "check_divisible", "check_labels", "collate", "error_item",
            "error_text", "make_loader", "raise_error_text", "rank_rows", "rank_slice", "task_seed"]

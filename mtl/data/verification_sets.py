@@ -12,9 +12,9 @@ import pickle  # writing .bin sets; they are read through mtl.core.safe_pickle
 import numpy as np
 
 from mtl.core import safe_pickle
+from mtl.core.errors import DataError, absent
 from mtl.core.utf8 import open_utf8
 from mtl.data.transforms import DecodeError, FaceTransform, normalize
-from mtl.errors import DataError, absent
 
 
 class ImageBatches:

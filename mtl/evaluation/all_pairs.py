@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mtl.core.arrays import unit_rows
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from mtl.evaluation.conditions import cross_condition
 from mtl.evaluation.metrics import DEFAULT_THRESHOLDS, fold_slices
 

@@ -11,9 +11,9 @@ batch of its own, to float rounding (the encoders never let padding reach a real
 import paddle
 
 from mtl.backbones import rows
+from mtl.core.errors import PluginError
 from mtl.core.low_precision import float32, inference_autocast
 from mtl.data.steps import iterate_eval, length_order
-from mtl.errors import PluginError
 
 
 def _tensors(batch):

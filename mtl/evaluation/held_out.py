@@ -15,8 +15,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from mtl.core.errors import DataError
 from mtl.core.union_find import DisjointSets
-from mtl.errors import DataError
 
 
 def embed_tasks(run, readers, batch_size: int = 256) -> Dict[str, tuple]:

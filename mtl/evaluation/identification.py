@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mtl.core.arrays import unit_rows
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 
 MAX_RANK = 20  # the CMC curve is kept for ranks 1..20 (or the gallery's size, if smaller)
 BLOCK = 1024  # probes scored at a time (a [BLOCK, gallery] matrix)

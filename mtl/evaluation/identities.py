@@ -21,7 +21,7 @@ plants as duplicates.
 import numpy as np
 
 from mtl.core.arrays import unit_rows
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 CENTRES_THRESHOLD = 0.5  # mtl overlap --centres without --threshold
 PERCENTILE = 5.0

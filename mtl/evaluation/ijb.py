@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mtl.core.errors import DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import DataError
 
 # ArcFace's five-point template for 112x112 crops (eyes, nose tip, mouth corners), x shifted by 8 in float32 as the
 # peer shifts it (96x112 template + 8)

@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from mtl.core.arrays import unit_rows
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 from mtl.evaluation.metrics import DEFAULT_THRESHOLDS, _accept_counts, roc_curve
 
 ROC_THRESHOLDS = np.linspace(0.0, 4.0, 2001)  # the points of a written ROC: every 0.002 of squared distance

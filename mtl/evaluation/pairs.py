@@ -11,7 +11,7 @@ stratified folds of user files came in.
 """
 import numpy as np
 
-from mtl.errors import DataError
+from mtl.core.errors import DataError
 
 
 def verification_pairs(labels: np.ndarray, seed: int = 0):

@@ -12,8 +12,8 @@ import numpy as np
 import paddle
 
 from mtl.core.arrays import unit_rows
+from mtl.core.errors import DataError
 from mtl.core.low_precision import float32, inference_autocast
-from mtl.errors import DataError
 from mtl.evaluation.metrics import contiguous_folds, pair_distances, roc_curve, stratified_folds, verification
 
 FOLD_ORDERS = ("stratified", "file")

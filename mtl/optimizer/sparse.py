@@ -28,20 +28,20 @@ import numpy as np
 import paddle
 
 from mtl.core.arrays import host_view, on_host, tensor_from
-from mtl.errors import ConfigError
-from mtl.heads.row_gradients import merge_rows
+from mtl.core.errors import ConfigError
+from mtl.headkit.row_gradients import merge_rows
 
 SPARSE_OPTIMIZERS = ("sgd", "momentum", "adamw")
 ADAM_EPSILON = 1e-8  # Paddle's AdamW default (the dense optimizer of the job uses it too)
 
 
 class StepRows:
-    """The row declarations of one optimizer step (:class:`mtl.heads.row_gradients.RowGradient`), as the optimizer
+    """The row declarations of one optimizer step (:class:`mtl.headkit.row_gradients.RowGradient`), as the optimizer
     takes them: ``add`` each micro-batch's (a step read as K > 1 micro-batches: ``summed``, each added in place into
     the earlier declaration of the same parameter, task and rows, which Partial FC's one sample per step gives every
     micro-batch; other rows are kept apart and merged as a union), then the step hooks' (``add`` after the
     weighting), ``scale`` a task's, and ``merged()`` once: one declaration per parameter
-    (:func:`mtl.heads.row_gradients.merge_rows`), what clipping, the norm and the update read. ``clear()`` drops the
+    (:func:`mtl.headkit.row_gradients.merge_rows`), what clipping, the norm and the update read. ``clear()`` drops the
     gradients it took: a declaration's gradient can be a view of a head's reused buffer, which nothing may hold
     after the step (the step's result keeps the heads' outputs)."""
 

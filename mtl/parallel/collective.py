@@ -4,7 +4,7 @@ A model-parallel head works on the rows of every rank (``all_gather_rows``, ``ga
 its own shard; the backward sums the gathered rows' gradient over ranks and keeps this rank's rows. Class ids travel
 as two exact float columns of the features (``pack_ids``). Every function here is the identity at world size 1, and
 every rank must call them in the same order: each issues a fixed sequence of collectives that does not depend on the
-data. The softmax across shards is :mod:`mtl.heads.sharded_loss`'s; top-k across shards is :mod:`mtl.parallel.topk`'s.
+data. The softmax across shards is :mod:`mtl.headkit.sharded_loss`'s; top-k across shards is :mod:`mtl.parallel.topk`'s.
 """
 import paddle
 import paddle.distributed as dist

@@ -130,7 +130,8 @@ class ParallelStrategy:
     def grad_norm(self, row_gradients=()) -> float:
         """Global norm of every gradient of this step, equal on every rank (one scalar all-reduce).
 
-        ``row_gradients`` (:class:`mtl.heads.row_gradients.RowGradient`) are the row-sparse gradients heads hand to the
+        ``row_gradients`` (:class:`mtl.headkit.row_gradients.RowGradient`) are the row-sparse gradients heads hand
+        to the
         optimizer (sharded: each rank holds its own rows); they count in the norm.
         """
         with activity.collective("the all-reduce of the gradient norm"):

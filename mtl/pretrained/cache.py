@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from mtl.pretrained.catalogue import BERT, CATALOGUE, KIND_NAMES, WORD_VECTORS
 
 MANIFEST = "manifest.json"
@@ -117,7 +117,7 @@ def expand_backbone(cfg: dict, source=None, key: str = "backbone"):
     checkpoint folder) adds the keys the backbone type reads it with (``Backbone.pretrained_options``); idempotent.
     A ``.pdparams`` file is left to :func:`mtl.backbones.base.load_pretrained` (False). A backbone type that reads
     no such checkpoint, or a key the job gives that the checkpoint gives otherwise, is a ConfigError."""
-    from mtl import registry
+    from mtl.core import registry
 
     value = cfg.get("pretrained")
     if not value:

@@ -21,7 +21,7 @@ import zipfile
 import zlib
 from typing import Optional
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 from mtl.pretrained.cache import MANIFEST, damage, model_dir, read_manifest
 from mtl.pretrained.catalogue import CATALOGUE, WORD_VECTORS, Model
 

@@ -1,1 +1,1 @@
-"""Built-in readers; every module of this package is imported by ``mtl.registry.load_builtin``."""
+"""Built-in readers; every module of this package is imported by ``mtl.core.registry.load_builtin``."""

@@ -26,10 +26,10 @@ from typing import Dict
 
 import numpy as np
 
-from mtl.contracts import Field
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError, ParameterError
 from mtl.data.preprocess import Preprocess, option_error
 from mtl.data.transforms import Augment, DecodeError, FaceTransform
-from mtl.errors import ConfigError, DataError, ParameterError
 from mtl.readers._holdout import choose_holdout, holdout_mask
 from mtl.readers.base import Reader
 from mtl.readers.label_names import complete, label_index

@@ -2,7 +2,7 @@
 (``eval_fraction``), or held-out identities (``holdout_classes``)."""
 import numpy as np
 
-from mtl.errors import ParameterError
+from mtl.core.errors import ParameterError
 
 
 def holdout_mask(labels: np.ndarray, eval_fraction: float) -> np.ndarray:

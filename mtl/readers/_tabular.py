@@ -1,8 +1,8 @@
 """Shared part of the tabular readers: deterministic split, train-only standardisation, fields of a table."""
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
 from mtl.readers.base import Reader
 
 

@@ -13,8 +13,8 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError, DataError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError
 from mtl.readers.base import MissingFile, Reader
 from mtl.text.tokenizer import TextTokenizer
 from mtl.text.words import IGNORE, encode_words, word_parts

@@ -5,8 +5,8 @@ from typing import Dict, List
 
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError, DataError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError
 
 
 class Reader:
@@ -204,7 +204,7 @@ def missing_file(path: str, what: str = "file", base_dir: str = None) -> str:
 
 class MissingFile(ConfigError, DataError):
     """A data file (or folder) that a reader parameter names does not exist: a configuration error and a data error
-    alike. :func:`mtl.registry.build`, which knows the task file, adds it, the key path and that file's folder."""
+    alike. :func:`mtl.core.registry.build`, which knows the task file, adds it, the key path and that file's folder."""
 
     def __init__(self, path, what="file", key=None):
         self.path, self.what = str(path), what

@@ -13,10 +13,10 @@ held-out people, its augmentation), so that merging changes nothing but the labe
 """
 import numpy as np
 
-from mtl import registry
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_reader
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
 
 
 @register_reader("concat")

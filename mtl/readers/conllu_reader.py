@@ -3,10 +3,10 @@ import re
 
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError, DataError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError
+from mtl.core.registry import register_reader
 from mtl.readers._text import Vocabulary, WordReader, split_file
-from mtl.registry import register_reader
 from mtl.text.conllu import read_conllu
 from mtl.text.words import check_too_long
 

@@ -4,11 +4,11 @@ import os
 
 import numpy as np
 
+from mtl.core.errors import ConfigError, DataError
+from mtl.core.registry import did_you_mean, register_reader
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError
 from mtl.readers._tabular import TableReader
 from mtl.readers.base import MissingFile
-from mtl.registry import did_you_mean, register_reader
 
 
 def read_csv(path: str, delimiter: str = ","):

@@ -6,7 +6,7 @@ of a digit. Properties (real values, for the ``regression`` head) are measured o
 """
 import numpy as np
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 # digit -> attributes it has. The glyphs are those of the handwriting in scikit-learn's digits: a 4 is written open
 # (no closed triangle), a 7 without a crossbar, a 1 as a single stroke.

@@ -5,11 +5,11 @@ import os
 
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_reader
 from mtl.readers.base import Reader
 from mtl.readers.digit_features import ATTRIBUTES, PROPERTIES, attribute_matrix, choose, property_matrix
-from mtl.registry import register_reader
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,10 +3,10 @@ import os
 
 import numpy as np
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
+from mtl.core.registry import register_reader
 from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
-from mtl.registry import register_reader
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".pgm", ".ppm", ".tif", ".tiff", ".webp")
 

@@ -3,13 +3,13 @@ import os
 
 import numpy as np
 
-from mtl.contracts import Field
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError, absent
+from mtl.core.registry import register_reader
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError, absent
 from mtl.readers._face import FaceImageReader
 from mtl.readers.base import MissingFile
 from mtl.readers.label_names import label_file, names_from_paths, read_label_file
-from mtl.registry import register_reader
 
 
 def parse_label_list(list_path: str):

@@ -1,6 +1,6 @@
 """IOB2 named-entity files as a word-level tagging task."""
+from mtl.core.registry import register_reader
 from mtl.readers._text import Vocabulary, WordReader, split_file
-from mtl.registry import register_reader
 from mtl.text.iob2 import columns_of, read_iob2
 from mtl.text.words import check_too_long
 

@@ -13,8 +13,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mtl.core.errors import DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import DataError
 
 LABELS_FILE = "labels.json"
 
@@ -79,8 +79,8 @@ def complete(names: Optional[Sequence[str]], count: int) -> Optional[List[str]]:
 
 def label_index(names: Sequence[str], wanted, what: str) -> int:
     """The label whose name is ``wanted`` (a ParameterError naming ``what`` and the closest names otherwise)."""
-    from mtl.errors import ParameterError
-    from mtl.registry import did_you_mean
+    from mtl.core.errors import ParameterError
+    from mtl.core.registry import did_you_mean
 
     if wanted in names:
         return list(names).index(wanted)

@@ -1,11 +1,11 @@
 """Masked LM over any text reader: its texts, corrupted as BERT's pre-training does (:mod:`mtl.text.masking`)."""
 import numpy as np
 
-from mtl import registry
-from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.core import registry
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_reader
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
 from mtl.text.masking import mask_pieces
 from mtl.text.words import IGNORE
 

@@ -22,10 +22,10 @@ the evaluation split ``eval_samples`` other ones.
 """
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_reader
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
 
 
 def orthonormal_pair(rng, dimension):

@@ -24,10 +24,10 @@ import os
 
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError, DataError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError
+from mtl.core.registry import register_reader
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
 
 SIDE, CANVAS, OFFSET = 28, 36, 6
 # PIL's nearest neighbour from 36 to 28 pixels: destination i reads floor((i + 0.5) * 36 / 28)

@@ -3,10 +3,10 @@ import os
 
 import numpy as np
 
-from mtl.contracts import Field, canonical_dtype, check_conversion, conversion_problem
-from mtl.errors import ConfigError
+from mtl.core.contracts import Field, canonical_dtype, check_conversion, conversion_problem
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_reader
 from mtl.readers.base import MissingFile, Reader
-from mtl.registry import register_reader
 
 
 @register_reader("numpy")

@@ -3,12 +3,12 @@ import os
 
 import numpy as np
 
+from mtl.core.errors import DataError
+from mtl.core.registry import register_reader
 from mtl.data.recordio import RecordIOReader as RecordFile
 from mtl.data.recordio import unpack
-from mtl.errors import DataError
 from mtl.readers._face import FaceImageReader
 from mtl.readers.label_names import label_file, read_label_file
-from mtl.registry import register_reader
 
 
 def resolve_paths(path: str):

@@ -1,10 +1,10 @@
 """SQuAD-format JSON as span extraction, windowed over long contexts (:mod:`mtl.text.squad`)."""
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError, DataError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError
+from mtl.core.registry import register_reader
 from mtl.readers._text import TextReader, split_file
-from mtl.registry import register_reader
 from mtl.text.squad import SpanExamples, answer_pieces, read_squad, window_starts
 
 

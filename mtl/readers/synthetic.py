@@ -1,10 +1,10 @@
 """Deterministic random samples for tests and benchmarks: any shape, any class count, no files."""
 import numpy as np
 
-from mtl.contracts import Field
-from mtl.errors import ConfigError
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError
+from mtl.core.registry import register_reader
 from mtl.readers.base import Reader
-from mtl.registry import register_reader
 
 EAGER_ELEMENTS = 1 << 22  # prototype numbers drawn at start-up (16 MB of float32); more are drawn on demand
 

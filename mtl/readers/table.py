@@ -1,7 +1,7 @@
 """scikit-learn's bundled tabular data sets (iris, wine, breast cancer, diabetes, linnerud) as a reader."""
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
+from mtl.core.registry import did_you_mean, register_reader
 from mtl.readers._tabular import TableReader
-from mtl.registry import did_you_mean, register_reader
 
 # name -> (sklearn loader, kind): kind "class" gives label/labels, "regression" gives target
 DATASETS = {

@@ -10,12 +10,12 @@ import csv
 
 import numpy as np
 
-from mtl.contracts import Field
+from mtl.core.contracts import Field
+from mtl.core.errors import ConfigError, DataError
+from mtl.core.registry import register_reader
 from mtl.core.utf8 import open_utf8
 from mtl.data.padding import pad_stack
-from mtl.errors import ConfigError, DataError
 from mtl.readers._text import TextReader, Vocabulary, split_file
-from mtl.registry import register_reader
 from mtl.text.pairs import check_policy, encode_pair
 
 

@@ -16,8 +16,8 @@ import os
 import numpy as np
 
 from mtl.core.arrays import load_problem, unit_rows
+from mtl.core.errors import ConfigError, DataError, require_input_file
 from mtl.data.preprocess import task_preprocessing
-from mtl.errors import ConfigError, DataError, require_input_file
 
 
 def check_export_dir(out_dir):

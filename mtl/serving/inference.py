@@ -17,9 +17,9 @@ from typing import List, Optional
 import numpy as np
 
 from mtl.core.arrays import load_problem
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.safe_pickle import load_paddle_file
 from mtl.core.utf8 import read_json
-from mtl.errors import ConfigError, DataError
 from mtl.serving.run_plugins import import_plugins
 
 WEIGHTS = ("auto", "averaged", "live")
@@ -88,7 +88,7 @@ class RunWeights:
         """The run's job config for rebuilding its job around this checkpoint (``mtl eval RUN``, ``mtl overlap``):
         the backbone's ``pretrained`` dropped, since every weight comes from the checkpoint and the file may be
         gone since the run trained."""
-        from mtl import registry
+        from mtl.core import registry
 
         backbone = {k: v for k, v in registry.as_component(self.cfg["backbone"]).items() if k != "pretrained"}
         return {**self.cfg, "backbone": backbone}
@@ -96,8 +96,8 @@ class RunWeights:
     def backbone_config(self) -> dict:
         """The backbone's constructor config (the job's ``pretrained``/``freeze`` keys removed), pointed at the run's
         own assets where the backbone has some (a text encoder's tokenizer: ``Backbone.run_config``)."""
-        from mtl import registry
         from mtl.backbones.base import constructor_config
+        from mtl.core import registry
 
         cfg = constructor_config(registry.as_component(self.cfg["backbone"]))
         entry, _ = registry.split_cfg("backbone", cfg, self.cfg.get("source"), "backbone")
@@ -117,8 +117,8 @@ class RunWeights:
         run's architecture gives each task its own embedding (:mod:`mtl.architectures`), backbone + the
         architecture's layers for ``task`` (required then; under ``hard`` without towers any task of the run, or
         None)."""
-        from mtl import registry
         from mtl.architectures.base import TaskEmbedder
+        from mtl.core import registry
 
         built = registry.build("backbone", self.backbone_config(), self.cfg.get("source"), "backbone")
         architecture = self.architecture(built, task)  # its layers inside the backbone: before the weights load
@@ -279,9 +279,9 @@ def open_export(folder: str) -> LoadedModel:
 
 def open_converted(path: str) -> LoadedModel:
     """Converted weights (``mtl convert``'s ``.pdparams``) with the backbone config written beside them."""
-    from mtl import registry
     from mtl.backbones.base import load_pretrained
     from mtl.convert.weights import sidecar_path
+    from mtl.core import registry
 
     config_path = sidecar_path(path)
     if not os.path.isfile(config_path):

@@ -21,8 +21,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from mtl.core.errors import ConfigError, DataError, require_input_file
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError, require_input_file
 
 PREDICTORS: Dict[str, Callable] = {}  # head type -> function(state, features, head config) -> (kind, score, values)
 
@@ -72,7 +72,7 @@ def regression_values(state, x, cfg):
 
 def predictor_of(head_type: str):
     """The registered function for a head type, looked up along the head class's bases; None if none is."""
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_builtin()
     if head_type in PREDICTORS:

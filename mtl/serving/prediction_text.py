@@ -22,7 +22,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from mtl.errors import ConfigError, DataError, require_input_file
+from mtl.core.errors import ConfigError, DataError, require_input_file
 from mtl.text.documents import SquadDocument, input_format, read_document
 from mtl.text.iob2 import entities
 from mtl.text.pairs import encode_pair
@@ -119,7 +119,7 @@ def build_task(model, name: str, encoder: Encoder) -> TextTask:
 
 
 def _build(model, name: str, encoder: Encoder) -> TextTask:
-    from mtl import registry
+    from mtl.core import registry
     from mtl.core.low_precision import state_for
 
     cfg, spec = model.head_configs[name], model.data["inputs"][name]
@@ -137,7 +137,7 @@ def _build(model, name: str, encoder: Encoder) -> TextTask:
 def chosen(model, encoder, fmt: str, task=None) -> List[TextTask]:
     """``[task]`` when named (checked against the input's format), else every text task whose head predicts and
     that reads this format; a ConfigError naming what each task reads when none does."""
-    from mtl import registry
+    from mtl.core import registry
 
     names = text_tasks(model)
     if task is not None:
@@ -342,7 +342,7 @@ def outputs_for(inputs: List[str], output) -> List[str]:
 def predict_text(model, path: str, inputs: List[str], task=None, output=None, fmt=None, json_path=None) -> list:
     """Predict every input file with the text tasks of the opened run or export ``model`` (at ``path``); write each
     filled file to its output (or print it), and the JSON records to ``json_path``; return the records."""
-    from mtl.errors import require_output_file
+    from mtl.core.errors import require_output_file
 
     targets = outputs_for(list(inputs), output)
     for target in [t for t in targets if t is not None] + ([json_path] if json_path else []):

@@ -4,13 +4,13 @@ such file is one the project installs itself (its ``heads/`` and ``tasks/``)."""
 import os
 from typing import List
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def installed_plugin_folders() -> List[str]:
     """The plug-in folders the project installs itself: its head plug-ins and its task files."""
-    from mtl import registry
     from mtl.config.paths import REPO_ROOT
+    from mtl.core import registry
 
     return [os.path.abspath(registry.builtin_heads_folder()), os.path.abspath(os.path.join(REPO_ROOT, "tasks"))]
 
@@ -32,7 +32,7 @@ def plugin_files(cfg: dict) -> List[str]:
 def import_plugins(cfg: dict, where: str, trust_plugins: bool):
     """Register what a finished run needs: the built-in plug-ins always; the run's own plug-in files only when
     trusted (else a ConfigError naming them)."""
-    from mtl import registry
+    from mtl.core import registry
 
     registry.load_builtin()
     files = plugin_files(cfg)

@@ -21,16 +21,17 @@ import warnings
 import paddle
 
 from mtl.core import activity
+from mtl.core.errors import ConfigError, DiskError, write_problem
 from mtl.core.low_precision import portable_state, state_for
 from mtl.core.safe_pickle import GeneratorRecord, generator_state, load_paddle_file
-from mtl.errors import ConfigError, DiskError, write_problem
 from mtl.parallel.sync_bn import ARCHITECTURE_STATISTIC
 from mtl.store import integrity, layout, reshard
 
 log = logging.getLogger("mtl")
 
 class WriteFault(Exception):
-    """Writing a file of a checkpoint failed: ``problem`` says which file and why (:func:`mtl.errors.write_problem`)."""
+    """Writing a file of a checkpoint failed: ``problem`` says which file and why
+    (:func:`mtl.core.errors.write_problem`)."""
 
     def __init__(self, path, exc: OSError):
         super().__init__(write_problem(path, exc))

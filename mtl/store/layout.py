@@ -13,8 +13,8 @@ import sys
 
 import numpy as np
 
+from mtl.core.errors import ConfigError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import ConfigError
 from mtl.store import integrity
 
 log = logging.getLogger("mtl")

@@ -25,8 +25,8 @@ import re
 import numpy as np
 
 from mtl.core.arrays import to_numpy
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.safe_pickle import load_paddle_file
-from mtl.errors import ConfigError, DataError
 
 # Paddle is imported inside the functions: this module adds `mtl checkpoint` to the CLI, which must not start Paddle
 # before the console is configured (mtl.core.console.configure_console).

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 LOCK_FILE = ".run.lock"
 HEARTBEAT = 10.0  # seconds between touches of a live hold

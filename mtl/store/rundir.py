@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from mtl.store import layout
 
 LOG_FILES = ("metrics.jsonl", "eval.jsonl", "summary.json")

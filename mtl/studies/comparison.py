@@ -18,8 +18,8 @@ from typing import Dict, List
 
 from tabulate import tabulate
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.utf8 import read_json
-from mtl.errors import ConfigError, DataError
 
 BASELINE_FILE = "baseline.json"
 BASELINE_DIR = "baselines"  # the single-task runs, one folder per task, under the joint job's output_dir
@@ -67,7 +67,7 @@ def read_summary(run_dir: str) -> dict:
 def single_task_config(cfg: dict, task_name: str, sub_batch: int) -> dict:
     """The single-task job of ``task_name`` derived from the validated joint config ``cfg``: its sub-batch for the
     joint job's steps (with ``schedule.epochs``, the steps they give the joint job: ``cfg``'s ``schedule.steps``
-    resolved, :func:`mtl.job.planned_steps`), so that it reads the samples it reads in the joint job."""
+    resolved, :func:`mtl.train.job.planned_steps`), so that it reads the samples it reads in the joint job."""
     single = copy.deepcopy(cfg)
     single["tasks"] = [copy.deepcopy(t) for t in cfg["tasks"] if t["name"] == task_name]
     single["schedule"]["batch_size"] = int(sub_batch)
@@ -190,9 +190,9 @@ def report(joint_summary: dict, single_summaries: Dict[str, dict]) -> dict:
 
 def baseline_jobs(cfg: dict) -> List[tuple]:
     """``[(job config, what it is)]``: the joint job, then every task alone (:func:`single_task_config`); with
-    ``schedule.epochs`` the joint job's steps are resolved first (:func:`mtl.job.planned_steps`) and every
+    ``schedule.epochs`` the joint job's steps are resolved first (:func:`mtl.train.job.planned_steps`) and every
     single-task job takes them."""
-    from mtl.job import planned_steps
+    from mtl.train.job import planned_steps
 
     if cfg["schedule"].get("epochs") is not None:
         cfg = copy.deepcopy(cfg)
@@ -204,8 +204,8 @@ def baseline_jobs(cfg: dict) -> List[tuple]:
 def run_baselines(cfg: dict, console=print, overwrite: bool = False) -> dict:
     """Run (or reuse, :func:`reusable`) the joint job and every single-task job of ``cfg``; write and return
     ``baseline.json``. Every job's folder is checked before any of them trains."""
-    from mtl.job import build_job
     from mtl.store.rundir import check_output_dir
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     jobs = baseline_jobs(cfg)

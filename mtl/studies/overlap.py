@@ -1,7 +1,8 @@
 """``mtl overlap RUN_DIR``: which identities of one task's classifier are likely the same people as another's.
 
 The problem of the motivating case: face datasets whose identities may overlap, each with its own head. After
-training, every identity of a class-label head (arcface, cosface, softmax: :class:`mtl.heads.sharded.ShardedClassHead`)
+training, every identity of a class-label head (arcface, cosface, softmax:
+:class:`mtl.headkit.sharded.ShardedClassHead`)
 gets a *template*: the mean of the unit embeddings of (up to ``--images-per-class``) of its training images,
 augmentation off, L2-normalised. For each pair of tasks (A, B), ``S = T_A T_B^T`` holds the cosines of every template
 of A with every template of B; a pair (a, b) is *mutual nearest neighbours* when b = argmax_j S[a, j] and
@@ -33,8 +34,8 @@ import os
 import numpy as np
 
 from mtl.core.arrays import unit_rows
+from mtl.core.errors import ConfigError
 from mtl.data.same_person import People, written
-from mtl.errors import ConfigError
 from mtl.evaluation.identities import (  # noqa: F401 (re-exported)
     CENTRES_THRESHOLD,
     IMAGES_PER_CLASS,
@@ -52,8 +53,8 @@ def load_run(run_dir: str, trust_plugins: bool = False):
     images), its backbone and architecture with the averaged weights when the checkpoint has them (else the live
     ones). Refused when the architecture embeds each task in coordinates of its own (``Architecture.one_embedding``
     false: towers, experts, stitch columns)."""
-    from mtl.job import build_job
     from mtl.serving.inference import open_run
+    from mtl.train.job import build_job
 
     run = open_run(run_dir, trust_plugins=trust_plugins)
     job = build_job(run.job_config(), announce_plan=False)
@@ -68,7 +69,7 @@ def load_run(run_dir: str, trust_plugins: bool = False):
 
 def class_label_tasks(job):
     """The tasks whose head classifies identities (class centres sharded by class); two are needed."""
-    from mtl.heads.sharded import ShardedClassHead
+    from mtl.headkit.sharded import ShardedClassHead
 
     tasks = [t for t in job.tasks if isinstance(t.head, ShardedClassHead)]
     if len(tasks) < 2:

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
+from mtl.core.errors import DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import DataError
 
 COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 _INTEGER = re.compile(r"^[1-9][0-9]*$")

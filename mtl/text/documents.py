@@ -22,8 +22,8 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError
 from mtl.text.conllu import COLUMNS, read_conllu
 from mtl.text.iob2 import DOCUMENT_MARKER
 

@@ -5,9 +5,9 @@ import os
 
 import numpy as np
 
+from mtl.core.errors import DataError, require_input_file
 from mtl.core.utf8 import open_utf8
 from mtl.data.padding import pad_stack
-from mtl.errors import DataError, require_input_file
 from mtl.text.tokenizer import TextTokenizer
 
 

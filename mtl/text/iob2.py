@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError
 
 FORMATS = {"iob2": (-2, -1), "conll2003": (0, -1)}  # format -> default (word column, tag column)
 DOCUMENT_MARKER = "-DOCSTART-"

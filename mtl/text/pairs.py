@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 
 TOO_LONG = ("error", "truncate")
 

@@ -21,8 +21,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mtl.core.errors import DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import DataError
 
 
 @dataclass

@@ -2,8 +2,8 @@
 BERT/ERNIE ``vocab.txt``.
 
 One :class:`TextTokenizer` belongs to the backbone (``backbone.tokenizer``); readers receive it from the job
-(``mtl.job.reader_context``) so that every task of a job tokenises alike, and the run folder and every export keep a
-copy (``tokenizer.json``), so that a run read back later tokenises exactly as training did.
+(``mtl.train.job.reader_context``) so that every task of a job tokenises alike, and the run folder and every export
+keep a copy (``tokenizer.json``), so that a run read back later tokenises exactly as training did.
 
 Normalisation and pre-tokenisation are BERT's (``BertNormalizer``: clean control characters, separate CJK characters,
 lowercase only when asked; ``BertPreTokenizer``: split at whitespace and punctuation), then greedy longest-match-first
@@ -16,8 +16,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

@@ -10,8 +10,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.utf8 import open_utf8
-from mtl.errors import ConfigError, DataError
 
 VECTORS, WORDS = "vectors.npy", "words.txt"
 

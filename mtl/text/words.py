@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mtl.errors import ConfigError, DataError
+from mtl.core.errors import ConfigError, DataError
 
 IGNORE = -1  # label of a position that has no label (padding, a word's later pieces, an unmasked piece)
 TOO_LONG = ("error", "split", "skip")

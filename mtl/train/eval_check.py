@@ -14,8 +14,8 @@ import logging
 import os
 from typing import List
 
+from mtl.core.errors import DataError, MtlError
 from mtl.data.steps import eval_count
-from mtl.errors import DataError, MtlError
 
 log = logging.getLogger("mtl")
 

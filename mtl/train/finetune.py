@@ -7,7 +7,7 @@ update, and the optimizer never holds state for it (:class:`mtl.optimizer.joint.
 A multiplier m scales a parameter's learning rate (Paddle's per-parameter ``optimize_attr['learning_rate']``, which
 its SGD / Momentum / AdamW kernels multiply into the step, weight decay included; the row-sparse update reads it too).
 """
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 
 def matches(name: str, prefix: str) -> bool:

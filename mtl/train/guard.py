@@ -10,7 +10,7 @@ after ``max_consecutive_nonfinite`` bad steps in a row.
 import math
 from typing import Dict, List
 
-from mtl.errors import MtlError
+from mtl.core.errors import MtlError
 
 
 class NonFiniteError(MtlError):

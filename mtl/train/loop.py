@@ -12,7 +12,7 @@ import paddle
 
 from mtl.core import activity
 from mtl.core.arrays import host_floats, tensor_from
-from mtl.errors import MtlError
+from mtl.core.errors import MtlError
 from mtl.train.preemption import Preempted
 
 log = logging.getLogger("mtl")
@@ -76,7 +76,7 @@ class StepMeans:
 
     def outputs(self):
         """``{task: HeadOutput}`` of the means (float32 tensors, as a head's outputs are)."""
-        from mtl.heads.base import HeadOutput
+        from mtl.headkit.base import HeadOutput
 
         def mean(value):
             if isinstance(value, paddle.Tensor):  # a true division, as of the floats before (not x * (1 / K))

@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import paddle
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from mtl.parallel import distributed
 
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adamw": 2}  # float copies per parameter: velocity / two moments
@@ -46,7 +46,7 @@ def head_options(tcfg: dict, backbone, seed: int, reader_sizes, feature_size=Non
     """The keyword arguments the head of task ``tcfg`` will be built with (``num_classes`` from the reader if
     the config does not give it: ``reader_sizes()`` is only called then; ``feature_size``: the architecture's
     output, default the backbone's)."""
-    from mtl import registry
+    from mtl.core import registry
 
     options = {k: v for k, v in tcfg["head"].items() if k != "type"}
     options.update(feature_size=feature_size or backbone.feature_size, seed=seed)
@@ -76,8 +76,8 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0, 
     Per-step figures are those of one micro-batch (``schedule.accumulate`` K: the step's batch is read as K
     micro-batches, each through the backbone and the heads before the next): the backbone's activations for
     ``batch_size / (K W)`` rows, the heads' buffers for a sub-batch of at most ``batch_size / K`` global rows."""
-    from mtl import registry
     from mtl.config.averaging import averaging_options
+    from mtl.core import registry
     from mtl.data.steps import task_seed
     from mtl.train.averaging.config import KINDS
 
@@ -111,10 +111,10 @@ def plan_job(cfg: dict, backbone, reader_sizes, world_size: int, rank: int = 0, 
 
 
 def _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank) -> List[PlanEntry]:
-    """What cross-head negatives add to each task's step (:func:`mtl.heads.cross_negatives.planned_bytes`)."""
-    from mtl import registry
+    """What cross-head negatives add to each task's step (:func:`mtl.headkit.cross_negatives.planned_bytes`)."""
+    from mtl.core import registry
     from mtl.data.steps import task_seed
-    from mtl.heads.cross_negatives import planned_bytes
+    from mtl.headkit.cross_negatives import planned_bytes
 
     cross = cfg.get("cross_negatives") or {}
     if float(cross.get("rate", 0.0)) <= 0:

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 import paddle
 
 from mtl.backbones import rows
-from mtl.heads.base import HeadOutput
+from mtl.headkit.base import HeadOutput
 
 
 def micro_batches(batch, accumulate: int):
@@ -104,7 +104,7 @@ class HeadGradients:
 class JointModel(paddle.nn.Layer):
     """Backbone + ``{task: head}``; ``forward(batch)`` returns a :class:`ForwardPass`.
 
-    ``step_hooks``: what joins several heads inside a step (:class:`mtl.heads.step_hooks.StepHook`, e.g. cross-head
+    ``step_hooks``: what joins several heads inside a step (:class:`mtl.headkit.step_hooks.StepHook`, e.g. cross-head
     negatives), which the step, the weighting and the checkpoint iterate."""
 
     def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],

@@ -15,7 +15,7 @@ dynamic loss scaler whose overflow decision every rank takes alike.
 """
 import contextlib
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 

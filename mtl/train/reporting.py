@@ -14,7 +14,7 @@ import sys
 import numpy as np
 from tabulate import tabulate
 
-from mtl.errors import DiskError, write_problem
+from mtl.core.errors import DiskError, write_problem
 
 
 class RankLogHandler(logging.FileHandler):

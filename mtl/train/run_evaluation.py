@@ -7,7 +7,7 @@ import logging
 import os
 
 from mtl.core import activity
-from mtl.errors import DiskError, MtlError
+from mtl.core.errors import DiskError, MtlError
 from mtl.evaluation.evaluator import Evaluator
 from mtl.train.eval_check import evaluation_error
 from mtl.train.loop import AveragedWeights

@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 
 SCALAR_DIR = "vdl"
 

@@ -10,7 +10,7 @@ restores.
 import logging
 from typing import NamedTuple, Optional
 
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from mtl.store import checkpoint
 
 log = logging.getLogger("mtl")

@@ -14,12 +14,11 @@ import time
 
 import paddle
 
-from mtl import registry
 from mtl.config.overrides import key_source
-from mtl.contracts import check_batch
-from mtl.core import activity
+from mtl.core import activity, registry
+from mtl.core.contracts import check_batch
+from mtl.core.errors import ConfigError, DiskError
 from mtl.data.steps import StepDataset, error_text, make_loader, raise_error_text
-from mtl.errors import ConfigError, DiskError
 from mtl.optimizer.joint import JointOptimizer
 from mtl.parallel.strategy import ParallelStrategy
 from mtl.store import layout, rundir
@@ -42,7 +41,7 @@ log = logging.getLogger("mtl")
 
 
 class Trainer:
-    """Runs a built :class:`mtl.job.Job`: training, logging, evaluation, checkpoints, summary."""
+    """Runs a built :class:`mtl.train.job.Job`: training, logging, evaluation, checkpoints, summary."""
 
     def __init__(self, job, resume=False, console=print, overwrite=False, resume_from=None):
         self.job, self.cfg = job, job.cfg

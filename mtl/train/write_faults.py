@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-from mtl.errors import DiskError
+from mtl.core.errors import DiskError
 from mtl.train.reporting import log_problem, write_whole
 
 log = logging.getLogger("mtl")

@@ -1,5 +1,5 @@
 """Task-weighting strategies (loss-, Gram- and gradient-matrix-based): every module of this package is imported by
-``mtl.registry.load_builtin``.
+``mtl.core.registry.load_builtin``.
 
 ``base`` holds the interface; ``loss_based``, ``imtl_l`` and ``stch`` the strategies that only see the task losses;
 ``gradient_based``, ``min_norm``, ``nash_mtl``, ``fairgrad``, ``imtl_g``, ``aligned_mtl``, ``upgrad`` and

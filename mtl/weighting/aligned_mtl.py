@@ -1,7 +1,7 @@
 """Aligned-MTL: the task gradients' principal components rescaled to one length (Senushkin et al., CVPR 2023)."""
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import on_present
 from mtl.weighting.gradient_based import GradientWeighting
 

@@ -8,7 +8,7 @@ numbers; random draws come from ``np.random.default_rng([seed, step, constant])`
 """
 import numpy as np
 
-from mtl.errors import ConfigError, ParameterError
+from mtl.core.errors import ConfigError, ParameterError
 
 
 class Weighting:

@@ -1,8 +1,8 @@
 """DB-MTL: log-transformed losses and moving-average gradients rescaled to the largest norm (Lin et al. 2023)."""
 import numpy as np
 
-from mtl.errors import ConfigError, ParameterError
-from mtl.registry import register_weighting
+from mtl.core.errors import ConfigError, ParameterError
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.matrix_based import GradientMatrixWeighting
 

@@ -1,6 +1,6 @@
 """FairGrad: the update as an alpha-fair allocation of improvement among the tasks (Ban & Ji, ICML 2024)."""
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.allocation import fair_weights
 from mtl.weighting.base import check_range, on_present, within_norm
 from mtl.weighting.gradient_based import GradientWeighting

@@ -1,7 +1,7 @@
 """GradDrop: gradient sign dropout, keep one sign per shared coordinate at random (Chen et al., NeurIPS 2020)."""
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import per_task
 from mtl.weighting.matrix_based import GradientMatrixWeighting
 

@@ -6,7 +6,7 @@ the trainer never moves a T x |theta| matrix to numpy. Heads keep their own task
 """
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import Weighting, check_range
 
 PCGRAD_STREAM = 0x9C6  # the third entry of PCGrad's generator key: (seed, step, PCGRAD_STREAM)

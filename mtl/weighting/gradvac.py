@@ -1,7 +1,7 @@
 """GradVac: gradient vaccine, pull each task gradient towards a running target similarity (Wang et al., ICLR 2021)."""
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.gradient_based import GradientWeighting
 

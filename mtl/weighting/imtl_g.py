@@ -1,7 +1,7 @@
 """IMTL-G: the update with equal projections on every task's unit gradient (Liu et al., ICLR 2021)."""
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import on_present, unit_gram
 from mtl.weighting.gradient_based import GradientWeighting
 

@@ -1,5 +1,5 @@
 """IMTL-L: learned loss scales that drive every scaled loss to 1 (Liu et al., ICLR 2021)."""
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.loss_based import LearnedLogScale
 
 

@@ -5,8 +5,8 @@ head's and the backbone's gradients alike. The state is a few numbers per task.
 """
 import numpy as np
 
-from mtl.errors import ParameterError
-from mtl.registry import register_weighting
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import Weighting, check_range, masked_softmax, per_task
 
 RLW_STREAM = 0x5217  # the third entry of RLW's generator key: (seed, step, RLW_STREAM)

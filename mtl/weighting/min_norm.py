@@ -5,8 +5,8 @@ alpha with the applied shared gradient sum_t alpha_t g_t.
 """
 import numpy as np
 
-from mtl.errors import ParameterError
-from mtl.registry import register_weighting
+from mtl.core.errors import ParameterError
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import check_range
 from mtl.weighting.gradient_based import GradientWeighting
 from mtl.weighting.simplex import wolfe_min_norm

@@ -1,7 +1,7 @@
 """Nash-MTL: the update as the Nash bargaining solution among the tasks (Navon et al., ICML 2022)."""
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.allocation import fair_weights
 from mtl.weighting.base import check_integer, check_range, on_present, within_norm
 from mtl.weighting.gradient_based import GradientWeighting

@@ -1,7 +1,7 @@
 """STCH: smooth Tchebycheff scalarization of the normalised log losses (Lin et al., ICML 2024)."""
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import Weighting, check_integer, check_range, masked_softmax
 
 TINY = 1e-20  # log(L / nadir + 1e-20), as in the authors' code

@@ -1,7 +1,7 @@
 """UPGrad: every task gradient projected onto the dual cone of all of them, then averaged (Quinton & Rey 2024)."""
 import numpy as np
 
-from mtl.registry import register_weighting
+from mtl.core.registry import register_weighting
 from mtl.weighting.base import on_present, unit_gram
 from mtl.weighting.gradient_based import GradientWeighting
 

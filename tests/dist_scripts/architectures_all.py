@@ -84,7 +84,7 @@ def main(*argv):
     until = int(argv[2]) if len(argv) > 2 and argv[2] != "none" else None
     from mtl.config.loading import load_job
     from mtl.core.runtime import init_distributed, select_device
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     select_device("cpu")

@@ -15,7 +15,7 @@ from mtl.commands.train import add_train_args  # noqa: E402
 def train_float64(args):
     """Build and train the job with float64 parameters; float32 batch arrays are widened to float64."""
     from mtl.commands.train import prepare_job
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
 
     class Float64Trainer(Trainer):

@@ -44,7 +44,7 @@ def count_steps(output_dir, log_every=1, variant="plain"):
     from mtl.config.loading import load_job
     from mtl.core import arrays
     from mtl.core.runtime import init_distributed, select_device
-    from mtl.job import build_job
+    from mtl.train.job import build_job
     from mtl.train.trainer import Trainer
     from tests.host_syncs import HostSyncCounter
 

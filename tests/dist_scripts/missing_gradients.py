@@ -14,7 +14,7 @@ def main(out_dir):
 
     rank, _ = init_distributed()
     from mtl.architectures.hard import Hard
-    from mtl.heads.base import Head
+    from mtl.headkit.base import Head
     from mtl.parallel.strategy import ParallelStrategy
 
     class TinyHead(Head):

@@ -83,7 +83,7 @@ def main(out_dir):
     import paddle
     import paddle.distributed as dist
 
-    from mtl import registry
+    from mtl.core import registry
 
     dist.init_parallel_env()
     registry.load_builtin()

@@ -5,7 +5,7 @@ tests/test_sharded_heads.py."""
 import numpy as np
 import paddle
 
-from mtl.heads.margin import MIN_SIN_THETA
+from mtl.headkit.margin import MIN_SIN_THETA
 
 MARGINS = {
     "arcface": (1.0, 0.5, 0.0),

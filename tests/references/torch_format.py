@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import paddle
 
-from mtl import registry
+from mtl.core import registry
 
 
 # ---- torch.save's archive --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Build an averager from the job config's ``averaging`` section: ``{type: window | ema | none, ...}``."""
 from mtl.config.averaging import averaging_options
-from mtl.errors import ConfigError
+from mtl.core.errors import ConfigError
 from mtl.train.averaging.base import InvalidOption
 from mtl.train.averaging.ema import EMA
 from mtl.train.averaging.window import WindowAverage

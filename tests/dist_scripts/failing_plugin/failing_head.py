@@ -1,6 +1,6 @@
 """A regression head that raises on rank 1 at its third step (for the failure test)."""
+from mtl.core.registry import plugin_class, register_head
 from mtl.parallel import distributed
-from mtl.registry import plugin_class, register_head
 
 RegressionHead = plugin_class("head", "regression")
 

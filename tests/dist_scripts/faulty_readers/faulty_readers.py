@@ -2,8 +2,8 @@
 import os
 import signal
 
+from mtl.core.registry import register_reader
 from mtl.readers.synthetic import SyntheticReader
-from mtl.registry import register_reader
 
 
 class _OneBadSample(SyntheticReader):

@@ -1,8 +1,8 @@
 """Test plug-in: a softmax head whose feature gradient becomes inf on one rank at one step (an fp16 overflow)."""
 from paddle.autograd import PyLayer
 
+from mtl.core.registry import plugin_class, register_head
 from mtl.parallel import distributed
-from mtl.registry import plugin_class, register_head
 
 SoftmaxHead = plugin_class("head", "softmax")
 

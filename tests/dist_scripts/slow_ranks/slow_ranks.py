@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from mtl.registry import plugin_class, register_head
+from mtl.core.registry import plugin_class, register_head
 
 SoftmaxHead = plugin_class("head", "softmax")
 ArcFaceHead = plugin_class("head", "arcface")

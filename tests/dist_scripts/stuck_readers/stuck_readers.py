@@ -4,8 +4,8 @@ import os
 import threading
 import time
 
+from mtl.core.registry import register_reader
 from mtl.readers.synthetic import SyntheticReader
-from mtl.registry import register_reader
 
 
 @register_reader("blocking_synthetic")

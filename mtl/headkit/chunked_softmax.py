@@ -1,8 +1,8 @@
 """The margin softmax cross-entropy across shards, over blocks of class rows: the loss of a margin head's step.
 
 The same function as ``cos = x_hat W^T / ||W_row||`` followed by the softmax cross-entropy across shards of
-:mod:`mtl.heads.sharded_loss` with a margin on the target logit, computed over blocks of class rows (``CHUNK_ROWS``
-on the CPU, larger on a GPU: :func:`mtl.heads.class_rows.chunk_rows`) so that the per-class work (row norms,
+:mod:`mtl.headkit.sharded_loss` with a margin on the target logit, computed over blocks of class rows (``CHUNK_ROWS``
+on the CPU, larger on a GPU: :func:`mtl.headkit.class_rows.chunk_rows`) so that the per-class work (row norms,
 scaling, max, exp, softmax, gradient) runs on a block that stays in cache (a few blocks on a GPU: few kernel
 launches) instead of on whole ``[N, C_k]`` tensors, and so that Partial FC allocates nothing of size ``[K, D]`` but
 the rows' gradient. Logits are kept transposed (``[K, N]``: a chunk is a contiguous row block). Per chunk c with
@@ -15,10 +15,10 @@ rows ``W_c`` and ``inv_j = 1 / max(||w_j||, 1e-12)``:
           "Online normalizer calculation for softmax").
     loss = mean_n [ log S_n - (z_target,n - m_n) ]
 
-The rows are :class:`mtl.heads.class_rows.ScoredRows`: the head's own rows first, then (cross-head negatives)
+The rows are :class:`mtl.headkit.class_rows.ScoredRows`: the head's own rows first, then (cross-head negatives)
 other heads' rows on this rank, which enter S like any negative and are pushed away from x, without a gradient of
 their own unless they learn (``update: both``: their rows' gradient, by the same formula as the own rows', goes to
-their source's sink, :class:`mtl.heads.class_rows.RowSource`). Backward,
+their source's sink, :class:`mtl.headkit.class_rows.RowSource`). Backward,
 ``G_jn = dL/dcos_jn = (scale / N) softmax_jn`` (zero at the target, whose ``(p_t - 1) psi'(cos_t)`` term is added
 per row) and ``G'_jn = G_jn inv_j``:
 
@@ -28,18 +28,18 @@ per row) and ``G'_jn = G_jn inv_j``:
 One buffer of ``K * max(N, D)`` floats serves both passes: the forward stores each chunk's ``exp(z - m_chunk)``
 (``m_chunk`` = the running maximum after that chunk, so the backward needs no second exp:
 ``exp(z - m) = exp(z - m_chunk) exp(m_chunk - m)``), and the backward overwrites it chunk by chunk with the own
-rows' gradient ``[K_own, D]``, in the order of :func:`mtl.heads.class_rows.chunk_order`. Nothing else of size
+rows' gradient ``[K_own, D]``, in the order of :func:`mtl.headkit.class_rows.chunk_order`. Nothing else of size
 ``[K, N]`` or ``[K, D]`` is allocated: the whole shard returns that gradient as ``weight.grad``, Partial FC leaves it
-in its :class:`mtl.heads.row_gradients.RowGradient` for the optimizer's row-sparse update.
+in its :class:`mtl.headkit.row_gradients.RowGradient` for the optimizer's row-sparse update.
 
 This is the loss only. What the passes see anyway comes out as a :class:`Statistics` value (no extra work): each
 row's best own logit and its column (the head settles the training top-1 across shards itself,
 :func:`mtl.parallel.topk.top1_across_shards`), and each row's target cosine, summed into the softmax's all-reduce
-(the online same-person rule of :mod:`mtl.heads.cross_negatives` is calibrated on them).
+(the online same-person rule of :mod:`mtl.headkit.cross_negatives` is calibrated on them).
 
 The passes exist twice, with the same math, buffer layout and chunk order: in Paddle ops (``_online_pass``,
 ``_gradient_pass``: GPU, and CPU when ``mtl.core.arrays.HOST_PATHS`` is off) and in numpy on the CPU tensors' memory
-(:mod:`mtl.heads.host_chunks`, the CPU default). The tests run both against the numpy reference.
+(:mod:`mtl.headkit.host_chunks`, the CPU default). The tests run both against the numpy reference.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -49,8 +49,8 @@ import paddle
 from paddle.autograd import PyLayer
 
 from mtl.core.arrays import NORM_FLOOR_SQUARED, on_host, tensor_from
-from mtl.heads import host_chunks
-from mtl.heads.class_rows import ScoredRows, chunk_order
+from mtl.headkit import host_chunks
+from mtl.headkit.class_rows import ScoredRows, chunk_order
 from mtl.parallel import distributed
 
 _LOW = -1e30  # a finite "minus infinity" for running maxima (exp(_LOW - x) = 0, and _LOW - _LOW = 0, not nan)
@@ -61,7 +61,7 @@ class Statistics:
     """What one loss evaluation saw, besides the loss: per gathered row, the best logit among this rank's own rows
     (the target's plain, margin-free logit included) and its column (-1: none), and the target cosine (every rank
     holds it: the owner's value, summed across shards); ``gradient``: where the own rows' gradient goes when they
-    are a sample (a :class:`mtl.heads.row_gradients.RowGradient`, filled by the backward)."""
+    are a sample (a :class:`mtl.headkit.row_gradients.RowGradient`, filled by the backward)."""
 
     best: Optional[paddle.Tensor] = None
     best_column: Optional[paddle.Tensor] = None
@@ -273,9 +273,9 @@ def chunked_margin_softmax(x_hat, rows: ScoredRows, target, scale: float, transf
     The own rows get their gradient through autograd (``weight.grad``) when they are the whole shard
     (``rows.index`` None); a sample's gradient ``[K, D]`` goes to ``stats.gradient`` (a RowGradient). Other heads'
     rows get none, or (a source with a ``sink``) hand theirs to the sink. ``transform(cos_t) -> (value, slope)`` is
-    the margin. ``host``: run the chunk passes in numpy on the tensors' memory (:mod:`mtl.heads.host_chunks`) or in
+    the margin. ``host``: run the chunk passes in numpy on the tensors' memory (:mod:`mtl.headkit.host_chunks`) or in
     Paddle ops; None chooses numpy for CPU tensors (float32/float64) and Paddle ops on a device. ``mask``
-    (:class:`mtl.heads.filtering.ChunkMask`): negatives taken out of the softmax (inter-class filtering, same-person
+    (:class:`mtl.headkit.filtering.ChunkMask`): negatives taken out of the softmax (inter-class filtering, same-person
     classes). ``stats`` (:class:`Statistics`): filled with what the passes saw.
     """
     stats = Statistics() if stats is None else stats

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from mtl.errors import ContractError
+from mtl.core.errors import ContractError
 
 _DTYPE_ALIASES = {"float": "float32", "int": "int64", "long": "int64", "double": "float64"}
 
@@ -155,7 +155,7 @@ def check_conversion(array, dtype, what: str):
 
     Integers going to a float are checked to be exactly representable (``|v| <= 2^24`` for float32).
     """
-    from mtl.errors import DataError
+    from mtl.core.errors import DataError
 
     target = canonical_dtype(dtype)
     problem = conversion_problem(array.dtype, target)

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+from mtl.core.errors import ConfigError, DataError, MtlError, PluginError
 from mtl.core.plugin_loading import (  # noqa: F401  (re-exported: how plug-ins are found is part of the registry's API)
     ENTRY_POINT_GROUP,
     builtin_heads_folder,
@@ -23,7 +24,6 @@ from mtl.core.plugin_loading import (  # noqa: F401  (re-exported: how plug-ins 
     load_file,
     load_folder,
 )
-from mtl.errors import ConfigError, DataError, MtlError, PluginError
 
 KINDS = ("reader", "backbone", "head", "weighting", "architecture")
 # Constructor arguments the runner supplies at build time (not required in configs).
@@ -103,7 +103,7 @@ def register_backbone(name):
 
 
 def register_head(name):
-    """Register a head class (see :class:`mtl.heads.base.Head`)."""
+    """Register a head class (see :class:`mtl.headkit.base.Head`)."""
     return register("head", name)
 
 

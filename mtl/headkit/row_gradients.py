@@ -1,7 +1,7 @@
 """Rows a head declares: the rows of a parameter that the optimizer updates row-sparse (Partial FC's sampled class
 centres, and the rows of another head's centres that a loss gave a gradient under cross-head negatives).
 
-A head puts its declarations in its :class:`mtl.heads.base.HeadOutput` (``rows``); its backward fills their
+A head puts its declarations in its :class:`mtl.headkit.base.HeadOutput` (``rows``); its backward fills their
 ``grad``; the optimizer takes them (``mtl.optimizer.sparse.StepRows``), sums a step's micro-batches, merges the
 declarations of one parameter (:func:`merge_rows`) and updates those rows only. Nothing of a step's rows is kept
 in a head.

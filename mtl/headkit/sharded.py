@@ -11,8 +11,8 @@ import numpy as np
 import paddle
 
 from mtl.core.arrays import to_numpy
-from mtl.errors import ParameterError
-from mtl.heads.base import Head
+from mtl.core.errors import ParameterError
+from mtl.headkit.base import Head
 from mtl.parallel import collective, distributed
 from mtl.parallel.topk import sharded_topk
 
@@ -132,7 +132,7 @@ class ShardedClassHead(Head):
     @classmethod
     def step_bytes(cls, options: dict, shard: int, global_rows: int, dim: int, item: int) -> dict:
         """Memory of one training step: the dense ``[C_k, D]`` gradient, the ``[N, C_k]`` logits and the softmax
-        buffer that becomes their gradient (``mtl.heads.chunked_softmax``)."""
+        buffer that becomes their gradient (``mtl.headkit.chunked_softmax``)."""
         return {"gradient": shard * dim * item, "logits and their gradient": 2 * global_rows * shard * item}
 
     @classmethod

@@ -2,7 +2,7 @@
 
 The softmax over all ``C = sum_k C_k`` classes is assembled from per-rank pieces: all-reduce MAX of the row maxima,
 all-reduce SUM of the exp-sums and of the target logit (non-zero on the owner rank only). The margin heads score
-their cosine logits with the same math over class chunks (:mod:`mtl.heads.chunked_softmax`).
+their cosine logits with the same math over class chunks (:mod:`mtl.headkit.chunked_softmax`).
 """
 import paddle
 from paddle.autograd import PyLayer

@@ -20,7 +20,7 @@ Capabilities every head declares (generic code reads them, never probes):
   runner then checks label ranges.
 * ``primary_metric`` and ``higher_is_better``: the metric shown first (and compared across runs) and its direction.
 * ``row_sparse``: training hands the optimizer row gradients (the optimizer must support a row-sparse update):
-  the head declares them in its output (``HeadOutput.rows``, :class:`mtl.heads.row_gradients.RowGradient`) and
+  the head declares them in its output (``HeadOutput.rows``, :class:`mtl.headkit.row_gradients.RowGradient`) and
   the optimizer applies them to those rows only. A declaration's ``source`` (empty: the joint model names the
   head's task) is what the weighting rescales it by; its ``host_index`` (the rows as numpy ids, when the head drew
   them on the host) lets an accumulated step sum the micro-batches that declare the same rows in place. The
@@ -61,13 +61,13 @@ from typing import Dict, List, Optional
 
 import paddle
 
-from mtl.contracts import Field
+from mtl.core.contracts import Field
 
 
 @dataclass
 class HeadOutput:
     """What a head returns for one step: the loss to differentiate, the loss to report, metrics, and the rows it
-    declares (:class:`mtl.heads.row_gradients.RowGradient`: parameters the optimizer updates row-sparse; their
+    declares (:class:`mtl.headkit.row_gradients.RowGradient`: parameters the optimizer updates row-sparse; their
     ``grad`` is filled by the backward)."""
 
     loss: paddle.Tensor
@@ -95,7 +95,7 @@ class Head(paddle.nn.Layer):
     sharded = False
     row_sparse = False
     uses_step = False  # forward(features, labels, step): the global step of a training forward
-    cross_negatives = False  # can score other heads' classes as negatives (mtl.heads.cross_negatives)
+    cross_negatives = False  # can score other heads' classes as negatives (mtl.headkit.cross_negatives)
     reads_people = False  # takes ``people``: Reader.source_people of its task's reader
     reader_sizes = {"num_classes": "num_classes"}
     primary_metric = "loss"
@@ -146,13 +146,13 @@ class Head(paddle.nn.Layer):
         of all of them. Default: nothing (a head whose forward does not depend on the rest of the step)."""
 
     def attach_cross_negatives(self, cross, task: str):
-        """Score the other heads' classes of ``cross`` (a :class:`mtl.heads.cross_negatives.CrossNegatives`) as
+        """Score the other heads' classes of ``cross`` (a :class:`mtl.headkit.cross_negatives.CrossNegatives`) as
         negatives of this task's samples; only heads that declare ``cross_negatives`` can (the job checks it)."""
         raise NotImplementedError(f"head '{type(self).__name__}' does not declare cross_negatives")
 
     def check_eval_labels(self, labels):
-        """Raise a user error (:class:`mtl.errors.DataError` or ConfigError, a sentence) when ``evaluate`` could not
-        score a split with these labels.
+        """Raise a user error (:class:`mtl.core.errors.DataError` or ConfigError, a sentence) when ``evaluate``
+        could not score a split with these labels.
 
         Called when the job is built, so that a split the head cannot evaluate fails before training. Default: fine.
         """

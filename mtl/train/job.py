@@ -11,15 +11,15 @@ from typing import Dict, List
 import numpy as np
 import paddle
 
-from mtl import contracts, registry
 from mtl.architectures.build import build_architecture
 from mtl.backbones.base import build_backbone
 from mtl.config.checks import check_milestones
 from mtl.config.overrides import blame_set
+from mtl.core import contracts, registry
+from mtl.core.errors import ConfigError, DataError
 from mtl.core.runtime import on_host_generator
 from mtl.data.scheduler import build_schedule, steps_for_epochs
 from mtl.data.steps import check_labels, task_seed
-from mtl.errors import ConfigError, DataError
 from mtl.optimizer.sparse import check_sparse_optimizer
 from mtl.parallel import distributed, sync_bn
 from mtl.train.finetune import apply_layer_decay, apply_lr_multipliers, freeze_batchnorm, freeze_parameters
@@ -269,15 +269,15 @@ def check_same_inputs(tasks, backbone, source, probes=3):
 
 
 def _step_hooks(cfg, tasks, architecture) -> list:
-    """The job model's step hooks (:class:`mtl.heads.step_hooks.StepHook`): its cross-head negatives when on."""
+    """The job model's step hooks (:class:`mtl.headkit.step_hooks.StepHook`): its cross-head negatives when on."""
     cross = _cross_negatives(cfg, tasks, architecture)
     return [] if cross is None else [cross]
 
 
 def _cross_negatives(cfg, tasks, architecture):
-    """The job's :class:`mtl.heads.cross_negatives.CrossNegatives` (attached to its heads), or None when off;
+    """The job's :class:`mtl.headkit.cross_negatives.CrossNegatives` (attached to its heads), or None when off;
     refused (before any training) under an architecture that gives each task its own embedding."""
-    from mtl.heads.cross_negatives import CrossNegatives
+    from mtl.headkit.cross_negatives import CrossNegatives
 
     spec = cfg["cross_negatives"]
     if spec["rate"] <= 0:
@@ -311,7 +311,7 @@ def show_large_plan(entries):
 def _checked_eval_reader(task: Task, context):
     """Build the task's evaluation reader now and let the head check its labels, so that a split the head cannot
     evaluate (a typo in ``eval.reader``, one class for a verification head) fails before training. A plug-in's bug
-    (:class:`mtl.errors.PluginError`) is not turned into a config error."""
+    (:class:`mtl.core.errors.PluginError`) is not turned into a config error."""
     prefix = f"{task.cfg['key']}." if task.cfg["key"] else ""
     overrides = copy.deepcopy(task.cfg["eval"]["reader"])
     try:

@@ -4,8 +4,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from mtl.contracts import Field
-from mtl.heads.text import TextHead, gather_words, global_mean, mlp, softmax_rows, to_numpy, word_counts
+from mtl.core.contracts import Field
+from mtl.headkit.text import TextHead, gather_words, global_mean, mlp, softmax_rows, to_numpy, word_counts
 from mtl.text.metrics import entity_scores
 
 METRICS = ("accuracy", "f1")

@@ -1,5 +1,5 @@
 """Step hooks: what joins several heads inside a training step, seen by the loop and the weighting through one
-interface (cross-head negatives, :mod:`mtl.heads.cross_negatives`, is one).
+interface (cross-head negatives, :mod:`mtl.headkit.cross_negatives`, is one).
 
 The joint model holds a list of hooks (``JointModel.step_hooks``); the step, the weighting, the checkpoint and the
 trainer iterate it and never ask which feature a hook is:
@@ -9,7 +9,7 @@ trainer iterate it and never ask which feature a hook is:
   that task's loss is scaled alike;
 * ``settle()``: after the backward and the weighting, once per step: gradients the hook holds go where they belong
   (a dense ``weight.grad``), and the row declarations it returns
-  (:class:`mtl.heads.row_gradients.RowGradient`) go to the optimizer with the heads' own;
+  (:class:`mtl.headkit.row_gradients.RowGradient`) go to the optimizer with the heads' own;
 * ``state_dict()`` / ``set_state_dict(state)``: what a resumed run needs, saved under ``name`` in the checkpoint;
 * ``describe()``: a line for the console and the log at the start (empty: nothing to say);
 * ``finish(output_dir, gather_texts, is_main)``: at the end of training (every rank calls it; ``gather_texts(text)``

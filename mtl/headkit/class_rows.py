@@ -1,17 +1,17 @@
 """The class rows a margin head scores in one step, and the buffer and chunk order its passes share.
 
 A step scores :class:`ScoredRows`: the head's own class rows (its whole shard, or the Partial FC sample of it) and,
-with cross-head negatives (:mod:`mtl.heads.cross_negatives`), other heads' rows on this rank after them. Columns are
+with cross-head negatives (:mod:`mtl.headkit.cross_negatives`), other heads' rows on this rank after them. Columns are
 numbered across the sources in that order; the targets' columns are always among the head's own rows, which come
 first. The own rows get a gradient (in ``weight.grad`` for the whole shard, in a
-:class:`mtl.heads.row_gradients.RowGradient` for a sample); other heads' rows are negatives without gradient (a
+:class:`mtl.headkit.row_gradients.RowGradient` for a sample); other heads' rows are negatives without gradient (a
 sample is pushed away from them; they move with their own data only), unless their source ``learns`` (cross-head
 negatives' ``update: both``): then their gradient rows are handed to the source's ``sink`` (as a merged head's rows
 would get them).
 
 Chunks (blocks of class rows, :func:`chunk_rows`) never span two sources. :func:`chunk_order` is the one rule both
 implementations of the backward pass (Paddle ops and numpy) follow, so that a chunk's gradient rows never overwrite
-exp values not yet read (see :mod:`mtl.heads.chunked_softmax`).
+exp values not yet read (see :mod:`mtl.headkit.chunked_softmax`).
 """
 from typing import List, Optional
 

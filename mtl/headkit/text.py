@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 from paddle import nn
 
-from mtl.heads.base import Head, HeadOutput
+from mtl.headkit.base import Head, HeadOutput
 from mtl.parallel.distributed import all_reduce_sum
 
 

@@ -1,4 +1,4 @@
-"""The two passes of :mod:`mtl.heads.chunked_softmax` on the host (CPU tensors), in numpy on the tensors' own memory.
+"""The two passes of :mod:`mtl.headkit.chunked_softmax` on the host (CPU tensors), in numpy on the tensors' own memory.
 
 Paddle's CPU build runs broadcast element-wise products and reductions over the class axis 5-15 times slower than
 numpy on the same ``[8192, 128]`` block (``docs/paddle-notes.md``, ``bench/bench_host_passes.py``), and every op
@@ -8,13 +8,13 @@ norms are one ``einsum``, the broadcast scalings are in place, and the top-1 col
 improves the best logit. The exponential is numpy's too (on this machine its float32 ``exp`` now runs faster than
 Paddle's, and a zero-copy Paddle tensor of the block, built each chunk, kept 80 bytes for good each time: Paddle 3.3's
 Tensor construction leaks, bench/bench_soak.py). The math, the buffer layout and the chunk order are those of the device
-passes (the module docstring of :mod:`mtl.heads.chunked_softmax`); tests run both on CPU against the numpy reference
+passes (the module docstring of :mod:`mtl.headkit.chunked_softmax`); tests run both on CPU against the numpy reference
 and against each other (tests/test_margin_speed.py).
 """
 import numpy as np
 
 from mtl.core.arrays import NORM_FLOOR_SQUARED, host_view, tensor_from
-from mtl.heads.class_rows import chunk_order
+from mtl.headkit.class_rows import chunk_order
 
 _LOW = np.float32(-1e30)
 TRANSPOSED_BLOCK = 128  # rows per product of dx += G'^T W: single-threaded OpenBLAS runs [128, K] x [K, 128] with
@@ -39,7 +39,7 @@ def prepare_blas():
 
 
 class HostRows:
-    """numpy access to a :class:`mtl.heads.class_rows.ScoredRows` for one forward and its backward: blocks of each
+    """numpy access to a :class:`mtl.headkit.class_rows.ScoredRows` for one forward and its backward: blocks of each
     source's weight, views or gathered into one reused ``[CHUNK_ROWS, D]`` buffer (a sample; the block gathered
     last is kept for the backward, which with one chunk, or D >= N, starts with it), and two scratch blocks."""
 
@@ -98,7 +98,7 @@ def _add_transposed_product(out, g, block, scratch):
 
 
 def _filter_chunk(z: np.ndarray, begin: int, end: int, mask, chunk_max):
-    """Filtering of one chunk (``mtl.heads.filtering``: inter-class filtering, same-person classes), after the
+    """Filtering of one chunk (``mtl.headkit.filtering``: inter-class filtering, same-person classes), after the
     top-1 search: the filtered logits become 0 (``zero``) or -inf (``remove``); returns the softmax's chunk maximum
     and the filtered entries (None)."""
     if mask is None:

@@ -22,7 +22,7 @@ What happens to such a negative is ``mode``:
 
 The top-1 prediction the head logs is taken before the filtering (it is a property of the model, not of the loss).
 Pairs are used as listed, in both directions, not transitively. Pairs whose two classes belong to two different
-heads are the business of cross-head negatives (:mod:`mtl.heads.cross_negatives`), where another head's class
+heads are the business of cross-head negatives (:mod:`mtl.headkit.cross_negatives`), where another head's class
 believed to be the sample's person is always removed; without cross-head negatives no sample is ever scored against
 another head's classes, so such a pair has no effect here.
 
@@ -36,9 +36,9 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from mtl.core.errors import ParameterError
 from mtl.core.utf8 import NotUtf8, open_utf8
 from mtl.data.same_person import ENDS, People, class_in_sources, end_problem
-from mtl.errors import ParameterError
 
 MODES = ("zero", "remove")
 

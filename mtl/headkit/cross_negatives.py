@@ -21,7 +21,7 @@ samples is ``update``:
   the gradients summed, by the optimizer's one merge) when B uses Partial FC, so that every row gets one optimizer
   update per step. A weighting strategy that rescales A's gradients rescales A's contributions to B too
   (``rescale``). The loop and the weighting see all this through the step-hook interface
-  (:class:`mtl.heads.step_hooks.StepHook`). It costs one more product
+  (:class:`mtl.headkit.step_hooks.StepHook`). It costs one more product
   per extra chunk in the backward and a copy of the extra rows' gradient.
 
 A class of B believed to be the sample's person leaves that sample's softmax (no term, no gradient), as
@@ -55,13 +55,13 @@ import numpy as np
 import paddle
 
 from mtl.core.arrays import host_floats, tensor_from
+from mtl.core.errors import ConfigError
 from mtl.data.same_person import People
-from mtl.errors import ConfigError
-from mtl.heads.class_rows import RowSource
-from mtl.heads.filtering import Segment, listed_columns
-from mtl.heads.row_gradients import RowGradient
-from mtl.heads.sharded import sample_classes_globally, shard_of_sample
-from mtl.heads.step_hooks import StepHook
+from mtl.headkit.class_rows import RowSource
+from mtl.headkit.filtering import Segment, listed_columns
+from mtl.headkit.row_gradients import RowGradient
+from mtl.headkit.sharded import sample_classes_globally, shard_of_sample
+from mtl.headkit.step_hooks import StepHook
 
 MASKS = ("none", "pairs", "online")
 CALIBRATION_STEPS = 20  # the online rule averages the target cosines of this many steps before the warm-up ends
@@ -91,9 +91,9 @@ def read_pairs(path: str, source=None, key="cross_negatives.pairs", tasks=None) 
     """The pairs of a same-person JSON (:func:`mtl.data.same_person.read_pairs`), a bad file as the config error of
     ``key``; ``tasks``: the job's tasks, every pair's tasks checked against them
     (:func:`mtl.data.same_person.check_tasks`: a task name typed wrong would drop its pairs without a word)."""
+    from mtl.core.errors import DataError
     from mtl.data.same_person import check_tasks
     from mtl.data.same_person import read_pairs as read
-    from mtl.errors import DataError
 
     try:
         pairs = read(path)
@@ -149,8 +149,8 @@ class CrossNegatives(StepHook):
         """``{(A, B): [E, 2] sorted (class of A, class of B)}`` from the pairs (people by name or dataset label:
         :func:`mtl.data.same_person.resolve`), both directions; a person who is not a class of its head is a
         ConfigError naming the file and the entry."""
+        from mtl.core.errors import DataError
         from mtl.data.same_person import resolve
-        from mtl.errors import DataError
 
         try:
             found = resolve(pairs, path, {name: self.people_of(name) for name in self.heads},
@@ -231,7 +231,7 @@ class CrossNegatives(StepHook):
     def settle(self) -> list:
         """After the backward, once per step (``update: both``): every received gradient into its head: added into
         ``weight.grad`` of a head whose whole shard learns through autograd; under Partial FC returned as row
-        declarations (:class:`mtl.heads.row_gradients.RowGradient`), which the optimizer merges with the head's own
+        declarations (:class:`mtl.headkit.row_gradients.RowGradient`), which the optimizer merges with the head's own
         sampled rows (their union, the gradients summed)."""
         received, self.received = self.received, []
         out = []

@@ -22,7 +22,7 @@ import math
 
 import paddle
 
-from mtl.errors import ParameterError
+from mtl.core.errors import ParameterError
 
 MIN_SIN_THETA = 1e-4
 
@@ -56,6 +56,6 @@ def check_margin(margin):
 
 
 def margin_transform(m1: float = 1.0, m2: float = 0.5, m3: float = 0.0):
-    """The margin as a ``target_transform`` for ``mtl.heads.chunked_softmax.chunked_margin_softmax``."""
+    """The margin as a ``target_transform`` for ``mtl.headkit.chunked_softmax.chunked_margin_softmax``."""
     m1, m2, m3 = check_margin([m1, m2, m3])
     return functools.partial(margin_value_and_slope, m1=m1, m2=m2, m3=m3)
