@@ -101,9 +101,9 @@ class Recipe:
 
     def __init__(self, cfg, benchmark=None):
         from mtl.backbones.base import constructor_config
-        from mtl.commands.evaluate_people import held_out_readers
         from mtl.core import registry
         from mtl.core.errors import ConfigError
+        from mtl.studies.all_people import held_out_readers
         from mtl.studies.comparison import sub_batches
         from mtl.train.job import build_reader, reader_context, steps_override
 

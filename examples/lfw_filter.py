@@ -109,8 +109,8 @@ def balance(list_path, out_path, lfw_images, repeat):
 def run_filter(run_dir, split, lfw_dir, lfw_images, outside_images, tasks, out, percentile=5.0, per_class=20,
                threshold=None):
     """The filter of one split (module docstring); returns the decision."""
-    from mtl.commands.merge import merge
     from mtl.evaluation.contamination import decide
+    from mtl.writers.merge import merge
 
     os.makedirs(out, exist_ok=True)
     model, field, size = screening_model(run_dir, out)

@@ -114,7 +114,7 @@ def test_a_key_named_twice_in_a_file_is_refused_with_both_lines(tmp_path):
     (tmp_path / "job.yaml").write_text(text)
     with pytest.raises(ConfigError, match="key 'steps' appears twice"):
         load_job(str(tmp_path / "job.yaml"))
-    from mtl.config.loading import load_yaml_text  # a merge key's values may be overridden, as YAML allows
+    from mtl.config.yaml_files import load_yaml_text  # a merge key's values may be overridden, as YAML allows
 
     for text in ("a: &x {k: 1, j: 3}\nb:\n  <<: *x\n  k: 2\n",
                  # chained merges (found by a review): b merges a and overrides ratio, use merges b

@@ -103,7 +103,7 @@ def test_a_set_replacing_a_mapping_or_a_tasks_key_is_the_sets_not_the_bases(tmp_
 
 
 def test_the_told_error_keeps_its_kind_and_fields():
-    from mtl.config.loading import name_the_base
+    from mtl.config.yaml_files import name_the_base
     from mtl.readers.base import MissingFile
 
     exc = MissingFile("/nowhere/x.bin", "weights file", key="backbone.weights")

@@ -114,7 +114,7 @@ def test_refusals_are_one_sentence(people, tmp_path, capsys):
     assert code != 0 and "holds out no people" in err
     code, err = cli(["data", "pairs", tmp_path / "missing", tmp_path / "x.txt"], capsys)
     assert code != 0 and "does not exist" in err
-    from mtl.commands.pack import pack
+    from mtl.writers.pack import pack
 
     pack(str(people), str(tmp_path / "rec" / "train"))
     code, err = cli(["data", "pairs", tmp_path / "rec", tmp_path / "x.txt"], capsys)

@@ -294,9 +294,9 @@ def _components(nodes, joins):
 
 
 def test_union_find_groups_as_a_brute_force_count_and_both_its_users_go_through_it(monkeypatch):
-    from mtl.commands.merge import Source, joined_classes
     from mtl.core.union_find import DisjointSets
     from mtl.evaluation.held_out import pool_people
+    from mtl.writers.merge import Source, joined_classes
 
     rng = np.random.default_rng(3)
     nodes = list(range(40))
@@ -327,7 +327,7 @@ def test_one_safetensors_test_for_the_reader_and_for_what_a_file_is_instead_of_a
 
     from mtl.convert import safetensors_file
     from mtl.core.errors import DataError
-    from mtl.core.safe_pickle import looks_like_safetensors, not_a_pickle
+    from mtl.core.file_kinds import looks_like_safetensors, not_a_pickle
 
     assert safetensors_file.looks_like_safetensors is looks_like_safetensors
     header = b'{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'

@@ -313,10 +313,10 @@ def test_the_loss_plot_of_losses_that_are_all_zero_has_no_warning_and_shows_them
 
 
 def test_a_too_small_num_classes_of_a_recordio_pack_names_its_record(tmp_path):
-    from mtl.commands.pack import pack
     from mtl.config.loading import load_job
     from mtl.core.errors import ConfigError
     from mtl.train.job import build_job
+    from mtl.writers.pack import pack
 
     face_folder(str(tmp_path / "faces"))
     pack(str(tmp_path / "faces"), str(tmp_path / "packed" / "train"))
@@ -333,9 +333,9 @@ def test_a_too_small_num_classes_of_a_recordio_pack_names_its_record(tmp_path):
 
 # ---- 19. an empty person folder ----------------------------------------------------------------------------------
 def test_an_empty_person_folder_is_left_out_of_a_pack_with_a_warning(tmp_path, capsys):
-    from mtl.commands.pack import pack
     from mtl.data.recordio import RecordIOReader
     from mtl.readers.recordio_reader import image_rows
+    from mtl.writers.pack import pack
 
     face_folder(str(tmp_path / "faces"), people="abd")
     (tmp_path / "faces" / "c").mkdir()  # sorted between b and d

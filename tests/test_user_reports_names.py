@@ -238,7 +238,7 @@ GLINT = 4  # a pack of numbered people without names
 def _three_sources(tmp_path):
     """An LFW-layout folder (``Name/Name_0001.jpg``), a label list named by its folders and a pack without
     labels.json; ``{(source, label): [absolute image paths]}`` as written (labels counted here, by hand)."""
-    from mtl.commands.pack import pack
+    from mtl.writers.pack import pack
 
     written, seed = {}, 0
     for label, person in enumerate(sorted(LFW)):  # folder names in sorted order number LFW's people
@@ -292,8 +292,8 @@ def expected_merge(written, sources, edges):
 
 
 def test_merge_of_an_lfw_folder_and_a_label_list_writes_a_list_against_brute_force_components(tmp_path):
-    from mtl.commands.merge import merge
     from mtl.readers.image_list import parse_label_list
+    from mtl.writers.merge import merge
 
     written = _three_sources(tmp_path)
     pairs = [{"task_a": "lfw", "name_a": "Ann_Lee", "task_b": "lst", "name_b": "p1"},
@@ -315,10 +315,10 @@ def test_merge_of_an_lfw_folder_and_a_label_list_writes_a_list_against_brute_for
 
 
 def test_merge_with_a_pack_writes_a_pack_against_brute_force_components(tmp_path):
-    from mtl.commands.merge import merge
     from mtl.core import registry
     from mtl.data.recordio import RecordIOReader, unpack
     from mtl.readers.recordio_reader import image_rows
+    from mtl.writers.merge import merge
 
     written = _three_sources(tmp_path)
     pairs = [{"task_a": "lfw", "name_a": "Ann_Lee", "task_b": "lst", "name_b": "p1"},
@@ -358,8 +358,8 @@ def test_merge_with_a_pack_writes_a_pack_against_brute_force_components(tmp_path
      "entry 0: the person of task 'lfw' is label 5, outside the head's classes [0, 5)"),
 ])
 def test_merge_refuses_a_pair_that_names_nobody_and_writes_nothing(tmp_path, pairs, words):
-    from mtl.commands.merge import merge
     from mtl.core.errors import DataError
+    from mtl.writers.merge import merge
 
     _three_sources(tmp_path)
     _image(str(tmp_path / "lst" / "p5" / "0.png"), 98)  # label 5 has an image, label 4 (p4) none
@@ -375,8 +375,8 @@ def test_merge_refuses_a_pair_that_names_nobody_and_writes_nothing(tmp_path, pai
 
 
 def test_merge_overwrites_nothing_and_a_failed_pack_leaves_nothing(tmp_path):
-    from mtl.commands.merge import merge
     from mtl.core.errors import DataError
+    from mtl.writers.merge import merge
 
     _three_sources(tmp_path)
     specs = [f"lfw={tmp_path / 'lfw'}", f"lst={tmp_path / 'lst' / 'list.txt'}"]

@@ -221,7 +221,8 @@ def true_pairs(task, split):
 def job_config(config_path, cfg, out, tasks):
     """The benchmark's job mapping: the config's own keys but ``tasks`` (and ``output_dir``), plug-in folders
     relative to ``out``."""
-    from mtl.config.loading import read_job_yaml, resolve_path
+    from mtl.config.paths import resolve_path
+    from mtl.config.yaml_files import read_job_yaml
 
     raw = read_job_yaml(config_path)
     here = os.path.dirname(os.path.abspath(config_path))

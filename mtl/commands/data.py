@@ -1,4 +1,4 @@
-"""``mtl data pack`` and ``mtl data inspect``: write InsightFace-style RecordIO datasets (:mod:`mtl.commands.pack`)
+"""``mtl data pack`` and ``mtl data inspect``: write InsightFace-style RecordIO datasets (:mod:`mtl.writers.pack`)
 and look inside face data: records, classes, images per class, bad images, a contact sheet.
 """
 import os
@@ -7,7 +7,6 @@ import numpy as np
 
 from mtl.commands.data_pairs import add_pairs_cli
 from mtl.commands.merge import add_merge_cli
-from mtl.commands.pack import pack
 from mtl.core.charts import check_chart_path
 from mtl.core.errors import ConfigError, DataError
 from mtl.data.recordio import RecordIOReader, unpack
@@ -15,6 +14,7 @@ from mtl.data.transforms import DecodeError, decode_rgb
 from mtl.readers.image_list import parse_label_list
 from mtl.readers.label_names import complete, label_file, names_from_paths, read_label_file
 from mtl.readers.recordio_reader import image_rows, read_property, resolve_paths
+from mtl.writers.pack import pack
 
 
 # ----------------------------------------------------------------------------------------------- inspect

@@ -69,7 +69,7 @@ def task_held_out(path: str) -> HeldOut:
 
 def data_held_out(path: str) -> HeldOut:
     """Every image of a folder of person folders or a label list, with its dataset label."""
-    from mtl.commands.merge import read_source
+    from mtl.writers.merge import read_source
 
     if not os.path.exists(path):
         raise DataError(f"pairs source '{path}' does not exist (a folder of person folders, a label list or a task "

@@ -177,7 +177,7 @@ def _cmd_eval(args):
     if args.sets and args.ijb:
         raise ConfigError("mtl eval takes either --sets FILE ... (verification sets) or --ijb ROOT (IJB-B/C), not both")
     if args.all_people:  # every held-out person of every task of the run together
-        from mtl.commands.evaluate_people import evaluate_all_people
+        from mtl.studies.all_people import evaluate_all_people
 
         if args.sets or args.ijb or args.lfw:
             raise ConfigError("--all-people scores the run's own held-out people; it takes no --sets, --ijb or --lfw",

@@ -90,7 +90,7 @@ def job_output_dir(args):
     if explicit:
         return explicit[-1]
     try:
-        from mtl.config.loading import read_job_yaml
+        from mtl.config.yaml_files import read_job_yaml
 
         value = read_job_yaml(config).get("output_dir") if config and os.path.isfile(config) else None
     except Exception:  # noqa: BLE001 - an unreadable config is reported by the job itself, with its sentence

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 
 from mtl.core.errors import DataError
-from mtl.core.safe_pickle import looks_like_safetensors  # the one test of the format (mtl.convert.bert's too)
+from mtl.core.file_kinds import looks_like_safetensors  # the one test of the format (mtl.convert.bert's too)
 
 DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
           "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_, "BF16": "bfloat16"}

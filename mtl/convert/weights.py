@@ -23,7 +23,8 @@ import numpy as np
 
 from mtl.convert.torch_file import read_torch_file
 from mtl.core.errors import DataError
-from mtl.core.safe_pickle import load_paddle_file, not_a_pickle
+from mtl.core.file_kinds import not_a_pickle
+from mtl.core.safe_pickle import load_paddle_file
 
 # arcface_torch's IResNets by name: residual blocks per stage (the iresnet backbones are built from this table, and a
 # file's blocks per stage name its architecture in an error)

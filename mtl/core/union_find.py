@@ -1,6 +1,6 @@
 """Union-find: groups of nodes joined pair by pair, each group's root its smallest node, so that numbering the groups
 by their roots follows the nodes' own order. One implementation for every place that joins people: ``mtl data
-merge`` (one class per person across datasets, :mod:`mtl.commands.merge`) and the pooling of held-out people (one
+merge`` (one class per person across datasets, :mod:`mtl.writers.merge`) and the pooling of held-out people (one
 person per image two tasks hold out, :mod:`mtl.evaluation.held_out`).
 """
 

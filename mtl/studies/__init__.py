@@ -1,4 +1,5 @@
-"""Studies of jobs and finished runs, the libraries behind ``mtl baseline``, ``mtl compare`` and ``mtl overlap``
-(which ``bench/`` and ``examples/`` use too): single-task baselines and the multi-task gain, runs side by side, and
-the identities two heads of a run share. They train, load runs and embed data: the application floor, beside
-``mtl.train.job``; ``mtl/commands/`` holds the shells that parse the command lines."""
+"""Studies of jobs and finished runs, the libraries behind ``mtl baseline``, ``mtl compare``, ``mtl overlap`` and
+``mtl eval --all-people`` (which ``bench/`` and ``examples/`` use too): single-task baselines and the multi-task
+gain, runs side by side, the identities two heads of a run share, and every held-out person of a run scored
+together. They train, load runs and embed data: the floor above ``mtl.train``; ``mtl/commands/`` holds the shells
+that parse the command lines."""

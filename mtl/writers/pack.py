@@ -25,7 +25,7 @@ from mtl.store.integrity import fsync_file
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".pgm", ".ppm", ".pbm", ".pnm", ".tif", ".tiff")
 
 
-def _folder_items(folder: str):
+def folder_items(folder: str):
     """(path, label) for every image of ``folder/<identity>/``, the class count and the class names: labels follow
     the sorted identity folder names. A sub-folder without an image is left out with a warning (it would be a class
     without a sample)."""
@@ -45,7 +45,7 @@ def _folder_items(folder: str):
     return items, len(identities), identities
 
 
-def _list_items(list_path: str, root: str = None):
+def list_items(list_path: str, root: str = None):
     """(path, label) for every line of a label list (any malformed line is an error), the class count and the class
     names when known (a ``labels.json`` beside the list, else the list's folders: :mod:`mtl.readers.label_names`)."""
     entries, problems = parse_label_list(list_path)
@@ -81,7 +81,9 @@ def _encoded(path: str, resize: int = None, quality: int = 95):
     return buffer.getvalue(), image.size
 
 
-def _output_prefix(out_prefix: str) -> str:
+def output_prefix(out_prefix: str) -> str:
+    """The prefix of the files to write: a folder (or a path ending in a separator) means ``folder/train``; a
+    ``.rec`` ending is dropped."""
     out_prefix = str(out_prefix)
     if out_prefix.endswith(os.sep) or os.path.isdir(out_prefix):
         return os.path.join(out_prefix, "train")
@@ -99,11 +101,11 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
     """
     _check_options(resize, quality)
     items, num_classes, names = _pack_items(source, root)
-    prefix = _output_prefix(out_prefix)
+    prefix = output_prefix(out_prefix)
     folder = os.path.dirname(prefix) or "."
     finals = (prefix + ".rec", prefix + ".idx", os.path.join(folder, "property"), label_file(folder))
     _check_shared_files(prefix, num_classes, names)
-    created = _make_folders(folder)
+    created = make_folders(folder)
     temps = [os.path.join(os.path.dirname(p) or ".", f".{os.path.basename(p)}.partial-{os.getpid()}") for p in finals]
     try:
         with RecordIOWriter(temps[0], temps[1]) as writer:
@@ -120,7 +122,7 @@ def pack(source: str, out_prefix: str, root: str = None, resize: int = None, qua
         if names is None and os.path.isfile(finals[3]):  # an earlier pack's names are not this pack's
             os.remove(finals[3])
     except BaseException:
-        _remove(temps, created)
+        remove_written(temps, created)
         raise
     return {"rec": finals[0], "idx": finals[1], "property": finals[2], "records": len(items),
             "classes": num_classes, "image_size": f"{size[0]}x{size[1]}",  # width x height
@@ -197,7 +199,7 @@ def _header_classes(folder: str, splits, num_classes: int):
     return None
 
 
-def _make_folders(folder: str):
+def make_folders(folder: str):
     """Create ``folder`` (and missing parents); return the folders this created, deepest first. A path through a
     file or a folder without write permission is a DataError naming it."""
     created, path = [], os.path.abspath(folder)
@@ -215,7 +217,7 @@ def _make_folders(folder: str):
     return created
 
 
-def _remove(files, folders):
+def remove_written(files, folders):
     """Remove the temporary ``files`` of a failed pack, then the ``folders`` it created (when left empty)."""
     for path in files:
         if os.path.exists(path):
@@ -231,9 +233,9 @@ def _pack_items(source, root):
     """``([(image path, label)] grouped by class in source order, class count, class names or None)`` of a folder or
     a label list."""
     if os.path.isdir(source):
-        items, num_classes, names = _folder_items(source)
+        items, num_classes, names = folder_items(source)
     elif os.path.isfile(source):
-        items, num_classes, names = _list_items(source, root)
+        items, num_classes, names = list_items(source, root)
     else:
         raise DataError(f"pack source '{source}' is neither an image folder nor a label list")
     if not items:

@@ -1,15 +1,15 @@
-"""The files ``mtl data merge`` writes (:mod:`mtl.commands.merge`): a label list or a RecordIO pack of the merged
+"""The files ``mtl data merge`` writes (:mod:`mtl.writers.merge`): a label list or a RecordIO pack of the merged
 classes, and ``labels.json`` beside it; each under a temporary name, renamed into place once every file is complete
 (a failure, Ctrl-C included, leaves nothing behind)."""
 import os
 
 import numpy as np
 
-from mtl.commands.pack import _make_folders, _remove
 from mtl.core.errors import DataError
 from mtl.data.transforms import DecodeError, decode_rgb
 from mtl.readers.label_names import write_label_file
 from mtl.store.integrity import fsync_file
+from mtl.writers.pack import make_folders, remove_written
 
 
 def _temporary(path: str) -> str:
@@ -18,7 +18,7 @@ def _temporary(path: str) -> str:
 
 def _written(files, write) -> int:
     """Run ``write(temporary paths)`` (it returns the image count), then move every file into place."""
-    created = _make_folders(os.path.dirname(files[0]) or ".")
+    created = make_folders(os.path.dirname(files[0]) or ".")
     temps = [_temporary(p) for p in files]
     try:
         count = write(temps)
@@ -26,7 +26,7 @@ def _written(files, write) -> int:
             fsync_file(temp)
             os.replace(temp, final)
     except BaseException:
-        _remove(temps, created)
+        remove_written(temps, created)
         raise
     return count
 
