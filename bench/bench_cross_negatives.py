@@ -18,6 +18,9 @@ machine's load drifts):
 * ``cross_both``, ``cross_sampled_both``: ``cross`` and ``cross_sampled`` with ``update: both`` (the default: the
   other head's scored rows learn from the sample too: one more product per extra chunk, their gradient merged with
   the head's own sampled rows, and the optimizer updates every row either head scored);
+* ``cross_shared_both``: ``rows: shared`` with ``update: both``: each head scores the rows the other head samples
+  for itself at the step (its Partial FC 0.1 sample), as one merged head over both would, so the optimizer updates
+  no row beyond the two heads' own samples;
 * ``merged``: what a user would otherwise run to push the two datasets' people apart: one ArcFace head over both
   tasks' classes (93431 + 360232) / ``--scale``, Partial FC 0.1, all 128 rows of the step (no cross-head
   negatives; the same-person problem it has is what the other arms answer).
@@ -26,6 +29,7 @@ Printed: the median step time of each arm (pooled over rounds) and its ratios to
 measured in the same run.
 
     .venv/bin/python bench/bench_cross_negatives.py [--scale 10] [--steps 8] [--rounds 3] [--backbone mlp|cnn]
+        [--arms separate cross_shared_both merged ...]
 """
 import argparse
 import json
@@ -43,6 +47,8 @@ ARMS = {"separate": None,
         "cross_sampled": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2, "update": "own"},
         "cross_both": {"tasks": "all", "rate": 1.0, "mask": "online", "warmup": 2, "update": "both"},
         "cross_sampled_both": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2, "update": "both"},
+        "cross_shared_both": {"tasks": "all", "rate": 1.0, "rows": "shared", "mask": "online", "warmup": 2,
+                              "update": "both"},
         "merged": None}
 BACKBONES = {"mlp": ({"type": "mlp", "input_shape": [64], "hidden": [], "embedding_size": 512}, [64]),
              "cnn": ({"type": "cnn", "channels": [16, 32, 64], "embedding_size": 512, "input_size": 32,
@@ -114,13 +120,16 @@ def main():
     parser.add_argument("--steps", type=int, default=8, help="timed steps per arm and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backbone", choices=sorted(BACKBONES), default="mlp")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
+                        help="the arms to time (separate and merged are always timed: the ratios' baselines)")
     parser.add_argument("--worker", choices=sorted(ARMS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker, args.scale, args.backbone, args.steps)
-    times = {arm: [] for arm in ARMS}
+    arms = [arm for arm in ARMS if arm in args.arms or arm in ("separate", "merged")]
+    times = {arm: [] for arm in arms}
     for round_ in range(args.rounds):
-        for arm in (list(ARMS) if round_ % 2 == 0 else list(reversed(ARMS))):
+        for arm in (arms if round_ % 2 == 0 else arms[::-1]):
             times[arm] += run_arm(arm, args)
             print(f"round {round_ + 1}/{args.rounds}: {arm} done", file=sys.stderr, flush=True)
     base = statistics.median(times["separate"])

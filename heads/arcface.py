@@ -185,9 +185,10 @@ class ArcFaceHead(ShardedClassHead):
                 target)
 
     def prepare_step(self, step: int, labels, accumulate: int):
-        """Partial FC over ``accumulate`` micro-batches: one class sample for the step, drawn from (seed, step) with
-        the labels of every micro-batch and rank as positives (one all-gather of the labels), which every micro-batch
-        then scores (the optimizer sums the sampled rows' gradient over the micro-batches)."""
+        """Partial FC: one class sample for the step before its forward, drawn from (seed, step) with the labels of
+        every micro-batch (``accumulate`` of them) and rank as positives (one all-gather of the labels), which every
+        micro-batch then scores (the optimizer sums the sampled rows' gradient over the micro-batches) and other
+        heads read (:meth:`step_rows`). The same sample the forward would draw alone: its positives are a set."""
         self._step_sample = None
         if self.sample_ratio >= 1.0 or not self.training:
             return
@@ -198,6 +199,15 @@ class ArcFaceHead(ShardedClassHead):
         count = min(self.num_classes, math.ceil(self.sample_ratio * self.num_classes))
         self._step_sample = (int(step), sample_classes_globally(labels.numpy(), self.num_classes, count, self.seed,
                                                                 int(step)))
+
+    def step_rows(self, step: int):
+        """This rank's rows of the head's own sample at ``step`` (sorted local ids), None without Partial FC."""
+        if self.sample_ratio >= 1.0 or math.ceil(self.sample_ratio * self.num_classes) >= self.num_classes:
+            return None
+        if self._step_sample is None or self._step_sample[0] != int(step):
+            raise RuntimeError(f"head '{self.task}' has drawn no class sample for step {step}: the joint model draws "
+                               "it before the forward (prepare_step) when a step hook needs it")
+        return shard_of_sample(self._step_sample[1], self.shard_start, self.shard_size)
 
     def attach_cross_negatives(self, cross, task: str):
         """Score the other face heads' classes as negatives too (the job's ``cross_negatives``)."""

@@ -25,7 +25,7 @@ from tests.references.margin import assert_close
 ArcFaceHead = plugin_class("head", "arcface")
 CHUNK = 4
 CROSS = {"rate": 1.0, "tasks": "all", "mask": "none", "pairs": None, "update": "both", "warmup": 0,
-         "quantile": 0.05, "momentum": 0.9, "floor": 0.2}
+         "quantile": 0.05, "momentum": 0.9, "floor": 0.2, "rows": "drawn"}
 SETTINGS = {
     "plain": {},
     "filtering": {"interclass_filtering_threshold": 0.2},

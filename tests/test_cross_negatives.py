@@ -13,7 +13,8 @@ import pytest
 from mtl.core import arrays
 from mtl.core.registry import plugin_class
 from mtl.headkit import class_rows
-from mtl.headkit.cross_negatives import CrossNegatives, normal_quantile, planned_bytes
+from mtl.headkit.cross_negatives import CrossNegatives, planned_bytes
+from mtl.headkit.online_rule import estimated_pairs, normal_quantile
 from mtl.optimizer.sparse import StepRows
 from tests import equivalence
 from tests.references.margin import assert_close, np_ce, np_dpsi, np_psi
@@ -23,7 +24,7 @@ ArcFaceHead = plugin_class("head", "arcface")
 ARC = (1.0, 0.5, 0.0)
 SCALE = 16.0
 CFG = {"rate": 1.0, "tasks": "all", "mask": "none", "pairs": None, "update": "own", "warmup": 0, "quantile": 0.05,
-       "momentum": 0.9, "floor": 0.2}
+       "momentum": 0.9, "floor": 0.2, "rows": "drawn"}
 
 
 @pytest.fixture(params=["host", "device"])
@@ -201,6 +202,78 @@ def test_update_both_at_a_sampled_rate_merges_with_the_heads_own_rows(passes, fl
     assert_close(built["a"].weight.grad.numpy(), expected, 1e-10, "a's weight.grad: its own loss's and c's")
 
 
+def _shared_pair():
+    """Two Partial FC margin heads (11 classes at 0.5, 9 at 0.4) scoring each other's own step rows, update both."""
+    built = {"a": ArcFaceHead(num_classes=11, feature_size=4, scale=SCALE, seed=3, sample_ratio=0.5),
+             "c": ArcFaceHead(num_classes=9, feature_size=4, scale=SCALE, seed=5, sample_ratio=0.4)}
+    return built, attach(built, update="both", rows="shared")
+
+
+def test_shared_rows_score_the_other_heads_own_sample_and_update_no_other_row(passes, float64):
+    """``rows: shared``: a sample of a scores, as negatives, exactly the rows c samples for itself at the step
+    (drawn before either forward), and c's merged row update is over its own sample alone; every gradient as the
+    numpy reference of the masked softmax over a's sampled rows and c's."""
+    built, cross = _shared_pair()
+    assert cross.needs_step_samples
+    x, y = data(5)
+    yc, xc = np.random.RandomState(6).randint(0, 9, size=6), np.random.RandomState(7).randn(6, 4)
+    with pytest.raises(RuntimeError, match="no class sample for step 0"):
+        cross.sources("a", 0)
+    for name, labels in (("a", y), ("c", yc)):
+        built[name].train()
+        built[name].prepare_step(0, labels, 1)  # what the joint model does first when a hook needs the samples
+    w = {k: h.weight.numpy().copy() for k, h in built.items()}
+    picked_c, picked_a = cross.sources("a", 0)[0].index.numpy(), cross.sources("c", 0)[0].index.numpy()
+    out_a, dx, dw_a = run(built["a"], x, y)
+    out_c = run(built["c"], xc, yc)[0]
+    own_a, own_c = (np.sort(built[k].last_sampled_classes.numpy()) for k in ("a", "c"))
+    assert np.array_equal(picked_c, own_c) and np.array_equal(picked_a, own_a)  # each other's own samples
+    assert set(yc) <= set(own_c) and len(own_c) == 4  # c's positives are negatives of a's samples
+    free = [np.zeros((len(y), len(own_c)), bool)]
+    loss, ref_dx, ref_a, _, (from_a,) = np_cross_head(x, w["a"], y, [w["c"][own_c]], free, ARC, SCALE, own_a,
+                                                      with_others=True)
+    assert abs(float(out_a.loss) - loss) <= 1e-12 * abs(loss)
+    assert_close(dx, ref_dx, 1e-10, "feature gradient")
+    free = [np.zeros((len(yc), len(own_a)), bool)]
+    ref_c, (from_c,) = (lambda r: (r[2], r[4]))(np_cross_head(xc, w["c"], yc, [w["a"][own_a]], free, ARC, SCALE,
+                                                              own_c, with_others=True))
+    step_rows = StepRows()
+    step_rows.add(out_a.rows + out_c.rows)
+    step_rows.add(cross.settle())
+    merged = {r.parameter.name: r for r in step_rows.merged()}
+    for name, own, ref, other in (("a", own_a, ref_a, from_c), ("c", own_c, ref_c, from_a)):
+        rows = merged[built[name].weight.name]
+        assert np.array_equal(rows.index.numpy(), own)  # no row beyond the head's own sample
+        expected = ref.copy()
+        expected[own] += other
+        dense = np.zeros_like(w[name])
+        dense[own] = rows.grad.numpy()
+        assert_close(dense, expected, 1e-10, f"{name}'s rows: its own loss's gradient and the other head's")
+
+
+def test_shared_rows_of_a_head_without_partial_fc_are_all_its_rows(float64):
+    """``rows: shared`` with whole-shard heads scores every row, as ``rows: drawn`` at rate 1.0: the same loss."""
+    x, y = data(8)
+    losses = []
+    for rows in ("drawn", "shared"):
+        built = heads()
+        attach(built, rows=rows)
+        for head in built.values():
+            head.train()
+            head.prepare_step(0, y % head.num_classes, 1)
+        losses.append(float(run(built["a"], x, y)[0].loss))
+    assert losses[0] == losses[1]
+
+
+def test_shared_rows_need_rate_one_at_load_time():
+    from mtl.config.loading import load_job
+    from mtl.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="rows: shared scores every row.*rate must be 1.0, got 0.1") as info:
+        load_job(equivalence.JOB, ["cross_negatives.rate=0.1", "cross_negatives.rows=shared"])
+    assert info.value.key == "cross_negatives.rate"
+
+
 def test_same_person_pairs_leave_the_softmax(passes, float64, tmp_path):
     x, y = data(2)
     pairs = [{"task_a": "a", "class_a": int(y[0]), "task_b": "b", "class_b": 3},
@@ -274,11 +347,10 @@ def test_the_online_rule_removes_what_is_as_close_as_the_own_class(passes, float
 
 
 def test_the_estimated_pairs_are_mutual_and_removed_for_most_samples():
-    cross = CrossNegatives(CFG | {"mask": "online"}, {"a": None, "b": None}, seed=0)
     seen = {"a": {0: 10, 1: 10, 2: 4}, "b": {5: 8, 6: 8}}
     removed = {"a": {"0 b 5": 9, "0 b 6": 2, "1 b 6": 4, "2 b 6": 3},
                "b": {"5 a 0": 7, "6 a 2": 5, "6 a 1": 1}}
-    pairs = cross.estimated_pairs(removed, seen)
+    pairs = estimated_pairs(removed, seen)
     # a0-b5: 0.9 and 0.875, mutual; a1-b6: 0.4 < 0.5; a2-b6: 0.75 and 0.625, mutual
     assert [(p["class_a"], p["class_b"]) for p in pairs] == [(0, 5), (2, 6)]
     assert pairs[0]["similarity"] == 0.875 and set(pairs[0]) == {"task_a", "class_a", "task_b", "class_b",
@@ -339,6 +411,21 @@ def _two_both(folder):
     return {"train": equivalence.argv(str(folder), equivalence.JOINT + BOTH)}, str(folder)
 
 
+SHARED = ["cross_negatives.rate=1.0", "cross_negatives.rows=shared", "cross_negatives.mask=none",
+          "cross_negatives.update=both", "cross_negatives.warmup=3", "tasks.0.head.sample_ratio=0.5",
+          "tasks.2.head.sample_ratio=0.6"]  # arc7 and cos5 with Partial FC, each scoring the other's own sample
+
+
+@one_process_run("cross_shared")
+def _one_shared(folder):
+    return equivalence.argv(str(folder), equivalence.JOINT + SHARED), str(folder)
+
+
+@two_process_run("cross_shared")
+def _two_shared(folder):
+    return {"train": equivalence.argv(str(folder), equivalence.JOINT + SHARED)}, str(folder)
+
+
 def step_records(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [r for r in map(json.loads, f) if "loss" in r]
@@ -373,6 +460,16 @@ def test_update_both_one_and_two_processes_agree(one_process, two_process):
     bank = step_records(one_process["cross_bank"])
     assert all(r["loss/cos5"] == s["loss/cos5"] for r, s in zip(a[:4], bank[:4]))  # the warm-up, then one step
     assert any(abs(r["loss/cos5"] - s["loss/cos5"]) > 1e-4 for r, s in zip(a[5:], bank[5:]))  # rows learnt more
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("cross_shared")
+def test_shared_rows_one_and_two_processes_agree(one_process, two_process):
+    """``rows: shared`` under Partial FC on two heads: each head's sample is drawn before either forward from the
+    labels of every rank; 1 and 2 processes agree step for step, and the run differs from the drawn rows'."""
+    a = agreeing_records(one_process["cross_shared"], two_process["cross_shared"])
+    separate = step_records(one_process["equivalence_joint"])
+    assert any(abs(r["loss/arc7"] - s["loss/arc7"]) > 1e-4 for r, s in zip(a[4:], separate[4:]))  # it took part
 
 
 @pytest.mark.slow

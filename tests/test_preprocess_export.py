@@ -19,7 +19,7 @@ PREPARE = {"crop": [0.1, 0.1, 0.9, 0.9], "equalize": True, "standardize": True}
 def test_pairs_and_image_inputs_are_prepared_like_the_training_images():
     reader = ImageListReader(os.path.join(YALE, "yale.txt"), image_size=16, preprocess=PREPARE)
     reader.set_augmentation(False)
-    first = reader._relative(int(reader._candidates[0]))  # s1/1.png
+    first = os.path.relpath(reader.sample_files()[0], YALE)  # s1/1.png
     vset = read_pairs(os.path.join(YALE, "pairs_s1_s2_s12.txt"), image_size=16,
                       preprocess=Preprocess.from_config(PREPARE))
     assert vset.images(0, 1)[0].shape == (3, 16, 16)

@@ -192,7 +192,7 @@ def test_the_online_rules_same_person_json_names_the_people(tmp_path):
 
 
 CFG_ONLINE = {"rate": 1.0, "tasks": "all", "mask": "online", "pairs": None, "update": "own", "warmup": 0,
-              "quantile": 0.05, "momentum": 0.9, "floor": 0.2}
+              "quantile": 0.05, "momentum": 0.9, "floor": 0.2, "rows": "drawn"}
 
 
 # ---- 5. the two-stage workflow and mtl data merge ----------------------------------------------------------------

@@ -87,6 +87,10 @@ def _check_cross_negatives(job, tasks, base_dir, source):
     cross = job["cross_negatives"]
     if cross["rate"] <= 0:
         return
+    if cross["rows"] == "shared" and cross["rate"] != 1.0:
+        raise ConfigError(f"rows: shared scores every row the other head scores itself at a step (its Partial FC "
+                          f"sample sets the fraction): rate must be 1.0, got {cross['rate']:g} (or rows: drawn to "
+                          "draw that fraction of its classes)", source, "cross_negatives.rate")
     names = [t["name"] for t in tasks]
     able = [t["name"] for t in tasks if registry.get("head", t["head"]["type"]).cls.cross_negatives]
     chosen = able if cross["tasks"] == "all" else cross["tasks"]

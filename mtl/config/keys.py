@@ -197,6 +197,10 @@ CROSS_NEGATIVES = {
                 doc="which other-head classes are the sample's person and leave its softmax: online (a cosine "
                     "rule calibrated on the target cosines), pairs (a same-person JSON), none"),
     "pairs": Opt(str, None, nullable=True, doc="mask pairs: a same-person JSON in the form mtl overlap --json writes"),
+    "rows": Opt(str, "drawn", choices=["drawn", "shared"],
+                doc="which rows of another head a sample scores: drawn (rate of its classes, drawn from seed and step "
+                    "for every two heads); shared (rate 1.0: the rows that head scores itself this step, its Partial "
+                    "FC sample, as one merged head over both would: no other rows learn)"),
     "update": Opt(str, "both", choices=["own", "both"],
                   doc="both: the other heads' scored rows get the gradient of this head's samples too, as one merged "
                       "head's rows would (chosen on validation people, docs/faces.md); own: negatives without "

@@ -150,6 +150,12 @@ class Head(paddle.nn.Layer):
         negatives of this task's samples; only heads that declare ``cross_negatives`` can (the job checks it)."""
         raise NotImplementedError(f"head '{type(self).__name__}' does not declare cross_negatives")
 
+    def step_rows(self, step: int):
+        """This rank's rows the head scores itself at training step ``step`` (sorted local row ids; None: every row
+        of its shard), drawn before its forward by :meth:`prepare_step`; heads that declare ``cross_negatives``
+        (``cross_negatives.rows: shared`` scores them as the other heads' negatives)."""
+        raise NotImplementedError(f"head '{type(self).__name__}' does not declare cross_negatives")
+
     def check_eval_labels(self, labels):
         """Raise a user error (:class:`mtl.core.errors.DataError` or ConfigError, a sentence) when ``evaluate``
         could not score a split with these labels.

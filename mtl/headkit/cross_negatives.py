@@ -6,7 +6,9 @@ against everyone, so that way of training gives a worse model than merging the d
 each other's classes. Here a sample of task A keeps its own head's margin softmax (its classes, its margin, Partial
 FC as configured) and its softmax denominator also holds, as plain negatives (no margin), the classes of every other
 participating head B on this rank: all of them (``rate`` 1) or a fraction drawn from (seed, step, A, B) over B's
-classes (Partial FC style; every rank keeps its own range, so the set does not depend on the process count). Every
+classes (Partial FC style; every rank keeps its own range, so the set does not depend on the process count), or
+with ``rows: shared`` the rows B scores itself at the step (its Partial FC sample: its batch's classes and its drawn
+negatives), the rows one merged head over A's and B's classes would score, so that no other row of B learns. Every
 rank already holds a shard of every head and the gathered features of every task, so nothing new is communicated:
 B's rows are more rows of A's chunk passes, inside A's two all-reduces. What B's class centres learn from A's
 samples is ``update``:
@@ -59,32 +61,13 @@ from mtl.core.errors import ConfigError
 from mtl.data.same_person import People
 from mtl.headkit.class_rows import RowSource
 from mtl.headkit.filtering import Segment, listed_columns
+from mtl.headkit.online_rule import estimated_pairs, normal_quantile
 from mtl.headkit.row_gradients import RowGradient
 from mtl.headkit.sharded import sample_classes_globally, shard_of_sample
 from mtl.headkit.step_hooks import StepHook
 
 MASKS = ("none", "pairs", "online")
 CALIBRATION_STEPS = 20  # the online rule averages the target cosines of this many steps before the warm-up ends
-
-
-def normal_quantile(q: float) -> float:
-    """z_q of the standard normal distribution (Acklam's rational approximation, |error| < 1.2e-9)."""
-    a = [-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02, 1.383577518672690e+02,
-         -3.066479806614716e+01, 2.506628277459239e+00]
-    b = [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02, 6.680131188771972e+01,
-         -1.328068155288572e+01]
-    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2.549732539343734e+00,
-         4.374664141464968e+00, 2.938163982698783e+00]
-    d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00]
-    if q < 0.02425:
-        r = math.sqrt(-2 * math.log(q))
-        return (((((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4]) * r + c[5]) / \
-            ((((d[0] * r + d[1]) * r + d[2]) * r + d[3]) * r + 1)
-    if q > 1 - 0.02425:
-        return -normal_quantile(1 - q)
-    r = (q - 0.5) ** 2
-    return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * (q - 0.5) / \
-        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
 
 
 def read_pairs(path: str, source=None, key="cross_negatives.pairs", tasks=None) -> List[dict]:
@@ -131,7 +114,8 @@ class CrossNegatives(StepHook):
         self.not_taking_part: Dict[str, int] = {}  # mask pairs: pairs naming a task outside these heads, per task
         self.pairs = self._pair_table(read_pairs(cfg["pairs"], source), cfg["pairs"]) if self.mask == "pairs" else {}
         self.state = {"mean": None, "var": None, "removed": {}, "seen": {}}
-        self.update = cfg["update"]
+        self.update, self.rows = cfg["update"], cfg["rows"]
+        self.needs_step_samples = self.rows == "shared"  # the other heads' own samples, drawn before any forward
         self.received: List[ReceivedRows] = []  # update both: this step's rows, until settled
 
     @property
@@ -200,7 +184,10 @@ class CrossNegatives(StepHook):
             if other == task:
                 continue
             index = None
-            if self.rate < 1.0:
+            if self.rows == "shared":  # the rows the other head scores itself: gathered and updated once
+                local = head.step_rows(step)
+                index = None if local is None else tensor_from(local, dtype="int64")
+            elif self.rate < 1.0:
                 count = max(1, math.ceil(self.rate * head.num_classes))
                 salt = zlib.crc32(f"{task}\0{other}".encode())
                 sampled = sample_classes_globally([], head.num_classes, count, self.seed + salt, step)
@@ -305,26 +292,6 @@ class CrossNegatives(StepHook):
                 key = f"{labels[row]} {source.task} {cls}"
                 removed[key] = removed.get(key, 0) + 1
 
-    def estimated_pairs(self, removed: Dict[str, Dict[str, int]], seen: Dict[str, Dict[int, int]]) -> List[dict]:
-        """Same-person pairs in ``mtl overlap --json``'s form from removal counts summed over ranks: a pair removed
-        for at least half the samples of its class seen since the warm-up, and each class's most removed partner in
-        the other head (mutual)."""
-        best = {}
-        for task, counts in removed.items():
-            for key, count in counts.items():
-                label, other, cls = key.split(" ")
-                share = count / max(seen.get(task, {}).get(int(label), 0), 1)
-                here = (task, int(label), other)
-                if share >= 0.5 and share > best.get(here, (0.0, None))[0]:
-                    best[here] = (share, int(cls))
-        pairs = []
-        for (task, label, other), (share, cls) in sorted(best.items()):
-            back = best.get((other, cls, task))
-            if back is not None and back[1] == label and task < other:
-                pairs.append({"task_a": task, "class_a": label, "task_b": other, "class_b": cls,
-                              "similarity": round(min(share, back[0]), 4)})
-        return pairs
-
     def write_estimate(self, path: str, removed_per_rank: List[dict]) -> List[dict]:
         """Write the estimated same-person pairs (``mtl overlap --json``'s form: the people by name and dataset
         label) from every rank's removal counts (each rank finds the entries of its own shards: summed here);
@@ -339,7 +306,7 @@ class CrossNegatives(StepHook):
                     mine[key] = mine.get(key, 0) + count
         pairs = [written(p["task_a"], self.people_of(p["task_a"]), p["class_a"], p["task_b"],
                          self.people_of(p["task_b"]), p["class_b"], similarity=p["similarity"])
-                 for p in self.estimated_pairs(removed, self.state["seen"])]
+                 for p in estimated_pairs(removed, self.state["seen"])]
         with open(path, "w", encoding="utf-8") as f:
             json.dump(pairs, f, indent=1)
         return pairs
@@ -368,11 +335,12 @@ class CrossNegatives(StepHook):
 
 
 def planned_bytes(cfg: dict, classes: Dict[str, int], global_rows: int, dim: int, world_size: int,
-                  rank: int) -> Dict[str, Dict[str, int]]:
+                  rank: int, sample_ratios: Dict[str, float] = None) -> Dict[str, Dict[str, int]]:
     """``{task: {part: bytes}}`` the other heads' rows add to a task's step on process ``rank``: their exp values
     (``max(N, D)`` floats per row of the work buffer), their inverse norms, and (a sampled rate) the gathered
     block, and (``update: both``) the copy of their rows' gradient kept until the step settles; ``classes``:
-    ``{task: class count}`` of the heads that can take part."""
+    ``{task: class count}`` of the heads that can take part; ``sample_ratios``: their Partial FC ratios (``rows:
+    shared`` scores that fraction of another head's classes)."""
     from mtl.parallel.distributed import shard_range
 
     if not cfg or float(cfg.get("rate", 0.0)) <= 0:
@@ -385,7 +353,8 @@ def planned_bytes(cfg: dict, classes: Dict[str, int], global_rows: int, dim: int
         for other in names:
             if other != task:
                 shard = shard_range(classes[other], world_size, rank)[1]
-                rows += shard if rate >= 1.0 else min(shard, math.ceil(rate * shard) + 1)
+                share = (sample_ratios or {}).get(other, 1.0) if cfg.get("rows") == "shared" else rate
+                rows += shard if share >= 1.0 else min(shard, math.ceil(share * shard) + 1)
         out[task] = {"other heads' rows: exp values": rows * max(int(global_rows), int(dim)) * item,
                      "their norms": rows * item}
         if cfg.get("update", "own") == "both":

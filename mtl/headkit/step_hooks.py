@@ -5,6 +5,8 @@ The joint model holds a list of hooks (``JointModel.step_hooks``); the step, the
 trainer iterate it and never ask which feature a hook is:
 
 * ``begin_step(step)``: a training step starts (what an earlier step left unsettled, a skipped one, is dropped);
+* ``needs_step_samples``: the hook reads the heads' class samples of the step before their forward, so the joint
+  model has every head draw its sample first (``Head.prepare_step``) at every step, not only accumulated ones;
 * ``rescale(task, factor)``: a weighting strategy scaled ``task``'s gradients by ``factor``; what the hook holds of
   that task's loss is scaled alike;
 * ``settle()``: after the backward and the weighting, once per step: gradients the hook holds go where they belong
@@ -22,6 +24,7 @@ class StepHook:
     """Base of step hooks (module docstring): every method does nothing by default."""
 
     name = ""
+    needs_step_samples = False
 
     def begin_step(self, step: int):
         """A training step starts."""

@@ -119,14 +119,15 @@ def _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank) -> List[
     cross = cfg.get("cross_negatives") or {}
     if float(cross.get("rate", 0.0)) <= 0:
         return []
-    classes = {}
+    classes, ratios = {}, {}
     for tcfg in cfg["tasks"]:
         if registry.get("head", tcfg["head"]["type"]).cls.cross_negatives:
             options = head_options(tcfg, backbone, task_seed(cfg["seed"], tcfg["name"]),
                                    lambda t=tcfg: reader_sizes(t))
             if options.get("num_classes"):
                 classes[tcfg["name"]] = int(options["num_classes"])
-    parts = planned_bytes(cross, classes, rows, backbone.feature_size, world_size, rank)
+                ratios[tcfg["name"]] = float(options.get("sample_ratio", 1.0))
+    parts = planned_bytes(cross, classes, rows, backbone.feature_size, world_size, rank, ratios)
     smaller = f"sample fewer other classes (--set cross_negatives.rate={min(0.1, float(cross['rate']) / 2):g})"
     return [PlanEntry(f"task '{task}' cross-head negatives", "cross_negatives.rate", p, advice=smaller)
             for task, p in parts.items()]

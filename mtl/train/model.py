@@ -170,12 +170,12 @@ class JointModel(paddle.nn.Layer):
         return out, shared, groups
 
     def prepare_step(self, batch, step: int, accumulate: int):
-        """Before a training step: the step hooks begin it; read as ``accumulate`` > 1 micro-batches, every head present
-        gets this rank's labels of the whole step (``Head.prepare_step``: Partial FC draws one class sample for the
-        step), in job order."""
+        """Before a training step: the step hooks begin it; read as ``accumulate`` > 1 micro-batches, or when a hook
+        reads the step's samples, every head present gets this rank's labels of the whole step (``Head.prepare_step``:
+        Partial FC draws one class sample for the step), in job order."""
         for hook in self.step_hooks:
             hook.begin_step(step)
-        if accumulate == 1:
+        if accumulate == 1 and not any(hook.needs_step_samples for hook in self.step_hooks):
             return
         for task in self.heads.keys():
             if task in batch:
