@@ -136,6 +136,32 @@ def test_a_frozen_process_does_not_count_its_frozen_time(monkeypatch):
         assert act.snapshot()["waited"] == 0.0
 
 
+def test_a_collective_that_gives_up_after_a_suspension_of_the_whole_job_says_so(monkeypatch):
+    """gloo's fixed 30 s wait runs out when a 2-process job is suspended as a whole and continued: the rank whose
+    collective failed was frozen itself, so the sentence says the job was suspended, not that another process ended
+    or stopped answering; found before the watchdog thread looked again, and after it did."""
+    now = [100.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    dog = watchdog.Watchdog(dict(SETTINGS, timeout=TIMEOUT), "/nonexistent", 0, 2, "run", lambda: "ckpt/step_40",
+                            activity=activity_module.Activity())
+    monkeypatch.setattr(dog, "_thread", object())  # a thread that looks (not started here: the clock is ours)
+    monkeypatch.setattr(watchdog, "_LAST", dog)
+    dog.looked = now[0]
+    now[0] += blame.BEAT + 1.0  # a busy machine: not a freeze
+    assert dog.frozen_lately(40.0) is None
+    now[0] += 300.0  # the job stopped for five minutes; the collective fails on waking, before the thread looks
+    text = watchdog.lost_contact_sentence()
+    assert text.startswith("this process was suspended for 301 s") and "gloo waits 30 s" in text
+    assert text.endswith("the last checkpoint is 'ckpt/step_40' (continue with --resume)")
+    dog.looked = dog._thaw(dog.looked)  # the thread looked: the freeze is kept for a while
+    now[0] += 2.0
+    assert dog.frozen_lately(40.0) == pytest.approx(301.0)
+    for _ in range(120):  # a minute of the thread looking twice a second
+        now[0] += blame.BEAT
+        dog.looked = dog._thaw(dog.looked)
+    assert dog.frozen_lately(40.0) is None  # long ago: a later failure is not the suspension's
+
+
 @pytest.mark.subprocess
 def test_a_job_stopped_and_continued_as_a_whole_goes_on(tmp_path):
     """Job control (Ctrl-Z then fg, a scheduler suspending a job): the process is stopped for longer than the

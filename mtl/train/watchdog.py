@@ -31,6 +31,7 @@ log = logging.getLogger("mtl")
 FROZEN_AFTER = 5.0  # seconds this thread may oversleep before the process counts as having been frozen
 STUCK_EXIT_STATUS = 124  # as timeout(1): the job stopped because a process made no progress in time
 COLLECTIVE_MARGIN = 60.0  # seconds NCCL's timeout lies above the watchdog's longest limit
+GLOO_WAIT = 30.0  # seconds gloo's collectives wait in Paddle 3.3 (fixed: no setting)
 DETAIL_AFTER = 5.0  # seconds in one step after which a record carries the phase's detail (which sample, which file)
 PG_TIMEOUT_ENV = "PADDLE_PG_TIMEOUT"
 _LAST = None  # the watchdog of this process's last run (what a collective's error is answered with)
@@ -70,6 +71,8 @@ class Watchdog:
         self.file = blame.ProgressFile(blame.record_path(output_dir, rank)) if world > 1 else None
         self.host, self.beat = socket.gethostname(), 0
         self._stop, self._thread = threading.Event(), None
+        self.looked = time.monotonic()  # when the thread last looked
+        self.thawed = None  # (when, seconds) of the last freeze the thread found
 
     @property
     def enabled(self) -> bool:
@@ -106,9 +109,9 @@ class Watchdog:
 
     def _watch(self):
         checked = 0.0  # the time waited in the current collective when the peers were last looked at
-        looked = time.monotonic()
+        self.looked = time.monotonic()
         while not self._stop.wait(blame.BEAT):
-            looked = self._thaw(looked)
+            self.looked = self._thaw(self.looked)
             record = self._beat()
             if self._stop.is_set():
                 return
@@ -131,7 +134,19 @@ class Watchdog:
         frozen = now - looked - blame.BEAT
         if frozen > FROZEN_AFTER:  # a clock started before the middle of the gap was started before the freeze
             self.activity.discount(frozen, looked + blame.BEAT + frozen / 2)
+            self.thawed = (now, frozen)
         return now
+
+    def frozen_lately(self, within: float):
+        """The seconds this process was frozen, when it was and the freeze ended less than ``within`` seconds ago
+        (found by the thread, or not yet: it has not looked for longer than a freeze takes); else None."""
+        now = time.monotonic()
+        unseen = now - self.looked - blame.BEAT
+        if self._thread is not None and unseen > FROZEN_AFTER:
+            return unseen
+        if self.thawed is not None and now - self.thawed[0] < within:
+            return self.thawed[1]
+        return None
 
     def _beat(self) -> dict:
         """Write this rank's record once more (a new beat); the record."""
@@ -213,5 +228,11 @@ def lost_contact_sentence():
     watchdog = _LAST
     if watchdog is None or watchdog.world == 1:
         return None
+    frozen = watchdog.frozen_lately(GLOO_WAIT + FROZEN_AFTER)
+    if frozen is not None:  # the whole job was suspended: the others were too, and none of them is at fault
+        return (f"this process was suspended for {frozen:.0f} s (stopped with SIGSTOP or Ctrl-Z, or its machine "
+                f"paused or asleep) while it waited in a collective, which gave up when it woke: gloo waits "
+                f"{GLOO_WAIT:.0f} s at most, so a multi-process job cannot be suspended as a whole; "
+                f"{blame.resume_words(watchdog.last_checkpoint())}")
     text = watchdog.diagnose(own_waiting=True)
     return None if "(the launcher says how)" in text or "a bug (the logs say more)" in text else text
