@@ -229,10 +229,10 @@ def lost_contact_sentence():
     if watchdog is None or watchdog.world == 1:
         return None
     frozen = watchdog.frozen_lately(GLOO_WAIT + FROZEN_AFTER)
-    if frozen is not None:  # the whole job was suspended: the others were too, and none of them is at fault
-        return (f"this process was suspended for {frozen:.0f} s (stopped with SIGSTOP or Ctrl-Z, or its machine "
-                f"paused or asleep) while it waited in a collective, which gave up when it woke: gloo waits "
-                f"{GLOO_WAIT:.0f} s at most, so a multi-process job cannot be suspended as a whole; "
+    if frozen is not None:  # the others gave up waiting for this process while it did not run
+        return (f"this process did not run for {frozen:.0f} s (stopped with SIGSTOP or Ctrl-Z, its machine paused, "
+                f"or given no CPU) while it was in a collective, and the other processes, which wait there at most "
+                f"{GLOO_WAIT:.0f} s (gloo), gave up on it; "
                 f"{blame.resume_words(watchdog.last_checkpoint())}")
     text = watchdog.diagnose(own_waiting=True)
     return None if "(the launcher says how)" in text or "a bug (the logs say more)" in text else text

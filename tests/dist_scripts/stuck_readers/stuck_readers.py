@@ -28,11 +28,13 @@ class BlockingReader(SyntheticReader):
 
 @register_reader("slow_synthetic")
 class SlowReader(SyntheticReader):
-    """Synthetic samples that take ``delay`` seconds each to read (a test changes the disk between two steps)."""
+    """Synthetic samples that take ``delay`` seconds each to read (a test changes the disk between two steps); with
+    ``slow_rank`` only on that rank (the others then wait for it in every step's collectives)."""
 
-    def __init__(self, delay=0.02, **kwargs):
+    def __init__(self, delay=0.02, slow_rank=None, **kwargs):
         super().__init__(**kwargs)
-        self.delay = float(delay)
+        here = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+        self.delay = float(delay) if slow_rank is None or int(slow_rank) == here else 0.0
 
     def __getitem__(self, index):
         time.sleep(self.delay)
