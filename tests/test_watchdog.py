@@ -150,9 +150,10 @@ def test_a_process_that_did_not_run_says_so_when_its_collective_failed(monkeypat
     dog.looked = now[0]
     now[0] += blame.BEAT + 1.0  # a busy machine: not a freeze
     assert dog.frozen_lately(40.0) is None
-    now[0] += 300.0  # the job stopped for five minutes; the collective fails on waking, before the thread looks
+    now[0] += 300.0  # stopped for five minutes; its collective fails on waking, before the thread looks
     text = watchdog.lost_contact_sentence()
-    assert text.startswith("this process did not run for 301 s") and "wait there at most 30 s (gloo), gave up on it" in text
+    assert text.startswith("this process did not run for 301 s")
+    assert "wait there at most 30 s (gloo), gave up on it" in text
     assert text.endswith("the last checkpoint is 'ckpt/step_40' (continue with --resume)")
     dog.looked = dog._thaw(dog.looked)  # the thread looked: the freeze is kept for a while
     now[0] += 2.0
