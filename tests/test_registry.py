@@ -62,6 +62,24 @@ def test_a_plugin_that_ends_the_process_when_imported_is_a_plugin_error(tmp_path
         registry.load_folder(str(tmp_path))
 
 
+@pytest.mark.parametrize("line, old, new", [
+    ("from mtl.registry import register_head", "mtl.registry", "mtl.core.registry"),
+    ("from mtl.heads.base import Head", "mtl.heads", "mtl.headkit"),  # the package that moved
+    ("import mtl.job", "mtl.job", "mtl.train.job"),
+])
+def test_a_plugin_written_before_the_modules_moved_is_told_where_they_are(tmp_path, line, old, new):
+    from mtl.core.errors import PluginError
+    from mtl.core.plugin_loading import MOVED_MODULES, moved_module
+
+    (tmp_path / "old.py").write_text(f"import os\n{line}\n")
+    with pytest.raises(PluginError, match=rf"old.py' line 2: it imports {old}, which is now {new} .*change the import"):
+        registry.load_folder(str(tmp_path))
+    assert moved_module("mtl.heads.base") == "mtl.headkit.base"  # inside a moved package
+    assert moved_module("mtl.core.registry") is None and moved_module("mtl") is None
+    for now in MOVED_MODULES.values():  # every new name is a module of this checkout
+        __import__(now)
+
+
 @pytest.mark.subprocess
 def test_entry_point_group(tmp_path):
     pkg = tmp_path / "site"

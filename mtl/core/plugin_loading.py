@@ -71,9 +71,36 @@ def load_file(path: str):
     return module
 
 
+# Modules that moved when the package was cut into floors (issue 56, docs/architecture.md): a plug-in file written
+# before imports the old name; its import error names the new one.
+MOVED_MODULES = {
+    **{f"mtl.{name}": f"mtl.core.{name}" for name in (
+        "registry", "contracts", "errors", "arrays", "activity", "charts", "console", "generated_pages",
+        "low_precision", "plugin_loading", "progress", "runtime", "safe_pickle", "staging", "union_find", "utf8")},
+    "mtl.heads": "mtl.headkit", "mtl.job": "mtl.train.job",
+    "mtl.train.optim": "mtl.optimizer.joint", "mtl.train.sparse": "mtl.optimizer.sparse",
+    **{f"mtl.{name}": f"mtl.serving.{name}" for name in ("export", "inference", "prediction", "prediction_text")},
+    **{f"mtl.train.{name}": f"mtl.store.{name}" for name in (
+        "checkpoint", "integrity", "layout", "reshard", "run_lock", "rundir")},
+    "mtl.commands.pack": "mtl.writers.pack", "mtl.commands.merge_write": "mtl.writers.merge_write",
+    "mtl.commands.evaluate_people": "mtl.studies.all_people",
+}
+
+
+def moved_module(name: str):
+    """Where the module ``name`` is now when it moved (:data:`MOVED_MODULES`, also for a module inside a moved
+    package: ``mtl.heads.base`` -> ``mtl.headkit.base``); None when it did not."""
+    parts = name.split(".")
+    for n in range(len(parts), 1, -1):
+        new = MOVED_MODULES.get(".".join(parts[:n]))
+        if new:
+            return ".".join([new, *parts[n:]])
+    return None
+
+
 def import_error(path: str, exc: BaseException) -> PluginError:
-    """The one-line report of a plug-in file that fails to import: its line and the error (a syntax error's text),
-    the traceback kept in ``traceback_text``."""
+    """The one-line report of a plug-in file that fails to import: its line and the error (a syntax error's text;
+    for a module of mtl that moved, where it is now), the traceback kept in ``traceback_text``."""
     import traceback
 
     if isinstance(exc, SyntaxError):
@@ -81,6 +108,11 @@ def import_error(path: str, exc: BaseException) -> PluginError:
     else:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
         where, what = (frames[-1].lineno if frames else "?"), f"{type(exc).__name__}: {exc}"
+    now = moved_module(exc.name or "") if isinstance(exc, ModuleNotFoundError) else None
+    if now:
+        return PluginError(f"plug-in file '{path}' line {where}: it imports {exc.name}, which is now {now} (mtl's "
+                           f"modules moved into layers: docs/architecture.md); change the import",
+                           "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     return PluginError(f"plug-in file '{path}' line {where}: {what} when it was imported; this is a bug in the "
                        f"file, not a mistake in the config",
                        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
