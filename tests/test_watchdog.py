@@ -162,6 +162,9 @@ def test_a_process_that_did_not_run_says_so_when_its_collective_failed(monkeypat
         now[0] += blame.BEAT
         dog.looked = dog._thaw(dog.looked)
     assert dog.frozen_lately(40.0) is None  # long ago: a later failure is not the suspension's
+    monkeypatch.setattr(dog, "diagnose", lambda own_waiting: "the sentence naming another process")
+    now[0] += 8.0  # frozen for 8 s only: gloo waits 30 s, so that is not why the others gave up
+    assert watchdog.lost_contact_sentence() == "the sentence naming another process"
 
 
 @pytest.mark.subprocess

@@ -228,8 +228,9 @@ def lost_contact_sentence():
     watchdog = _LAST
     if watchdog is None or watchdog.world == 1:
         return None
+    # the others gave up waiting for this process while it did not run (not after a short freeze: they wait 30 s)
     frozen = watchdog.frozen_lately(GLOO_WAIT + FROZEN_AFTER)
-    if frozen is not None:  # the others gave up waiting for this process while it did not run
+    if frozen is not None and frozen >= GLOO_WAIT / 2:
         return (f"this process did not run for {frozen:.0f} s (stopped with SIGSTOP or Ctrl-Z, its machine paused, "
                 f"or given no CPU) while it was in a collective, and the other processes, which wait there at most "
                 f"{GLOO_WAIT:.0f} s (gloo), gave up on it; "
