@@ -20,7 +20,8 @@ machine's load drifts):
   the head's own sampled rows, and the optimizer updates every row either head scored);
 * ``cross_shared_both``: ``rows: shared`` with ``update: both``: each head scores the rows the other head samples
   for itself at the step (its Partial FC 0.1 sample), as one merged head over both would, so the optimizer updates
-  no row beyond the two heads' own samples;
+  no row beyond the two heads' own samples; ``cross_shared_nomask``: the same without the same-person mask (which
+  a merged head cannot have);
 * ``merged``: what a user would otherwise run to push the two datasets' people apart: one ArcFace head over both
   tasks' classes (93431 + 360232) / ``--scale``, Partial FC 0.1, all 128 rows of the step (no cross-head
   negatives; the same-person problem it has is what the other arms answer).
@@ -49,6 +50,8 @@ ARMS = {"separate": None,
         "cross_sampled_both": {"tasks": "all", "rate": 0.1, "mask": "online", "warmup": 2, "update": "both"},
         "cross_shared_both": {"tasks": "all", "rate": 1.0, "rows": "shared", "mask": "online", "warmup": 2,
                               "update": "both"},
+        "cross_shared_nomask": {"tasks": "all", "rate": 1.0, "rows": "shared", "mask": "none", "warmup": 2,
+                                "update": "both"},
         "merged": None}
 BACKBONES = {"mlp": ({"type": "mlp", "input_shape": [64], "hidden": [], "embedding_size": 512}, [64]),
              "cnn": ({"type": "cnn", "channels": [16, 32, 64], "embedding_size": 512, "input_size": 32,

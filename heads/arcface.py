@@ -201,12 +201,13 @@ class ArcFaceHead(ShardedClassHead):
                                                                 int(step)))
 
     def step_rows(self, step: int):
-        """This rank's rows of the head's own sample at ``step`` (sorted local ids), None without Partial FC."""
+        """This rank's rows of the head's own sample at ``step`` (sorted local ids), None without Partial FC; no rows
+        when the head drew no sample for ``step`` (its task has no samples in the step: the joint model draws every
+        present head's sample before the forwards when a step hook needs them)."""
         if self.sample_ratio >= 1.0 or math.ceil(self.sample_ratio * self.num_classes) >= self.num_classes:
             return None
         if self._step_sample is None or self._step_sample[0] != int(step):
-            raise RuntimeError(f"head '{self.task}' has drawn no class sample for step {step}: the joint model draws "
-                               "it before the forward (prepare_step) when a step hook needs it")
+            return np.zeros(0, dtype=np.int64)
         return shard_of_sample(self._step_sample[1], self.shard_start, self.shard_size)
 
     def attach_cross_negatives(self, cross, task: str):

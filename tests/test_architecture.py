@@ -158,10 +158,21 @@ def test_step_counter_check_would_catch_one():
     assert _step_counters(planted) == ["2 def set_step", "5 self.sample_step +="]
 
 
-def _imports_of(tree):
+def _imports_of(tree, here=""):
+    """``(line, module)`` of every import of ``tree``, the module ``here`` (dotted) being the one it is read from:
+    ``from X import name`` gives ``X.name`` when that is a module of this checkout (``from mtl import train``), and a
+    relative import is resolved against ``here``."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            yield node.lineno, node.module
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = here.split(".")[:-node.level] if here else []
+                base = ".".join(parent + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}" if base else alias.name
+                is_module = (ROOT / sub.replace(".", "/")).with_suffix(".py").is_file() or \
+                    (ROOT / sub.replace(".", "/") / "__init__.py").is_file()
+                yield node.lineno, sub if is_module else base
         elif isinstance(node, ast.Import):
             yield from ((node.lineno, a.name) for a in node.names)
 
@@ -184,14 +195,18 @@ FLOOR = {package: floor for floor, packages in enumerate(LAYERS) for package in 
 
 
 def _package(module):
-    """The listed package a dotted module belongs to (``mtl.headkit.base`` -> ``mtl.headkit``), or None."""
+    """The listed package a dotted module belongs to (``mtl.headkit.base`` -> ``mtl.headkit``; ``mtl`` itself is
+    the package's face, ``mtl/__init__.py``), or None."""
     parts = module.split(".")
-    return next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in FLOOR), None)
+    if module == "mtl":
+        return "mtl"
+    return next((".".join(parts[:n]) for n in range(len(parts), 1, -1) if ".".join(parts[:n]) in FLOOR),
+                "heads" if parts[0] == "heads" else None)
 
 
-def _wrong_way(package, tree):
-    """The imports of one module of ``package`` that reach a package beside or above its floor."""
-    return [f"{line} {module}" for line, module in _imports_of(tree)
+def _wrong_way(package, tree, here=""):
+    """The imports of one module (``here``) of ``package`` that reach a package beside or above its floor."""
+    return [f"{line} {module}" for line, module in _imports_of(tree, here)
             if (to := _package(module)) is not None and to != package and FLOOR[to] >= FLOOR[package]]
 
 
@@ -213,8 +228,7 @@ def test_no_import_runs_sideways_or_up_a_floor():
     found = []
     for path, tree in _sources("mtl", "heads"):
         module = _module_of(path)
-        package = "heads" if module.startswith("heads") else _package(module)
-        found += [f"{path.relative_to(ROOT)}:{where}" for where in _wrong_way(package, tree)]
+        found += [f"{path.relative_to(ROOT)}:{where}" for where in _wrong_way(_package(module), tree, module)]
     assert not found, f"imports against the floors: {found}"
 
 
@@ -224,9 +238,14 @@ def test_no_import_runs_sideways_or_up_a_floor():
     ("mtl.core", "import mtl.data.loader\n", ["1 mtl.data.loader"]),
     ("mtl.readers", "from mtl.backbones.base import Backbone\n", ["1 mtl.backbones.base"]),  # beside it
     ("mtl.readers", "from mtl.text.words import x\nfrom mtl.readers.base import Reader\n", []),
+    ("mtl.headkit", "from mtl import train\n", ["1 mtl.train"]),  # a package named after from
+    ("mtl.headkit", "from ..train import model\n", ["1 mtl.train.model"]),  # relative
+    ("mtl.headkit", "from .. import cli\n", ["1 mtl.cli"]),
+    ("mtl.data", "from mtl import core\nfrom mtl.core import registry\n", []),
+    ("mtl.core", "import mtl\n", ["1 mtl"]),  # the package's face is above the ground floor
 ])
 def test_the_floor_check_catches_a_planted_import(package, code, wrong):
-    assert _wrong_way(package, ast.parse(code)) == wrong
+    assert _wrong_way(package, ast.parse(code), f"{package}.planted") == wrong
 
 
 @pytest.mark.parametrize("folder", ["mtl", "heads"])

@@ -217,8 +217,7 @@ def test_shared_rows_score_the_other_heads_own_sample_and_update_no_other_row(pa
     assert cross.needs_step_samples
     x, y = data(5)
     yc, xc = np.random.RandomState(6).randint(0, 9, size=6), np.random.RandomState(7).randn(6, 4)
-    with pytest.raises(RuntimeError, match="no class sample for step 0"):
-        cross.sources("a", 0)
+    assert cross.sources("a", 0) == []  # c has drawn no sample for step 0: no rows of it yet
     for name, labels in (("a", y), ("c", yc)):
         built[name].train()
         built[name].prepare_step(0, labels, 1)  # what the joint model does first when a hook needs the samples
@@ -265,13 +264,35 @@ def test_shared_rows_of_a_head_without_partial_fc_are_all_its_rows(float64):
     assert losses[0] == losses[1]
 
 
-def test_shared_rows_need_rate_one_at_load_time():
+def test_shared_rows_of_a_head_absent_from_the_step_are_none(float64):
+    """A head whose task has no samples in the step drew no sample of its own: the other head's samples score none
+    of its rows that step (the loss of the separate head), and the rows it drew at an earlier step are not used."""
+    built, cross = _shared_pair()
+    x, y = data(5)
+    built["c"].train()
+    built["c"].prepare_step(0, np.array([1, 2]), 1)  # c took part in step 0, not in step 1
+    built["a"].train()
+    built["a"].prepare_step(1, y, 1)
+    assert cross.sources("a", 1) == [] and len(cross.sources("a", 0)) == 1
+    w = built["a"].weight.numpy().copy()
+    out = run(built["a"], x, y, step=1)[0]
+    own = np.sort(built["a"].last_sampled_classes.numpy())
+    loss = np_cross_head(x, w, y, [], [], ARC, SCALE, own)[0]
+    assert abs(float(out.loss) - loss) <= 1e-12 * abs(loss)
+
+
+@pytest.mark.parametrize("sets, key, words", [
+    (["cross_negatives.rate=0.1"], "cross_negatives.rate", "rows: shared scores every row.*rate must be 1.0, got 0.1"),
+    (["cross_negatives.rate=1.0", "schedule.mode=sample", "schedule.batch_size=8"], "cross_negatives.rows",
+     "with schedule.mode: sample a step holds one task"),
+])
+def test_shared_rows_are_refused_at_load_time_where_they_cannot_work(sets, key, words):
     from mtl.config.loading import load_job
     from mtl.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="rows: shared scores every row.*rate must be 1.0, got 0.1") as info:
-        load_job(equivalence.JOB, ["cross_negatives.rate=0.1", "cross_negatives.rows=shared"])
-    assert info.value.key == "cross_negatives.rate"
+    with pytest.raises(ConfigError, match=words) as info:
+        load_job(equivalence.JOB, ["cross_negatives.rows=shared", *sets])
+    assert info.value.key == key
 
 
 def test_same_person_pairs_leave_the_softmax(passes, float64, tmp_path):
@@ -426,6 +447,11 @@ def _two_shared(folder):
     return {"train": equivalence.argv(str(folder), equivalence.JOINT + SHARED)}, str(folder)
 
 
+@one_process_run("cross_shared_off")
+def _one_shared_off(folder):  # the same Partial FC heads, no cross-head negatives
+    return equivalence.argv(str(folder), equivalence.JOINT + SHARED + ["cross_negatives.rate=0.0"]), str(folder)
+
+
 def step_records(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [r for r in map(json.loads, f) if "loss" in r]
@@ -466,10 +492,12 @@ def test_update_both_one_and_two_processes_agree(one_process, two_process):
 @pytest.mark.two_process_runs("cross_shared")
 def test_shared_rows_one_and_two_processes_agree(one_process, two_process):
     """``rows: shared`` under Partial FC on two heads: each head's sample is drawn before either forward from the
-    labels of every rank; 1 and 2 processes agree step for step, and the run differs from the drawn rows'."""
+    labels of every rank; 1 and 2 processes agree step for step, and after the warm-up the run differs from the
+    same heads without cross-head negatives."""
     a = agreeing_records(one_process["cross_shared"], two_process["cross_shared"])
-    separate = step_records(one_process["equivalence_joint"])
-    assert any(abs(r["loss/arc7"] - s["loss/arc7"]) > 1e-4 for r, s in zip(a[4:], separate[4:]))  # it took part
+    separate = step_records(one_process["cross_shared_off"])  # the same heads, separate
+    assert all(r["loss/arc7"] == s["loss/arc7"] for r, s in zip(a[:3], separate[:3]))  # the warm-up
+    assert any(abs(r["loss/arc7"] - s["loss/arc7"]) > 1e-4 for r, s in zip(a[3:], separate[3:]))  # it took part
 
 
 @pytest.mark.slow

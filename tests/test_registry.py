@@ -66,6 +66,7 @@ def test_a_plugin_that_ends_the_process_when_imported_is_a_plugin_error(tmp_path
     ("from mtl.registry import register_head", "mtl.registry", "mtl.core.registry"),
     ("from mtl.heads.base import Head", "mtl.heads", "mtl.headkit"),  # the package that moved
     ("import mtl.job", "mtl.job", "mtl.train.job"),
+    ("from mtl import registry", "mtl.registry", "mtl.core.registry"),  # ImportError, not ModuleNotFoundError
 ])
 def test_a_plugin_written_before_the_modules_moved_is_told_where_they_are(tmp_path, line, old, new):
     from mtl.core.errors import PluginError

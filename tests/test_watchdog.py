@@ -138,32 +138,37 @@ def test_a_frozen_process_does_not_count_its_frozen_time(monkeypatch):
 
 def test_a_process_that_did_not_run_says_so_when_its_collective_failed(monkeypatch):
     """A rank that did not run for minutes (stopped alone, its machine paused, given no CPU) while the others waited
-    for it in a collective: they gave up (gloo's 30 s), and its own collective fails when it runs again; the sentence
-    says that this process did not run, not that another one ended; found before the watchdog thread looked again,
-    and after it did."""
+    for it in a collective: they gave up (gloo's 30 s), and its own collective fails when it runs again, before its
+    watchdog thread looked; the run ends (the watchdog is stopped), and the sentence says that this process did not
+    run, not that another one ended. A freeze over a minute old, or one shorter than half of gloo's wait, is not
+    blamed."""
+    import types
+
     now = [100.0]
     monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
     dog = watchdog.Watchdog(dict(SETTINGS, timeout=TIMEOUT), "/nonexistent", 0, 2, "run", lambda: "ckpt/step_40",
                             activity=activity_module.Activity())
-    monkeypatch.setattr(dog, "_thread", object())  # a thread that looks (not started here: the clock is ours)
     monkeypatch.setattr(watchdog, "_LAST", dog)
-    dog.looked = now[0]
+    monkeypatch.setattr(dog, "diagnose", lambda own_waiting: "the sentence naming another process")
+    thread = types.SimpleNamespace(join=lambda timeout=None: None)  # a thread that looks (not started: the clock
+    dog._thread, dog.looked = thread, now[0]  # is ours)
     now[0] += blame.BEAT + 1.0  # a busy machine: not a freeze
+    dog.stop()
     assert dog.frozen_lately(40.0) is None
+    assert watchdog.lost_contact_sentence() == "the sentence naming another process"
+    dog._thread = thread
     now[0] += 300.0  # stopped for five minutes; its collective fails on waking, before the thread looks
+    dog.stop()  # the run ends: the trainer stops its watchdog before the error reaches the command
     text = watchdog.lost_contact_sentence()
-    assert text.startswith("this process did not run for 301 s")
+    assert text.startswith("this process did not run for 300 s")
     assert "wait there at most 30 s (gloo), gave up on it" in text
     assert text.endswith("the last checkpoint is 'ckpt/step_40' (continue with --resume)")
-    dog.looked = dog._thaw(dog.looked)  # the thread looked: the freeze is kept for a while
-    now[0] += 2.0
-    assert dog.frozen_lately(40.0) == pytest.approx(301.0)
-    for _ in range(120):  # a minute of the thread looking twice a second
-        now[0] += blame.BEAT
-        dog.looked = dog._thaw(dog.looked)
-    assert dog.frozen_lately(40.0) is None  # long ago: a later failure is not the suspension's
-    monkeypatch.setattr(dog, "diagnose", lambda own_waiting: "the sentence naming another process")
+    now[0] += 60.0
+    assert dog.frozen_lately(40.0) is None  # long ago: a later failure is not the freeze's
+    dog._thread, dog.looked = thread, now[0]  # the thread looked again
     now[0] += 8.0  # frozen for 8 s only: gloo waits 30 s, so that is not why the others gave up
+    dog.stop()
+    assert dog.frozen_lately(40.0) == pytest.approx(7.5)
     assert watchdog.lost_contact_sentence() == "the sentence naming another process"
 
 

@@ -87,6 +87,10 @@ def _check_cross_negatives(job, tasks, base_dir, source):
     cross = job["cross_negatives"]
     if cross["rate"] <= 0:
         return
+    if cross["rows"] == "shared" and job["schedule"]["mode"] == "sample":
+        raise ConfigError("rows: shared scores the rows each other head samples for itself in the same step, and with "
+                          "schedule.mode: sample a step holds one task: use schedule.mode: joint, or rows: drawn",
+                          source, "cross_negatives.rows")
     if cross["rows"] == "shared" and cross["rate"] != 1.0:
         raise ConfigError(f"rows: shared scores every row the other head scores itself at a step (its Partial FC "
                           f"sample sets the fraction): rate must be 1.0, got {cross['rate']:g} (or rows: drawn to "

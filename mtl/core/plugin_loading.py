@@ -7,6 +7,7 @@ imports, and never imports the registry. :mod:`mtl.core.registry` re-exports eve
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from importlib import metadata
 
@@ -98,6 +99,17 @@ def moved_module(name: str):
     return None
 
 
+def _missing_module(exc: BaseException):
+    """The module an import error could not find: ``mtl.registry`` from ``import mtl.registry`` (ModuleNotFoundError)
+    and from ``from mtl import registry`` (ImportError: cannot import name 'registry' from 'mtl'); else None."""
+    if isinstance(exc, ModuleNotFoundError):
+        return exc.name
+    if isinstance(exc, ImportError) and exc.name:
+        found = re.match(r"cannot import name '(\w+)'", str(exc))
+        return f"{exc.name}.{found.group(1)}" if found else None
+    return None
+
+
 def import_error(path: str, exc: BaseException) -> PluginError:
     """The one-line report of a plug-in file that fails to import: its line and the error (a syntax error's text;
     for a module of mtl that moved, where it is now), the traceback kept in ``traceback_text``."""
@@ -108,9 +120,10 @@ def import_error(path: str, exc: BaseException) -> PluginError:
     else:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
         where, what = (frames[-1].lineno if frames else "?"), f"{type(exc).__name__}: {exc}"
-    now = moved_module(exc.name or "") if isinstance(exc, ModuleNotFoundError) else None
+    old = _missing_module(exc)
+    now = moved_module(old) if old else None
     if now:
-        return PluginError(f"plug-in file '{path}' line {where}: it imports {exc.name}, which is now {now} (mtl's "
+        return PluginError(f"plug-in file '{path}' line {where}: it imports {old}, which is now {now} (mtl's "
                            f"modules moved into layers: docs/architecture.md); change the import",
                            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     return PluginError(f"plug-in file '{path}' line {where}: {what} when it was imported; this is a bug in the "

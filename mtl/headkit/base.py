@@ -33,9 +33,10 @@ Capabilities every head declares (generic code reads them, never probes):
 * ``uses_step``: ``forward(features, labels, step)`` takes the global 0-based step of a training forward (Partial
   FC draws its class sample from it), given by the joint model; no head counts steps itself.
 * ``prepare_step(step, labels, accumulate)``: called once per training step before its first micro-batch when the
-  step is read as ``accumulate`` > 1 micro-batches (``schedule.accumulate``), with this rank's labels of the whole
-  step: Partial FC draws its one class sample of the step from them (the optimizer sums the sampled rows' gradient
-  over the micro-batches).
+  step is read as ``accumulate`` > 1 micro-batches (``schedule.accumulate``), or when a step hook reads the heads'
+  samples (``StepHook.needs_step_samples``: cross-head negatives' ``rows: shared``), with this rank's labels of the
+  whole step: Partial FC draws its one class sample of the step from them (the optimizer sums the sampled rows'
+  gradient over the micro-batches; ``step_rows(step)`` gives it to the other heads).
 * ``task`` (set by the joint model): the task the head scores, which its row declarations name as their source.
 * ``equal_rows`` (set by the joint model): every rank passes the same number of rows to each forward, so a head that
   gathers rows need not exchange row counts first (the runner's batches guarantee it:
@@ -152,8 +153,9 @@ class Head(paddle.nn.Layer):
 
     def step_rows(self, step: int):
         """This rank's rows the head scores itself at training step ``step`` (sorted local row ids; None: every row
-        of its shard), drawn before its forward by :meth:`prepare_step`; heads that declare ``cross_negatives``
-        (``cross_negatives.rows: shared`` scores them as the other heads' negatives)."""
+        of its shard; none when its task is not in the step), drawn before its forward by :meth:`prepare_step`;
+        heads that declare ``cross_negatives`` (``cross_negatives.rows: shared`` scores them as the other heads'
+        negatives)."""
         raise NotImplementedError(f"head '{type(self).__name__}' does not declare cross_negatives")
 
     def check_eval_labels(self, labels):

@@ -186,6 +186,8 @@ class CrossNegatives(StepHook):
             index = None
             if self.rows == "shared":  # the rows the other head scores itself: gathered and updated once
                 local = head.step_rows(step)
+                if local is not None and not len(local):
+                    continue  # that head's task is not in this step: it scores no rows of its own
                 index = None if local is None else tensor_from(local, dtype="int64")
             elif self.rate < 1.0:
                 count = max(1, math.ceil(self.rate * head.num_classes))
@@ -353,8 +355,11 @@ def planned_bytes(cfg: dict, classes: Dict[str, int], global_rows: int, dim: int
         for other in names:
             if other != task:
                 shard = shard_range(classes[other], world_size, rank)[1]
-                share = (sample_ratios or {}).get(other, 1.0) if cfg.get("rows") == "shared" else rate
-                rows += shard if share >= 1.0 else min(shard, math.ceil(share * shard) + 1)
+                if cfg.get("rows") == "shared":  # the other head's own sample: its share, plus its positives
+                    share = (sample_ratios or {}).get(other, 1.0)
+                    rows += shard if share >= 1.0 else min(shard, math.ceil(share * shard) + int(global_rows))
+                else:
+                    rows += shard if rate >= 1.0 else min(shard, math.ceil(rate * shard) + 1)
         out[task] = {"other heads' rows: exp values": rows * max(int(global_rows), int(dim)) * item,
                      "their norms": rows * item}
         if cfg.get("update", "own") == "both":

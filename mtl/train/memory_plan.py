@@ -128,7 +128,9 @@ def _cross_entries(cfg, backbone, reader_sizes, rows, world_size, rank) -> List[
                 classes[tcfg["name"]] = int(options["num_classes"])
                 ratios[tcfg["name"]] = float(options.get("sample_ratio", 1.0))
     parts = planned_bytes(cross, classes, rows, backbone.feature_size, world_size, rank, ratios)
-    smaller = f"sample fewer other classes (--set cross_negatives.rate={min(0.1, float(cross['rate']) / 2):g})"
+    smaller = ("sample fewer of the other heads' classes (a lower head sample_ratio, or cross_negatives.rows: drawn "
+               "with a rate below 1)" if cross.get("rows") == "shared" else
+               f"sample fewer other classes (--set cross_negatives.rate={min(0.1, float(cross['rate']) / 2):g})")
     return [PlanEntry(f"task '{task}' cross-head negatives", "cross_negatives.rate", p, advice=smaller)
             for task, p in parts.items()]
 

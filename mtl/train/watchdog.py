@@ -90,10 +90,13 @@ class Watchdog:
         return self
 
     def stop(self):
-        """Stop looking (the run ended, however)."""
+        """Stop looking (the run ended, however). A freeze the thread had no time to find (the run ended because a
+        collective failed as the process woke) is found now, for :func:`lost_contact_sentence`."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        if self._thread is not None:
+            self.looked = self._thaw(self.looked)
         self._thread = None
 
     def record(self, snapshot=None, detail=False) -> dict:
@@ -138,13 +141,10 @@ class Watchdog:
         return now
 
     def frozen_lately(self, within: float):
-        """The seconds this process was frozen, when it was and the freeze ended less than ``within`` seconds ago
-        (found by the thread, or not yet: it has not looked for longer than a freeze takes); else None."""
-        now = time.monotonic()
-        unseen = now - self.looked - blame.BEAT
-        if self._thread is not None and unseen > FROZEN_AFTER:
-            return unseen
-        if self.thawed is not None and now - self.thawed[0] < within:
+        """The seconds this process was frozen, when it was and the freeze ended less than ``within`` seconds ago (as
+        the thread found it, or :meth:`stop` when the thread had no time to); else None. Without a thread
+        (``watchdog.timeout: 0``) nothing is known."""
+        if self.thawed is not None and time.monotonic() - self.thawed[0] < within:
             return self.thawed[1]
         return None
 
