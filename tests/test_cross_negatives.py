@@ -236,6 +236,13 @@ def test_shared_rows_score_the_other_heads_own_sample_and_update_no_other_row(pa
     free = [np.zeros((len(yc), len(own_a)), bool)]
     ref_c, (from_c,) = (lambda r: (r[2], r[4]))(np_cross_head(xc, w["c"], yc, [w["a"][own_a]], free, ARC, SCALE,
                                                               own_c, with_others=True))
+    held = {e.rows.source: int(e.rows.grad.numel()) * e.rows.grad.element_size() for e in cross.received}
+    # the memory plan bounds the other head's sample (a global row beyond it: a positive its ratio did not cover)
+    plan = planned_bytes({**CFG, "update": "both", "rows": "shared"}, {"a": 11, "c": 9}, 1, 4, 1, 0,
+                         {"a": 0.5, "c": 0.4})
+    for task, other_classes in (("a", 9), ("c", 11)):
+        bound = plan[task]["their rows' gradient (update: both)"]
+        assert held[task] <= bound < other_classes * 4 * 8, (task, held[task], bound)
     step_rows = StepRows()
     step_rows.add(out_a.rows + out_c.rows)
     step_rows.add(cross.settle())
