@@ -33,6 +33,22 @@ def test_same_rows_is_refused_at_load_time_where_it_cannot_hold(schedule, text):
     assert caught.value.key == "schedule.same_rows" and text in str(caught.value)
 
 
+def test_same_rows_refuses_a_masked_lm_task_at_load_time(tmp_path):
+    """Masked LM corrupts its texts, so its rows are never the other tasks' inputs: one shared pass would feed it the
+    clean texts (it would copy the pieces it must predict) or feed the others its corrupted ones."""
+    conllu = tmp_path / "s.conllu"
+    conllu.write_text("1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n\n")
+    text = {"type": "conllu", "path": str(conllu), "target": "upos"}
+    cfg = {"tasks": [{"name": "upos", "reader": text, "head": {"type": "tagger"}},
+                     {"name": "mlm", "reader": {"type": "masked_lm", "source": text}, "head": {"type": "masked_lm"}}],
+           "backbone": {"type": "text_bilstm"}, "schedule": {"batch_size": 8, "steps": 2, "same_rows": True}}
+    load_job(data={**cfg, "schedule": {"batch_size": 8, "steps": 2}})  # the same job without same_rows loads
+    with pytest.raises(ConfigError) as caught:
+        load_job(data=cfg)
+    assert caught.value.key == "schedule.same_rows"
+    assert "task 'mlm' (reader 'masked_lm') changes its inputs" in str(caught.value)
+
+
 @pytest.mark.parametrize("reader, text", [
     ({"num_samples": 41}, "training splits differ in size ('a' 40, 'b' 41)"),
     ({"seed": 8}, "at training sample 0 the 'image' of task 'b' differs from that of task 'a'")])

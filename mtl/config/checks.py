@@ -64,6 +64,13 @@ def _check_same_rows(job, tasks, source):
     if schedule["mode"] != "joint":
         raise ConfigError("every task reads the same samples in each step: this needs schedule.mode: "
                           "joint (sample mode has one task a step)", source, "schedule.same_rows")
+    for task in tasks:
+        if registry.get("reader", task["reader"]["type"]).cls.alters_inputs:
+            raise ConfigError(f"every task reads the same samples in each step and one backbone pass over the first "
+                              f"task's inputs serves them all, but task '{task['name']}' (reader "
+                              f"'{task['reader']['type']}') changes its inputs (masked LM corrupts its texts): the "
+                              f"pass would give it the clean texts, or the other tasks its corrupted ones; drop "
+                              f"schedule.same_rows or the task", source, "schedule.same_rows")
     ratios = [t["ratio"] for t in tasks]
     try:
         JointSchedule([t["name"] for t in tasks], ratios, schedule["batch_size"], job["seed"], same_rows=True)

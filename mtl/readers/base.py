@@ -22,6 +22,8 @@ class Reader:
     ``epoch_aware``: the reader's augmentation depends on the epoch; it then also accepts ``reader[(index, epoch)]``,
     the form the step pipeline uses so that worker processes need no epoch state.
     ``counts_skipped``: the reader skips bad samples (``on_bad_sample: skip``) and ``bad_samples`` counts them.
+    ``alters_inputs``: the reader changes the backbone inputs of the samples it reads (masked LM's corruption), so
+    its rows are never the same inputs as another task's (``schedule.same_rows`` refuses it at load time).
     """
 
     num_classes = None
@@ -29,6 +31,7 @@ class Reader:
     num_outputs = None
     epoch_aware = False
     counts_skipped = False
+    alters_inputs = False
     # True for a split of identities the heads never trained on (face readers' ``holdout_classes``): its labels are
     # not head classes, and it is scored by verification on pairs of its identities (``mtl.evaluation.pairs``)
     open_set = False

@@ -27,6 +27,7 @@ class MaskedLmReader(Reader):
     """
 
     epoch_aware = True
+    alters_inputs = True  # its texts are corrupted: never the same inputs as the source's other tasks
 
     def __init__(self, source, probability=0.15, seed=0, split="train", tokenizer=None):
         if not isinstance(source, dict) or "type" not in source:
