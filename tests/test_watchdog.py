@@ -136,6 +136,35 @@ def test_a_frozen_process_does_not_count_its_frozen_time(monkeypatch):
         assert act.snapshot()["waited"] == 0.0
 
 
+def test_time_the_training_thread_waited_for_a_cpu_is_not_the_steps(monkeypatch, tmp_path):
+    """A training thread that is ready to run but given no CPU (a low-priority job on a busy machine) makes no
+    progress through no fault of its own: the seconds the kernel counts it waiting on a run queue (schedstat's second
+    field) since the watchdog last looked move its clocks on, the seconds it ran or slept do not."""
+    now = [100.0]
+    monkeypatch.setattr(activity_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    stat = tmp_path / "schedstat"
+    stat.write_text("5000000000 2000000000 40\n")
+    act = activity_module.Activity()
+    act.begin_step(7, "the forward and backward pass")
+    dog = watchdog.Watchdog(dict(SETTINGS, timeout=TIMEOUT), "/nonexistent", 0, 1, "run", lambda: None, activity=act)
+    dog.queued = (str(stat), watchdog.run_queue_seconds(str(stat)))
+    assert dog.queued[1] == 2.0
+    looked = now[0]
+    now[0] += 30.0  # 30 s: 25 of them waiting for a CPU, 5 running
+    stat.write_text("10000000000 27000000000 90\n")
+    dog._unscheduled(looked)
+    assert act.snapshot()["seconds"] == pytest.approx(5.0) and dog.queued[1] == 27.0
+    looked = now[0]
+    now[0] += 4.0  # 4 s more, running or sleeping: they count
+    dog._unscheduled(looked)
+    assert act.snapshot()["seconds"] == pytest.approx(9.0)
+    stat.unlink()  # the thread ended (or no schedstats): nothing is read any more, nothing fails
+    dog._unscheduled(now[0])
+    assert dog.queued is None and act.snapshot()["seconds"] == pytest.approx(9.0)
+    assert watchdog.run_queue_seconds("/nonexistent/schedstat") is None
+
+
 def test_a_process_that_did_not_run_says_so_when_its_collective_failed(monkeypatch):
     """A rank that did not run for minutes (stopped alone, its machine paused, given no CPU) while the others waited
     for it in a collective: they gave up (gloo's 30 s), and its own collective fails when it runs again, before its
@@ -188,6 +217,45 @@ def test_a_job_stopped_and_continued_as_a_whole_goes_on(tmp_path):
     time.sleep(TIMEOUT + watchdog.FROZEN_AFTER + 1)
     os.killpg(proc.pid, signal.SIGCONT)
     output = finish(proc, 120)
+    assert proc.returncode == 0, output
+    assert [r["step"] for r in records(out)] == list(range(1, steps + 1))
+
+
+@pytest.mark.subprocess
+def test_a_low_priority_job_given_no_cpu_by_a_busier_process_goes_on(tmp_path):
+    """A job at low priority (nice 19) on a busy machine: from its third step on it shares its one CPU with a process
+    at normal priority that never sleeps, which the kernel serves first, so a step that computes for about 0.15 s
+    (its reader's work) takes longer than the watchdog's timeout in wall time. The time its training thread waited
+    for the CPU is not the step's: the run goes on to its end."""
+    cpu, steps = min(os.sched_getaffinity(0)), 8
+    config, out = write(tmp_path, "run", steps=steps, workers=0,
+                        reader={"type": "slow_synthetic", "delay": 0.015, "busy": True, "num_samples": 64,
+                                "num_classes": 5})
+
+    def low_priority():  # the same session as the busy process below: nice orders the two (autogroups)
+        os.sched_setaffinity(0, {cpu})
+        os.nice(19)
+
+    proc = subprocess.Popen([sys.executable, TRAIN, config], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=low_priority,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+    busy = None
+    try:
+        wait_for_records(proc, out, 2)
+        spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+        busy = subprocess.Popen([sys.executable, "-c", spin])
+        began = time.monotonic()
+        wait_for_records(proc, out, 3, limit=90)  # a whole step given (almost) no CPU
+        took = time.monotonic() - began
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    try:
+        output = proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
+    assert took > TIMEOUT + 1, f"the busy process took only {took:.1f} s from the step: nothing was tested"
     assert proc.returncode == 0, output
     assert [r["step"] for r in records(out)] == list(range(1, steps + 1))
 

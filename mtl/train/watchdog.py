@@ -16,6 +16,13 @@ The collectives' own timeouts are set above it where Paddle exposes them: NCCL's
 the process group starts) to ``long_timeout`` + :data:`COLLECTIVE_MARGIN`, unless the environment sets it. Gloo's
 wait is fixed at 30 s in Paddle 3.3 (no setting); a collective that waits longer fails there first, and the
 error it raises is answered with the same sentence (:func:`lost_contact_sentence`).
+
+Time in which the process could not run is nobody's step, so the clocks move on by it: a whole process frozen
+(SIGSTOP, a paused machine: the thread finds it oversleeping, :meth:`Watchdog._thaw`) and, on Linux, a training
+thread that was ready to run but given no CPU (a job at low priority on a busy machine: the time it waited on a run
+queue, the second field of its ``/proc/self/task/<tid>/schedstat``, :meth:`Watchdog._unscheduled`). A step that
+sleeps (a collective, a blocked read) or computes on a CPU counts as before. The data-loading processes' own wait for
+a CPU is not read: a step starved only through them still counts.
 """
 import logging
 import os
@@ -73,6 +80,7 @@ class Watchdog:
         self._stop, self._thread = threading.Event(), None
         self.looked = time.monotonic()  # when the thread last looked
         self.thawed = None  # (when, seconds) of the last freeze the thread found
+        self.queued = None  # (training thread's schedstat path, its run-queue seconds when last read)
 
     @property
     def enabled(self) -> bool:
@@ -84,6 +92,9 @@ class Watchdog:
         global _LAST
         _LAST = self
         if self.enabled:
+            path = f"/proc/self/task/{threading.get_native_id()}/schedstat"  # this thread trains
+            seconds = run_queue_seconds(path)
+            self.queued = None if seconds is None else (path, seconds)
             self._beat()  # the first record before the first step: the others can tell this rank reached training
             self._thread = threading.Thread(target=self._watch, name="mtl-watchdog", daemon=True)
             self._thread.start()
@@ -114,7 +125,9 @@ class Watchdog:
         checked = 0.0  # the time waited in the current collective when the peers were last looked at
         self.looked = time.monotonic()
         while not self._stop.wait(blame.BEAT):
-            self.looked = self._thaw(self.looked)
+            looked = self.looked
+            self.looked = self._thaw(looked)
+            self._unscheduled(looked)
             record = self._beat()
             if self._stop.is_set():
                 return
@@ -139,6 +152,21 @@ class Watchdog:
             self.activity.discount(frozen, looked + blame.BEAT + frozen / 2)
             self.thawed = (now, frozen)
         return now
+
+    def _unscheduled(self, looked: float):
+        """The seconds the training thread waited for a CPU since the last look (at ``looked``), read from the
+        kernel's count, are not the step's either: the activity's clocks move on by them (started before the middle
+        of the interval, as for a freeze). Nothing where the count cannot be read."""
+        if self.queued is None:
+            return
+        path, before = self.queued
+        now = run_queue_seconds(path)
+        if now is None:  # the thread ended
+            self.queued = None
+            return
+        self.queued = (path, now)
+        if now > before:
+            self.activity.discount(now - before, (looked + time.monotonic()) / 2)
 
     def frozen_lately(self, within: float):
         """The seconds this process was frozen, when it was and the freeze ended less than ``within`` seconds ago (as
@@ -211,6 +239,16 @@ class Watchdog:
                 f.write(f"(written by rank {self.rank}'s watchdog) error: {text}\n")
         except OSError:
             pass
+
+
+def run_queue_seconds(path: str):
+    """The seconds the thread of ``path`` (its ``/proc/.../schedstat``) has waited on a run queue, ready to run but
+    given no CPU (the file's second field, in nanoseconds); None where it cannot be read (not Linux, no schedstats)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def for_run(settings, output_dir, strategy, lock, last_checkpoint, release):

@@ -29,13 +29,21 @@ class BlockingReader(SyntheticReader):
 @register_reader("slow_synthetic")
 class SlowReader(SyntheticReader):
     """Synthetic samples that take ``delay`` seconds each to read (a test changes the disk between two steps); with
-    ``slow_rank`` only on that rank (the others then wait for it in every step's collectives)."""
+    ``slow_rank`` only on that rank (the others then wait for it in every step's collectives); ``busy``: computing
+    for ``delay`` seconds of the thread's CPU time instead of sleeping (a decoder's work, which takes longer when the
+    process gets less CPU)."""
 
-    def __init__(self, delay=0.02, slow_rank=None, **kwargs):
+    def __init__(self, delay=0.02, slow_rank=None, busy=False, **kwargs):
         super().__init__(**kwargs)
         here = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
         self.delay = float(delay) if slow_rank is None or int(slow_rank) == here else 0.0
+        self.busy = bool(busy)
 
     def __getitem__(self, index):
-        time.sleep(self.delay)
+        if self.busy:
+            end = time.thread_time() + self.delay
+            while time.thread_time() < end:
+                pass
+        else:
+            time.sleep(self.delay)
         return super().__getitem__(index)
