@@ -88,6 +88,17 @@ MOVED_MODULES = {
 }
 
 
+# names that left a module that still exists, or that did not follow their module where it moved:
+# {old module: {name: the module that holds it now}}
+MOVED_NAMES = {
+    "mtl.train.sparse": {"RowGradient": "mtl.headkit.row_gradients", "merge_rows": "mtl.headkit.row_gradients"},
+    "mtl.optimizer.sparse": {"RowGradient": "mtl.headkit.row_gradients"},
+    "mtl.config.loading": {name: "mtl.config.yaml_files" for name in (
+        "duplicate_key", "load_yaml_text", "record_origins")},
+    "mtl.core.safe_pickle": {"looks_like_safetensors": "mtl.core.file_kinds"},
+}
+
+
 def moved_module(name: str):
     """Where the module ``name`` is now when it moved (:data:`MOVED_MODULES`, also for a module inside a moved
     package: ``mtl.heads.base`` -> ``mtl.headkit.base``); None when it did not."""
@@ -110,6 +121,30 @@ def _missing_module(exc: BaseException):
     return None
 
 
+def moved_names(statement: str):
+    """``(MODULE, [(name, its module now)])`` for the names a ``from MODULE import ...`` line imports that moved,
+    when one of them left its module (:data:`MOVED_NAMES`; the others may have moved with it, :data:`MOVED_MODULES`);
+    ``(None, [])`` for any other line."""
+    import ast
+
+    try:
+        tree = ast.parse(statement.strip())
+    except SyntaxError:
+        return None, []
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
+        return None, []
+    module, out, alone = node.module, [], False
+    for alias in node.names:
+        now = MOVED_NAMES.get(module, {}).get(alias.name) or MOVED_NAMES.get(moved_module(module) or "", {}).get(
+            alias.name)
+        alone = alone or now is not None
+        now = now or moved_module(module)
+        if now:
+            out.append((alias.name, now))
+    return (module, out) if alone else (None, [])  # a whole module that moved: said as such by import_error
+
+
 def import_error(path: str, exc: BaseException) -> PluginError:
     """The one-line report of a plug-in file that fails to import: its line and the error (a syntax error's text;
     for a module of mtl that moved, where it is now), the traceback kept in ``traceback_text``."""
@@ -120,6 +155,12 @@ def import_error(path: str, exc: BaseException) -> PluginError:
     else:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
         where, what = (frames[-1].lineno if frames else "?"), f"{type(exc).__name__}: {exc}"
+    module, names = moved_names(frames[-1].line or "") if isinstance(exc, ImportError) and frames else (None, [])
+    if names:
+        each = "; ".join(f"{name}, now in {now}" for name, now in names)
+        return PluginError(f"plug-in file '{path}' line {where}: it imports from {module} {each} (mtl's modules "
+                           f"moved into layers: docs/architecture.md); change the import",
+                           "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     old = _missing_module(exc)
     now = moved_module(old) if old else None
     if now:
