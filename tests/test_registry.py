@@ -84,23 +84,47 @@ def test_a_plugin_written_before_the_modules_moved_is_told_where_they_are(tmp_pa
 @pytest.mark.parametrize("line, told", [
     # RowGradient left the training layer for the heads' core, not for the optimizer its module moved to
     ("from mtl.train.sparse import RowGradient, row_sparse_momentum_",
-     "it imports from mtl.train.sparse RowGradient, now in mtl.headkit.row_gradients; row_sparse_momentum_, now in "
-     "mtl.optimizer.sparse"),
-    ("from mtl.optimizer.sparse import RowGradient", "RowGradient, now in mtl.headkit.row_gradients"),
-    ("from mtl.config.loading import load_job, load_yaml_text", "load_yaml_text, now in mtl.config.yaml_files"),
+     "line 2 imports from mtl.train.sparse RowGradient, now in mtl.headkit.row_gradients; row_sparse_momentum_, now "
+     "in mtl.optimizer.sparse"),
+    ("from mtl.optimizer.sparse import (\n    RowGradient,\n)", "line 2 imports from mtl.optimizer.sparse "
+     "RowGradient, now in mtl.headkit.row_gradients"),  # over several lines
+    ("from mtl.config.loading import load_job, \\\n    load_yaml_text as read", "line 2 imports from "
+     "mtl.config.loading load_yaml_text, now in mtl.config.yaml_files"),  # only the name that is gone
+    ("import helper_of_mine", "line 2, through '{folder}/helper_of_mine.py' line 1, imports from mtl.train.sparse "
+     "RowGradient, now in mtl.headkit.row_gradients"),  # in a module the plug-in imports
 ])
-def test_a_plugin_importing_a_name_that_left_its_module_is_told_where_it_is(tmp_path, line, told):
+def test_a_plugin_importing_a_name_that_left_its_module_is_told_where_it_is(tmp_path, monkeypatch, line, told):
     from mtl.core.errors import PluginError
     from mtl.core.plugin_loading import MOVED_NAMES
 
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (helpers / "helper_of_mine.py").write_text("from mtl.train.sparse import RowGradient\n")
+    monkeypatch.syspath_prepend(str(helpers))
+    monkeypatch.delitem(sys.modules, "helper_of_mine", raising=False)
     (tmp_path / "old.py").write_text(f"import os\n{line}\n")
     with pytest.raises(PluginError) as caught:
         registry.load_folder(str(tmp_path))
     text = str(caught.value)
-    assert "old.py' line 2: it imports from " in text and told in text and text.endswith("change the import")
+    assert "old.py' " + told.format(folder=helpers) in text and text.endswith("change the import"), text
     for names in MOVED_NAMES.values():  # every name is where the table says
         for name, now in names.items():
             assert hasattr(__import__(now, fromlist=[name]), name), (name, now)
+
+
+def test_an_import_that_fails_for_another_reason_is_not_blamed_on_a_move(tmp_path, monkeypatch):
+    """A module the plug-in imports that fails to import itself (here: a package of its own that is missing) is the
+    error reported, not a name of the same line that moved."""
+    from mtl.core.errors import PluginError
+
+    helpers = tmp_path / "helpers"
+    (helpers / "mine").mkdir(parents=True)
+    (helpers / "mine" / "__init__.py").write_text("import a_package_that_is_not_installed\n")
+    monkeypatch.syspath_prepend(str(helpers))
+    monkeypatch.delitem(sys.modules, "mine", raising=False)
+    (tmp_path / "old.py").write_text("from mine import RowGradient\n")
+    with pytest.raises(PluginError, match="No module named 'a_package_that_is_not_installed'.*this is a bug"):
+        registry.load_folder(str(tmp_path))
 
 
 @pytest.mark.subprocess

@@ -87,8 +87,9 @@ class Activity:
 
     def discount(self, seconds: float, before: float):
         """The clocks started before ``before`` move on by ``seconds`` (at most to now): time in which this whole
-        process was frozen (stopped by SIGSTOP or job control and continued, a virtual machine paused) is nobody's
-        step; a clock started at or after ``before`` (after the process was continued) is left as it is."""
+        process was frozen (stopped by SIGSTOP or job control and continued, a virtual machine paused), or its
+        training thread waited for a CPU, is nobody's step (:mod:`mtl.train.watchdog`); a clock started at or after
+        ``before`` (after the process was continued) is left as it is."""
         now = time.monotonic()
         for name in ("step_since", "long_since", "wait_since"):
             value = getattr(self, name)

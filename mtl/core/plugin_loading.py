@@ -121,28 +121,48 @@ def _missing_module(exc: BaseException):
     return None
 
 
-def moved_names(statement: str):
-    """``(MODULE, [(name, its module now)])`` for the names a ``from MODULE import ...`` line imports that moved,
-    when one of them left its module (:data:`MOVED_NAMES`; the others may have moved with it, :data:`MOVED_MODULES`);
-    ``(None, [])`` for any other line."""
+def _import_from(path: str, line: int):
+    """The ``from MODULE import ...`` statement of the Python file ``path`` that spans line ``line``; None."""
     import ast
 
     try:
-        tree = ast.parse(statement.strip())
-    except SyntaxError:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level and \
+                node.lineno <= line <= (node.end_lineno or node.lineno):
+            return node
+    return None
+
+
+def moved_names(exc: ImportError, path: str, line: int):
+    """``(MODULE, [(name, its module now)])`` when the import that failed with ``exc``, the ``from MODULE import
+    ...`` at line ``line`` of ``path``, failed for a name that left its module (:data:`MOVED_NAMES`; the other names
+    of the statement that moved with their module are listed too, :data:`MOVED_MODULES`); ``(None, [])`` for any
+    other failure (a whole module that moved is said by :func:`import_error` as such)."""
+    node = _import_from(path, line)
+    if node is None:
         return None, []
-    node = tree.body[0] if tree.body else None
-    if not isinstance(node, ast.ImportFrom) or not node.module or node.level:
-        return None, []
-    module, out, alone = node.module, [], False
-    for alias in node.names:
-        now = MOVED_NAMES.get(module, {}).get(alias.name) or MOVED_NAMES.get(moved_module(module) or "", {}).get(
-            alias.name)
+    module = node.module
+    if isinstance(exc, ModuleNotFoundError):  # the module (or a package above it) is gone: every name it imports
+        if not exc.name or not (module == exc.name or module.startswith(exc.name + ".")):
+            return None, []
+        names = [alias.name for alias in node.names]
+    else:  # cannot import name 'X' from 'MODULE'
+        found = re.match(r"cannot import name '(\w+)'", str(exc))
+        if not found or exc.name != module:
+            return None, []
+        names = [found.group(1)]
+    out, alone = [], False
+    for name in names:
+        now = MOVED_NAMES.get(module, {}).get(name) or MOVED_NAMES.get(moved_module(module) or "", {}).get(name)
         alone = alone or now is not None
         now = now or moved_module(module)
         if now:
-            out.append((alias.name, now))
-    return (module, out) if alone else (None, [])  # a whole module that moved: said as such by import_error
+            out.append((name, now))
+    return (module, out) if alone else (None, [])
 
 
 def import_error(path: str, exc: BaseException) -> PluginError:
@@ -155,12 +175,16 @@ def import_error(path: str, exc: BaseException) -> PluginError:
     else:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == path]
         where, what = (frames[-1].lineno if frames else "?"), f"{type(exc).__name__}: {exc}"
-    module, names = moved_names(frames[-1].line or "") if isinstance(exc, ImportError) and frames else (None, [])
-    if names:
-        each = "; ".join(f"{name}, now in {now}" for name, now in names)
-        return PluginError(f"plug-in file '{path}' line {where}: it imports from {module} {each} (mtl's modules "
-                           f"moved into layers: docs/architecture.md); change the import",
-                           "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    if isinstance(exc, ImportError):  # the deepest import statement the error came from, in this file or below
+        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+            module, names = moved_names(exc, frame.filename, frame.lineno)
+            if names:
+                each = "; ".join(f"{name}, now in {now}" for name, now in names)
+                at = f"line {frame.lineno}" if os.path.abspath(frame.filename) == path else \
+                    f"line {where}, through '{frame.filename}' line {frame.lineno},"
+                return PluginError(f"plug-in file '{path}' {at} imports from {module} {each} (mtl's modules moved "
+                                   f"into layers: docs/architecture.md); change the import",
+                                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     old = _missing_module(exc)
     now = moved_module(old) if old else None
     if now:

@@ -17,12 +17,13 @@ the process group starts) to ``long_timeout`` + :data:`COLLECTIVE_MARGIN`, unles
 wait is fixed at 30 s in Paddle 3.3 (no setting); a collective that waits longer fails there first, and the
 error it raises is answered with the same sentence (:func:`lost_contact_sentence`).
 
-Time in which the process could not run is nobody's step, so the clocks move on by it: a whole process frozen
-(SIGSTOP, a paused machine: the thread finds it oversleeping, :meth:`Watchdog._thaw`) and, on Linux, a training
-thread that was ready to run but given no CPU (a job at low priority on a busy machine: the time it waited on a run
-queue, the second field of its ``/proc/self/task/<tid>/schedstat``, :meth:`Watchdog._unscheduled`). A step that
-sleeps (a collective, a blocked read) or computes on a CPU counts as before. The data-loading processes' own wait for
-a CPU is not read: a step starved only through them still counts.
+Time in which the process could not run is nobody's step, so the clocks move on by it (:meth:`Watchdog._thaw`): a
+whole process frozen (SIGSTOP, a paused machine: the thread finds it oversleeping) and, on Linux, a training thread
+that was ready to run but given no CPU (a job at low priority on a busy machine: the time it waited on a run queue,
+the second field of its ``/proc/self/task/<tid>/schedstat``), at most ``long_timeout`` of the latter in one step. A
+step that sleeps (a collective, a blocked read) or computes counts as before. Only the training thread's wait is
+read: that of its OpenMP threads, of evaluation's thread pools and of the data-loading processes is not, so a step
+starved only through them still counts.
 """
 import logging
 import os
@@ -81,6 +82,7 @@ class Watchdog:
         self.looked = time.monotonic()  # when the thread last looked
         self.thawed = None  # (when, seconds) of the last freeze the thread found
         self.queued = None  # (training thread's schedstat path, its run-queue seconds when last read)
+        self.starved = (None, 0.0)  # ((step, long wait), the run-queue seconds taken off it so far)
 
     @property
     def enabled(self) -> bool:
@@ -125,9 +127,7 @@ class Watchdog:
         checked = 0.0  # the time waited in the current collective when the peers were last looked at
         self.looked = time.monotonic()
         while not self._stop.wait(blame.BEAT):
-            looked = self.looked
-            self.looked = self._thaw(looked)
-            self._unscheduled(looked)
+            self.looked = self._thaw(self.looked, self._queued())
             record = self._beat()
             if self._stop.is_set():
                 return
@@ -141,32 +141,54 @@ class Watchdog:
             elif not record["waiting"]:
                 checked = 0.0
 
-    def _thaw(self, looked: float) -> float:
-        """This thread looks every :data:`blame.BEAT` seconds; when it last looked at ``looked`` and now finds more than
-        :data:`FROZEN_AFTER` seconds more gone, the whole process was frozen (a job suspended with SIGSTOP and continued
-        with SIGCONT, a paused virtual machine; a rank stopped alone is named by the others before it is continued):
-        that time is not the step's, and the activity's clocks move on by it. The time now."""
+    def _thaw(self, looked: float, queued: float = 0.0) -> float:
+        """Time in which the process could not run since this thread last looked (at ``looked``) is not the step's:
+        the activity's clocks started before the middle of that time move on by it. Two kinds, never both for the
+        same seconds:
+
+        * ``queued``: the seconds the training thread waited for a CPU, ready to run (:meth:`_queued`), at most
+          ``long_timeout`` in one step or long wait, so that a thread that spins forever on a busy machine is still
+          stopped;
+        * the rest of this thread's oversleep (it looks every :data:`blame.BEAT` seconds) when over
+          :data:`FROZEN_AFTER`: the whole process was frozen (a job suspended with SIGSTOP and continued with SIGCONT,
+          a paused virtual machine; a rank stopped alone is named by the others before it is continued).
+
+        An oversleep over :data:`FROZEN_AFTER` of either kind is kept for :meth:`frozen_lately`. The time now."""
         now = time.monotonic()
-        frozen = now - looked - blame.BEAT
+        gap = now - looked - blame.BEAT
+        starved = self._within_ceiling(queued)
+        if starved > 0:
+            self.activity.discount(starved, (looked + now) / 2)
+        frozen = gap - queued  # the part of the oversleep the training thread did not spend waiting for a CPU
         if frozen > FROZEN_AFTER:  # a clock started before the middle of the gap was started before the freeze
             self.activity.discount(frozen, looked + blame.BEAT + frozen / 2)
-            self.thawed = (now, frozen)
+        if gap > FROZEN_AFTER:
+            self.thawed = (now, gap)
         return now
 
-    def _unscheduled(self, looked: float):
-        """The seconds the training thread waited for a CPU since the last look (at ``looked``), read from the
-        kernel's count, are not the step's either: the activity's clocks move on by them (started before the middle
-        of the interval, as for a freeze). Nothing where the count cannot be read."""
+    def _queued(self) -> float:
+        """The seconds the training thread waited on a run queue since the last call, from the kernel's count; 0
+        where it cannot be read."""
         if self.queued is None:
-            return
+            return 0.0
         path, before = self.queued
         now = run_queue_seconds(path)
         if now is None:  # the thread ended
             self.queued = None
-            return
+            return 0.0
         self.queued = (path, now)
-        if now > before:
-            self.activity.discount(now - before, (looked + time.monotonic()) / 2)
+        return max(0.0, now - before)
+
+    def _within_ceiling(self, queued: float) -> float:
+        """The part of ``queued`` that may still be taken off the current step (or long wait): at most
+        ``long_timeout`` in all."""
+        now = self.activity.snapshot()
+        key, total = (now["step"], now["long"]), 0.0
+        if self.starved[0] == key:
+            total = self.starved[1]
+        take = min(queued, max(0.0, self.settings["long_timeout"] - total))
+        self.starved = (key, total + take)
+        return take
 
     def frozen_lately(self, within: float):
         """The seconds this process was frozen, when it was and the freeze ended less than ``within`` seconds ago (as
