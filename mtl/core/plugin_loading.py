@@ -110,15 +110,21 @@ def moved_module(name: str):
     return None
 
 
+def _unimportable_name(exc: BaseException):
+    """``X`` of an ImportError "cannot import name 'X' from 'MODULE'" (not a ModuleNotFoundError); else None."""
+    if isinstance(exc, ModuleNotFoundError) or not isinstance(exc, ImportError) or not exc.name:
+        return None
+    found = re.match(r"cannot import name '(\w+)'", str(exc))
+    return found.group(1) if found else None
+
+
 def _missing_module(exc: BaseException):
     """The module an import error could not find: ``mtl.registry`` from ``import mtl.registry`` (ModuleNotFoundError)
     and from ``from mtl import registry`` (ImportError: cannot import name 'registry' from 'mtl'); else None."""
     if isinstance(exc, ModuleNotFoundError):
         return exc.name
-    if isinstance(exc, ImportError) and exc.name:
-        found = re.match(r"cannot import name '(\w+)'", str(exc))
-        return f"{exc.name}.{found.group(1)}" if found else None
-    return None
+    name = _unimportable_name(exc)
+    return f"{exc.name}.{name}" if name else None
 
 
 def _import_from(path: str, line: int):
@@ -151,10 +157,10 @@ def moved_names(exc: ImportError, path: str, line: int):
             return None, []
         names = [alias.name for alias in node.names]
     else:  # cannot import name 'X' from 'MODULE'
-        found = re.match(r"cannot import name '(\w+)'", str(exc))
-        if not found or exc.name != module:
+        name = _unimportable_name(exc)
+        if not name or exc.name != module:
             return None, []
-        names = [found.group(1)]
+        names = [name]
     out, alone = [], False
     for name in names:
         now = MOVED_NAMES.get(module, {}).get(name) or MOVED_NAMES.get(moved_module(module) or "", {}).get(name)
