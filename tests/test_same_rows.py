@@ -1,6 +1,7 @@
 """``schedule.same_rows`` (every task reads the same samples in each step, LibMTL's single-input mode): refused at
 load time where it cannot hold (sample mode, unequal sub-batches) and when the job is built where the readers differ
-(sizes, inputs); MGDA-UB on the paired rows' Gram matrix. Which rows each task reads: tests/test_data.py; 1
+(sizes, inputs); a task whose reader alters its inputs (masked LM) keeps rows and a backbone pass of its own; MGDA-UB
+on the paired rows' Gram matrix. Which rows each task reads: tests/test_data.py; 1
 against 2 processes: tests/test_arch_training.py (the ``adapters_same_rows`` run of
 tests/dist_scripts/architectures_all.py)."""
 import numpy as np
@@ -33,20 +34,84 @@ def test_same_rows_is_refused_at_load_time_where_it_cannot_hold(schedule, text):
     assert caught.value.key == "schedule.same_rows" and text in str(caught.value)
 
 
-def test_same_rows_refuses_a_masked_lm_task_at_load_time(tmp_path):
-    """Masked LM corrupts its texts, so its rows are never the other tasks' inputs: one shared pass would feed it the
-    clean texts (it would copy the pieces it must predict) or feed the others its corrupted ones."""
+def text_job(tmp_path, ratios=(1, 1, 0.5), batch_size=10):
+    """upos and genre over one CoNLL-U file, masked LM over its texts, same_rows, a BiLSTM without dropout."""
     conllu = tmp_path / "s.conllu"
-    conllu.write_text("1\tHi\thi\tINTJ\tUH\t_\t0\troot\t_\t_\n\n")
-    text = {"type": "conllu", "path": str(conllu), "target": "upos"}
-    cfg = {"tasks": [{"name": "upos", "reader": text, "head": {"type": "tagger"}},
-                     {"name": "mlm", "reader": {"type": "masked_lm", "source": text}, "head": {"type": "masked_lm"}}],
-           "backbone": {"type": "text_bilstm"}, "schedule": {"batch_size": 8, "steps": 2, "same_rows": True}}
-    load_job(data={**cfg, "schedule": {"batch_size": 8, "steps": 2}})  # the same job without same_rows loads
+    sentences = ["Hi there", "Paris is big", "We go home now", "It rains", "Dogs bark at night", "Yes",
+                 "The cat sleeps", "Call me later today"]
+    conllu.write_text("".join(f"# sent_id = {'email' if i % 2 else 'answers'}-{i}\n" + "".join(
+        f"{k + 1}\t{w}\t{w.lower()}\tNOUN\tNN\t_\t0\troot\t_\t_\n" for k, w in enumerate(text.split())) + "\n"
+        for i, text in enumerate(sentences)))
+    text = {"type": "conllu", "path": str(conllu), "eval_path": str(conllu), "target": "upos"}
+    genre = {**text, "target": {"comment": "sent_id", "pattern": "^([a-z]+)-"}}
+    return {"tasks": [{"name": "upos", "reader": text, "head": {"type": "tagger", "dropout": 0.0}, "ratio": ratios[0]},
+                      {"name": "genre", "reader": genre, "head": {"type": "text_classify", "dropout": 0.0},
+                       "ratio": ratios[1]},
+                      {"name": "mlm", "reader": {"type": "masked_lm", "source": text}, "head": {"type": "masked_lm"},
+                       "ratio": ratios[2], "loss_weight": 0.5}],
+            "backbone": {"type": "text_bilstm", "embedding_size": 8, "hidden_size": 8, "dropout": 0.0,
+                         "embedding_dropout": 0.0, "tokenizer": "examples/data/text/ewt_wordpiece_8k.json"},
+            "schedule": {"batch_size": batch_size, "steps": 2, "same_rows": True}, "seed": 3}
+
+
+def test_same_rows_gives_a_masked_lm_task_rows_of_its_own(tmp_path):
+    """Masked LM corrupts its texts, so its rows are never the other tasks' inputs: it keeps its own order and sub-batch
+    (any size) while the others share theirs."""
+    schedule = build_job(load_job(data=text_job(tmp_path)), announce_plan=False).schedule
+    assert schedule.sizes == {"upos": 4, "genre": 4, "mlm": 2} and schedule.own_rows == ["mlm"]
+    assert [schedule.order_key(t) for t in ("upos", "genre", "mlm")] == ["upos", "upos", "mlm"]
+    assert schedule.row_sharing() == ["upos", "genre"] and schedule.state_dict()["own_rows"] == ["mlm"]
+
+
+@pytest.mark.parametrize("change, text", [
+    ({"batch_size": 9}, "'upos' 4, 'genre' 3: choose schedule.batch_size so that the tasks that share rows get equal "
+                        "sub-batches (the next that does: 10)"),
+    ({"ratios": (2, 1, 0.5)}, "give every task that shares rows the same ratio")])
+def test_same_rows_with_a_masked_lm_task_is_refused_where_the_shared_rows_cannot_hold(tmp_path, change, text):
+    cfg = text_job(tmp_path, **change)
     with pytest.raises(ConfigError) as caught:
         load_job(data=cfg)
-    assert caught.value.key == "schedule.same_rows"
-    assert "task 'mlm' (reader 'masked_lm') changes its inputs" in str(caught.value)
+    assert caught.value.key == "schedule.same_rows" and text in str(caught.value)
+
+
+def test_same_rows_is_refused_when_every_task_alters_its_inputs(tmp_path):
+    cfg = text_job(tmp_path)
+    cfg["tasks"] = [cfg["tasks"][2], {**cfg["tasks"][2], "name": "mlm2"}]
+    with pytest.raises(ConfigError) as caught:
+        load_job(data=cfg)
+    assert caught.value.key == "schedule.same_rows" and "every task's reader changes its inputs (mlm, mlm2)" in str(
+        caught.value)
+
+
+def test_a_task_of_its_own_rows_gets_a_backbone_pass_of_its_own_and_the_gradient_of_the_sum(tmp_path):
+    """One step of the same_rows text job: the encoder runs once over the shared rows (4 sentences for upos and
+    genre) and once over masked LM's own 2 corrupted ones; the gradient of every parameter equals ``paddle.grad`` of
+    the weighted sum of the three losses computed by hand, each head on the encoder's output of its own inputs."""
+    from mtl.backbones import rows
+    from mtl.data.steps import StepDataset
+    from mtl.train.step import as_tensors
+
+    built = build_job(load_job(data=text_job(tmp_path)), announce_plan=False)
+    model = built.model
+    batch = as_tensors(StepDataset(built.schedule, {t.name: t.reader for t in built.tasks}, 3, 0, 1)[0])
+    np.testing.assert_array_equal(batch["upos"]["token_ids"].numpy(), batch["genre"]["token_ids"].numpy())
+    assert (batch["mlm"]["mlm_labels"].numpy() >= 0).any()
+    params = [p for p in model.parameters() if not p.stop_gradient]
+    total = 0.0
+    for task in ("upos", "genre", "mlm"):  # the reference: each task's own inputs through the encoder
+        head = model.heads[task]
+        feats = model.backbone({k: v for k, v in batch[task].items()})
+        feature = rows.select(feats, head.reads, model.backbone.default_output)
+        total = total + head(feature, head.labels_of(batch[task])).loss * model.loss_weights[task]
+    expected = paddle.grad([total], params, allow_unused=True)
+    seen = []
+    model.backbone.register_forward_pre_hook(lambda layer, inputs: seen.append(int(inputs[0]["token_ids"].shape[0])))
+    model.backward(model.forward(batch, step=0))
+    assert seen == [4, 2]
+    for param, reference in zip(params, expected):
+        got = np.zeros(param.shape) if param.grad is None else param.grad.numpy()
+        want = np.zeros(param.shape) if reference is None else reference.numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=param.name)
 
 
 @pytest.mark.parametrize("reader, text", [
@@ -67,9 +132,12 @@ def test_representation_gram_pairs_rows_only_when_they_are_the_same_inputs():
     tensors = {t: paddle.to_tensor(g, dtype="float32") for t, g in grads.items()}
     as32 = np.stack([np.asarray(g, np.float32).astype(np.float64) for g in grads.values()])
     full = np.einsum("trd,srd->ts", as32, as32)
-    np.testing.assert_allclose(representation_gram(tensors, ["a", "b", "c"], paired=True).numpy(), full, rtol=1e-12)
-    np.testing.assert_allclose(representation_gram(tensors, ["a", "b", "c"]).numpy(), np.diag(np.diag(full)),
-                               rtol=1e-12)
+    names = ["a", "b", "c"]
+    np.testing.assert_allclose(representation_gram(tensors, names, paired=names).numpy(), full, rtol=1e-12)
+    np.testing.assert_allclose(representation_gram(tensors, names).numpy(), np.diag(np.diag(full)), rtol=1e-12)
+    own = full.copy()  # c on rows of its own (masked LM under same_rows): it pairs with no other task
+    own[2, :2] = own[:2, 2] = 0.0
+    np.testing.assert_allclose(representation_gram(tensors, names, paired=["a", "b"]).numpy(), own, rtol=1e-12)
 
 
 @pytest.mark.parametrize("architecture", [{"type": "hard"}, {"type": "hard", "tower": [6]}])

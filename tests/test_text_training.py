@@ -13,6 +13,7 @@ from tests.dist_util import ROOT
 from tests.shared_runs import train_here, two_process_run
 
 JOB = os.path.join(ROOT, "tests", "dist_scripts", "text_job.yaml")
+SAME_ROWS = os.path.join(ROOT, "tests", "dist_scripts", "text_same_rows.yaml")
 DROPOUT = ["backbone.dropout=0.2", "backbone.embedding_dropout=0.2", "backbone.word_dropout=0.1"]
 
 
@@ -38,18 +39,19 @@ def _two(folder):
     return {"train": [JOB, "--set", f"output_dir={folder}"]}, str(folder)
 
 
-@pytest.mark.distributed
-@pytest.mark.two_process_runs("text_job")
-def test_text_job_one_and_two_processes_agree(two_process, tmp_path):
-    one = str(tmp_path / "one")
-    train_here(JOB, "--set", f"output_dir={one}")
-    two = two_process["text_job"]
+@two_process_run("text_same_rows")
+def _two_same_rows(folder):
+    return {"train": [SAME_ROWS, "--set", f"output_dir={folder}"]}, str(folder)
+
+
+def assert_one_and_two_processes_agree(one, two, tasks):
+    """The 8 steps' losses and gradient norms within 1e-4 (relative), and the final weights."""
     a, b = losses(one), losses(two)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 9))
     worst = 0.0
     for ra, rb in zip(a, b):
         keys = {k for k in ra if k.startswith("loss")}
-        assert keys == {k for k in rb if k.startswith("loss")} and len(keys) == 7
+        assert keys == {k for k in rb if k.startswith("loss")} and len(keys) == len(tasks) + 1
         for k in keys | {"grad_norm"}:
             worst = max(worst, abs(ra[k] - rb[k]) / max(abs(ra[k]), 1e-8))
     assert worst <= 1e-4, f"largest relative difference {worst:.3g}"
@@ -58,7 +60,24 @@ def test_text_job_one_and_two_processes_agree(two_process, tmp_path):
     for k in wa:
         np.testing.assert_allclose(wb[k], wa[k], rtol=1e-4, atol=2e-5, err_msg=k)
     summary = json.load(open(os.path.join(two, "summary.json")))
-    assert set(summary["tasks"]) == {"upos", "deps", "ner", "genre", "pairs", "mlm"}
+    assert set(summary["tasks"]) == set(tasks)
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("text_job")
+def test_text_job_one_and_two_processes_agree(two_process, tmp_path):
+    one = str(tmp_path / "one")
+    train_here(JOB, "--set", f"output_dir={one}")
+    assert_one_and_two_processes_agree(one, two_process["text_job"], ["upos", "deps", "ner", "genre", "pairs", "mlm"])
+
+
+@pytest.mark.distributed
+@pytest.mark.two_process_runs("text_same_rows")
+def test_same_rows_with_masked_lm_on_its_own_rows_one_and_two_processes_agree(two_process, tmp_path):
+    """schedule.same_rows: three tasks on one encoder pass a step, masked LM on its own sub-batch and pass."""
+    one = str(tmp_path / "one")
+    train_here(SAME_ROWS, "--set", f"output_dir={one}")
+    assert_one_and_two_processes_agree(one, two_process["text_same_rows"], ["upos", "deps", "genre", "mlm"])
 
 
 @pytest.mark.slow

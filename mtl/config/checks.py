@@ -56,27 +56,35 @@ def _check_components(job, tasks, source):
 
 
 def _check_same_rows(job, tasks, source):
-    """``schedule.same_rows``: joint mode, and the same sub-batch for every task (the training splits' sizes are
-    checked when the readers are built, :func:`mtl.data.scheduler.build_schedule`)."""
+    """``schedule.same_rows``: joint mode, and the same sub-batch for every task that shares rows (a task whose
+    reader alters its inputs, masked LM, keeps rows and a backbone pass of its own: :func:`own_rows`; the training
+    splits' sizes are checked when the readers are built, :func:`mtl.data.scheduler.build_schedule`)."""
     from mtl.data.scheduler import JointSchedule
 
     schedule = job["schedule"]
     if schedule["mode"] != "joint":
         raise ConfigError("every task reads the same samples in each step: this needs schedule.mode: "
                           "joint (sample mode has one task a step)", source, "schedule.same_rows")
-    for task in tasks:
-        if registry.get("reader", task["reader"]["type"]).cls.alters_inputs:
-            raise ConfigError(f"every task reads the same samples in each step and one backbone pass over the first "
-                              f"task's inputs serves them all, but task '{task['name']}' (reader "
-                              f"'{task['reader']['type']}') changes its inputs (masked LM corrupts its texts): the "
-                              f"pass would give it the clean texts, or the other tasks its corrupted ones; drop "
-                              f"schedule.same_rows or the task", source, "schedule.same_rows")
+    own = own_rows(tasks)
+    if len(own) == len(tasks):
+        raise ConfigError(f"every task reads the same samples in each step, but every task's reader changes its "
+                          f"inputs ({', '.join(own)}), so no two tasks can share a row: drop schedule.same_rows",
+                          source, "schedule.same_rows")
+    sharing = [t for t in tasks if t["name"] not in own]
     ratios = [t["ratio"] for t in tasks]
     try:
-        JointSchedule([t["name"] for t in tasks], ratios, schedule["batch_size"], job["seed"], same_rows=True)
+        JointSchedule([t["name"] for t in tasks], ratios, schedule["batch_size"], job["seed"], same_rows=True,
+                      own_rows=own)
     except ValueError as exc:
-        hint = (f"make schedule.batch_size a multiple of the {len(tasks)} tasks" if len(set(ratios)) == 1 else
-                "give every task the same ratio")
+        if len({t["ratio"] for t in sharing}) > 1:
+            hint = "give every task that shares rows the same ratio" if own else "give every task the same ratio"
+        elif not own:
+            hint = f"make schedule.batch_size a multiple of the {len(tasks)} tasks"
+        else:
+            fits = [b for b in range(schedule["batch_size"] + 1, 2 * schedule["batch_size"] + len(tasks))
+                    if _splits_evenly(tasks, b, own)]
+            hint = "choose schedule.batch_size so that the tasks that share rows get equal sub-batches" + (
+                f" (the next that does: {fits[0]})" if fits else "")
         raise ConfigError(f"{exc}: {hint}", source, "schedule.same_rows") from None
     weighting = registry.build("weighting", job["weighting"], source, "weighting", tasks=[t["name"] for t in tasks],
                                loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
@@ -86,6 +94,24 @@ def _check_same_rows(job, tasks, source):
                           f"architecture '{job['architecture']['type']}' has task layers inside the backbone (or a "
                           f"column per task), so there is none: use representation: false, or an architecture that "
                           f"shares the backbone", source, "weighting.representation")
+
+
+def _splits_evenly(tasks, batch_size, own) -> bool:
+    """Whether ``batch_size`` gives the tasks outside ``own`` equal sub-batches."""
+    from mtl.data.scheduler import JointSchedule
+
+    try:
+        JointSchedule([t["name"] for t in tasks], [t["ratio"] for t in tasks], batch_size, same_rows=True,
+                      own_rows=own)
+    except ValueError:
+        return False
+    return True
+
+
+def own_rows(tasks) -> list:
+    """The names of the tasks whose readers alter their inputs (``Reader.alters_inputs``: masked LM corrupts its
+    texts), which keep rows of their own under ``schedule.same_rows``."""
+    return [t["name"] for t in tasks if registry.get("reader", t["reader"]["type"]).cls.alters_inputs]
 
 
 def _check_cross_negatives(job, tasks, base_dir, source):

@@ -65,7 +65,8 @@ SCHEDULE = {
     "same_rows": Opt(bool, False, doc="joint mode: every task reads the same samples in every step, for tasks whose "
                                       "readers hold the same inputs in the same order with a label each (one image, "
                                       "both MultiMNIST digits; LibMTL's single-input mode); needs the same sub-batch "
-                                      "and training-split size for every task"),
+                                      "and training-split size for every such task; a task whose reader alters its "
+                                      "inputs (masked LM) keeps a sub-batch and a backbone pass of its own"),
     "sampling": Opt(str, "ratio", choices=["ratio", "proportional", "temperature", "uniform"],
                     doc="sample mode: how the task of a step is drawn"),
     "temperature": Opt(float, 1.0, min=0.0, min_exclusive=True, doc="sample mode: p_t ~ size_t^(1/T)"),

@@ -6,7 +6,8 @@ strategies below; every rank draws the same task because the draw depends only o
 Both expose ``plan(step) -> {task: sub-batch size}`` (tasks in job order) and ``consumed(task, step)``: how many
 samples of that task all steps before ``step`` used, which places the task's read cursor without any state; and
 ``order_key(task)``: the name whose seed orders the task's samples (its own; with ``same_rows`` the first task's, so
-that every task reads the same sample indices in every step: one input, a label per task).
+that every task reads the same sample indices in every step: one input, a label per task; a task of ``own_rows``,
+whose reader alters its inputs, keeps its own).
 """
 import math
 from typing import Dict, List, Sequence
@@ -45,29 +46,42 @@ class JointSchedule:
 
     ``same_rows``: every task reads the same sample positions of the same order in every step (LibMTL's single-input
     mode, Sener and Koltun's MultiMNIST step: one image, both digits' losses), for tasks whose readers hold the same
-    inputs in the same order; ValueError unless every task gets the same sub-batch."""
+    inputs in the same order; ValueError unless every such task gets the same sub-batch. ``own_rows``: the tasks
+    that keep rows of their own under ``same_rows`` (a reader that alters its inputs, masked LM: its own order, its
+    own sub-batch of any size, its own backbone pass)."""
 
     mode = "joint"
 
     def __init__(self, tasks: Sequence[str], ratios: Sequence[float], batch_size: int, seed: int = 0,
-                 same_rows: bool = False):
+                 same_rows: bool = False, own_rows: Sequence[str] = ()):
         self.tasks = list(tasks)
         self.seed = int(seed)
         self.batch_size = int(batch_size)
         self.ratios = [float(r) for r in ratios]
         self.sizes = dict(zip(self.tasks, largest_remainder(self.batch_size, ratios)))
         self.same_rows = bool(same_rows)
-        if self.same_rows and len(set(self.sizes.values())) > 1:
+        self.own_rows = [t for t in self.tasks if t in set(own_rows)] if self.same_rows else []
+        shared = {t: n for t, n in self.sizes.items() if self.shares_rows(t)}
+        if self.same_rows and len(set(shared.values())) > 1:
             raise ValueError("same_rows needs the same sub-batch for every task, the ratios give " +
-                             ", ".join(f"'{t}' {n}" for t, n in self.sizes.items()))
+                             ", ".join(f"'{t}' {n}" for t, n in shared.items()))
 
     def with_batch_size(self, batch_size: int) -> "JointSchedule":
         """The same schedule with another global batch size."""
-        return JointSchedule(self.tasks, self.ratios, batch_size, self.seed, self.same_rows)
+        return JointSchedule(self.tasks, self.ratios, batch_size, self.seed, self.same_rows, self.own_rows)
+
+    def shares_rows(self, task: str) -> bool:
+        """Whether ``task`` reads the rows every other such task reads (``same_rows``, not one of ``own_rows``)."""
+        return self.same_rows and task not in self.own_rows
+
+    def row_sharing(self) -> List[str]:
+        """The tasks that read the same rows in every step, in job order (empty without ``same_rows``)."""
+        return [t for t in self.tasks if self.shares_rows(t)]
 
     def order_key(self, task: str) -> str:
-        """The name whose seed orders ``task``'s samples: the first task's under ``same_rows``, else its own."""
-        return self.tasks[0] if self.same_rows else task
+        """The name whose seed orders ``task``'s samples: the first row-sharing task's under ``same_rows``, else its
+        own."""
+        return self.row_sharing()[0] if self.shares_rows(task) else task
 
     def plan(self, step: int) -> Dict[str, int]:
         """Sub-batch size of every task at ``step``."""
@@ -88,6 +102,7 @@ class JointSchedule:
     def state_dict(self):
         """Everything that defines the schedule (it has no other state: plans are pure functions of the step)."""
         same = {"same_rows": True} if self.same_rows else {}  # absent when off: older checkpoints still resume
+        same.update({"own_rows": list(self.own_rows)} if self.own_rows else {})
         return {"mode": self.mode, "seed": self.seed, "batch_size": self.batch_size, "sizes": dict(self.sizes),
                 **same}
 
@@ -118,6 +133,15 @@ class SampleSchedule:
 
     mode = "sample"
     same_rows = False  # one task a step: no rows to share
+    own_rows: List[str] = []
+
+    def shares_rows(self, task: str) -> bool:
+        """Never: one task a step."""
+        return False
+
+    def row_sharing(self) -> List[str]:
+        """None: one task a step."""
+        return []
     _CHUNK = 4096
 
     def __init__(self, tasks: Sequence[str], probabilities: Sequence[float], batch_size: int, seed: int = 0):
@@ -175,18 +199,22 @@ class SampleSchedule:
                 "probabilities": self.probabilities.tolist()}
 
 
-def build_schedule(schedule_cfg: dict, tasks: Sequence[dict], train_sizes: Sequence[int], seed: int, source=None):
-    """Build the schedule of a job from its ``schedule`` section, the task configs and the training-set sizes."""
+def build_schedule(schedule_cfg: dict, tasks: Sequence[dict], train_sizes: Sequence[int], seed: int, source=None,
+                   own_rows: Sequence[str] = ()):
+    """Build the schedule of a job from its ``schedule`` section, the task configs and the training-set sizes;
+    ``own_rows``: the tasks whose readers alter their inputs (``Reader.alters_inputs``: rows of their own under
+    ``schedule.same_rows``)."""
     names = [t["name"] for t in tasks]
     ratios = [t["ratio"] for t in tasks]
     if schedule_cfg["mode"] == "joint":
         same_rows = bool(schedule_cfg.get("same_rows", False))
-        if same_rows and len(set(train_sizes)) > 1:
+        sharing = [(n, s) for n, s in zip(names, train_sizes) if n not in set(own_rows)]
+        if same_rows and len({s for _, s in sharing}) > 1:
             raise ConfigError("every task reads the same samples in each step, but the tasks' training splits "
-                              "differ in size (" + ", ".join(f"'{n}' {s}" for n, s in zip(names, train_sizes))
+                              "differ in size (" + ", ".join(f"'{n}' {s}" for n, s in sharing)
                               + "): their readers must hold the same inputs in the same order",
                               source, "schedule.same_rows")
-        return JointSchedule(names, ratios, schedule_cfg["batch_size"], seed, same_rows)
+        return JointSchedule(names, ratios, schedule_cfg["batch_size"], seed, same_rows, own_rows)
     probs = sampling_probabilities(schedule_cfg["sampling"], ratios, train_sizes, schedule_cfg["temperature"])
     return SampleSchedule(names, probs, schedule_cfg["batch_size"], seed)
 

@@ -23,7 +23,8 @@ class Reader:
     the form the step pipeline uses so that worker processes need no epoch state.
     ``counts_skipped``: the reader skips bad samples (``on_bad_sample: skip``) and ``bad_samples`` counts them.
     ``alters_inputs``: the reader changes the backbone inputs of the samples it reads (masked LM's corruption), so
-    its rows are never the same inputs as another task's (``schedule.same_rows`` refuses it at load time).
+    its rows are never the same inputs as another task's (under ``schedule.same_rows`` it keeps rows, an order and a
+    backbone pass of its own).
     """
 
     num_classes = None

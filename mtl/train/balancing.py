@@ -13,7 +13,8 @@ Exact under data + model parallelism:
 * The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead: every
   task scores its own rows, so it is diagonal, ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (float64, one
   all-reduce of T x T numbers), and the backbone backward runs once with the feature gradients scaled by ``alpha``.
-  When every task reads the same samples (``schedule.same_rows``) row r of every task is the same input, z is the
+  When every task reads the same samples (``schedule.same_rows``; a task whose reader alters its inputs keeps rows
+  of its own and pairs with no other) row r of every task is the same input, z is the
   backbone's output (one pass, before the architecture's task layers), and the Gram matrix is Sener and Koltun's,
   ``G_ij = sum over rows and ranks of dL_i/dz_r . dL_j/dz_r`` (their Eq. 10: the gradients of the one shared
   representation of each input).
@@ -116,15 +117,16 @@ def gram_float64(matrix) -> np.ndarray:
 
 
 @paddle.no_grad()
-def representation_gram(feature_grads, tasks, paired=False) -> paddle.Tensor:
+def representation_gram(feature_grads, tasks, paired=()) -> paddle.Tensor:
     """``[T, T]`` float64, this rank's rows: the diagonal ``sum over rows ||dL_t/dz||^2`` of every task (0 for absent
-    tasks), and with ``paired`` (row r of every task is the same input) every ``sum over rows dL_i/dz_r . dL_j/dz_r``.
+    tasks), and between two tasks of ``paired`` (row r of each is the same input: ``schedule.same_rows``) every
+    ``sum over rows dL_i/dz_r . dL_j/dz_r``; a task outside it (rows of its own) pairs with no other.
     """
     gram = paddle.zeros([len(tasks), len(tasks)], dtype="float64")
     flat = {t: g.astype("float64").reshape([g.shape[0], -1]) for t, g in feature_grads.items()}
     for task, grad in flat.items():
         i = tasks.index(task)
-        for other in flat if paired else [task]:
+        for other in [t for t in flat if t in paired] if task in paired else [task]:
             if list(flat[other].shape) != list(grad.shape):
                 raise ValueError(f"the features of tasks '{task}' and '{other}' differ in shape ({grad.shape}, "
                                  f"{flat[other].shape}): their rows cannot be paired")
@@ -135,12 +137,12 @@ def representation_gram(feature_grads, tasks, paired=False) -> paddle.Tensor:
 class TaskBalancer:
     """The job's weighting strategy applied to every step's backward; its state goes into checkpoints."""
 
-    def __init__(self, weighting, strategy, model, same_rows=False, rows=None):
+    def __init__(self, weighting, strategy, model, same_rows=(), rows=None):
         self.weighting = weighting
         self.strategy = strategy
         self.model = model
         self.rows = rows  # the step's row declarations (mtl.optimizer.sparse.StepRows, the optimizer's), rescaled alike
-        self.same_rows = bool(same_rows)  # row r of every task is the same input (schedule.same_rows)
+        self.same_rows = list(same_rows)  # the tasks whose row r is the same input (schedule.same_rows)
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 

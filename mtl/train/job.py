@@ -197,15 +197,15 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     warn = announce_plan and distributed.rank() == 0
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn, architecture.output_size)
              for tcfg in cfg["tasks"]]
+    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
+                              cfg["source"], [t.name for t in tasks if t.reader.alters_inputs])
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
-                       _step_hooks(cfg, tasks, architecture), architecture, cfg["schedule"]["same_rows"])
+                       _step_hooks(cfg, tasks, architecture), architecture, schedule.row_sharing())
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
     apply_layer_decay(model, cfg["optimizer"].get("layer_decay", 1.0), cfg["source"])
-    schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
-                              cfg["source"])
     resolve_epochs(cfg, schedule, {t.name: len(t.reader) for t in tasks}, warn)
     if cfg["schedule"]["same_rows"]:
-        check_same_inputs(tasks, backbone, cfg["source"])
+        check_same_inputs([t for t in tasks if schedule.shares_rows(t.name)], backbone, cfg["source"])
     if warn and not verbose:
         show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
@@ -234,9 +234,10 @@ def planned_steps(cfg) -> int:
         return cfg["schedule"]["steps"]
     backbone = build_backbone(cfg["backbone"], cfg["source"])
     ctx = reader_context(backbone)
-    sizes = {t["name"]: len(build_reader(t, None, ctx)) for t in cfg["tasks"]}
+    readers = {t["name"]: build_reader(t, None, ctx) for t in cfg["tasks"]}
+    sizes = {name: len(reader) for name, reader in readers.items()}
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [sizes[t["name"]] for t in cfg["tasks"]], cfg["seed"],
-                              cfg["source"])
+                              cfg["source"], [name for name, reader in readers.items() if reader.alters_inputs])
     resolved = copy.deepcopy(cfg)
     resolve_epochs(resolved, schedule, sizes)
     return resolved["schedule"]["steps"]

@@ -108,11 +108,12 @@ class JointModel(paddle.nn.Layer):
     negatives), which the step, the weighting and the checkpoint iterate."""
 
     def __init__(self, backbone, heads: Dict[str, paddle.nn.Layer], loss_weights: Dict[str, float],
-                 step_hooks=(), architecture=None, same_rows=False):
+                 step_hooks=(), architecture=None, same_rows=()):
         super().__init__()
-        # schedule.same_rows: every task's rows are the same inputs, so a backbone pass over several tasks runs once,
-        # on the first task's rows, and every task gets its features (one dropout mask an input, half the compute)
-        self.same_rows = bool(same_rows)
+        # schedule.same_rows: the tasks whose rows are the same inputs in every step, so that a backbone pass over
+        # them runs once, on the first one's rows, and every one gets its features (one dropout mask an input, half
+        # the compute); a task outside (a reader that alters its inputs: masked LM) gets a pass of its own
+        self.same_rows = [t for t in heads if t in set(same_rows)]
         self.backbone = backbone
         if architecture is None:  # hard parameter sharing without towers: the heads read the backbone's features
             from mtl.architectures.hard import Hard
@@ -138,7 +139,11 @@ class JointModel(paddle.nn.Layer):
         architecture), in the batch's order."""
         groups = OrderedDict()
         for task, sub in batch.items():
-            groups.setdefault((task,) if self.architecture.per_task_backbone else self.signature(sub), []).append(task)
+            if self.architecture.per_task_backbone or (self.same_rows and task not in self.same_rows):
+                key = (task,)  # its own layers, or its own rows beside rows that several tasks share
+            else:
+                key = self.signature(sub)
+            groups.setdefault(key, []).append(task)
         return list(groups.values())
 
     def features(self, batch) -> Dict[str, object]:
@@ -154,7 +159,8 @@ class JointModel(paddle.nn.Layer):
         fields = self._input_fields
         for tasks in groups:
             subs = [batch[t] for t in tasks]
-            if self.same_rows:  # the same inputs in every task's rows: one pass over the first task's
+            paired = tasks[0] in self.same_rows
+            if paired:  # the same inputs in every task's rows: one pass over the first task's
                 subs = subs[:1]
             self.architecture.select(tasks[0])  # per_task_backbone: the task whose layers this pass uses
             with self.autocast():
@@ -164,7 +170,7 @@ class JointModel(paddle.nn.Layer):
             counts = [int(sub[fields[0].name].shape[0]) * k for sub, k in zip(subs, groups_of)]
             sizes = [rows.variable_size(fields, sub) for sub in subs]
             split = rows.split_outputs(feats, self.backbone.output_fields(), counts, groups_of, sizes)
-            for t, f in zip(tasks, split * len(tasks) if self.same_rows else split):
+            for t, f in zip(tasks, split * len(tasks) if paired else split):
                 shared[t] = f
                 out[t] = f if self.architecture.is_identity else self.architecture(t, f)
         return out, shared, groups

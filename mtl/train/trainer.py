@@ -159,7 +159,7 @@ class Trainer:
         tasks = list(model.heads.keys())
         weighting = registry.build("weighting", self.cfg["weighting"], self.cfg["source"], "weighting", tasks=tasks,
                                    loss_weights=[model.loss_weights[t] for t in tasks], seed=self.cfg["seed"])
-        return TaskBalancer(weighting, self.strategy, model, self.job.schedule.same_rows, self.optimizer.rows)
+        return TaskBalancer(weighting, self.strategy, model, self.job.schedule.row_sharing(), self.optimizer.rows)
 
     # ---- hooks -------------------------------------------------------------------------------------------------
     def should_log(self, step):
