@@ -133,11 +133,17 @@ def test_representation_gram_pairs_rows_only_when_they_are_the_same_inputs():
     as32 = np.stack([np.asarray(g, np.float32).astype(np.float64) for g in grads.values()])
     full = np.einsum("trd,srd->ts", as32, as32)
     names = ["a", "b", "c"]
-    np.testing.assert_allclose(representation_gram(tensors, names, paired=names).numpy(), full, rtol=1e-12)
+    np.testing.assert_allclose(representation_gram(tensors, names, paired=dict.fromkeys(names, "z")).numpy(), full,
+                               rtol=1e-12)
     np.testing.assert_allclose(representation_gram(tensors, names).numpy(), np.diag(np.diag(full)), rtol=1e-12)
     own = full.copy()  # c on rows of its own (masked LM under same_rows): it pairs with no other task
     own[2, :2] = own[:2, 2] = 0.0
-    np.testing.assert_allclose(representation_gram(tensors, names, paired=["a", "b"]).numpy(), own, rtol=1e-12)
+    np.testing.assert_allclose(representation_gram(tensors, names, paired={"a": "z", "b": "z"}).numpy(), own,
+                               rtol=1e-12)
+    apart = np.diag(np.diag(full))  # a and b on the same rows but reading different outputs of the backbone
+    apart[0, 2] = apart[2, 0] = full[0, 2]
+    np.testing.assert_allclose(representation_gram(tensors, names, paired={"a": "z", "b": "y", "c": "z"}).numpy(),
+                               apart, rtol=1e-12)
 
 
 @pytest.mark.parametrize("architecture", [{"type": "hard"}, {"type": "hard", "tower": [6]}])
@@ -199,3 +205,37 @@ def test_mgda_ub_on_same_rows_is_refused_where_the_task_layers_are_inside_the_ba
     with pytest.raises(ConfigError) as caught:
         load_job(data=raw)
     assert caught.value.key == "weighting.representation" and "architecture 'adapters'" in str(caught.value)
+
+
+def test_mgda_ub_trains_on_shared_rows_beside_a_masked_lm_task_and_heads_reading_other_outputs(tmp_path):
+    """MGDA-UB on the same_rows text job: upos reads the encoder's word vectors, genre its pooled vector (they meet at
+    0 in the Gram matrix, not as a shape error), masked LM its own rows (it pairs with none); the alphas of the
+    three tasks are logged every step."""
+    import json
+    import os
+
+    from mtl.train.trainer import Trainer
+
+    raw = text_job(tmp_path)
+    raw["tasks"][1]["head"]["pooling"] = "pooled"
+    raw.update(output_dir=str(tmp_path / "run"), weighting={"type": "mgda", "representation": True},
+               log={"every": 1, "progress": False, "plot": False}, data={"num_workers": 0})
+    built = build_job(load_job(data=raw))
+    assert [built.model.reads_output(t) for t in ("upos", "genre")] == ["sequence", "pooled"]
+    Trainer(built, console=lambda *a: None, overwrite=True).run()
+    with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as f:
+        logged = [r for r in map(json.loads, f) if "alpha/upos" in r]
+    assert len(logged) == 2 and all(np.isfinite([r[f"alpha/{t}"] for t in ("upos", "genre", "mlm")]).all()
+                                    for r in logged)
+
+
+def test_each_task_alone_of_a_same_rows_job_builds_masked_lm_included(tmp_path):
+    """The single-task jobs a baseline derives (mtl baseline, the reports' alone runs) have nothing to share: each
+    builds, the masked-LM one too (it failed on an empty list of row-sharing tasks)."""
+    from mtl.studies.comparison import single_task_config
+
+    cfg = load_job(data=text_job(tmp_path))
+    cfg["output_dir"] = str(tmp_path / "run")
+    for task, rows in (("upos", 4), ("genre", 4), ("mlm", 2)):
+        built = build_job(single_task_config(cfg, task, rows), announce_plan=False)
+        assert list(built.model.heads) == [task] and built.schedule.sizes == {task: rows}

@@ -66,7 +66,7 @@ def _check_same_rows(job, tasks, source):
         raise ConfigError("every task reads the same samples in each step: this needs schedule.mode: "
                           "joint (sample mode has one task a step)", source, "schedule.same_rows")
     own = own_rows(tasks)
-    if len(own) == len(tasks):
+    if len(own) == len(tasks) > 1:
         raise ConfigError(f"every task reads the same samples in each step, but every task's reader changes its "
                           f"inputs ({', '.join(own)}), so no two tasks can share a row: drop schedule.same_rows",
                           source, "schedule.same_rows")

@@ -5,9 +5,9 @@ each at least 1. ``SampleSchedule``: one task per step (PaddlePALM's mode), draw
 strategies below; every rank draws the same task because the draw depends only on (seed, step).
 Both expose ``plan(step) -> {task: sub-batch size}`` (tasks in job order) and ``consumed(task, step)``: how many
 samples of that task all steps before ``step`` used, which places the task's read cursor without any state; and
-``order_key(task)``: the name whose seed orders the task's samples (its own; with ``same_rows`` the first task's, so
-that every task reads the same sample indices in every step: one input, a label per task; a task of ``own_rows``,
-whose reader alters its inputs, keeps its own).
+``order_key(task)``: the name whose seed orders the task's samples (its own; with ``same_rows`` the first row-sharing
+task's, so that every such task reads the same sample indices in every step: one input, a label per task; a task of
+``own_rows``, whose reader alters its inputs, keeps its own).
 """
 import math
 from typing import Dict, List, Sequence
@@ -63,7 +63,8 @@ class JointSchedule:
         self.own_rows = [t for t in self.tasks if t in set(own_rows)] if self.same_rows else []
         shared = {t: n for t, n in self.sizes.items() if self.shares_rows(t)}
         if self.same_rows and len(set(shared.values())) > 1:
-            raise ValueError("same_rows needs the same sub-batch for every task, the ratios give " +
+            but = f" that shares rows (all but {', '.join(repr(t) for t in self.own_rows)})" if self.own_rows else ""
+            raise ValueError(f"same_rows needs the same sub-batch for every task{but}, the ratios give " +
                              ", ".join(f"'{t}' {n}" for t, n in shared.items()))
 
     def with_batch_size(self, batch_size: int) -> "JointSchedule":

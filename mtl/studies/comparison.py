@@ -72,7 +72,7 @@ def single_task_config(cfg: dict, task_name: str, sub_batch: int) -> dict:
     single["tasks"] = [copy.deepcopy(t) for t in cfg["tasks"] if t["name"] == task_name]
     single["schedule"]["batch_size"] = int(sub_batch)
     single["schedule"]["mode"] = "joint"
-    single["schedule"].update(epochs=None, epochs_of=None)
+    single["schedule"].update(epochs=None, epochs_of=None, same_rows=False)  # one task: no rows to share
     single["output_dir"] = os.path.join(cfg["output_dir"], BASELINE_DIR, task_name)
     if "weighting" in single:
         single["weighting"] = {"type": "static"}

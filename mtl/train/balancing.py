@@ -117,16 +117,21 @@ def gram_float64(matrix) -> np.ndarray:
 
 
 @paddle.no_grad()
-def representation_gram(feature_grads, tasks, paired=()) -> paddle.Tensor:
+def representation_gram(feature_grads, tasks, paired=None) -> paddle.Tensor:
     """``[T, T]`` float64, this rank's rows: the diagonal ``sum over rows ||dL_t/dz||^2`` of every task (0 for absent
-    tasks), and between two tasks of ``paired`` (row r of each is the same input: ``schedule.same_rows``) every
-    ``sum over rows dL_i/dz_r . dL_j/dz_r``; a task outside it (rows of its own) pairs with no other.
+    tasks), and between two tasks of ``paired`` (``{task: the backbone output its head reads}`` of the tasks whose
+    row r is the same input: ``schedule.same_rows``) that read the same output every ``sum over rows dL_i/dz_r .
+    dL_j/dz_r``. Two that read different outputs (a tagger the word vectors, a classifier the pooled one) meet at 0:
+    z is the backbone's whole output, and each one's gradient is zero on the other's part. A task outside ``paired``
+    (rows of its own) pairs with no other.
     """
+    paired = paired or {}
     gram = paddle.zeros([len(tasks), len(tasks)], dtype="float64")
     flat = {t: g.astype("float64").reshape([g.shape[0], -1]) for t, g in feature_grads.items()}
     for task, grad in flat.items():
         i = tasks.index(task)
-        for other in [t for t in flat if t in paired] if task in paired else [task]:
+        partners = [t for t in flat if t in paired and paired[t] == paired[task]] if task in paired else [task]
+        for other in partners:
             if list(flat[other].shape) != list(grad.shape):
                 raise ValueError(f"the features of tasks '{task}' and '{other}' differ in shape ({grad.shape}, "
                                  f"{flat[other].shape}): their rows cannot be paired")
@@ -143,6 +148,7 @@ class TaskBalancer:
         self.model = model
         self.rows = rows  # the step's row declarations (mtl.optimizer.sparse.StepRows, the optimizer's), rescaled alike
         self.same_rows = list(same_rows)  # the tasks whose row r is the same input (schedule.same_rows)
+        self.pairing = {t: model.reads_output(t) for t in self.same_rows}  # MGDA-UB: which of them meet where
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
@@ -188,7 +194,7 @@ class TaskBalancer:
         heads = self.model.backward_heads(forward, self.scaled(self.static, scale))
         if self.weighting.uses_representation:
             gram = self.strategy.sum_over_ranks(representation_gram(self.representation(heads), self.tasks,
-                                                                    self.same_rows))
+                                                                    self.pairing))
             alpha = self.combine(gram.numpy() / scale ** 2, values, present, step)
             self.model.backward_backbone(heads, {t: float(a) for t, a in zip(self.tasks, alpha)})
             self.rescale_heads(weights, present)
@@ -285,7 +291,7 @@ class AccumulatedStep:
             return
         heads = model.backward_heads(forward, balancer.scaled(balancer.static, per))
         if balancer.weighting.uses_representation:
-            gram = representation_gram(balancer.representation(heads), balancer.tasks, balancer.same_rows)
+            gram = representation_gram(balancer.representation(heads), balancer.tasks, balancer.pairing)
             self.gram = gram if self.gram is None else self.gram + gram
         self.matrix = task_gradient_matrix(model, heads, balancer.tasks, self.matrix)
 

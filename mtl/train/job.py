@@ -253,7 +253,9 @@ def steps_override(cfg) -> list:
 def check_same_inputs(tasks, backbone, source, probes=3):
     """``schedule.same_rows``: the tasks' readers give the same backbone input at the first, middle and last sample
     (a reader of other inputs or another order would pair each task's label with another task's image); ConfigError
-    naming the two tasks, the sample and the field."""
+    naming the two tasks, the sample and the field. Fewer than two tasks share nothing: nothing to check."""
+    if len(tasks) < 2:
+        return
     first, size = tasks[0], len(tasks[0].reader)
     fields = [f.name for f in backbone.input_fields()]
     for index in sorted({0, size // 2, size - 1}):

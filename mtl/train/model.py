@@ -129,6 +129,11 @@ class JointModel(paddle.nn.Layer):
         self._input_fields = list(backbone.input_fields())
         self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
+    def reads_output(self, task: str):
+        """The name of the backbone output ``task``'s head reads (a text encoder's ``sequence`` or ``pooled``; its
+        default for a head that names none)."""
+        return self.heads[task].reads or self.backbone.default_output
+
     def signature(self, sub_batch) -> tuple:
         """(name, per-row shape, dtype) of every backbone input of a sub-batch; declared variable axes (token
         length) are None, so text sub-batches of any length share one pass (:mod:`mtl.backbones.rows`)."""

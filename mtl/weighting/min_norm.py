@@ -111,7 +111,8 @@ class MGDA(GradientWeighting):
     norms 1 and 3 gives -g_1 instead of 0). ``representation: true`` is MGDA-UB: the trainer then passes the Gram
     matrix of the gradients with respect to the shared representation (the upper bound's gradients, one T x T
     all-reduce) instead of the shared parameters; the math here is unchanged. That matrix is diagonal when each task
-    scores its own rows, and their Eq. 10's (every pair of tasks on the same inputs) under ``schedule.same_rows``.
+    scores its own rows, and their Eq. 10's (every pair of tasks on the same inputs and reading the same output of
+    the backbone) under ``schedule.same_rows``.
 
     Parameters:
         normalization (str): how each task's gradient is scaled before the min-norm point: none, l2, loss, loss+
