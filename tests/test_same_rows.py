@@ -207,10 +207,11 @@ def test_mgda_ub_on_same_rows_is_refused_where_the_task_layers_are_inside_the_ba
     assert caught.value.key == "weighting.representation" and "architecture 'adapters'" in str(caught.value)
 
 
-def test_mgda_ub_trains_on_shared_rows_beside_a_masked_lm_task_and_heads_reading_other_outputs(tmp_path):
-    """MGDA-UB on the same_rows text job: upos reads the encoder's word vectors, genre its pooled vector (they meet at
-    0 in the Gram matrix, not as a shape error), masked LM its own rows (it pairs with none); the alphas of the
-    three tasks are logged every step."""
+@pytest.mark.parametrize("weighting", ["mgda", "imtl_g"])
+def test_representation_weighting_on_shared_rows_beside_masked_lm_and_heads_of_two_outputs(tmp_path, weighting):
+    """MGDA-UB and IMTL-G (``representation: true``) on the same_rows text job: upos reads the encoder's word
+    vectors, genre its pooled vector (they meet at 0 in the Gram matrix, not as a shape error), masked LM its own
+    rows (it pairs with none); the alphas of the three tasks are logged every step."""
     import json
     import os
 
@@ -218,7 +219,7 @@ def test_mgda_ub_trains_on_shared_rows_beside_a_masked_lm_task_and_heads_reading
 
     raw = text_job(tmp_path)
     raw["tasks"][1]["head"]["pooling"] = "pooled"
-    raw.update(output_dir=str(tmp_path / "run"), weighting={"type": "mgda", "representation": True},
+    raw.update(output_dir=str(tmp_path / "run"), weighting={"type": weighting, "representation": True},
                log={"every": 1, "progress": False, "plot": False}, data={"num_workers": 0})
     built = build_job(load_job(data=raw))
     assert [built.model.reads_output(t) for t in ("upos", "genre")] == ["sequence", "pooled"]

@@ -136,6 +136,24 @@ def test_mgda_ub_is_exact_on_the_representation_gram():
         np.testing.assert_allclose(alpha, expected, rtol=1e-12, atol=1e-15)
 
 
+def test_imtl_g_on_the_representation_gram_normalises_each_task_when_no_rows_pair():
+    """IMTL-G with ``representation: true`` (Liu et al.'s own variant) on a diagonal Gram matrix (tasks on rows of
+    their own, or heads reading different backbone outputs): equal projections of orthogonal gradients mean
+    alpha_t ||g_t|| equal, so alpha_t is proportional to 1 / ||g_t|| (summing to 1); on a full one it is the
+    parameters' IMTL-G of the same matrix."""
+    strategy = make("imtl_g", 3, representation=True)
+    assert strategy.uses_representation and not make("imtl_g", 3).uses_representation
+    for norms in ([1.0, 2.0, 3.0], [1e-3, 1.0, 1e3]):
+        alpha = strategy.combine(np.diag(np.square(norms)), np.ones(3), np.ones(3, bool), 0)
+        inverse = 1.0 / np.asarray(norms)
+        np.testing.assert_allclose(alpha, inverse / inverse.sum(), rtol=1e-10)
+    g = np.random.default_rng(3).standard_normal((3, 7))
+    np.testing.assert_allclose(strategy.combine(g @ g.T, np.ones(3), np.ones(3, bool), 0),
+                               make("imtl_g", 3).combine(g @ g.T, np.ones(3), np.ones(3, bool), 0), rtol=1e-12)
+    with pytest.raises(ConfigError, match="parameter 'representation' must be true or false, got 'yes'"):
+        make("imtl_g", 3, representation="yes")
+
+
 # ---- common -------------------------------------------------------------------------------------------------------
 NEW = ["nash_mtl", "imtl_g", "imtl_l", "aligned_mtl", "upgrad", "db_mtl", "gradvac", "graddrop", "stch", "fairgrad"]
 GRAM = ["nash_mtl", "imtl_g", "aligned_mtl", "upgrad", "gradvac", "fairgrad"]

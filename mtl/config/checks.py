@@ -90,7 +90,8 @@ def _check_same_rows(job, tasks, source):
                                loss_weights=[t["loss_weight"] for t in tasks], seed=job["seed"])
     architecture = registry.get("architecture", job["architecture"]["type"]).cls
     if weighting.uses_representation and not architecture.shares_backbone_output:
-        raise ConfigError(f"MGDA-UB pairs each input's gradients at the representation every task shares, and "
+        raise ConfigError(f"weighting '{job['weighting']['type']}' with representation: true pairs each input's "
+                          f"gradients at the representation every task shares, and "
                           f"architecture '{job['architecture']['type']}' has task layers inside the backbone (or a "
                           f"column per task), so there is none: use representation: false, or an architecture that "
                           f"shares the backbone", source, "weighting.representation")

@@ -11,6 +11,15 @@ import numpy as np
 from mtl.core.errors import ConfigError, ParameterError
 
 
+def check_representation(value) -> bool:
+    """The ``representation`` parameter of a Gram-based strategy: true takes the Gram matrix of the gradients with
+    respect to the shared representation (the backbone's output: one T x T all-reduce and one backbone backward a
+    step, as Sener and Koltun's MGDA-UB and Liu et al.'s IMTL-G compute it) instead of the shared parameters."""
+    if not isinstance(value, bool):
+        raise ParameterError(f"parameter 'representation' must be true or false, got {value!r}")
+    return value
+
+
 class Weighting:
     """Base class of task-weighting strategies. T tasks in job order; arrays are float64 numpy.
 
@@ -22,7 +31,8 @@ class Weighting:
     * ``sample_mode``: False when the strategy makes no sense with one task per step (``schedule.mode: sample``);
       the job loader then refuses the combination.
     * ``uses_representation``: True when the Gram matrix must be taken over the gradients with respect to the shared
-      representation (the backbone's output) instead of the shared parameters (MGDA-UB).
+      representation (the backbone's output) instead of the shared parameters (MGDA-UB; IMTL-G's own variant:
+      :func:`check_representation`).
     * ``uses_losses``: False when :meth:`weights` depends neither on the losses it is given nor changes the state
       with them (static, RLW): with gradient accumulation the weights of a step are then taken before its
       micro-batches and applied in each micro-batch's backward; otherwise they are taken after the last one from the

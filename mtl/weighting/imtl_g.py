@@ -2,7 +2,7 @@
 import numpy as np
 
 from mtl.core.registry import register_weighting
-from mtl.weighting.base import on_present, unit_gram
+from mtl.weighting.base import check_representation, on_present, unit_gram
 from mtl.weighting.gradient_based import GradientWeighting
 
 RANK_TOLERANCE = 1e-10  # eigenvalues of the unit gradients' Gram matrix below this times the largest are dropped
@@ -46,14 +46,25 @@ class IMTLG(GradientWeighting):
     Where we differ: (1) when sum_t beta_t / n_t < 0 the paper's normalisation sum_t alpha_t = 1 flips the
     direction so that every task's loss would increase (g projects to c < 0 on every u_t); we divide by |s|
     instead, keeping the direction of equal positive projections. (2) The paper computes the gradients with respect
-    to the shared feature for efficiency (LibMTL offers both, ``rep_grad``); here they are those of the shared
-    parameters: in this project every task scores its own rows (unless ``schedule.same_rows``), so the feature's
-    Gram matrix would be diagonal and IMTL-G would reduce to alpha_t proportional to 1 / ||g_t||. (3) TorchJD's
+    to the shared feature for efficiency (LibMTL offers both, ``rep_grad``); here they are by default those of the
+    shared parameters: in this project every task scores its own rows (unless ``schedule.same_rows``), so the
+    feature's Gram matrix would be diagonal and IMTL-G would reduce to alpha_t proportional to 1 / ||g_t||.
+    ``representation: true`` takes the paper's: under ``schedule.same_rows`` (one encoder pass for every task, the
+    text recipes) the feature's Gram matrix pairs the tasks, and the step costs one backbone backward instead of one
+    per task. (3) TorchJD's
     generalisation uses K^+ n on the unscaled Gram matrix, which for identical directions of norms a and b gives
     (a, b) / (a + b), not the closed form's limit.
+
+    Parameters:
+        representation (bool): the gradients of the shared features (the backbone's output), not parameters (the
+            paper's; with schedule.same_rows)
     """
 
     description = "equal projection of the update on every unit task gradient (Liu et al. 2021)"
+
+    def __init__(self, tasks, loss_weights, seed=0, representation=False):
+        super().__init__(tasks, loss_weights, seed)
+        self.uses_representation = check_representation(representation)
 
     def combine(self, gram, losses, present, step):
         """alpha of IMTL-G over the present tasks (0 for absent ones)."""

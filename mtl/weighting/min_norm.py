@@ -7,7 +7,7 @@ import numpy as np
 
 from mtl.core.errors import ParameterError
 from mtl.core.registry import register_weighting
-from mtl.weighting.base import check_range
+from mtl.weighting.base import check_range, check_representation
 from mtl.weighting.gradient_based import GradientWeighting
 from mtl.weighting.simplex import wolfe_min_norm
 
@@ -126,10 +126,8 @@ class MGDA(GradientWeighting):
         if normalization not in NORMALIZATIONS:
             raise ParameterError(f"parameter 'normalization' must be one of {', '.join(NORMALIZATIONS)}, "
                                  f"got {normalization!r}")
-        if not isinstance(representation, bool):
-            raise ParameterError(f"parameter 'representation' must be true or false, got {representation!r}")
         self.normalization = normalization
-        self.uses_representation = representation
+        self.uses_representation = check_representation(representation)
 
     def _normalizers(self, gram, losses):
         """n_t for every task (1 where the chosen normaliser is zero or not finite)."""
