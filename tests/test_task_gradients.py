@@ -10,7 +10,7 @@ import pytest
 from mtl.config.loading import load_job
 from mtl.core.errors import ConfigError
 from mtl.train.job import build_job
-from tests.test_same_rows import text_job
+from tests.same_rows_jobs import text_job
 from tools.task_gradients import load_checkpoint, report, task_gradients
 
 
