@@ -8,7 +8,8 @@ def text_job(tmp_path, ratios=(1, 1, 0.5), batch_size=10):
     sentences = ["Hi there", "Paris is big", "We go home now", "It rains", "Dogs bark at night", "Yes",
                  "The cat sleeps", "Call me later today"]
     conllu.write_text("".join(f"# sent_id = {'email' if i % 2 else 'answers'}-{i}\n" + "".join(
-        f"{k + 1}\t{w}\t{w.lower()}\tNOUN\tNN\t_\t0\troot\t_\t_\n" for k, w in enumerate(text.split())) + "\n"
+        f"{k + 1}\t{w}\t{w.lower()}\t{('NOUN', 'VERB', 'DET')[k % 3]}\tNN\t_\t0\troot\t_\t_\n"
+        for k, w in enumerate(text.split())) + "\n"
         for i, text in enumerate(sentences)))
     text = {"type": "conllu", "path": str(conllu), "eval_path": str(conllu), "target": "upos"}
     genre = {**text, "target": {"comment": "sent_id", "pattern": "^([a-z]+)-"}}

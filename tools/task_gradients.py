@@ -4,8 +4,9 @@
         [--steps 0 50 100 150]
 
 For each training step named (its batch as the job reads it), the gradient of every task's weighted loss
-``w_t L_t`` with respect to the backbone's trainable parameters, each alone: prints the norms (mean over the steps),
-each task's share of their summed squares, and the mean cosine of every two tasks' gradients. The model is the job's
+``w_t L_t`` with respect to the shared parameters (``JointModel.shared_parameters``: the backbone's, and an
+architecture's shared experts or columns), each alone: prints the norms (mean over the steps), the share of each
+mean norm's square in their sum, and the mean cosine of every two tasks' gradients. The model is the job's
 as built (pretrained encoder, fresh heads), or with ``--checkpoint`` the weights of a 1-process run's checkpoint
 (its backbone.pdparams and heads/TASK.pdparams, read with the project's safe reader). In training mode, as a step
 sees them (dropout included: ``--set backbone.dropout=0 ...`` to leave it out; Paddle's recurrent layers keep
@@ -21,36 +22,42 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def task_gradients(built, steps, seed):
-    """``(tasks, norms [S, T], cosines [S, T, T])`` of the job ``built`` (:func:`mtl.train.job.build_job`) at the
-    training ``steps``: each task's weighted loss alone (the others' weights 0) through the model's own forward and
-    backward, down to the backbone's parameters (a head's tied input embeddings included)."""
+def task_gradient_rows(model, batch, step):
+    """``[T, P]`` float64: row t = the gradient of task t's weighted loss alone (the others' weights 0) over
+    ``model.shared_parameters()``, through the model's own forward and backward on ``batch`` (a tied head's input
+    embeddings included); every task's forward draws the same dropout masks (Paddle's generator state restored)."""
     import paddle
 
+    params, rows, draws = model.shared_parameters(), [], paddle.get_rng_state()
+    tasks = list(model.heads.keys())
+    for task in tasks:
+        model.clear_gradients()
+        paddle.set_rng_state(draws)
+        forward = model.forward(batch, step=step)
+        model.backward(forward, {t: (model.loss_weights[t] if t == task else 0.0) for t in tasks})
+        rows.append(np.concatenate([(np.zeros(p.shape) if p.grad is None else p.grad.numpy()).ravel()
+                                    .astype(np.float64) for p in params]))
+    model.clear_gradients()
+    return np.stack(rows)
+
+
+def task_gradients(built, steps, seed):
+    """``(tasks, norms [S, T], cosines [S, T, T])`` of the job ``built`` (:func:`mtl.train.job.build_job`) at the
+    training ``steps`` (:func:`task_gradient_rows` of each step's batch, in training mode)."""
     from mtl.data.steps import StepDataset
     from mtl.train.step import as_tensors
 
     model = built.model
     model.train()
     data = StepDataset(built.schedule, {t.name: t.reader for t in built.tasks}, seed, 0, max(steps) + 1)
-    params = [p for p in model.backbone.parameters() if not p.stop_gradient]
-    tasks, norms, cosines = list(model.heads.keys()), [], []
+    norms, cosines = [], []
     for step in steps:
-        batch, rows, draws = as_tensors(data[step]), [], paddle.get_rng_state()
-        for task in tasks:  # the same forward for each (the same dropout masks)
-            model.clear_gradients()
-            paddle.set_rng_state(draws)
-            forward = model.forward(batch, step=step)
-            model.backward(forward, {t: (model.loss_weights[t] if t == task else 0.0) for t in tasks})
-            rows.append(np.concatenate([(np.zeros(p.shape) if p.grad is None else p.grad.numpy()).ravel()
-                                        .astype(np.float64) for p in params]))
-        model.clear_gradients()
-        matrix = np.stack(rows)
+        matrix = task_gradient_rows(model, as_tensors(data[step]), step)
         n = np.linalg.norm(matrix, axis=1)
         norms.append(n)
         safe = np.where(n > 0, n, 1.0)
         cosines.append(np.where(np.outer(n, n) > 0, matrix @ matrix.T / np.outer(safe, safe), np.nan))
-    return tasks, np.array(norms), np.array(cosines)
+    return list(model.heads.keys()), np.array(norms), np.array(cosines)
 
 
 def load_checkpoint(model, folder):
@@ -66,10 +73,14 @@ def load_checkpoint(model, folder):
     model.backbone.set_state_dict(load_paddle_file(files.pop("backbone")))
     for task, path in files.items():
         model.heads[task].set_state_dict(load_paddle_file(path))
+    if len(model.architecture.state_dict()):  # towers, gates, experts: their own file
+        from mtl.store.checkpoint import load_architecture
+
+        load_architecture(folder, model.architecture)
 
 
 def report(tasks, norms, cosines) -> str:
-    """Markdown: a row of norms (share of the summed squares) and the mean cosines."""
+    """Markdown: a row of mean norms (the share of each one's square in their sum) and the mean cosines."""
     mean = norms.mean(axis=0)
     share = mean ** 2 / max(float((mean ** 2).sum()), 1e-300)
     lines = ["| | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks),

@@ -10,7 +10,8 @@ Exact under data + model parallelism:
   g_t is summed over ranks first (one fused ``T x |theta|`` all-reduce); every rank then combines the same numbers
   and applies the same update ``sum_t alpha_t g_t``. Heads keep their task gradient, scaled only where the strategy
   scales the task's loss. The Gram matrix ``G_ij = g_i . g_j`` is formed in float64 (rows cast one pair at a time).
-* The representation variant (``uses_representation``, MGDA-UB) takes the Gram matrix of ``dL_t/dz`` instead: every
+* The representation variant (``uses_representation``: MGDA-UB, IMTL-G's own) takes the Gram matrix of ``dL_t/dz``
+  instead: every
   task scores its own rows, so it is diagonal, ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (float64, one
   all-reduce of T x T numbers), and the backbone backward runs once with the feature gradients scaled by ``alpha``.
   When every task reads the same samples (``schedule.same_rows``; a task whose reader alters its inputs keeps rows
@@ -29,8 +30,10 @@ Every other strategy needs the step's losses (or its per-task gradients) before 
 backbone gradient is summed apart over the micro-batches into the ``[T, P]`` matrix (one backbone backward per task
 and micro-batch, one all-reduce at the end), and the step's weights or alpha combine it after the last micro-batch:
 loss-based strategies ``sum_t (w_t / loss_weight_t) g_t``, Gram-based ones from its Gram matrix, matrix-based ones
-from the matrix, MGDA-UB from the representation Gram summed over the micro-batches (rows of different
-micro-batches never meet, so it is the step's).
+from the matrix, the representation variants from the representation Gram summed over the micro-batches (rows of
+different micro-batches never meet, so it is the step's). A head whose output layer is the backbone's input
+embeddings (masked LM) gives them a gradient of its own in the heads' backward; the per-task paths keep it apart
+(``JointModel.backward_heads(apart=True)``) and hand it to its task's share.
 
 The strategy's state goes into the checkpoint's ``state.json``; arrays of more than ``INLINE_ELEMENTS`` numbers
 (DB-MTL's T x P moving average) as base64 of their float64 bytes, which restores them bit for bit at a third of
@@ -148,12 +151,13 @@ class TaskBalancer:
         self.model = model
         self.rows = rows  # the step's row declarations (mtl.optimizer.sparse.StepRows, the optimizer's), rescaled alike
         self.same_rows = list(same_rows)  # the tasks whose row r is the same input (schedule.same_rows)
-        self.pairing = {t: model.reads_output(t) for t in self.same_rows}  # MGDA-UB: which of them meet where
+        self.pairing = {t: model.reads_output(t) for t in self.same_rows}  # representation Gram: who meets where
         self.tasks = list(model.heads.keys())
         self.static = np.array([model.loss_weights[t] for t in self.tasks], dtype=np.float64)
 
     def representation(self, heads):
-        """MGDA-UB's per-task gradients from the heads' backward ``heads``: of each task's features (its own rows),
+        """The representation variants' per-task gradients from the heads' backward ``heads``: of each task's
+        features (its own rows),
         or under ``same_rows`` of the backbone's output that every task shares (before any task layers: the rows pair
         there)."""
         return self.model.shared_gradients(heads) if self.same_rows else heads.grads
@@ -191,7 +195,7 @@ class TaskBalancer:
             self.model.backward(forward, self.scaled(weights, scale))
             self.strategy.reduce_gradients()
             return self.logged(weights, present)
-        heads = self.model.backward_heads(forward, self.scaled(self.static, scale))
+        heads = self.model.backward_heads(forward, self.scaled(self.static, scale), apart=True)
         if self.weighting.uses_representation:
             gram = self.strategy.sum_over_ranks(representation_gram(self.representation(heads), self.tasks,
                                                                     self.pairing))
@@ -289,7 +293,7 @@ class AccumulatedStep:
         if self.weights is not None:
             model.backward(forward, balancer.scaled(self.weights, per))
             return
-        heads = model.backward_heads(forward, balancer.scaled(balancer.static, per))
+        heads = model.backward_heads(forward, balancer.scaled(balancer.static, per), apart=True)
         if balancer.weighting.uses_representation:
             gram = representation_gram(balancer.representation(heads), balancer.tasks, balancer.pairing)
             self.gram = gram if self.gram is None else self.gram + gram

@@ -95,10 +95,13 @@ class ForwardPass:
 @dataclass
 class HeadGradients:
     """After the heads' backward (:meth:`JointModel.backward_heads`): ``{task: gradient of its weighted loss w.r.t.
-    its features}`` (this rank's rows), with the forward they belong to."""
+    its features}`` (this rank's rows), with the forward they belong to; ``direct``: what a head whose output layer
+    is the backbone's input embeddings (masked LM) gave that backbone parameter directly, kept apart per task when
+    asked (each task's own share of the shared gradient), added back by the backbone's backward."""
 
     forward: ForwardPass
     grads: Dict[str, paddle.Tensor]
+    direct: Dict[str, paddle.Tensor] = field(default_factory=dict)
 
 
 class JointModel(paddle.nn.Layer):
@@ -126,6 +129,8 @@ class JointModel(paddle.nn.Layer):
             head.equal_rows = True
             head.task = task
         self.loss_weights = dict(loss_weights)
+        # the backbone parameter a head's output layer is (masked LM's tied input embeddings), per such task
+        self.tied = {task: backbone.input_embeddings() for task, head in heads.items() if head.ties_input_embeddings}
         self._input_fields = list(backbone.input_fields())
         self.autocast = contextlib.nullcontext  # the backbone's precision context (mtl.train.precision.Autocast)
 
@@ -230,14 +235,25 @@ class JointModel(paddle.nn.Layer):
         """
         self.backward_backbone(self.backward_heads(forward, weights))
 
-    def backward_heads(self, forward: ForwardPass, weights=None) -> HeadGradients:
-        """Phase 1: each head's ``weight * loss`` differentiated alone, in job order, down to its features."""
+    def backward_heads(self, forward: ForwardPass, weights=None, apart=False) -> HeadGradients:
+        """Phase 1: each head's ``weight * loss`` differentiated alone, in job order, down to its features.
+        ``apart``: what a head tied to the backbone's input embeddings gives them directly is kept per task
+        (``HeadGradients.direct``) instead of summed into their gradient, so that the backbone's backward can
+        hand each task its own share (the weighting's per-task gradients)."""
         weights = self.loss_weights if weights is None else weights
-        grads = {}
+        grads, direct = {}, {}
         for task, seen in forward.features.items():
+            tied = self.tied.get(task) if apart else None
+            before = None if tied is None or tied.grad is None else tied.grad.clone()
+            if tied is not None:
+                tied.clear_gradient(set_to_zero=True)
             (forward.outputs[task].loss * float(weights[task])).backward()
             grads[task] = seen.leaf.grad if seen.leaf.grad is not None else paddle.zeros_like(seen.feature)
-        return HeadGradients(forward, grads)
+            if tied is not None and tied.grad is not None:
+                direct[task] = tied.grad.clone()  # a copy: the parameter's gradient storage is reused below
+                with paddle.no_grad():
+                    tied.grad = before if before is not None else paddle.zeros_like(tied.grad)
+        return HeadGradients(forward, grads, direct)
 
     def shared_gradients(self, heads: HeadGradients) -> Dict[str, paddle.Tensor]:
         """``{task: gradient of its weighted loss w.r.t. the backbone's output of its rows}``: where every task meets
@@ -262,6 +278,8 @@ class JointModel(paddle.nn.Layer):
             if present:
                 grads = [heads.grads[t] if scales is None else heads.grads[t] * float(scales[t]) for t in present]
                 paddle.autograd.backward(*_one_gradient_each([features[t].feature for t in present], grads))
+        for task, grad in heads.direct.items():  # a tied head's own share, scaled as its task's
+            self._add_direct(task, grad if scales is None else grad * float(scales[task]))
 
     def backward_backbone_per_task(self, heads: HeadGradients):
         """Phase 2 task by task, in job order: yields each task after the backbone's gradients hold the gradient
@@ -274,7 +292,15 @@ class JointModel(paddle.nn.Layer):
                     self._accumulate_keeping_graph(feat, grad)
                 else:
                     paddle.autograd.backward([feat], [grad])
+                if task in heads.direct:
+                    self._add_direct(task, heads.direct[task])
                 yield task
+
+    @paddle.no_grad()
+    def _add_direct(self, task: str, grad):
+        """Add what ``task``'s tied head gave the backbone's input embeddings directly to their gradient."""
+        tied = self.tied[task]
+        tied.grad = grad.astype(tied.dtype) if tied.grad is None else tied.grad + grad.astype(tied.grad.dtype)
 
     def _accumulate_keeping_graph(self, feat, grad):
         """Add the gradient of ``feat`` (seeded with ``grad``) to the backbone's and architecture's parameters,
