@@ -78,6 +78,9 @@ WEIGHTINGS = {
     "rlw": ["weighting=rlw"],  # weights known before the step: applied per micro-batch
     "pcgrad": ["weighting=pcgrad"],  # Gram matrix of the summed per-task gradients
     "mgda_ub": ["weighting={type: mgda, representation: true}"],  # representation Gram
+    # and its alpha on an architecture's task layers (towers: below the point the Gram is taken at)
+    "mgda_ub_towers": ["weighting={type: mgda, representation: true}", "architecture={type: hard, tower: [8]}"],
+    "imtl_g_representation": ["weighting={type: imtl_g, representation: true}"],
     "db_mtl": ["weighting=db_mtl"],  # the [T, P] matrix itself
 }
 

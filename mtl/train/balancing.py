@@ -252,6 +252,17 @@ class TaskBalancer:
             for hook in self.model.step_hooks:
                 hook.rescale(task, factor)
 
+    @paddle.no_grad()
+    def scale_task_layers(self, alpha, present):
+        """Scale each task's own architecture layers' gradients (towers, gates, adapters: below the point the
+        representation Gram is taken at) by ``alpha_t``."""
+        model = self.model
+        for task, a, here in zip(self.tasks, alpha, present):
+            if here:
+                for grad in [p.grad for p in model.architecture.task_parameters(task, model.backbone)
+                             if p.grad is not None]:
+                    grad.scale_(float(a))
+
     def accumulated(self, present, step: int, scale: float, accumulate: int) -> "AccumulatedStep":
         """The backward of a step read as ``accumulate`` micro-batches of the tasks ``present``."""
         return AccumulatedStep(self, present, step, scale, accumulate)
@@ -315,6 +326,7 @@ class AccumulatedStep:
             alpha = balancer.combine(gram.numpy() / self.scale ** 2, values, self.present, self.step)
             write_shared_gradient(balancer.model, paddle.matmul(
                 tensor_from(alpha, dtype="float32").unsqueeze(0), self.matrix).reshape([-1]))
+            balancer.scale_task_layers(alpha, self.present)  # as the one backward with alpha scales them at K = 1
             balancer.strategy.reduce_gradients_except(balancer.model.shared_parameters())
             return balancer.logged(weights, self.present, alpha)
         loss_based = None if balancer.weighting.needs_gradients else weights
