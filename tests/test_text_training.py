@@ -1,7 +1,7 @@
 """A text job (every text head, BiLSTM, length-bucketed batches, pairwise groups, masked LM tied to the embeddings)
 trained at 1 and 2 processes: the same losses per step within 1e-4 and the same final weights; stopped after step
 4 and resumed, it ends bit for bit where an uninterrupted run ends (dropout, word dropout and the masked-LM draws
-included). The run folder and the export keep the tokenizer; a run read back tokenises with that copy."""
+included; also under schedule.same_rows with masked LM on rows of its own). The run folder and the export keep the tokenizer; a run read back tokenises with that copy."""
 import json
 import os
 
@@ -81,12 +81,13 @@ def test_same_rows_with_masked_lm_on_its_own_rows_one_and_two_processes_agree(tw
 
 
 @pytest.mark.slow
-def test_text_job_resumes_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("job", [JOB, SAME_ROWS], ids=["text_job", "same_rows_with_masked_lm"])
+def test_text_job_resumes_bit_for_bit(tmp_path, job):
     full, cut = str(tmp_path / "full"), str(tmp_path / "cut")
-    train_here(JOB, "--set", f"output_dir={full}", *DROPOUT)
-    train_here(JOB, "--until", "5", "--set", f"output_dir={cut}", *DROPOUT)
+    train_here(job, "--set", f"output_dir={full}", *DROPOUT)
+    train_here(job, "--until", "5", "--set", f"output_dir={cut}", *DROPOUT)
     assert not os.path.isdir(os.path.join(cut, "checkpoints", "step_8"))
-    train_here(JOB, "--resume", "--set", f"output_dir={cut}", *DROPOUT)
+    train_here(job, "--resume", "--set", f"output_dir={cut}", *DROPOUT)
     wa, wb = weights(full), weights(cut)
     assert sorted(wa) == sorted(wb) and len(wa) > 20
     for k in wa:
