@@ -1,7 +1,8 @@
 """A text job (every text head, BiLSTM, length-bucketed batches, pairwise groups, masked LM tied to the embeddings)
 trained at 1 and 2 processes: the same losses per step within 1e-4 and the same final weights; stopped after step
 4 and resumed, it ends bit for bit where an uninterrupted run ends (dropout, word dropout and the masked-LM draws
-included; also under schedule.same_rows with masked LM on rows of its own). The run folder and the export keep the tokenizer; a run read back tokenises with that copy."""
+included; also under schedule.same_rows with masked LM on rows of its own). The run folder and the export keep the
+tokenizer; a run read back tokenises with that copy."""
 import json
 import os
 
