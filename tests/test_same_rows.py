@@ -35,10 +35,12 @@ def test_same_rows_is_refused_at_load_time_where_it_cannot_hold(schedule, text):
     assert caught.value.key == "schedule.same_rows" and text in str(caught.value)
 
 
-def test_same_rows_gives_a_masked_lm_task_rows_of_its_own(tmp_path):
+def test_same_rows_gives_a_masked_lm_task_rows_of_its_own(tmp_path, capsys):
     """Masked LM corrupts its texts, so its rows are never the other tasks' inputs: it keeps its own order and sub-batch
-    (any size) while the others share theirs."""
-    schedule = build_job(load_job(data=text_job(tmp_path)), announce_plan=False).schedule
+    (any size) while the others share theirs; the start says so."""
+    schedule = build_job(load_job(data=text_job(tmp_path))).schedule
+    assert ("schedule.same_rows: 'upos', 'genre' read the same 4 samples a step (one backbone pass); 'mlm' reads 2 of "
+            "its own through a pass of its own (a reader that alters its inputs)") in capsys.readouterr().out
     assert schedule.sizes == {"upos": 4, "genre": 4, "mlm": 2} and schedule.own_rows == ["mlm"]
     assert [schedule.order_key(t) for t in ("upos", "genre", "mlm")] == ["upos", "upos", "mlm"]
     assert schedule.row_sharing() == ["upos", "genre"] and schedule.state_dict()["own_rows"] == ["mlm"]

@@ -206,9 +206,20 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     resolve_epochs(cfg, schedule, {t.name: len(t.reader) for t in tasks}, warn)
     if cfg["schedule"]["same_rows"]:
         check_same_inputs([t for t in tasks if schedule.shares_rows(t.name)], backbone, cfg["source"])
+        if warn and schedule.own_rows:
+            print(own_rows_line(schedule), flush=True)
     if warn and not verbose:
         show_large_plan(plan)
     return Job(cfg=cfg, backbone=backbone, tasks=tasks, model=model, schedule=schedule, reader_context=ctx)
+
+
+def own_rows_line(schedule) -> str:
+    """The start line of a ``schedule.same_rows`` job with tasks on rows of their own (what each step's backbone
+    passes read)."""
+    shared = schedule.row_sharing()
+    own = ", ".join(f"'{t}' reads {schedule.sizes[t]} of its own" for t in schedule.own_rows)
+    return (f"schedule.same_rows: {', '.join(repr(t) for t in shared)} read the same {schedule.sizes[shared[0]]} "
+            f"samples a step (one backbone pass); {own} through a pass of its own (a reader that alters its inputs)")
 
 
 def resolve_epochs(cfg, schedule, train_sizes, announce=False):
