@@ -4,6 +4,7 @@ downloads nothing), and give the sub-batches their comments state: 32 sentences 
 one encoder pass (schedule.same_rows), and for the variant 8 for masked LM on rows and a pass of its own."""
 import os
 
+from mtl.config.checks import own_rows
 from mtl.config.loading import load_job
 from mtl.data.scheduler import build_schedule
 from tests.dist_util import ROOT
@@ -15,9 +16,8 @@ MAIN = ["upos", "xpos", "deps", "ner", "genre"]
 
 def schedule_of(name, checkpoint):
     cfg = load_job(os.path.join(CONFIGS, name), [f"backbone.pretrained={checkpoint}"])
-    own = [t["name"] for t in cfg["tasks"] if t["reader"]["type"] == "masked_lm"]
     return cfg, build_schedule(cfg["schedule"], cfg["tasks"], [12544] * len(cfg["tasks"]), cfg["seed"],
-                               cfg["source"], own)
+                               cfg["source"], own_rows(cfg["tasks"]))
 
 
 def test_the_minilm_recipes_load_and_split_their_step_as_stated(tmp_path):

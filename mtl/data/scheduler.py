@@ -135,14 +135,6 @@ class SampleSchedule:
     mode = "sample"
     same_rows = False  # one task a step: no rows to share
     own_rows: List[str] = []
-
-    def shares_rows(self, task: str) -> bool:
-        """Never: one task a step."""
-        return False
-
-    def row_sharing(self) -> List[str]:
-        """None: one task a step."""
-        return []
     _CHUNK = 4096
 
     def __init__(self, tasks: Sequence[str], probabilities: Sequence[float], batch_size: int, seed: int = 0):
@@ -153,6 +145,14 @@ class SampleSchedule:
         self._cdf = np.cumsum(self.probabilities)
         self._cdf[-1] = 1.0
         self._counts = np.zeros((1, len(self.tasks)), dtype=np.int64)  # counts[s, t]: draws of t in steps < s
+
+    def shares_rows(self, task: str) -> bool:
+        """Never: one task a step."""
+        return False
+
+    def row_sharing(self) -> List[str]:
+        """None: one task a step."""
+        return []
 
     def task_index(self, step: int) -> int:
         """Index of the task drawn at ``step``: inverse CDF of one uniform from ``default_rng([seed, step])``."""

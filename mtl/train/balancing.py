@@ -11,11 +11,10 @@ Exact under data + model parallelism:
   and applies the same update ``sum_t alpha_t g_t``. Heads keep their task gradient, scaled only where the strategy
   scales the task's loss. The Gram matrix ``G_ij = g_i . g_j`` is formed in float64 (rows cast one pair at a time).
 * The representation variant (``uses_representation``: MGDA-UB, IMTL-G's own) takes the Gram matrix of ``dL_t/dz``
-  instead: every
-  task scores its own rows, so it is diagonal, ``G_tt = sum over rows and ranks of ||dL_t/dz||^2`` (float64, one
-  all-reduce of T x T numbers), and the backbone backward runs once with the feature gradients scaled by ``alpha``.
-  When every task reads the same samples (``schedule.same_rows``; a task whose reader alters its inputs keeps rows
-  of its own and pairs with no other) row r of every task is the same input, z is the
+  instead: every task scores its own rows, so it is diagonal, ``G_tt = sum over rows and ranks of ||dL_t/dz||^2``
+  (float64, one all-reduce of T x T numbers), and the backbone backward runs once with the feature gradients scaled
+  by ``alpha``. When every task reads the same samples (``schedule.same_rows``; a task whose reader alters its
+  inputs keeps rows of its own and pairs with no other) row r of every task is the same input, z is the
   backbone's output (one pass, before the architecture's task layers), and the Gram matrix is Sener and Koltun's,
   ``G_ij = sum over rows and ranks of dL_i/dz_r . dL_j/dz_r`` (their Eq. 10: the gradients of the one shared
   representation of each input).
@@ -157,9 +156,8 @@ class TaskBalancer:
 
     def representation(self, heads):
         """The representation variants' per-task gradients from the heads' backward ``heads``: of each task's
-        features (its own rows),
-        or under ``same_rows`` of the backbone's output that every task shares (before any task layers: the rows pair
-        there)."""
+        features (its own rows), or under ``same_rows`` of the backbone's output that every task shares (before any
+        task layers: the rows pair there)."""
         return self.model.shared_gradients(heads) if self.same_rows else heads.grads
 
     def present(self, tasks) -> np.ndarray:

@@ -13,7 +13,7 @@ import paddle
 
 from mtl.architectures.build import build_architecture
 from mtl.backbones.base import build_backbone
-from mtl.config.checks import check_milestones
+from mtl.config.checks import check_milestones, own_rows
 from mtl.config.overrides import blame_set
 from mtl.core import contracts, registry
 from mtl.core.errors import ConfigError, DataError
@@ -198,7 +198,7 @@ def build_job(cfg: dict, announce_plan: bool = True) -> Job:
     tasks = [_build_task(cfg, tcfg, backbone, ctx, readers[tcfg["name"]], warn, architecture.output_size)
              for tcfg in cfg["tasks"]]
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [len(t.reader) for t in tasks], cfg["seed"],
-                              cfg["source"], [t.name for t in tasks if t.reader.alters_inputs])
+                              cfg["source"], own_rows(cfg["tasks"]))
     model = JointModel(backbone, {t.name: t.head for t in tasks}, {t.name: t.loss_weight for t in tasks},
                        _step_hooks(cfg, tasks, architecture), architecture, schedule.row_sharing())
     apply_lr_multipliers(model, cfg["optimizer"].get("lr_mult") or {}, cfg["source"])
@@ -245,10 +245,9 @@ def planned_steps(cfg) -> int:
         return cfg["schedule"]["steps"]
     backbone = build_backbone(cfg["backbone"], cfg["source"])
     ctx = reader_context(backbone)
-    readers = {t["name"]: build_reader(t, None, ctx) for t in cfg["tasks"]}
-    sizes = {name: len(reader) for name, reader in readers.items()}
+    sizes = {t["name"]: len(build_reader(t, None, ctx)) for t in cfg["tasks"]}
     schedule = build_schedule(cfg["schedule"], cfg["tasks"], [sizes[t["name"]] for t in cfg["tasks"]], cfg["seed"],
-                              cfg["source"], [name for name, reader in readers.items() if reader.alters_inputs])
+                              cfg["source"], own_rows(cfg["tasks"]))
     resolved = copy.deepcopy(cfg)
     resolve_epochs(resolved, schedule, sizes)
     return resolved["schedule"]["steps"]

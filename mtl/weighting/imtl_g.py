@@ -51,9 +51,8 @@ class IMTLG(GradientWeighting):
     feature's Gram matrix would be diagonal and IMTL-G would reduce to alpha_t proportional to 1 / ||g_t||.
     ``representation: true`` takes the paper's: under ``schedule.same_rows`` (one encoder pass for every task, the
     text recipes) the feature's Gram matrix pairs the tasks, and the step costs one backbone backward instead of one
-    per task. (3) TorchJD's
-    generalisation uses K^+ n on the unscaled Gram matrix, which for identical directions of norms a and b gives
-    (a, b) / (a + b), not the closed form's limit.
+    per task. (3) TorchJD's generalisation uses K^+ n on the unscaled Gram matrix, which for identical directions of
+    norms a and b gives (a, b) / (a + b), not the closed form's limit.
 
     Parameters:
         representation (bool): the gradients of the shared features (the backbone's output), not parameters (the
