@@ -82,13 +82,13 @@ def bytes_kept_a_call(make, calls=1000, windows=3) -> list:
 
 
 def test_tensors_from_host_arrays_keep_nothing():
-    """The same values and dtype as ``paddle.to_tensor``, and nothing left a call where ``paddle.to_tensor`` leaves about
-    100 bytes (three windows of 1,000 calls; the smallest is read, as above)."""
+    """The same values and dtype as ``paddle.to_tensor``, and nothing kept a call where ``paddle.to_tensor`` keeps
+    about 100 bytes (three windows of 1,000 calls; the smallest is read, as above)."""
     for data, dtype in ((np.arange(6, dtype=np.int64).reshape(2, 3), None), (np.float32(2.5), None),
                         ([1.0, 2.0], "float32"), (np.array([True, False]), None)):
         made, reference = tensor_from(data, dtype=dtype), paddle.to_tensor(data, dtype=dtype)
         assert made.dtype == reference.dtype and made.shape == reference.shape and made.stop_gradient
         np.testing.assert_array_equal(made.numpy(), reference.numpy())
     ours, reference = bytes_kept_a_call(tensor_from), bytes_kept_a_call(paddle.to_tensor)
-    assert min(reference) > 50, f"paddle.to_tensor no longer keeps memory ({reference} bytes a call): the check is blind"
+    assert min(reference) > 50, f"paddle.to_tensor keeps nothing now ({reference} bytes a call): the check is blind"
     assert min(ours) < 10, f"tensor_from keeps {ours} bytes a call (paddle.to_tensor: {reference})"
