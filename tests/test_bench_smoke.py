@@ -1,6 +1,7 @@
 """The overhead benchmark still runs (tiny sizes) and both of its sides compute the same first-step loss."""
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -26,6 +27,17 @@ def test_overhead_benchmark_runs_and_both_sides_agree(tmp_path):
     toolkit, reference = float(m.group(1)), float(m.group(2))
     assert abs(toolkit - reference) <= 1e-5 * abs(reference)
     assert re.search(r"overhead ratio [0-9.]+", proc.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_threads_benchmark_runs_each_setting_in_its_own_process(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_threads.py"), "--quick", "--rounds", "1",
+                           "--steps", "1"], capture_output=True, text=True, timeout=600, env=in_tmp(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"\|\s+40 \|\s+1 \|\s+[0-9.]+ \|\s+[0-9.]+ \|\s+[0-9.]+ \|", proc.stdout), proc.stdout
+    for blas in ("1", str(os.cpu_count() or 1)):
+        assert f"BLAS threads {blas}: " in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -126,7 +126,8 @@ from mtl.commands import train
 
 before_paddle = []
 set_threads = runtime.set_threads
-runtime.set_threads = lambda threads=None: (before_paddle.append("paddle" not in sys.modules), set_threads(threads))[1]
+runtime.set_threads = lambda *a: (before_paddle.append(("paddle" not in sys.modules, "numpy" not in sys.modules)),
+                                  set_threads(*a))[1]
 
 
 class MallInfo2(ctypes.Structure):
@@ -141,36 +142,48 @@ train.add_train_args(parser)
 train.prepare_job(parser.parse_args(sys.argv[1:]))
 mapped = libc.mallinfo2().hblks
 block = bytearray(64 << 20)  # 64 MiB: above glibc's largest mmap threshold, unless mmap is turned off
+import threadpoolctl  # what numpy's (and Paddle's bundled) OpenBLAS really run with
+
+blas = sorted({pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["internal_api"] == "openblas"})
 print(json.dumps({"threads": [os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                            "OPENBLAS_NUM_THREADS")],
-                  "before_paddle": before_paddle, "mmapped": libc.mallinfo2().hblks - mapped}))
+                  "blas": blas, "before_paddle": before_paddle, "mmapped": libc.mallinfo2().hblks - mapped}))
 '''
 
 
+CORES = str(os.cpu_count() or 1)
+
+
 @pytest.mark.subprocess
-@pytest.mark.parametrize("threads, env, expected, tune", [(3, "1", "3", True), (None, "1", "1", False),
-                                                          (None, None, str(os.cpu_count() or 1), True)])
-def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, env, expected, tune):
-    """``threads`` sets the intra-op thread count (OMP, MKL, OpenBLAS) before Paddle is imported; without it a
-    user's OMP_NUM_THREADS stands, else cores / local processes. ``tune_malloc`` turns glibc's mmap of large
-    blocks off (a 64 MiB block then comes from the heap: mallinfo2's count of mmapped blocks does not grow)."""
+@pytest.mark.parametrize("threads, blas, env, expected, tune", [
+    (3, None, {"OMP_NUM_THREADS": "1"}, ["3", "3", "1"], True),  # threads wins over the user's variable
+    (None, None, {"OMP_NUM_THREADS": "1"}, ["1", None, "1"], False),  # the user's own variable stands
+    (None, None, {}, [CORES, CORES, "1"], True),  # cores / local processes; numpy's BLAS at 1
+    (None, 2, {}, [CORES, CORES, "2"], True),  # blas_threads
+    (None, None, {"OPENBLAS_NUM_THREADS": "2"}, [CORES, CORES, "2"], True),  # the user's own BLAS variable stands
+])
+def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, blas, env, expected, tune):
+    """``threads`` sets Paddle's intra-op thread count (OMP, MKL) and ``blas_threads`` numpy's OpenBLAS (default 1)
+    before Paddle and numpy are imported; without them a user's own OMP_NUM_THREADS / OPENBLAS_NUM_THREADS stands,
+    else cores / local processes and 1. The BLAS count is read back from the loaded libraries (threadpoolctl).
+    ``tune_malloc`` turns glibc's mmap of large blocks off (a 64 MiB block then comes from the heap: mallinfo2's
+    count of mmapped blocks does not grow)."""
     task = {"name": "t", "reader": {"type": "synthetic"}, "head": "softmax"}
-    job = small_job(tmp_path, task, tune_malloc=tune, **({"threads": threads} if threads else {}))
+    keys = {**({"threads": threads} if threads else {}), **({"blas_threads": blas} if blas else {})}
+    job = small_job(tmp_path, task, tune_malloc=tune, **keys)
     path = tmp_path / "job.json"  # JSON is YAML
     path.write_text(json.dumps(job))
     run_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                "OPENBLAS_NUM_THREADS")}
-    run_env.update(PYTHONPATH=ROOT, **({"OMP_NUM_THREADS": env} if env else {}))
+    run_env.update(PYTHONPATH=ROOT, **env)
     # a new interpreter (never tests/warm_python.py's forks, which have imported Paddle)
     done = subprocess.run([sys.executable, "-c", PROBE, str(path)], capture_output=True, text=True, env=run_env,
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    if threads or env is None:
-        assert seen["threads"] == [expected] * 3
-    else:
-        assert seen["threads"][0] == expected  # the user's own variable, left as it was
-    assert seen["before_paddle"] == [True]
+    assert seen["threads"] == expected
+    assert seen["blas"] == [int(expected[2])]
+    assert seen["before_paddle"] == [[True, True]]
     assert seen["mmapped"] == (0 if tune else 1)
 
 

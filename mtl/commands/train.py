@@ -7,10 +7,11 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os
                               "configs", "demo.yaml")
 
 def _early_threads(config_path, overrides):
-    """Read ``threads`` and ``tune_malloc`` from the raw config before Paddle is imported, and apply them."""
+    """Read ``threads``, ``blas_threads`` and ``tune_malloc`` from the raw config before Paddle and numpy are
+    imported, and apply them."""
     from mtl.core.runtime import set_threads, tune_malloc
 
-    threads, tune = None, True
+    threads, blas, tune = None, None, True
     try:
         import yaml
 
@@ -24,10 +25,12 @@ def _early_threads(config_path, overrides):
         raw = apply_overrides(raw if isinstance(raw, dict) else {}, job_level)
         value = raw.get("threads")
         threads = int(value) if isinstance(value, int) and value > 0 else None
+        value = raw.get("blas_threads")
+        blas = int(value) if isinstance(value, int) and value > 0 else None
         tune = raw.get("tune_malloc", True) is not False
     except Exception:  # the real validation happens in load_job, with a proper message
-        threads = None
-    set_threads(threads)
+        threads, blas = None, None
+    set_threads(threads, blas)
     if tune:
         tune_malloc()
 

@@ -17,17 +17,25 @@ def local_process_count() -> int:
     return 1
 
 
-def set_threads(threads=None):
-    """Set the intra-op thread count before Paddle starts its pool: ``threads`` or cores / local processes.
+def set_threads(threads=None, blas_threads=None):
+    """Set the intra-op thread counts before Paddle starts its pool and numpy loads its BLAS; returns Paddle's.
 
-    Must run before ``import paddle``. A user's own OMP_NUM_THREADS wins over the default (not over ``threads``).
+    Paddle's OpenMP and MKL pool gets ``threads``, else a user's own OMP_NUM_THREADS, else cores / local processes.
+    numpy's OpenBLAS (the CPU margin heads' chunk passes, :mod:`mtl.headkit.host_chunks`) gets ``blas_threads``, else
+    a user's own OPENBLAS_NUM_THREADS, else 1. Why 1: Paddle's OpenMP threads spin for a while after each op
+    (KMP_BLOCKTIME, 200 ms), so a second OpenBLAS thread finds its core taken. A joint step of a CNN and two ArcFace
+    heads on 2 cores ran 1.3-1.4x faster with one BLAS thread at 2,000 and at 100,000 classes, the same on the six
+    face datasets, and 1.1x slower at 1,000,000 classes of full softmax, where the chunk passes are nearly the whole
+    step (``bench/bench_threads.py``). Must run before ``import paddle`` and ``import numpy``.
     """
-    if threads is None:
-        if "OMP_NUM_THREADS" in os.environ:
-            return int(os.environ["OMP_NUM_THREADS"])
-        threads = max(1, (os.cpu_count() or 1) // local_process_count())
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
+    if threads is None and "OMP_NUM_THREADS" in os.environ:
+        threads = int(os.environ["OMP_NUM_THREADS"])
+    else:
+        threads = threads or max(1, (os.cpu_count() or 1) // local_process_count())
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    if blas_threads is not None or "OPENBLAS_NUM_THREADS" not in os.environ:
+        os.environ["OPENBLAS_NUM_THREADS"] = str(blas_threads or 1)
     return threads
 
 
