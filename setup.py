@@ -26,6 +26,7 @@ setup(
         "tabulate==0.10.0",
         "tqdm==4.70.1",
         "scikit-learn==1.9.1",
+        "threadpoolctl==3.8.0",  # numpy's BLAS threads, set after numpy loaded (mtl.core.runtime)
         "matplotlib==3.11.2",
         "pillow==13.0.0",
         "opencv-python-headless==5.0.0.93",

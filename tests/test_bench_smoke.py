@@ -31,6 +31,7 @@ def test_overhead_benchmark_runs_and_both_sides_agree(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: there is no second BLAS thread to compare")
 def test_threads_benchmark_runs_each_setting_in_its_own_process(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_threads.py"), "--quick", "--rounds", "1",
                            "--steps", "1"], capture_output=True, text=True, timeout=600, env=in_tmp(tmp_path))

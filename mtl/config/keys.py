@@ -221,8 +221,9 @@ JOB = {
     "device": Opt(str, "auto", choices=["auto", "cpu", "gpu"], doc="auto: GPU when Paddle has CUDA, else CPU"),
     "threads": Opt(int, None, nullable=True, min=1, doc="intra-op CPU threads (default: cores / local processes)"),
     "blas_threads": Opt(int, None, nullable=True, min=1,
-                        doc="numpy's BLAS threads: the CPU margin heads' chunk passes (default 1, beside Paddle's "
-                            "pool; more only when they are most of the step: docs/benchmarks.md)"),
+                        doc="numpy's BLAS threads: the CPU margin heads' chunk passes (default: a user's own "
+                            "OPENBLAS_NUM_THREADS, else 1, beside Paddle's pool; more only when they are most of the "
+                            "step: docs/benchmarks.md)"),
     "tune_malloc": Opt(bool, True, doc="glibc: keep freed memory for reuse: faster large CPU steps, higher RSS"),
     "plugins": Opt(list, [], doc="extra folders whose .py files are imported as plug-ins"),
     "tasks": Opt(list, doc="task files (YAML or Python), task names found in tasks/, or inline task mappings"),

@@ -1,5 +1,6 @@
 """Process set-up and end: intra-op threads, device selection, the collective process group, a quick exit."""
 import os
+import sys
 
 from mtl.core.errors import ConfigError
 
@@ -18,24 +19,31 @@ def local_process_count() -> int:
 
 
 def set_threads(threads=None, blas_threads=None):
-    """Set the intra-op thread counts before Paddle starts its pool and numpy loads its BLAS; returns Paddle's.
+    """Set the intra-op thread counts before Paddle starts its pool; returns Paddle's.
 
     Paddle's OpenMP and MKL pool gets ``threads``, else a user's own OMP_NUM_THREADS, else cores / local processes.
     numpy's OpenBLAS (the CPU margin heads' chunk passes, :mod:`mtl.headkit.host_chunks`) gets ``blas_threads``, else
     a user's own OPENBLAS_NUM_THREADS, else 1. Why 1: Paddle's OpenMP threads spin for a while after each op
     (KMP_BLOCKTIME, 200 ms), so a second OpenBLAS thread finds its core taken. A joint step of a CNN and two ArcFace
-    heads on 2 cores ran 1.3-1.4x faster with one BLAS thread at 2,000 and at 100,000 classes, the same on the six
-    face datasets, and 1.1x slower at 1,000,000 classes of full softmax, where the chunk passes are nearly the whole
-    step (``bench/bench_threads.py``). Must run before ``import paddle`` and ``import numpy``.
+    heads on 2 cores ran 1.3x faster with one BLAS thread at 2,000 classes, 1.1x at 100,000 and 1.2x at 1,000,000
+    with Partial FC 0.1, the same on the six face datasets, and 1.1x slower at 1,000,000 classes of full softmax,
+    where the chunk passes are nearly the whole step (``bench/bench_threads.py``). Must run before ``import paddle``;
+    numpy reads its variable when it loads, so a numpy already loaded (the command line imports it) is limited
+    through threadpoolctl.
     """
-    if threads is None and "OMP_NUM_THREADS" in os.environ:
-        threads = int(os.environ["OMP_NUM_THREADS"])
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if threads is None and omp.isdigit() and int(omp) > 0:
+        threads = int(omp)
     else:
         threads = threads or max(1, (os.cpu_count() or 1) // local_process_count())
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(threads)
-    if blas_threads is not None or "OPENBLAS_NUM_THREADS" not in os.environ:
+    if blas_threads is not None or not os.environ.get("OPENBLAS_NUM_THREADS", "").isdigit():
         os.environ["OPENBLAS_NUM_THREADS"] = str(blas_threads or 1)
+    if "numpy" in sys.modules:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(int(os.environ["OPENBLAS_NUM_THREADS"]), user_api="blas")  # (lasts: not a `with`)
     return threads
 
 
