@@ -14,6 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # what a training in this process sets (mtl.core.runtime)
 
 # scikit-learn sets these (setdefault) when first imported: set now, to its values, so that every test and every
 # process the tests start see them alike, whichever test imports it first (importing it here would cost every worker

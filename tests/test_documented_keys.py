@@ -139,15 +139,18 @@ libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 libc.mallinfo2.restype = MallInfo2
 parser = __import__("argparse").ArgumentParser()
 train.add_train_args(parser)
-train.prepare_job(parser.parse_args(sys.argv[1:]))
+train.train(parser.parse_args(sys.argv[1:]))  # the command's own path, as `mtl train` runs it
 mapped = libc.mallinfo2().hblks
 block = bytearray(64 << 20)  # 64 MiB: above glibc's largest mmap threshold, unless mmap is turned off
 import threadpoolctl  # what numpy's (and Paddle's bundled) OpenBLAS really run with
 
-blas = sorted({pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["internal_api"] == "openblas"})
+pools = threadpoolctl.threadpool_info()
+blas = sorted({pool["num_threads"] for pool in pools if pool["internal_api"] == "openblas"})
+omp = sorted({pool["num_threads"] for pool in pools if pool["internal_api"] == "openmp"})  # Paddle's pool
 print(json.dumps({"threads": [os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                            "OPENBLAS_NUM_THREADS")],
-                  "blas": blas, "before_paddle": before_paddle, "mmapped": libc.mallinfo2().hblks - mapped}))
+                  "blas": blas, "omp": omp, "before_paddle": before_paddle,
+                  "mmapped": libc.mallinfo2().hblks - mapped}))
 '''
 
 
@@ -166,7 +169,8 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, b
     """``threads`` sets Paddle's intra-op thread count (OMP, MKL) and ``blas_threads`` numpy's OpenBLAS (default 1)
     before Paddle is imported (numpy, which the command line loads first, through threadpoolctl); without them a
     user's own OMP_NUM_THREADS / OPENBLAS_NUM_THREADS stands, else cores / local processes and 1. The BLAS count is
-    read back from the loaded libraries (threadpoolctl).
+    read back from the loaded libraries (threadpoolctl), and so is Paddle's OpenMP pool: ``mtl train`` imported Paddle
+    before it set the threads, and Paddle, finding no OMP_NUM_THREADS, set it to 1 for every run.
     ``tune_malloc`` turns glibc's mmap of large blocks off (a 64 MiB block then comes from the heap: mallinfo2's
     count of mmapped blocks does not grow)."""
     task = {"name": "t", "reader": {"type": "synthetic"}, "head": "softmax"}
@@ -184,6 +188,7 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, b
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["threads"] == expected
     assert seen["blas"] == [int(expected[2])]
+    assert seen["omp"] == [int(expected[0])]
     assert seen["before_paddle"] == [True]
     assert seen["mmapped"] == (0 if tune else 1)
 

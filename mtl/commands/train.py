@@ -106,9 +106,6 @@ def resume_command(argv=None) -> str:
 def train(args):
     """Load, validate and build the job, then train it; return the summary."""
     from mtl.core.errors import ConfigError, PluginError
-    from mtl.serving.inference import write_run_data
-    from mtl.train.job import build_job
-    from mtl.train.trainer import Trainer
 
     if args.until is not None and args.until < 1:
         raise ConfigError(f"--until must be a step >= 1, got {args.until}")
@@ -116,7 +113,11 @@ def train(args):
         raise ConfigError("--resume continues the run in output_dir and --overwrite removes it: pass one of them")
     if args.resume and args.config is None and str(args.resume).endswith((".yaml", ".yml", ".json")):
         args.config, args.resume = args.resume, "latest"  # `--resume CONFIG`: the config, not a checkpoint
-    cfg = prepare_job(args)
+    cfg = prepare_job(args)  # the thread counts first: Paddle reads them when it loads, below
+    from mtl.serving.inference import write_run_data
+    from mtl.train.job import build_job
+    from mtl.train.trainer import Trainer
+
     try:
         job = build_job(cfg)
     except PluginError as exc:  # a bug in a plug-in: one line on the console, its traceback in the run's log
