@@ -201,11 +201,15 @@ def main(argv=None):
 
 
 def _main(argv):
+    from mtl.core.runtime import set_threads
+
     require_paddle()
     if argv[:1] == ["launch"]:  # every argument after it is the launcher's: argparse would take some of them
         sys.exit(launch.launch_main(argv[1:]))
     args = build_parser().parse_args(argv)
     configure_console(vars(args).get("verbose", False))  # (``mtl`` alone has no --verbose)
+    set_threads()  # before any command imports Paddle (eval, predict, embed...): cores, not Paddle's 1; a job's own
+    # ``threads`` and ``blas_threads`` are applied after this by ``mtl train`` and ``mtl baseline``
     run(args.func, args)
 
 

@@ -193,6 +193,34 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, b
     assert seen["mmapped"] == (0 if tune else 1)
 
 
+COMMAND_PROBE = r'''
+import json, sys
+
+import mtl.cli
+
+mtl.cli.main(sys.argv[1:])
+import paddle  # noqa: E402,F401  (what eval, predict, embed... import inside their functions)
+import threadpoolctl  # noqa: E402
+
+pools = threadpoolctl.threadpool_info()
+print(json.dumps({api: sorted({p["num_threads"] for p in pools if p["internal_api"] == api})
+                  for api in ("openmp", "openblas")}))
+'''
+
+
+@pytest.mark.subprocess
+def test_every_mtl_command_sets_the_threads_before_paddle_loads():
+    """``mtl eval``, ``predict``, ``embed``... import Paddle inside their functions: the command line sets the thread
+    counts first (cores / local processes for Paddle's pool, 1 for numpy's BLAS), where Paddle alone would take 1."""
+    run_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                               "OPENBLAS_NUM_THREADS")}
+    run_env.update(PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-c", COMMAND_PROBE, "plugins"], capture_output=True, text=True,
+                          env=run_env, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"openmp": [int(CORES)], "openblas": [1]}
+
+
 @pytest.mark.distributed
 def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
     """``mtl launch --ips HOST --nproc_per_node 2`` (docs/distributed.md: the same command on every node listed):
