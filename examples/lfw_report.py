@@ -216,7 +216,10 @@ def parse(argv=None):
 
 
 def main(argv=None):
+    from mtl.core.runtime import set_threads
+
     args = parse(argv)
+    set_threads(args.threads)  # the screening model of the filter runs in this process, as a run does in its own
     report = Report(args)
     print(f"LFW view {args.view}: arms {', '.join(report.arms)} on {', '.join(u.name for u in report.units)}; "
           f"{report.total} runs, {args.jobs} at a time, {args.threads} thread(s) each", flush=True)

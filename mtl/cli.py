@@ -97,7 +97,11 @@ def add_verbose_arg(parser):
 
 def run_script(main):
     """``main()`` of an example script (``examples/*.py``), its user errors one line and exit status 2, as the
-    ``mtl`` commands' (:func:`run`)."""
+    ``mtl`` commands' (:func:`run`); the thread counts set first, as for the commands (the trainings a script starts
+    inherit them unless it passes its own)."""
+    from mtl.core.runtime import set_threads
+
+    set_threads()
     run(lambda _args: main(), None)
 
 

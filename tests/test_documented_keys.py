@@ -222,6 +222,26 @@ def test_every_mtl_command_sets_the_threads_before_paddle_loads():
 
 
 @pytest.mark.distributed
+@pytest.mark.skipif(int(CORES) < 2, reason="one core: Paddle's 1 and the core count are the same")
+def test_a_launched_rank_sets_its_own_threads(tmp_path):
+    """``mtl launch`` imports Paddle's launcher, and Paddle's import sets OMP_NUM_THREADS=1, which every rank inherited
+    and kept as the user's: launched ranks ran on one thread whatever the cores. The launcher now drops the variable
+    when the user had not set it, and a rank sets cores / local processes (1 process here: the core count). A cold
+    interpreter, never tests/warm_python.py's fork, which has imported Paddle."""
+    script = os.path.join(ROOT, "tests", "dist_scripts", "thread_probe.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                           "OPENBLAS_NUM_THREADS")}
+    env.update(PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-m", "mtl.cli", "launch", "--nproc_per_node", "1", "--log_dir",
+                           str(tmp_path / "logs"), script], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=env)
+    log = (tmp_path / "logs" / "workerlog.0").read_text() if (tmp_path / "logs" / "workerlog.0").is_file() else ""
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + log[-3000:]
+    probe = next(json.loads(line[len("PROBE "):]) for line in log.splitlines() if line.startswith("PROBE "))
+    assert probe == {"omp": [int(CORES)], "started_with": None}, probe
+
+
+@pytest.mark.distributed
 def test_mtl_launch_with_ips_starts_one_group_of_the_listed_nodes(tmp_path):
     """``mtl launch --ips HOST --nproc_per_node 2`` (docs/distributed.md: the same command on every node listed):
     one node here, so 2 ranks of one group, both on this host (local processes 2, which the thread default divides the

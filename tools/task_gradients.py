@@ -99,6 +99,9 @@ def main(argv=None):
     parser.add_argument("--checkpoint", help="a 1-process run's checkpoint folder (default: the job as built)")
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 50, 100, 150])
     args = parser.parse_args(argv)
+    from mtl.core.runtime import set_threads
+
+    set_threads()  # before Paddle loads: cores, not Paddle's own 1
     from mtl.config.loading import load_job
     from mtl.train.job import build_job
 

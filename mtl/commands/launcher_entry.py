@@ -193,6 +193,7 @@ def main():
     """Run Paddle's launcher with the environment kept off the disk, a quiet console and a prompt watch of its
     processes (module docstring); it ends when ``mtl launch`` does."""
     stop_with_mtl_launch()
+    user_threads = os.environ.get("OMP_NUM_THREADS", "")
     from paddle.distributed.launch.controllers import controller
     from paddle.distributed.launch.main import launch
     from paddle.distributed.launch.utils import process_context
@@ -204,6 +205,8 @@ def main():
         process_context.ProcessContext._start = _start_without_environment_file
     if os.environ.get("MTL_VERBOSE") != "1":
         quiet_console()
+    if not user_threads:  # Paddle's import set it to 1, which every rank would read as the user's: each rank sets
+        os.environ.pop("OMP_NUM_THREADS", None)  # its own (cores / local processes, mtl.core.runtime.set_threads)
     launch()
 
 

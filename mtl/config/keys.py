@@ -219,7 +219,8 @@ JOB = {
     "seed": Opt(int, 0, min=0, doc="seed of the schedule, the sample order and the initialisation"),
     "output_dir": Opt(str, "runs/job", doc="where metrics, checkpoints and plots go"),
     "device": Opt(str, "auto", choices=["auto", "cpu", "gpu"], doc="auto: GPU when Paddle has CUDA, else CPU"),
-    "threads": Opt(int, None, nullable=True, min=1, doc="intra-op CPU threads (default: cores / local processes)"),
+    "threads": Opt(int, None, nullable=True, min=1,
+                   doc="intra-op CPU threads (default: a user's own OMP_NUM_THREADS, else cores / local processes)"),
     "blas_threads": Opt(int, None, nullable=True, min=1,
                         doc="numpy's BLAS threads: the CPU margin heads' chunk passes (default: a user's own "
                             "OPENBLAS_NUM_THREADS, else 1, beside Paddle's pool; more only when they are most of the "
