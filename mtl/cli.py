@@ -212,8 +212,8 @@ def _main(argv):
         sys.exit(launch.launch_main(argv[1:]))
     args = build_parser().parse_args(argv)
     configure_console(vars(args).get("verbose", False))  # (``mtl`` alone has no --verbose)
-    set_threads()  # before any command imports Paddle (eval, predict, embed...): cores, not Paddle's 1; a job's own
-    # ``threads`` and ``blas_threads`` are applied after this by ``mtl train`` and ``mtl baseline``
+    if not vars(args).get("job_threads"):  # (mtl train and mtl baseline set them from the job: prepare_job)
+        set_threads()  # before any command imports Paddle (eval, predict, embed...): cores, not Paddle's own 1
     run(args.func, args)
 
 

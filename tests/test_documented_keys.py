@@ -155,18 +155,21 @@ print(json.dumps({"threads": [os.environ.get(v) for v in ("OMP_NUM_THREADS", "MK
 
 
 CORES = str(os.cpu_count() or 1)
+LEFT = str(max(1, int(CORES) - 1))  # the cores a loader worker leaves
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("threads, blas, env, expected, tune", [
-    (3, None, {"OMP_NUM_THREADS": "1"}, ["3", "3", "1"], True),  # threads wins over the user's variable
-    (None, None, {"OMP_NUM_THREADS": "1"}, ["1", None, "1"], False),  # the user's own variable stands
-    (None, None, {}, [CORES, CORES, "1"], True),  # cores / local processes; numpy's BLAS at 1
-    (None, 2, {}, [CORES, CORES, "2"], True),  # blas_threads
-    (None, None, {"OPENBLAS_NUM_THREADS": "2"}, [CORES, CORES, "2"], True),  # the user's own BLAS variable stands
+@pytest.mark.parametrize("threads, blas, workers, env, expected, tune", [
+    (3, None, 0, {"OMP_NUM_THREADS": "1"}, ["3", "3", "1"], True),  # threads wins over the user's variable
+    (None, None, 0, {"OMP_NUM_THREADS": "1"}, ["1", None, "1"], False),  # the user's own variable stands
+    (None, None, 0, {}, [CORES, CORES, "1"], True),  # cores / local processes; numpy's BLAS at 1
+    (None, None, 1, {}, [LEFT, LEFT, "1"], True),  # a core for the loader worker
+    (None, 2, 0, {}, [CORES, CORES, "2"], True),  # blas_threads
+    (None, None, 0, {"OPENBLAS_NUM_THREADS": "2"}, [CORES, CORES, "2"], True),  # the user's BLAS variable stands
 ])
-def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, blas, env, expected, tune):
-    """``threads`` sets Paddle's intra-op thread count (OMP, MKL) and ``blas_threads`` numpy's OpenBLAS (default 1)
+def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, blas, workers, env, expected, tune):
+    """``threads`` sets Paddle's intra-op thread count (OMP, MKL; default: the cores the job's loader workers leave,
+    split over the local processes) and ``blas_threads`` numpy's OpenBLAS (default 1)
     before Paddle is imported (numpy, which the command line loads first, through threadpoolctl); without them a
     user's own OMP_NUM_THREADS / OPENBLAS_NUM_THREADS stands, else cores / local processes and 1. The BLAS count is
     read back from the loaded libraries (threadpoolctl), and so is Paddle's OpenMP pool: ``mtl train`` imported Paddle
@@ -175,7 +178,7 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, b
     count of mmapped blocks does not grow)."""
     task = {"name": "t", "reader": {"type": "synthetic"}, "head": "softmax"}
     keys = {**({"threads": threads} if threads else {}), **({"blas_threads": blas} if blas else {})}
-    job = small_job(tmp_path, task, tune_malloc=tune, **keys)
+    job = small_job(tmp_path, task, tune_malloc=tune, data={"num_workers": workers}, **keys)
     path = tmp_path / "job.json"  # JSON is YAML
     path.write_text(json.dumps(job))
     run_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",

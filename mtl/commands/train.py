@@ -7,11 +7,13 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os
                               "configs", "demo.yaml")
 
 def _early_threads(config_path, overrides):
-    """Read ``threads``, ``blas_threads`` and ``tune_malloc`` from the raw config before Paddle and numpy are
-    imported, and apply them."""
+    """Read ``threads``, ``blas_threads``, ``data.num_workers`` and ``tune_malloc`` from the raw config before Paddle
+    is imported, and apply them."""
+    from mtl.config.keys import JOB
     from mtl.core.runtime import set_threads, tune_malloc
 
     threads, blas, tune = None, None, True
+    workers = JOB["data"].schema["num_workers"].default
     try:
         import yaml
 
@@ -27,10 +29,12 @@ def _early_threads(config_path, overrides):
         threads = int(value) if isinstance(value, int) and value > 0 else None
         value = raw.get("blas_threads")
         blas = int(value) if isinstance(value, int) and value > 0 else None
+        value = (raw.get("data") or {}).get("num_workers", workers)
+        workers = int(value) if isinstance(value, int) and value >= 0 else workers
         tune = raw.get("tune_malloc", True) is not False
     except Exception:  # the real validation happens in load_job, with a proper message
         threads, blas = None, None
-    set_threads(threads, blas)
+    set_threads(threads, blas, workers)
     if tune:
         tune_malloc()
 
@@ -38,6 +42,7 @@ def _early_threads(config_path, overrides):
 def add_config_args(parser):
     """The job config and its overrides (``-c``/``-o`` are Paddle's spellings of the positional config and
     ``--set``, as in PaddleClas and PaddleDetection)."""
+    parser.set_defaults(job_threads=True)  # the command sets the threads from the job (prepare_job), not mtl.cli
     parser.add_argument("config", nargs="?", default=None, help="job config (YAML; default: the digits demo)")
     parser.add_argument("-c", "--config", dest="config_option", metavar="CONFIG",
                         help="job config (YAML), the same as the positional CONFIG")
