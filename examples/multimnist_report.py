@@ -88,8 +88,11 @@ def runs(name, config, seed, out, sets, eval_split="val"):
 
 def train(config, folder, sets):
     """Train one run in a fresh process; the error text on failure."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    from mtl.core.runtime import user_environment
+
+    env = dict(user_environment(), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))  # (threads: the
     cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
+    # run's own, from its loader workers)
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return None if done.returncode == 0 else f"{' '.join(cmd)}\n{done.stderr[-3000:]}"
 

@@ -121,9 +121,8 @@ def test_optimizer_betas_are_checked_at_load_time():
 PROBE = r'''
 import ctypes, ctypes.util, json, os, sys
 
-import mtl.cli  # noqa: F401  (first, as every entry point: it loads numpy before any thread is set)
+import mtl.cli  # first, as every entry point: it loads numpy before any thread is set
 from mtl.core import runtime
-from mtl.commands import train
 
 before_paddle = []
 set_threads = runtime.set_threads
@@ -137,9 +136,7 @@ class MallInfo2(ctypes.Structure):
 
 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 libc.mallinfo2.restype = MallInfo2
-parser = __import__("argparse").ArgumentParser()
-train.add_train_args(parser)
-train.train(parser.parse_args(sys.argv[1:]))  # the command's own path, as `mtl train` runs it
+mtl.cli.main(["train", *sys.argv[1:]])  # the command line's own path
 mapped = libc.mallinfo2().hblks
 block = bytearray(64 << 20)  # 64 MiB: above glibc's largest mmap threshold, unless mmap is turned off
 import threadpoolctl  # what numpy's (and Paddle's bundled) OpenBLAS really run with
@@ -159,15 +156,17 @@ LEFT = str(max(1, int(CORES) - 1))  # the cores a loader worker leaves
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("threads, blas, workers, env, expected, tune", [
-    (3, None, 0, {"OMP_NUM_THREADS": "1"}, ["3", "3", "1"], True),  # threads wins over the user's variable
-    (None, None, 0, {"OMP_NUM_THREADS": "1"}, ["1", None, "1"], False),  # the user's own variable stands
-    (None, None, 0, {}, [CORES, CORES, "1"], True),  # cores / local processes; numpy's BLAS at 1
-    (None, None, 1, {}, [LEFT, LEFT, "1"], True),  # a core for the loader worker
-    (None, 2, 0, {}, [CORES, CORES, "2"], True),  # blas_threads
-    (None, None, 0, {"OPENBLAS_NUM_THREADS": "2"}, [CORES, CORES, "2"], True),  # the user's BLAS variable stands
+@pytest.mark.parametrize("threads, blas, workers, env, expected, tune, base", [
+    (3, None, 0, {"OMP_NUM_THREADS": "1"}, ["3", "3", "1"], True, False),  # threads wins over the user's variable
+    (None, None, 0, {"OMP_NUM_THREADS": "1"}, ["1", None, "1"], False, False),  # the user's own variable stands
+    (None, None, 0, {}, [CORES, CORES, "1"], True, False),  # cores / local processes; numpy's BLAS at 1
+    (None, None, 1, {}, [LEFT, LEFT, "1"], True, False),  # a core for the loader worker
+    (None, None, 0, {}, [CORES, CORES, "1"], True, True),  # num_workers from the job's ``base:``
+    (None, 2, 0, {}, [CORES, CORES, "2"], True, False),  # blas_threads
+    (None, None, 0, {"OPENBLAS_NUM_THREADS": "2"}, [CORES, CORES, "2"], True, False),  # the user's BLAS variable
 ])
-def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, blas, workers, env, expected, tune):
+def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, blas, workers, env, expected, tune,
+                                                            base):
     """``threads`` sets Paddle's intra-op thread count (OMP, MKL; default: the cores the job's loader workers leave,
     split over the local processes) and ``blas_threads`` numpy's OpenBLAS (default 1)
     before Paddle is imported (numpy, which the command line loads first, through threadpoolctl); without them a
@@ -180,6 +179,9 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, b
     keys = {**({"threads": threads} if threads else {}), **({"blas_threads": blas} if blas else {})}
     job = small_job(tmp_path, task, tune_malloc=tune, data={"num_workers": workers}, **keys)
     path = tmp_path / "job.json"  # JSON is YAML
+    if base:  # the keys in a base file, the job a variant of it that only names it
+        (tmp_path / "base.json").write_text(json.dumps(job))
+        job = {"base": "base.json"}
     path.write_text(json.dumps(job))
     run_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                "OPENBLAS_NUM_THREADS")}
@@ -194,6 +196,26 @@ def test_threads_and_tune_malloc_apply_before_paddle_starts(tmp_path, threads, b
     assert seen["omp"] == [int(expected[0])]
     assert seen["before_paddle"] == [True]
     assert seen["mmapped"] == (0 if tune else 1)
+
+
+def test_the_default_threads_leave_each_loader_worker_a_core(monkeypatch):
+    """Paddle's threads by default: (cores - local processes x loader workers) // local processes, at least 1; what
+    the runner writes is what a child process does not inherit (``user_environment``)."""
+    from mtl.core import runtime
+
+    for name in runtime.THREAD_VARIABLES:  # (set, then removed: monkeypatch puts back what was there, or nothing)
+        monkeypatch.setenv(name, "1")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "2")
+    assert runtime.set_threads(loader_workers=1) == 3
+    assert os.environ["OMP_NUM_THREADS"] == "3" and os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert not set(runtime.THREAD_VARIABLES) & set(runtime.user_environment())
+    for name in runtime.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert runtime.set_threads(loader_workers=4) == 1  # never 0
+    monkeypatch.setenv("PADDLE_LOCAL_SIZE", "1")
+    assert runtime.set_threads(loader_workers=0) == 1  # the variable now set stands (as a user's would)
 
 
 COMMAND_PROBE = r'''

@@ -206,7 +206,7 @@ def main():
     if os.environ.get("MTL_VERBOSE") != "1":
         quiet_console()
     if not user_threads:  # Paddle's import set it to 1, which every rank would read as the user's: each rank sets
-        os.environ.pop("OMP_NUM_THREADS", None)  # its own (cores / local processes, mtl.core.runtime.set_threads)
+        os.environ.pop("OMP_NUM_THREADS", None)  # its own (from its cores, processes and loader workers: set_threads)
     launch()
 
 

@@ -15,14 +15,12 @@ def _early_threads(config_path, overrides):
     threads, blas, tune = None, None, True
     workers = JOB["data"].schema["num_workers"].default
     try:
-        import yaml
-
         from mtl.config.overrides import apply_overrides, split_task_overrides
+        from mtl.config.yaml_files import read_job_yaml
 
         raw = {}
         if config_path and os.path.isfile(config_path):
-            with open(config_path) as f:
-                raw = yaml.safe_load(f) or {}
+            raw = read_job_yaml(config_path)  # with its ``base:``, as load_job reads it
         job_level, _ = split_task_overrides(overrides)  # tasks.N.* may name a task file: not needed here
         raw = apply_overrides(raw if isinstance(raw, dict) else {}, job_level)
         value = raw.get("threads")

@@ -220,7 +220,8 @@ JOB = {
     "output_dir": Opt(str, "runs/job", doc="where metrics, checkpoints and plots go"),
     "device": Opt(str, "auto", choices=["auto", "cpu", "gpu"], doc="auto: GPU when Paddle has CUDA, else CPU"),
     "threads": Opt(int, None, nullable=True, min=1,
-                   doc="intra-op CPU threads (default: a user's own OMP_NUM_THREADS, else cores / local processes)"),
+                   doc="intra-op CPU threads (default: a user's own OMP_NUM_THREADS, else the cores the loader "
+                       "workers leave, split over the local processes, at least 1)"),
     "blas_threads": Opt(int, None, nullable=True, min=1,
                         doc="numpy's BLAS threads: the CPU margin heads' chunk passes (default: a user's own "
                             "OPENBLAS_NUM_THREADS, else 1, beside Paddle's pool; more only when they are most of the "
@@ -273,7 +274,8 @@ JOB = {
     "averaging": Section(AVERAGING, check=_check_averaging,
                          doc="averaged weights for evaluation, checkpoints and export"),
     "data": Section({
-        "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank"),
+        "num_workers": Opt(int, 2, min=0, doc="DataLoader worker processes per rank (each is left a core: fewer "
+                                                  "intra-op threads by default; data in memory: 0)"),
         "check_batches": Opt(bool, True, doc="check the first batch of every task against the declared fields"),
         "bucket_batches": Opt(int, 20, min=0, doc="readers that know their samples' lengths (text): the samples of "
                                                    "every N steps are sorted by length, so a step pads little "

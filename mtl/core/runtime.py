@@ -18,13 +18,23 @@ def local_process_count() -> int:
     return 1
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+_written = set()  # the thread variables set_threads set in this process (the others are the user's)
+
+
+def user_environment() -> dict:
+    """``os.environ`` without the thread variables :func:`set_threads` wrote: for a child process that sets its own
+    from its job (its loader workers, its processes), as the user's shell would have started it."""
+    return {k: v for k, v in os.environ.items() if k not in _written}
+
+
 def set_threads(threads=None, blas_threads=None, loader_workers=0):
     """Set the intra-op thread counts before Paddle starts its pool; returns Paddle's.
 
     Paddle's OpenMP and MKL pool gets ``threads``, else a user's own OMP_NUM_THREADS, else the cores left after each
     process's ``loader_workers`` (DataLoader worker processes, a core each), split over the local processes, at least
     1. Why leave the workers their cores: the six face datasets' recipe (1 worker decoding images) trained 566-701
-    samples/s with 2 threads on 2 cores, 870-880 with 1; a job reading from memory (no worker) 1.45x faster with 2.
+    samples/s with 2 threads on 2 cores, 861-880 with 1; a job reading from memory (no worker) 1.45x faster with 2.
     numpy's OpenBLAS (the CPU margin heads' chunk passes, :mod:`mtl.headkit.host_chunks`) gets ``blas_threads``, else
     a user's own OPENBLAS_NUM_THREADS, else 1. Why 1: Paddle's OpenMP threads spin for a while after each op
     (KMP_BLOCKTIME, 200 ms), so a second OpenBLAS thread finds its core taken. A joint step of a CNN and two ArcFace
@@ -42,8 +52,10 @@ def set_threads(threads=None, blas_threads=None, loader_workers=0):
         threads = threads or max(1, ((os.cpu_count() or 1) - local * loader_workers) // local)
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(threads)
+            _written.add(var)
     if blas_threads is not None or not os.environ.get("OPENBLAS_NUM_THREADS", "").isdigit():
         os.environ["OPENBLAS_NUM_THREADS"] = str(blas_threads or 1)
+        _written.add("OPENBLAS_NUM_THREADS")
     if "numpy" in sys.modules:
         from threadpoolctl import threadpool_limits
 
