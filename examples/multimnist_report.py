@@ -90,9 +90,9 @@ def train(config, folder, sets):
     """Train one run in a fresh process; the error text on failure."""
     from mtl.core.runtime import user_environment
 
-    env = dict(user_environment(), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))  # (threads: the
+    # the user's environment: each run sets its threads from its own loader workers, not from this process's
+    env = dict(user_environment(), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, os.path.join(ROOT, "examples", "train_joint.py"), config, "--overwrite", "--set", *sets]
-    # run's own, from its loader workers)
     done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return None if done.returncode == 0 else f"{' '.join(cmd)}\n{done.stderr[-3000:]}"
 
